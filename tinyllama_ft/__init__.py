@@ -1,0 +1,39 @@
+"""tinyllama-ft: LoRA / QLoRA fine-tuning of small open LLMs on instruction data, one helper per notebook cell.
+
+Importing the package is cheap and imports neither torch nor transformers, so the install cell can run
+first and ``unsloth`` can be imported before ``transformers`` (it patches it). Each helper lives in one
+module; the names below are loaded from there on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "FinetuneConfig": "config",
+    "Hardware": "hardware", "detect_hardware": "hardware", "cap_gpu_memory": "hardware",
+    "release_cuda_memory": "hardware",
+    "install": "install", "plan_install": "install",
+    "resolve_dtype": "precision",
+    "load_model": "modeling",
+    "add_lora": "lora", "trainable_parameters": "lora",
+    "format_prompt": "prompts", "make_formatting_func": "prompts",
+    "load_instruction_data": "data", "split_train_eval": "data",
+    "start_tracking": "tracking", "finish_tracking": "tracking",
+    "build_trainer": "training", "training_plan": "training", "train_and_evaluate": "training",
+    "save_adapter": "adapters", "load_adapter": "adapters",
+    "generate": "generation", "stream": "generation",
+    "write_run_summary": "summary",
+    "loss_curve": "plotting",
+}
+
+__all__ = sorted(_EXPORTS) + ["__version__"]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        module = importlib.import_module(f".{_EXPORTS[name]}", __name__)
+        return getattr(module, name)
+    raise AttributeError(f"module 'tinyllama_ft' has no attribute {name!r}")

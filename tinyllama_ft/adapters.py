@@ -1,0 +1,122 @@
+"""Save a trained LoRA adapter (article cell 8) and load it back (cell 9).
+
+The adapter folder is PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with the
+tokenizer beside it, so plain PEFT loads it in a fresh process without this package::
+
+    from peft import AutoPeftModelForCausalLM
+    model = AutoPeftModelForCausalLM.from_pretrained("outputs/lora_model")
+
+Saving is atomic: files are written to a hidden sibling folder and moved into place only once
+complete, so an interrupted save never leaves a half-written adapter behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def save_adapter(model, tokenizer, adapter_dir: str, overwrite: bool = True) -> str:
+    """Write the adapter and tokenizer to ``adapter_dir`` atomically.
+
+    Args:
+        model: a ``peft`` model (only the adapter weights are written, as safetensors).
+        tokenizer: saved beside the adapter.
+        adapter_dir: destination folder (the article's ``"lora_model"``).
+        overwrite: replace an existing adapter there; the old one is removed only after the new one
+            is complete.
+
+    Returns:
+        The absolute path of the adapter folder.
+
+    Raises:
+        FileExistsError: ``adapter_dir`` exists and ``overwrite`` is False.
+        RuntimeError: the save did not produce ``adapter_config.json`` and ``adapter_model.safetensors``
+            (e.g. ``model`` has no adapter); nothing is left behind.
+    """
+    target = os.path.abspath(adapter_dir)
+    if os.path.exists(target) and not overwrite:
+        raise FileExistsError(f"adapter_dir={adapter_dir!r} exists; pass overwrite=True to replace it")
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.saving-", dir=parent)
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        missing = [f for f in ADAPTER_FILES if not os.path.isfile(os.path.join(staging, f))]
+        if missing:
+            raise RuntimeError(f"saving the adapter wrote no {missing}: is the model a LoRA (peft) model?")
+        old = None
+        if os.path.exists(target):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=parent)
+            os.rmdir(old)
+            os.replace(target, old)
+        os.replace(staging, target)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def adapter_base_model(adapter_dir: str) -> str:
+    """The base model an adapter was trained on (``base_model_name_or_path`` in its config).
+
+    Raises:
+        FileNotFoundError: ``adapter_dir`` holds no ``adapter_config.json``.
+    """
+    path = os.path.join(adapter_dir, "adapter_config.json")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no adapter_config.json: not a saved adapter")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)["base_model_name_or_path"]
+
+
+def load_adapter(
+    adapter_dir: str,
+    max_seq_length: int = 4096,
+    dtype: str | None = None,
+    load_in_4bit: bool = True,
+    backend: str = "auto",
+    hardware=None,
+    base_model: str | None = None,
+):
+    """Load base model + saved adapter for inference (the article's reload cell).
+
+    Args:
+        adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
+        max_seq_length, dtype, load_in_4bit, backend, hardware: as ``modeling.load_model``.
+        base_model: override the base recorded in the adapter (e.g. a local copy of it).
+
+    Returns:
+        ``(model, tokenizer)``: the peft model in eval mode and the adapter's tokenizer.
+
+    Raises:
+        FileNotFoundError: as ``adapter_base_model``.
+    """
+    from .hardware import detect_hardware, is_importable
+    from .modeling import choose_backend, ensure_pad_token, load_model
+
+    hardware = hardware or detect_hardware()
+    base = base_model or adapter_base_model(adapter_dir)
+    chosen = choose_backend(backend, hardware, is_importable("unsloth"))
+    if chosen == "unsloth" and base_model is None:
+        # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
+        model, tokenizer = load_model(adapter_dir, max_seq_length, dtype, load_in_4bit, "unsloth", hardware)
+    else:
+        from peft import PeftModel
+        from transformers import AutoTokenizer
+
+        base_model_obj, _ = load_model(base, max_seq_length, dtype, load_in_4bit, chosen, hardware)
+        info = base_model_obj.tinyllama_ft
+        model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
+        model.tinyllama_ft = info
+        tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+        ensure_pad_token(tokenizer)
+    model.eval()
+    return model, tokenizer

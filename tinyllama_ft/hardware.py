@@ -1,0 +1,120 @@
+"""What machine we are on: Colab or not, CUDA or not, which compute capability, which GPU.
+
+Every decision elsewhere (install commands, backend, dtype, optimizer) takes a ``Hardware`` value, so
+tests inject the facts of a T4, an A100 or a CPU instead of needing one. ``detect_hardware`` is the only
+place that probes the real machine; it imports torch only when torch is already installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """Facts about the current machine.
+
+    Attributes:
+        cuda: a CUDA device is usable by torch.
+        capability: CUDA compute capability ``(major, minor)`` of device 0, e.g. ``(7, 5)`` for a T4,
+            ``(8, 0)`` for an A100, ``(9, 0)`` for an H100/H200; ``None`` without CUDA.
+        gpu_name: device 0's name, or ``None``.
+        total_memory_gib: device 0's memory in GiB, or ``None``.
+        colab: running inside Google Colab.
+    """
+
+    cuda: bool = False
+    capability: tuple[int, int] | None = None
+    gpu_name: str | None = None
+    total_memory_gib: float | None = None
+    colab: bool = False
+
+    @property
+    def bf16_capable(self) -> bool:
+        """True from compute capability 8.0 (Ampere) on: the hardware bf16 units.
+
+        Decided from the capability, not ``torch.cuda.is_bf16_supported()``, which can answer yes on a
+        T4 (capability 7.5) where bf16 is emulated and slow.
+        """
+        return self.cuda and self.capability is not None and self.capability >= (8, 0)
+
+
+def in_colab() -> bool:
+    """True inside Google Colab: its ``google.colab`` module is importable and ``COLAB_*`` variables are set."""
+    has_env = any(k.startswith("COLAB_") for k in os.environ)
+    if not has_env:
+        return False
+    if "google.colab" in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec("google.colab") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def detect_hardware() -> Hardware:
+    """Probe this machine. Without torch installed, reports no CUDA (the install step runs first)."""
+    colab = in_colab()
+    if importlib.util.find_spec("torch") is None:
+        return Hardware(colab=colab)
+    import torch
+
+    if not torch.cuda.is_available():
+        return Hardware(colab=colab)
+    props = torch.cuda.get_device_properties(0)
+    return Hardware(
+        cuda=True,
+        capability=tuple(torch.cuda.get_device_capability(0)),
+        gpu_name=props.name,
+        total_memory_gib=round(props.total_memory / 2**30, 2),
+        colab=colab,
+    )
+
+
+def is_importable(module: str) -> bool:
+    """True when ``module`` can be imported here (found on the path), without importing it."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cap_gpu_memory(cap_gib: float, hardware: Hardware | None = None) -> float | None:
+    """Limit this process's CUDA memory to ``cap_gib`` GiB (a T4 stand-in on a bigger GPU).
+
+    Applied with ``torch.cuda.set_per_process_memory_fraction``. Returns the fraction applied, or
+    ``None`` when ``cap_gib`` is 0 or there is no CUDA device.
+
+    Raises:
+        ValueError: ``cap_gib`` is negative or above the device's memory.
+    """
+    if cap_gib < 0:
+        raise ValueError(f"gpu_memory_cap_gib={cap_gib} must be >= 0 (0 = no cap)")
+    hardware = hardware or detect_hardware()
+    if not cap_gib or not hardware.cuda:
+        return None
+    if cap_gib > hardware.total_memory_gib:
+        raise ValueError(
+            f"gpu_memory_cap_gib={cap_gib} exceeds the GPU's {hardware.total_memory_gib} GiB"
+        )
+    import torch
+
+    fraction = cap_gib / hardware.total_memory_gib
+    torch.cuda.set_per_process_memory_fraction(fraction, 0)
+    print(f"GPU memory capped at {cap_gib} GiB ({fraction:.3f} of {hardware.total_memory_gib} GiB)")
+    return fraction
+
+
+def release_cuda_memory() -> None:
+    """Collect garbage and return cached CUDA memory (between training and reloading, on a small GPU)."""
+    import gc
+
+    gc.collect()
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()

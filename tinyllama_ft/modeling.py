@@ -1,0 +1,239 @@
+"""Load a causal LM and its tokenizer: Unsloth on a GPU, plain transformers (+ bitsandbytes) elsewhere.
+
+The article's cell 2 is ``FastLanguageModel.from_pretrained(model_name="unsloth/tinyllama-bnb-4bit",
+max_seq_length=4096, dtype=None, load_in_4bit=True)``. ``load_model`` takes the same arguments plus a
+``backend``, and makes both backends agree on what the article relies on:
+
+* dtype: one decision (``precision.resolve_dtype``) for weights and the 4-bit compute dtype;
+* RoPE: above the model's trained positions (TinyLlama: 2048), linear scaling by
+  ``max_seq_length / max_position_embeddings``, as Unsloth applies it (kaiokendev's scaling);
+* padding: a pad token that is not EOS (Unsloth picks ``<unk>`` on Llama), so EOS is never masked
+  out of the labels as padding.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+
+from .hardware import Hardware, detect_hardware, is_importable
+from .precision import resolve_dtype, torch_dtype
+
+BACKENDS = ("auto", "unsloth", "transformers")
+
+
+@dataclass(frozen=True)
+class LoadInfo:
+    """What ``load_model`` decided; attached to the model as ``model.tinyllama_ft``.
+
+    Attributes:
+        backend: ``"unsloth"`` or ``"transformers"``.
+        dtype: compute dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``).
+        load_in_4bit: whether the base weights are 4-bit.
+        rope_scaling_factor: linear RoPE factor applied, or ``None``.
+        max_seq_length: tokens per sequence the model was loaded for.
+    """
+
+    backend: str
+    dtype: str
+    load_in_4bit: bool
+    rope_scaling_factor: float | None
+    max_seq_length: int
+
+
+def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) -> str:
+    """Resolve ``"auto"`` and check an explicit choice against the machine.
+
+    Args:
+        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"``.
+        hardware: the machine's facts.
+        unsloth_available: ``unsloth`` is importable.
+
+    Returns:
+        ``"unsloth"`` for ``"auto"`` when CUDA (capability >= 7.0) and unsloth are both present,
+        else ``"transformers"``; an explicit choice is returned as is when it can run.
+
+    Raises:
+        ValueError: unknown backend, or ``"unsloth"`` without a CUDA GPU.
+        ImportError: ``"unsloth"`` asked but not installed (the message names the install step).
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+    cuda_ok = hardware.cuda and (hardware.capability is None or hardware.capability >= (7, 0))
+    if backend == "auto":
+        return "unsloth" if cuda_ok and unsloth_available else "transformers"
+    if backend == "unsloth":
+        if not cuda_ok:
+            raise ValueError("backend='unsloth' needs a CUDA GPU of capability >= 7.0; use backend='transformers'")
+        if not unsloth_available:
+            raise ImportError("backend='unsloth' but unsloth is not installed: run tinyllama_ft.install.install(run=True)")
+    return backend
+
+
+def rope_scaling_factor(max_seq_length: int, max_position_embeddings: int | None) -> float | None:
+    """Linear RoPE factor needed to reach ``max_seq_length`` tokens, or ``None`` when it fits."""
+    if not max_position_embeddings or max_seq_length <= max_position_embeddings:
+        return None
+    return max_seq_length / max_position_embeddings
+
+
+def apply_rope_scaling(config, max_seq_length: int) -> float | None:
+    """Set linear RoPE scaling on a transformers config when ``max_seq_length`` exceeds its positions.
+
+    Keeps the config's ``rope_theta`` (transformers 5 stores it in ``rope_parameters`` beside the type).
+    Returns the factor applied, or ``None``.
+    """
+    factor = rope_scaling_factor(max_seq_length, getattr(config, "max_position_embeddings", None))
+    if factor is None:
+        return None
+    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
+    theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    scaling = {"rope_type": "linear", "factor": factor, "rope_theta": theta}
+    if hasattr(config, "rope_parameters"):
+        config.rope_parameters = scaling
+    else:  # transformers 4.x
+        config.rope_scaling = {"type": "linear", "factor": factor}
+    return factor
+
+
+def ensure_pad_token(tokenizer, model=None) -> None:
+    """Give the tokenizer a pad token that is not EOS (in place).
+
+    ``<unk>`` when the tokenizer has one (what Unsloth picks on Llama); else a new ``<|pad|>`` token,
+    with the model's embeddings resized to match when ``model`` is given. Padding on the right for
+    training (generation pads on the left by itself).
+    """
+    eos = tokenizer.eos_token
+    if tokenizer.pad_token is not None and tokenizer.pad_token != eos:
+        return
+    if tokenizer.unk_token is not None and tokenizer.unk_token != eos:
+        tokenizer.pad_token = tokenizer.unk_token
+    else:
+        tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+        if model is not None:
+            model.resize_token_embeddings(len(tokenizer))
+    if model is not None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+        if getattr(model, "generation_config", None) is not None:
+            model.generation_config.pad_token_id = tokenizer.pad_token_id
+
+
+def _say_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def load_model(
+    model_name: str,
+    max_seq_length: int = 4096,
+    dtype: str | None = None,
+    load_in_4bit: bool = True,
+    backend: str = "auto",
+    hardware: Hardware | None = None,
+    trust_remote_code: bool = False,
+):
+    """Load a causal LM and tokenizer for LoRA training.
+
+    Args:
+        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``)
+            or a local folder in Hugging Face format.
+        max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE
+            scaling is applied on either backend (and said once).
+        dtype: ``None``/``"auto"`` or a dtype name, as ``precision.resolve_dtype``.
+        load_in_4bit: NF4 4-bit base weights (bitsandbytes) on CUDA; on a CPU this is impossible, said
+            once, and the model loads in full precision.
+        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"`` (``choose_backend``).
+        hardware: injected machine facts; default ``detect_hardware()``.
+        trust_remote_code: run model code from the repository (off unless asked).
+
+    Returns:
+        ``(model, tokenizer)``; ``model.tinyllama_ft`` is the ``LoadInfo`` of the decisions made.
+
+    Raises:
+        ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; ImportError when 4-bit
+            on CUDA is asked without bitsandbytes installed.
+        OSError: the model cannot be found (not a folder, and the Hub does not answer).
+    """
+    hardware = hardware or detect_hardware()
+    chosen = choose_backend(backend, hardware, is_importable("unsloth"))
+    dtype_name = resolve_dtype(dtype, hardware)
+    if load_in_4bit and not hardware.cuda:
+        _say_once("load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU")
+        load_in_4bit = False
+    if chosen == "unsloth":
+        model, tokenizer, factor = _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code)
+    else:
+        model, tokenizer, factor = _load_transformers(
+            model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code
+        )
+    if factor is not None:
+        _say_once(
+            f"max_seq_length={max_seq_length} exceeds the model's trained positions: "
+            f"linear RoPE scaling x{factor:g} applied ({chosen} backend)"
+        )
+    ensure_pad_token(tokenizer, model)
+    model.tinyllama_ft = LoadInfo(chosen, dtype_name, load_in_4bit, factor, max_seq_length)
+    return model, tokenizer
+
+
+def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code):
+    from unsloth import FastLanguageModel  # GPU extra; imported only on this path
+
+    from transformers import AutoConfig
+
+    config_source = model_name
+    if os.path.isfile(os.path.join(model_name, "adapter_config.json")):
+        from .adapters import adapter_base_model  # an adapter folder: Unsloth loads its base itself
+
+        config_source = adapter_base_model(model_name)
+    positions = AutoConfig.from_pretrained(config_source, trust_remote_code=trust_remote_code).max_position_embeddings
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=model_name,
+        max_seq_length=max_seq_length,
+        dtype=torch_dtype(dtype_name),
+        load_in_4bit=load_in_4bit,
+        trust_remote_code=trust_remote_code,
+    )
+    return model, tokenizer, rope_scaling_factor(max_seq_length, positions)
+
+
+def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    factor = apply_rope_scaling(config, max_seq_length)
+    kwargs = {}
+    if load_in_4bit:
+        kwargs["quantization_config"] = bnb_4bit_config(dtype_name)
+    if hardware.cuda:
+        kwargs["device_map"] = {"": 0}
+    model = AutoModelForCausalLM.from_pretrained(
+        model_name,
+        config=config,
+        dtype=torch_dtype(dtype_name),
+        attn_implementation="sdpa",
+        trust_remote_code=trust_remote_code,
+        use_safetensors=True,
+        **kwargs,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    tokenizer.model_max_length = max_seq_length
+    return model, tokenizer, factor
+
+
+def bnb_4bit_config(dtype_name: str):
+    """bitsandbytes NF4 config with double quantization, computing in the run's dtype (QLoRA's recipe).
+
+    Raises:
+        ImportError: bitsandbytes is not installed.
+    """
+    if not is_importable("bitsandbytes"):
+        raise ImportError("load_in_4bit=True on CUDA needs bitsandbytes: pip install bitsandbytes (or load_in_4bit=False)")
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch_dtype(dtype_name),
+    )

@@ -1,0 +1,64 @@
+"""One precision decision for the whole run: model weights, 4-bit compute dtype and trainer flags.
+
+The article passes ``dtype=None`` to Unsloth ("auto": fp16 on T4/V100, bf16 on Ampere and newer) and
+sets the trainer's ``fp16 = not is_bf16_supported()`` / ``bf16 = is_bf16_supported()``. Here that
+decision is made once, from the compute capability, and everything else follows it.
+"""
+
+from __future__ import annotations
+
+from .hardware import Hardware
+
+_ALIASES = {
+    "bf16": "bfloat16", "bfloat16": "bfloat16",
+    "fp16": "float16", "float16": "float16", "half": "float16",
+    "fp32": "float32", "float32": "float32", "float": "float32",
+}
+
+
+def resolve_dtype(dtype: str | None, hardware: Hardware) -> str:
+    """Name of the torch dtype to compute in.
+
+    Args:
+        dtype: ``None`` or ``"auto"`` to decide from the hardware; else a dtype name
+            (``"bfloat16"``/``"bf16"``, ``"float16"``/``"fp16"``, ``"float32"``/``"fp32"``).
+        hardware: the machine's facts (``detect_hardware()``).
+
+    Returns:
+        ``"bfloat16"`` on CUDA capability >= 8.0, ``"float16"`` on older CUDA GPUs (a T4 is 7.5),
+        ``"float32"`` on a CPU; or the requested dtype's canonical name.
+
+    Raises:
+        ValueError: unknown dtype name; ``"bfloat16"`` asked on a CUDA GPU below capability 8.0;
+            ``"float16"`` asked on a CPU (CPU training in fp16 is not supported by the trainer).
+    """
+    if dtype is None or dtype == "auto":
+        if not hardware.cuda:
+            return "float32"
+        return "bfloat16" if hardware.bf16_capable else "float16"
+    name = _ALIASES.get(str(dtype).replace("torch.", ""))
+    if name is None:
+        raise ValueError(f"dtype={dtype!r} is not one of None, 'auto', 'bfloat16', 'float16', 'float32'")
+    if name == "bfloat16" and hardware.cuda and not hardware.bf16_capable:
+        raise ValueError(
+            f"dtype='bfloat16' needs compute capability >= 8.0; this GPU ({hardware.gpu_name}) is "
+            f"{hardware.capability}: use dtype=None (float16)"
+        )
+    if name == "float16" and not hardware.cuda:
+        raise ValueError("dtype='float16' needs a CUDA GPU; on a CPU use dtype=None (float32)")
+    return name
+
+
+def torch_dtype(name: str):
+    """The ``torch.dtype`` for a name returned by ``resolve_dtype`` (imports torch)."""
+    import torch
+
+    return getattr(torch, name)
+
+
+def trainer_precision_flags(dtype_name: str) -> dict[str, bool]:
+    """The trainer's mixed-precision flags for the run's dtype: ``{"fp16": ..., "bf16": ...}``.
+
+    fp32 (CPU) sets neither.
+    """
+    return {"fp16": dtype_name == "float16", "bf16": dtype_name == "bfloat16"}

@@ -1,0 +1,94 @@
+"""``run_summary.json``: one file that says what a run did, on what, with which libraries."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+from typing import Any
+
+#: Distributions whose versions a summary records (missing ones are recorded as None).
+LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
+             "bitsandbytes", "wandb", "tinyllama-ft")
+
+
+def library_versions(names=LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution in ``names``, or None when it is not installed."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit(path: str | None = None) -> str | None:
+    """The commit checked out at ``path`` (default: this package's folder), or None outside git."""
+    path = path or os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def build_run_summary(cfg, hardware, load_info, results: dict, plan: dict | None = None, data_report=None,
+                      trainable: tuple[int, int] | None = None, adapter_dir: str | None = None,
+                      samples: list[dict] | None = None) -> dict[str, Any]:
+    """The fields of ``run_summary.json``.
+
+    Args:
+        cfg: the run's ``FinetuneConfig`` (recorded whole under ``"config"``).
+        hardware: ``Hardware`` of the machine (``"gpu"``: its name, or None on a CPU).
+        load_info: ``model.tinyllama_ft`` (backend, dtype, 4-bit, RoPE factor).
+        results: ``training.train_and_evaluate`` output (eval losses, runtime in s, tokens, tokens/s,
+            peak GiB).
+        plan: ``training.training_plan`` output.
+        data_report: ``data.DataReport`` of the rows read.
+        trainable: ``(trainable, total)`` parameter counts.
+        adapter_dir: where the adapter was saved.
+        samples: ``[{"instruction", "response"}]`` generated after reloading.
+
+    Returns:
+        A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
+        ``tokens_per_s``, ``peak_memory_gib``, ``adapter_dir``, ``backend``, ``dtype``, ``gpu`` and the rest.
+    """
+    summary: dict[str, Any] = dict(results)
+    summary.update(
+        adapter_dir=adapter_dir,
+        backend=load_info.backend,
+        dtype=load_info.dtype,
+        load_in_4bit=load_info.load_in_4bit,
+        rope_scaling_factor=load_info.rope_scaling_factor,
+        gpu=hardware.gpu_name,
+        gpu_capability=list(hardware.capability) if hardware.capability else None,
+        trainable_parameters=trainable[0] if trainable else None,
+        total_parameters=trainable[1] if trainable else None,
+        plan=plan,
+        data={"source": data_report.source, "rows_read": data_report.total, "rows_kept": data_report.kept,
+              "rows_dropped": data_report.dropped} if data_report is not None else None,
+        samples=samples or [],
+        config=cfg.to_dict(),
+    )
+    return summary
+
+
+def write_run_summary(path: str, **fields: Any) -> str:
+    """Write ``fields`` plus ``library_versions`` and ``git_commit`` as JSON to ``path`` atomically.
+
+    Returns:
+        ``path``.
+    """
+    summary = dict(fields)
+    summary.setdefault("versions", library_versions())
+    summary.setdefault("git_commit", git_commit())
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
