@@ -130,6 +130,7 @@ def read_rows(source: str, split: str = "train", config: str | None = None) -> l
         FileNotFoundError: ``source`` looks like a local file (has a data suffix) but does not exist.
         ValueError: a local file with an unsupported suffix, or a JSON file that does not parse.
     """
+    source = os.path.expanduser(source)  # "~/data.jsonl" is a local file (a Hub id never starts with ~)
     if os.path.isfile(source):
         suffix = os.path.splitext(source)[1].lower()
         readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}

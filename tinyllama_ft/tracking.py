@@ -112,7 +112,7 @@ def start_tracking(
         else:
             mode = "offline"
     os.makedirs(output_dir, exist_ok=True)
-    run = wandb.init(project=project, name=run_name, dir=output_dir, config=config or {},
+    run = wandb.init(project=project, name=run_name, dir=os.path.abspath(output_dir), config=config or {},
                      mode=mode or "online")
     tracking = Tracking(report_to="wandb", mode=run.settings.mode, key_source=source, run_dir=run.dir)
     if tracking.mode == "offline":

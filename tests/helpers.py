@@ -1,0 +1,28 @@
+"""Small builders shared by the CPU tests: a LoRA-wrapped stories260K and a formatted Alpaca slice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def alpaca_rows(path: Path, n: int) -> list[dict]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
+def stories_lora(stories_dir: Path, hardware, max_seq_length: int = 512, seed: int = 3407):
+    from tinyllama_ft.lora import add_lora
+    from tinyllama_ft.modeling import load_model
+
+    model, tokenizer = load_model(str(stories_dir), max_seq_length, None, False, "transformers", hardware)
+    return add_lora(model, gradient_checkpointing=False, random_state=seed), tokenizer
+
+
+def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
+    import datasets
+
+    from tinyllama_ft.prompts import make_formatting_func
+
+    ds = datasets.Dataset.from_list([{k: r[k] for k in ("instruction", "input", "output")} for r in rows])
+    return ds.map(make_formatting_func(tokenizer.eos_token, template), batched=True)

@@ -1,0 +1,117 @@
+"""Adapter save/reload: atomic, PEFT-loadable without this package, logits preserved to 1e-5 (fp32, CPU)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from helpers import alpaca_rows, stories_lora, text_dataset
+from tinyllama_ft.adapters import adapter_base_model, load_adapter, save_adapter
+from tinyllama_ft.config import FinetuneConfig
+from tinyllama_ft.training import build_trainer
+
+PROBE = "Below is an instruction that describes a task.\n\n### Instruction:\nName a color.\n\n### Response:\n"
+
+
+def _logits(model, tokenizer):
+    import torch
+
+    batch = tokenizer([PROBE], return_tensors="pt")
+    with torch.no_grad():
+        return model(**batch).logits
+
+
+@pytest.fixture(scope="module")
+def trained(stories_dir, alpaca_jsonl, tmp_path_factory):
+    """stories260K with a LoRA adapter trained for 5 steps on real rows."""
+    from tinyllama_ft.hardware import Hardware
+
+    cpu = Hardware()
+    model, tokenizer = stories_lora(stories_dir, cpu)
+    cfg = FinetuneConfig(max_seq_length=512, report_to="none", max_steps=5, learning_rate=2e-3, dataset_num_proc=None,
+                         output_dir=str(tmp_path_factory.mktemp("train")))
+    build_trainer(model, tokenizer, text_dataset(alpaca_rows(alpaca_jsonl, 200), tokenizer), None, cfg, cpu, "float32").train()
+    model.eval()
+    return model, tokenizer
+
+
+def test_trained_adapter_changes_logits_and_reload_keeps_them(trained, tmp_path, stories_dir, cpu):
+    import torch
+
+    model, tokenizer = trained
+    after = _logits(model, tokenizer)
+    with model.disable_adapter():
+        base = _logits(model, tokenizer)
+    assert (after - base).abs().max().item() > 1e-3
+    path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    assert sorted(f for f in os.listdir(path) if f.startswith("adapter_")) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert os.path.isfile(os.path.join(path, "tokenizer_config.json"))
+    assert adapter_base_model(path) == str(stories_dir)
+    reloaded, tok2 = load_adapter(path, 512, None, False, "transformers", cpu)
+    torch.testing.assert_close(_logits(reloaded, tok2), after, atol=1e-5, rtol=0)
+
+
+def test_plain_peft_loads_the_adapter_in_a_fresh_process(trained, tmp_path):
+    import torch
+
+    model, tokenizer = trained
+    path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    out = tmp_path / "logits.pt"
+    script = f"""
+import sys, torch
+from peft import AutoPeftModelForCausalLM
+from transformers import AutoTokenizer
+m = AutoPeftModelForCausalLM.from_pretrained({path!r}).eval()
+t = AutoTokenizer.from_pretrained({path!r})
+with torch.no_grad():
+    torch.save(m(**t([{PROBE!r}], return_tensors="pt")).logits, {str(out)!r})
+assert not any(k.startswith("tinyllama_ft") for k in sys.modules)
+"""
+    subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path, timeout=300)
+    torch.testing.assert_close(torch.load(out), _logits(model, tokenizer), atol=1e-5, rtol=0)
+
+
+def test_failed_save_leaves_no_folder_and_keeps_the_old_adapter(trained, tmp_path):
+    model, tokenizer = trained
+    target = tmp_path / "lora_model"
+    save_adapter(model, tokenizer, str(target))
+    before = json.loads((target / "adapter_config.json").read_text())
+
+    class BrokenTokenizer:
+        def save_pretrained(self, path):
+            open(os.path.join(path, "tokenizer_config.json"), "w").write("{")  # half-written
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        save_adapter(model, BrokenTokenizer(), str(target))
+    assert sorted(os.listdir(tmp_path)) == ["lora_model"]  # no staging folder left behind
+    assert json.loads((target / "adapter_config.json").read_text()) == before
+    with pytest.raises(OSError, match="disk full"):
+        save_adapter(model, BrokenTokenizer(), str(tmp_path / "new_adapter"))
+    assert not (tmp_path / "new_adapter").exists()
+
+
+def test_existing_adapter_is_kept_unless_overwrite(trained, tmp_path):
+    model, tokenizer = trained
+    target = str(tmp_path / "lora_model")
+    save_adapter(model, tokenizer, target)
+    with pytest.raises(FileExistsError, match="overwrite"):
+        save_adapter(model, tokenizer, target, overwrite=False)
+    assert save_adapter(model, tokenizer, target, overwrite=True) == target
+    assert sorted(os.listdir(tmp_path)) == ["lora_model"]
+
+
+def test_a_model_without_adapter_is_not_saved_as_one(stories_dir, cpu, tmp_path):
+    from tinyllama_ft.modeling import load_model
+
+    model, tokenizer = load_model(str(stories_dir), 512, None, False, "transformers", cpu)
+    with pytest.raises(RuntimeError, match="LoRA"):
+        save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    assert os.listdir(tmp_path) == []
+
+
+def test_loading_a_folder_that_is_not_an_adapter_says_so(tmp_path):
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        load_adapter(str(tmp_path))

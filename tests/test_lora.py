@@ -1,0 +1,48 @@
+"""LoRA: the article's knobs, the same trainable count and adapter config on the transformers backend."""
+
+import pytest
+
+from tinyllama_ft.config import LLAMA_TARGET_MODULES
+from tinyllama_ft.lora import add_lora, lora_config, trainable_parameters
+
+
+def test_tinyllama_shape_trains_25_231_360_parameters(tinyllama_dir):
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    with torch.device("meta"):  # the real shape without allocating 1.1B weights
+        model = LlamaForCausalLM(AutoConfig.from_pretrained(str(tinyllama_dir)))
+    peft_model = add_lora(model, gradient_checkpointing=False, backend="transformers")
+    assert trainable_parameters(peft_model)[0] == 25_231_360
+
+
+def test_article_defaults_reach_the_peft_config():
+    config = lora_config()
+    assert (config.r, config.lora_alpha, config.lora_dropout, config.bias) == (32, 32, 0.0, "none")
+    assert set(config.target_modules) == set(LLAMA_TARGET_MODULES)
+    assert config.use_rslora is False and config.loftq_config == {}
+    assert config.task_type == "CAUSAL_LM"
+
+
+def test_same_seed_same_init_and_only_adapters_train(stories_dir, cpu):
+    import torch
+
+    from tinyllama_ft.modeling import load_model
+
+    weights = []
+    for _ in range(2):
+        model, _ = load_model(str(stories_dir), 512, None, False, "transformers", cpu)
+        model = add_lora(model, random_state=3407)
+        weights.append({n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n})
+        assert all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
+    assert weights[0].keys() == weights[1].keys() and weights[0]
+    for name in weights[0]:
+        torch.testing.assert_close(weights[0][name], weights[1][name])
+
+
+def test_unknown_target_module_is_an_error(stories_dir, cpu):
+    from tinyllama_ft.modeling import load_model
+
+    model, _ = load_model(str(stories_dir), 512, None, False, "transformers", cpu)
+    with pytest.raises(ValueError, match="not_a_module"):
+        add_lora(model, target_modules=["not_a_module"], gradient_checkpointing=False)

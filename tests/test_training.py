@@ -1,0 +1,80 @@
+"""Trainer construction on the installed TRL/transformers (run in both library sets by .ci/run)."""
+
+import inspect
+
+import pytest
+
+from helpers import alpaca_rows, stories_lora, text_dataset
+from tinyllama_ft.config import FinetuneConfig
+from tinyllama_ft.training import RENAMED_ARGUMENTS, build_trainer, sft_config_kwargs, training_plan
+
+
+def test_kwargs_use_the_installed_spelling_of_every_renamed_argument(cpu):
+    from trl import SFTConfig
+
+    params = inspect.signature(SFTConfig.__init__).parameters
+    kwargs = sft_config_kwargs(FinetuneConfig(), cpu, "float32", has_eval=True)
+    assert all(k in params for k in kwargs)
+    for name, spellings in RENAMED_ARGUMENTS.items():
+        present = [s for s in spellings if s in kwargs]
+        assert len(present) == 1, (name, present)
+        assert present[0] == next(s for s in spellings if s in params)
+    ratio = kwargs.get("warmup_ratio", kwargs.get("warmup_steps"))
+    assert ratio == 0.1
+
+
+def test_article_values_on_a_t4_and_on_a_cpu(cpu, t4):
+    gpu = sft_config_kwargs(FinetuneConfig(), t4, "float16", has_eval=True)
+    assert gpu["optim"] == "adamw_8bit" and gpu["fp16"] is True and gpu["bf16"] is False
+    assert (gpu["per_device_train_batch_size"], gpu["gradient_accumulation_steps"]) == (2, 4)
+    assert (gpu["learning_rate"], gpu["weight_decay"], gpu["lr_scheduler_type"], gpu["seed"]) == (2e-5, 0.1, "linear", 3407)
+    assert (gpu["packing"], gpu["dataset_text_field"], gpu["save_total_limit"], gpu["logging_steps"]) == (True, "text", 2, 1)
+    assert gpu["report_to"] == ["wandb"]
+    host = sft_config_kwargs(FinetuneConfig(report_to="none"), cpu, "float32", has_eval=False)
+    assert host["optim"] == "adamw_torch" and not host["fp16"] and not host["bf16"]
+    assert host["report_to"] == [] and host["eval_strategy"] == "no"
+
+
+def test_too_old_a_config_class_is_an_error(cpu):
+    class OldConfig:
+        def __init__(self, output_dir, learning_rate):
+            pass
+
+    with pytest.raises(TypeError, match="upgrade"):
+        sft_config_kwargs(FinetuneConfig(), cpu, "float32", True, config_cls=OldConfig)
+
+
+@pytest.fixture(scope="module")
+def trainer(stories_dir, alpaca_jsonl, tmp_path_factory):
+    from tinyllama_ft.hardware import Hardware
+
+    cpu = Hardware()
+    model, tokenizer = stories_lora(stories_dir, cpu)
+    # rows that fit the 512-token window whole (longer ones are truncated by "bfd" packing, EOS with them)
+    rows = [r for r in alpaca_rows(alpaca_jsonl, 400)
+            if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400][:64]
+    assert len(rows) == 64
+    cfg = FinetuneConfig(max_seq_length=512, report_to="none", max_steps=3, output_dir=str(tmp_path_factory.mktemp("out")),
+                         dataset_num_proc=None)
+    ds = text_dataset(rows, tokenizer)
+    return build_trainer(model, tokenizer, ds.select(range(60)), ds.select(range(60, 64)), cfg, cpu, "float32")
+
+
+def test_trainer_packs_without_padding_and_plans_steps(trainer):
+    plan = training_plan(trainer)
+    lengths = [len(ids) for ids in trainer.train_dataset["input_ids"]]
+    assert plan["sequences"] == len(lengths) and all(n <= 512 for n in lengths)
+    assert plan["tokens_per_epoch"] == sum(lengths)
+    assert plan["planned_steps"] == 3 and plan["steps_per_epoch"] == -(-len(lengths) // 8)
+    assert trainer.args.eval_strategy == "steps"
+
+
+def test_every_sample_in_a_collated_batch_ends_in_one_supervised_eos(trainer):
+    tokenizer = trainer.processing_class
+    eos = tokenizer.eos_token_id
+    batch = next(iter(trainer.get_train_dataloader()))
+    ids, labels = batch["input_ids"], batch["labels"]
+    assert tokenizer.pad_token_id != eos
+    starts = (batch["position_ids"] == 0).sum().item()  # one sample starts at each position_ids reset
+    assert (ids == eos).sum().item() == starts
+    assert bool((labels[ids == eos] == eos).all())  # EOS is a training target, never masked as padding
