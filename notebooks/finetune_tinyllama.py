@@ -145,13 +145,15 @@ print(tracking)
 # ## 6. Trainer, and what it will do
 
 # %%
-from tinyllama_ft.training import build_trainer, training_plan
+from tinyllama_ft.training import build_trainer, eos_supervision, training_plan
 
 trainer = build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, hardware, model.tinyllama_ft.dtype)
 plan = training_plan(trainer)
+plan["eos_first_batch"] = eos_supervision(trainer)
 print(f"planned: {plan['planned_steps']} optimizer steps of {cfg.effective_batch_size} sequences x "
       f"{cfg.max_seq_length} tokens; about {plan['planned_tokens']:,} tokens "
       f"({plan['sequences']:,} packed sequences, {plan['steps_per_epoch']} steps per epoch)")
+print(f"first batch: {plan['eos_first_batch']['samples']} samples, {plan['eos_first_batch']['eos_supervised']} with a supervised EOS")
 
 # %% [markdown]
 # ## 7. Train
@@ -185,7 +187,7 @@ release_cuda_memory()
 model, tokenizer = load_adapter(adapter_dir, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware)
 answers = generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 for prompt, answer in zip(cfg.prompts, answers):
-    print(f"### {prompt}\n{answer}\n")
+    print(f"### Instruction: {prompt}\n{answer}\n")
 
 # %% [markdown]
 # ## 10. Stream

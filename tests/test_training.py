@@ -6,7 +6,7 @@ import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.training import RENAMED_ARGUMENTS, build_trainer, sft_config_kwargs, training_plan
+from tinyllama_ft.training import RENAMED_ARGUMENTS, build_trainer, eos_supervision, sft_config_kwargs, training_plan
 
 
 def test_kwargs_use_the_installed_spelling_of_every_renamed_argument(cpu):
@@ -78,3 +78,4 @@ def test_every_sample_in_a_collated_batch_ends_in_one_supervised_eos(trainer):
     starts = (batch["position_ids"] == 0).sum().item()  # one sample starts at each position_ids reset
     assert (ids == eos).sum().item() == starts
     assert bool((labels[ids == eos] == eos).all())  # EOS is a training target, never masked as padding
+    assert eos_supervision(trainer) == {"samples": starts, "eos_tokens": starts, "eos_supervised": starts}

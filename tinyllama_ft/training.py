@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import math
 import os
+import resource
 import time
 from typing import Any
 
@@ -158,6 +159,38 @@ def training_plan(trainer) -> dict[str, int]:
     }
 
 
+def eos_supervision(trainer, batches: int = 1) -> dict[str, int]:
+    """Count, on the collated batches the trainer really trains on, samples whose EOS is a label.
+
+    A sample starts at each ``position_ids`` reset to 0 (packed, padding-free batches) or at each row
+    (padded batches). EOS is supervised when its position carries the EOS id in ``labels`` (not
+    ``-100``, as it would be if EOS were also the pad token).
+
+    Args:
+        trainer: from ``build_trainer``.
+        batches: how many training batches to inspect.
+
+    Returns:
+        ``{"samples": n, "eos_tokens": EOS ids in input_ids, "eos_supervised": those labelled EOS}``.
+        All three equal when every sample ends in exactly one supervised EOS; a row truncated to
+        ``max_seq_length`` loses its EOS and shows as ``samples > eos_tokens``.
+    """
+    eos = trainer.processing_class.eos_token_id
+    counts = {"samples": 0, "eos_tokens": 0, "eos_supervised": 0}
+    for i, batch in enumerate(trainer.get_train_dataloader()):
+        if i >= batches:
+            break
+        ids, labels = batch["input_ids"], batch["labels"]
+        if "position_ids" in batch and ids.shape[0] == 1:
+            counts["samples"] += int((batch["position_ids"] == 0).sum())
+        else:
+            counts["samples"] += ids.shape[0]
+        is_eos = ids == eos
+        counts["eos_tokens"] += int(is_eos.sum())
+        counts["eos_supervised"] += int((labels[is_eos] == eos).sum())
+    return counts
+
+
 def last_checkpoint(output_dir: str) -> str | None:
     """Newest ``checkpoint-N`` folder in ``output_dir`` (transformers' own lookup), or None."""
     if not os.path.isdir(output_dir):
@@ -178,7 +211,7 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
         ``{"eval_loss_before", "eval_loss_after"`` (None without an eval set), ``"train_runtime_s"``
         (seconds in ``trainer.train``), ``"train_tokens"`` (non-padding tokens fed in this process),
         ``"tokens_per_s"``, ``"peak_memory_gib"`` (``torch.cuda.max_memory_allocated``; None on CPU),
-        ``"peak_reserved_gib"``, ``"global_step"``, ``"resumed_from"``, ``"train_loss"``,
+        ``"peak_reserved_gib"``, ``"peak_host_rss_gib"`` (this process's peak resident memory), ``"global_step"``, ``"resumed_from"``, ``"train_loss"``,
         ``"log_history"`` (the trainer's per-step logs)}``.
     """
     import torch
@@ -198,6 +231,7 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
     tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
     eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
     cuda = torch.cuda.is_available()
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
         "eval_loss_before": eval_before,
         "eval_loss_after": eval_after,
@@ -206,6 +240,7 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
         "tokens_per_s": round(tokens / runtime, 1) if runtime > 0 else None,
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None,
         "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3) if cuda else None,
+        "peak_host_rss_gib": round(rss_kib / 2**20, 3),
         "global_step": trainer.state.global_step,
         "resumed_from": checkpoint,
         "train_loss": output.training_loss,

@@ -1,0 +1,157 @@
+"""Training throughput on one GPU: the article's recipe, plain transformers + PEFT 4-bit, and this package.
+
+Runs each configuration in a fresh Python process (its output streamed here), reads the ``RESULT``
+line it prints (benchmarks/common.py), prints a side-by-side table and writes
+``benchmarks/results/<YYYY-MM-DD>-train.json``. A configuration that fails shows as failed, with the
+last lines of its stderr; the others still run.
+
+    python3 benchmarks/train_throughput.py --model /tmp/tinyllama-shaped \\
+        --data .device-data/alpaca/alpaca_cleaned_5k.jsonl [--steps 15] [--only article_recipe,package_default]
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tinyllama_ft, installed or not
+from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
+
+HERE = Path(__file__).resolve().parent
+#: name -> script, in the order they run; the first is the recipe the others are compared with.
+CONFIGURATIONS = {
+    "article_recipe": "article_recipe.py",
+    "hf_peft_4bit": "hf_peft_4bit.py",
+    "package_default": "package_default.py",
+}
+RECIPE = "article_recipe"
+PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "unsloth", "bitsandbytes")
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "UNSLOTH_DISABLE_STATISTICS": "1",
+             "WANDB_DISABLED": "true"}
+STDERR_LINES = 15
+
+
+def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
+    """Copy a child's stream to ``echo`` as it comes (progress bars included), keeping (the tail of) it."""
+    for chunk in iter(lambda: stream.read1(4096), b""):
+        echo.write(chunk)
+        echo.flush()
+        keep += chunk
+        if limit and len(keep) > limit:
+            del keep[: len(keep) - limit]
+
+
+def run_configuration(name: str, script: str, argv: list[str], workdir: str) -> dict:
+    """Run one configuration's script; its RESULT dict, or ``{"name", "failed": last stderr lines}``."""
+    print(f"\n===== {name}: {script} =====", flush=True)
+    env = {**os.environ, **CHILD_ENV}
+    proc = subprocess.Popen([sys.executable, str(HERE / script), *argv], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = bytearray(), bytearray()
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),
+             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, err, 1 << 16))]
+    for t in pumps:
+        t.start()
+    for t in pumps:
+        t.join()
+    rc = proc.wait()
+    stdout = out.decode(errors="replace").splitlines()
+    results = [line[len("RESULT "):] for line in stdout if line.startswith("RESULT ")]
+    try:
+        return json.loads(results[-1])
+    except (IndexError, json.JSONDecodeError):
+        pass
+    lines = [l for l in err.decode(errors="replace").replace("\r", "\n").splitlines() if l.strip()]
+    return {"name": name, "failed": f"exit status {rc}: " + "\n".join(lines[-STDERR_LINES:])}
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown table: name | tokens/s | peak GiB | loss first | loss last | ratio (tokens/s / recipe's)."""
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    lines = ["| name | tokens/s | peak GiB | loss first | loss last | ratio |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['name']} | failed | | | | |")
+        else:
+            cells = [num(r["tokens_per_s"], ",.0f"), num(r["peak_gib"], ".2f"), num(r["loss_first"], ".4f"),
+                     num(r["loss_last"], ".4f"), num(r["ratio_to_recipe"], ".3f")]
+            lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+
+def gpu_name() -> str | None:
+    """Device 0's name; asked after the children ran, so this process holds no GPU memory while they run."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def main() -> None:
+    shared = Path(os.environ.get("SHARED_DIR") or HERE.parents[1] / "shared")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="/tmp/tinyllama-shaped",
+                    help="TinyLlama-shaped model folder (benchmarks/build_tinyllama_shaped.py writes it)")
+    ap.add_argument("--shared", type=Path, default=shared,
+                    help="the shared/ folder (default: $SHARED_DIR or ../shared)")
+    ap.add_argument("--data", help="Alpaca rows, .jsonl (default: the .jsonl under SHARED/data/alpaca)")
+    ap.add_argument("--steps", type=int, default=15, help="optimizer steps per configuration (the first 3 untimed)")
+    ap.add_argument("--seq", type=int, default=4096, help="tokens per packed sequence")
+    ap.add_argument("--only", help=f"comma-separated names among {', '.join(CONFIGURATIONS)}")
+    a = ap.parse_args()
+
+    names = [n.strip() for n in a.only.split(",") if n.strip()] if a.only else list(CONFIGURATIONS)
+    unknown = [n for n in names if n not in CONFIGURATIONS]
+    if unknown:
+        ap.error(f"--only: unknown {unknown}; choose among {list(CONFIGURATIONS)}")
+    data = a.data or next(iter(sorted((a.shared / "data" / "alpaca").glob("*.jsonl"))), None)
+    if data is None or not Path(data).is_file():
+        ap.error(f"no data file: {data or a.shared / 'data/alpaca/*.jsonl'} (pass --data)")
+    if not (Path(a.model) / "config.json").is_file():
+        ap.error(f"no model at {a.model}: build it with python3 benchmarks/build_tinyllama_shaped.py "
+                 f"--src SHARED/data/tinyllama --out {a.model}")
+
+    argv = ["--model", str(Path(a.model).resolve()), "--data", str(Path(data).resolve()),
+            "--steps", str(a.steps), "--seq", str(a.seq)]
+    workdir = Path(tempfile.gettempdir()) / "tinyllama-ft-bench"  # Unsloth's compile cache lands here, not in the repo
+    workdir.mkdir(exist_ok=True)
+    rows = [run_configuration(n, CONFIGURATIONS[n], argv, str(workdir)) for n in names]
+
+    recipe = next((r for r in rows if r["name"] == RECIPE and "failed" not in r), None)
+    for r in rows:
+        ok = recipe is not None and "failed" not in r
+        r["ratio_to_recipe"] = round(r["tokens_per_s"] / recipe["tokens_per_s"], 3) if ok else None
+    first_timed = min(3, a.steps - 2) + 2  # common.WARMUP: the window opens at the end of step WARMUP + 1
+    print(f"\n{a.steps} steps, seq {a.seq}: tokens/s = non-padding tokens over steps {first_timed}..{a.steps}; "
+          "peak GiB = max allocated\n")
+    print(table(rows))
+    for r in rows:
+        if "failed" in r:
+            print(f"\n{r['name']} failed, {r['failed']}")
+
+    keys = ("name", "tokens_per_s", "peak_gib", "loss_first", "loss_last", "ratio_to_recipe")
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": gpu_name(),
+        "versions": {k: v for k, v in library_versions().items() if k in PACKAGES},
+        "steps": a.steps,
+        "seq": a.seq,
+        "configurations": [{k: r.get(k) for k in keys} | ({"failed": r["failed"]} if "failed" in r else {})
+                           for r in rows],
+    }
+    path = HERE / "results" / f"{record['date']}-train.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()
