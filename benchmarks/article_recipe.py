@@ -19,13 +19,11 @@ article, each forced by the installed libraries or by what a benchmark measures:
 import unsloth  # first: it patches transformers, TRL and peft when imported
 
 from cli import parse_args
-import inspect
-import tempfile
 
-from trl import SFTConfig, SFTTrainer
+from trl import SFTTrainer
 from unsloth import FastLanguageModel
 
-from common import Clock, alpaca_texts, read_rows, train_and_report
+from common import Clock, alpaca_texts, read_rows, recipe_sft_config, train_and_report
 
 a = parse_args(__doc__)
 
@@ -49,31 +47,8 @@ model = FastLanguageModel.get_peft_model(
 # cell 4: data
 dataset = read_rows(a.data).map(alpaca_texts(tokenizer.eos_token), batched=True)
 
-# cells 6-7: training arguments and trainer
-warmup = ({"warmup_ratio": 0.1} if "warmup_ratio" in inspect.signature(SFTConfig.__init__).parameters
-          else {"warmup_steps": 0.1})
-args = SFTConfig(
-    per_device_train_batch_size=2,
-    gradient_accumulation_steps=4,
-    **warmup,
-    max_steps=a.steps,
-    learning_rate=2e-5,
-    fp16=not unsloth.is_bf16_supported(),
-    bf16=unsloth.is_bf16_supported(),
-    optim="adamw_8bit",
-    weight_decay=0.1,
-    lr_scheduler_type="linear",
-    seed=3407,
-    output_dir=tempfile.mkdtemp(prefix="bench-article-recipe-"),
-    logging_steps=1,
-    report_to="none",
-    save_strategy="no",
-    max_length=a.seq,
-    packing=True,
-    dataset_text_field="text",
-    dataset_num_proc=2,
-    include_num_input_tokens_seen="non_padding",
-)
+# cells 6-7: training arguments (the article's values, shared with hf_peft_4bit.py: common.recipe_sft_config) and trainer
+args = recipe_sft_config("article_recipe", a.steps, a.seq, bf16=unsloth.is_bf16_supported())
 clock = Clock()
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[clock])
 train_and_report(trainer, clock, "article_recipe", a.seq, args.per_device_train_batch_size,

@@ -14,7 +14,9 @@ Measured as shared/tools/reference_recipe_gpu.py measures, so the two agree with
 * memory: ``torch.cuda.max_memory_allocated()`` over ``trainer.train()``, after resetting the peak.
 """
 
+import inspect
 import json
+import tempfile
 import time
 
 import torch
@@ -29,6 +31,42 @@ ALPACA_PROMPT = (
 )
 #: Optimizer steps left out of the timed window (compilation, allocator and kernel autotuning warm-up).
 WARMUP = 3
+
+
+def recipe_sft_config(name: str, steps: int, seq: int, bf16: bool):
+    """``trl.SFTConfig`` with the article's cell-6/7 values, for configurations (1) and (2) alike.
+
+    Ported to the installed TRL: ``max_length`` (was ``max_seq_length``), ``warmup_steps=0.1`` where
+    ``warmup_ratio`` is gone, no eval / W&B / checkpoints (training is what is timed), ``max_steps=steps``
+    (was one epoch), and the non-padding token counter the measurement reads.
+    """
+    from trl import SFTConfig
+
+    warmup = ({"warmup_ratio": 0.1} if "warmup_ratio" in inspect.signature(SFTConfig.__init__).parameters
+              else {"warmup_steps": 0.1})
+    return SFTConfig(
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=4,
+        **warmup,
+        max_steps=steps,
+        learning_rate=2e-5,
+        fp16=not bf16,
+        bf16=bf16,
+        optim="adamw_8bit",
+        weight_decay=0.1,
+        lr_scheduler_type="linear",
+        seed=3407,
+        output_dir=tempfile.mkdtemp(prefix=f"bench-{name}-"),
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        max_length=seq,
+        packing=True,
+        dataset_text_field="text",
+        dataset_num_proc=2,
+        gradient_checkpointing=True,
+        include_num_input_tokens_seen="non_padding",
+    )
 
 
 def read_rows(path: str) -> Dataset:

@@ -11,15 +11,13 @@ reference script: it changes no speed or memory.
 """
 
 from cli import parse_args
-import inspect
-import tempfile
 
 import torch
 from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
 from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
-from trl import SFTConfig, SFTTrainer
+from trl import SFTTrainer
 
-from common import Clock, alpaca_texts, read_rows, train_and_report
+from common import Clock, alpaca_texts, read_rows, recipe_sft_config, train_and_report
 
 a = parse_args(__doc__)
 
@@ -48,31 +46,7 @@ model = get_peft_model(model, LoraConfig(
 ))
 dataset = read_rows(a.data).map(alpaca_texts(tokenizer.eos_token), batched=True)
 
-warmup = ({"warmup_ratio": 0.1} if "warmup_ratio" in inspect.signature(SFTConfig.__init__).parameters
-          else {"warmup_steps": 0.1})
-args = SFTConfig(
-    per_device_train_batch_size=2,
-    gradient_accumulation_steps=4,
-    **warmup,
-    max_steps=a.steps,
-    learning_rate=2e-5,
-    fp16=not bf16,
-    bf16=bf16,
-    optim="adamw_8bit",
-    weight_decay=0.1,
-    lr_scheduler_type="linear",
-    seed=3407,
-    output_dir=tempfile.mkdtemp(prefix="bench-hf-peft-4bit-"),
-    logging_steps=1,
-    report_to="none",
-    save_strategy="no",
-    max_length=a.seq,
-    packing=True,
-    dataset_text_field="text",
-    dataset_num_proc=2,
-    gradient_checkpointing=True,
-    include_num_input_tokens_seen="non_padding",
-)
+args = recipe_sft_config("hf_peft_4bit", a.steps, a.seq, bf16=bf16)
 clock = Clock()
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[clock])
 train_and_report(trainer, clock, "hf_peft_4bit", a.seq, args.per_device_train_batch_size,
