@@ -32,7 +32,7 @@ nb() {  # nb NAME papermill-args...
   [ $rc -eq 0 ] || tail -40 "$OUT/$name.log"
   python3 - "$OUT/$name.run_summary.json" <<'PY' 2>/dev/null
 import json, sys
-s = json.load(open(sys.argv[1]))
+s = json.load(open(sys.argv[1], encoding="utf-8"))
 keys = ("backend", "dtype", "trainable_parameters", "eval_loss_before", "eval_loss_after", "train_tokens", "tokens_per_s",
         "peak_memory_gib", "peak_reserved_gib", "peak_host_rss_gib", "train_runtime_s")
 print({k: s.get(k) for k in keys}); print("eos first batch:", s["plan"]["eos_first_batch"]); print("sample:", s["samples"][0])

@@ -15,6 +15,6 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/papermill notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.out.ipynb" --cwd "$OUT" \
   -p model_name "$(realpath "$MODEL")" -p dataset "$(realpath "$DATASET")" \
   -p max_seq_length 512 -p learning_rate 2e-4 -p max_steps 60 -p gradient_checkpointing False \
-  -p test_size 0.01 "$@"
+  -p test_size 0.01 -p overwrite_output_dir True "$@"
 echo "run summary: $OUT/outputs/run_summary.json"
-.venv/bin/python -c "import json,sys; s=json.load(open(sys.argv[1])); print({k: s[k] for k in ('eval_loss_before','eval_loss_after','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"
+.venv/bin/python -c "import json,sys; s=json.load(open(sys.argv[1], encoding='utf-8')); print({k: s[k] for k in ('eval_loss_before','eval_loss_after','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"

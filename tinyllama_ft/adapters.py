@@ -85,38 +85,44 @@ def load_adapter(
     backend: str = "auto",
     hardware=None,
     base_model: str | None = None,
+    trust_remote_code: bool = False,
 ):
     """Load base model + saved adapter for inference (the article's reload cell).
 
     Args:
         adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
-        max_seq_length, dtype, load_in_4bit, backend, hardware: as ``modeling.load_model``.
+        max_seq_length, dtype, load_in_4bit, backend, hardware, trust_remote_code: as ``modeling.load_model``.
         base_model: override the base recorded in the adapter (e.g. a local copy of it).
 
     Returns:
         ``(model, tokenizer)``: the peft model in eval mode and the adapter's tokenizer.
 
     Raises:
-        FileNotFoundError: as ``adapter_base_model``.
+        FileNotFoundError: as ``adapter_base_model``; or ``adapter_dir`` has no
+            ``adapter_model.safetensors`` (adapter weights are read as safetensors only, never a pickle).
     """
     from .hardware import detect_hardware, is_importable
     from .modeling import choose_backend, ensure_pad_token, load_model
 
     hardware = hardware or detect_hardware()
     base = base_model or adapter_base_model(adapter_dir)
+    if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
+        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
+                                f"loaded as safetensors only (re-save it with save_adapter)")
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     if chosen == "unsloth" and base_model is None:
         # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
-        model, tokenizer = load_model(adapter_dir, max_seq_length, dtype, load_in_4bit, "unsloth", hardware)
+        model, tokenizer = load_model(adapter_dir, max_seq_length, dtype, load_in_4bit, "unsloth", hardware,
+                                      trust_remote_code)
     else:
         from peft import PeftModel
         from transformers import AutoTokenizer
 
-        base_model_obj, _ = load_model(base, max_seq_length, dtype, load_in_4bit, chosen, hardware)
+        base_model_obj, _ = load_model(base, max_seq_length, dtype, load_in_4bit, chosen, hardware, trust_remote_code)
         info = base_model_obj.tinyllama_ft
         model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         model.tinyllama_ft = info
-        tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+        tokenizer = AutoTokenizer.from_pretrained(adapter_dir, trust_remote_code=trust_remote_code)
         ensure_pad_token(tokenizer)
     model.eval()
     return model, tokenizer

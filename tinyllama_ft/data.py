@@ -3,15 +3,22 @@
 The article loads ``yahma/alpaca-cleaned`` (split ``train``) and holds out ``test_size=0.004`` of it. Here
 the same call also takes a local ``.json`` / ``.jsonl`` / ``.csv`` / ``.parquet`` file (or a folder
 ``datasets.load_dataset`` understands), maps other column names onto instruction/input/output, and
-checks every row before it reaches the tokenizer: a bad row (``None``, missing, not a string, empty
-instruction or output) is dropped and counted, or with ``strict=True`` raises naming the row and field.
+checks every row before it reaches the tokenizer: a bad row (``None``, missing, not a string, empty or
+whitespace-only instruction or output, a JSONL line that does not parse, a CSV line with too few or too
+many values, an exact duplicate of an earlier row) is dropped and counted by reason, or with
+``strict=True`` raises naming the row (0-based) and field. A file that cannot be read at all (not UTF-8,
+binary, a ``.json`` that does not parse) raises naming the file and line; so does a file with no usable
+row. Text is kept exactly as read: no Unicode normalization, no stripping (a whitespace-only input is
+the one exception: it counts as no input and becomes ``""``).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import os
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
@@ -22,11 +29,18 @@ SHOW_BAD_ROWS = 5
 
 @dataclass
 class BadRow:
-    """One rejected row: its 0-based index in the source, the field at fault, and why."""
+    """One rejected row: its 0-based index in the source, the field at fault, why, and the kind of fault.
+
+    ``field`` is a column name, ``"<row>"`` (the whole row: not an object, a duplicate, too many CSV
+    values) or ``"<line>"`` (a JSONL line that does not parse). ``kind`` is the short reason the report
+    counts by: ``"missing"``, ``"null"``, ``"wrong type"``, ``"empty"``, ``"not an object"``,
+    ``"unparseable"``, ``"column count"`` or ``"duplicate"``.
+    """
 
     index: int
     field: str
     reason: str
+    kind: str = "bad"
 
     def __str__(self) -> str:
         return f"row {self.index}: field {self.field!r} {self.reason}"
@@ -40,7 +54,7 @@ class DataReport:
         source: the dataset id or path read.
         total: rows read.
         kept: rows that passed the checks.
-        bad: every rejected row (index, field, reason).
+        bad: every rejected row (index, field, reason, kind).
     """
 
     source: str
@@ -50,44 +64,82 @@ class DataReport:
 
     @property
     def dropped(self) -> int:
+        """How many rows were rejected."""
         return len(self.bad)
 
+    @property
+    def by_reason(self) -> dict[str, int]:
+        """Rejected rows per kind of fault (e.g. ``{"empty": 2, "duplicate": 1}``), first seen first."""
+        return dict(Counter(b.kind for b in self.bad))
+
     def summary(self) -> str:
-        """One or two lines for the notebook: counts, and the first few bad rows."""
+        """One or two lines for the notebook: counts (per reason), and the first few bad rows.
+
+        Returns:
+            ``"<source>: N rows read, K kept, D dropped"``, then, if any row was dropped, the counts per
+            reason and a second line naming the first ``SHOW_BAD_ROWS`` bad rows (0-based indices).
+        """
         line = f"{self.source}: {self.total} rows read, {self.kept} kept, {self.dropped} dropped"
         if self.bad:
+            line += " (" + ", ".join(f"{kind}: {n}" for kind, n in self.by_reason.items()) + ")"
             shown = "; ".join(str(b) for b in self.bad[:SHOW_BAD_ROWS])
             more = f" (and {self.dropped - SHOW_BAD_ROWS} more)" if self.dropped > SHOW_BAD_ROWS else ""
-            line += f"\n  dropped: {shown}{more}"
+            line += f"\n  dropped (row index from 0): {shown}{more}"
         return line
 
 
+@dataclass
 class _Unreadable:
-    """Placeholder for a source row that could not be parsed (e.g. a JSONL line that is not JSON)."""
+    """Stands in for a source row the reader could not parse, so ``check_rows`` reports it in place."""
 
-    def __init__(self, where: str, reason: str):
-        self.where, self.reason = where, reason
+    field: str
+    reason: str
+    kind: str
+
+
+def _read_text(path: str) -> str:
+    """The whole file decoded as UTF-8 (a leading byte-order mark dropped, nothing else touched).
+
+    Raises:
+        ValueError: the bytes are not UTF-8, or hold a NUL byte (a binary or UTF-16 file), naming the
+            file, the 1-based line and the 0-based byte offset.
+    """
+    with open(path, "rb") as f:  # bytes, decoded below with an explicit encoding: exact offsets on error
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}: line {line}, byte {e.start}: not UTF-8 text ({e.reason}: "
+                         f"{data[e.start:e.end]!r}); save the file as UTF-8") from e
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data.count(b"\n", 0, nul) + 1
+        raise ValueError(f"{path}: line {line}, byte {nul}: NUL byte, a binary (or UTF-16) file, not UTF-8 text")
+    return text.removeprefix("\ufeff")
 
 
 def _read_jsonl(path: str) -> list[Any]:
     rows: list[Any] = []
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as e:
-                rows.append(_Unreadable(f"{path}:{lineno}", f"is not valid JSON ({e.msg})"))
+    # split on "\n" only: str.splitlines() would also split inside strings at U+2028, U+0085, ...
+    for lineno, line in enumerate(_read_text(path).split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            rows.append(_Unreadable("<line>", f"at {path}:{lineno} is not valid JSON ({e.msg})", "unparseable"))
     return rows
 
 
 def _read_json(path: str) -> list[Any]:
-    with open(path, encoding="utf-8") as f:
-        try:
-            data = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from e
+    text = _read_text(path)
+    if not text.strip():
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from e
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
@@ -99,18 +151,36 @@ def _read_json(path: str) -> list[Any]:
 
 
 def _read_csv(path: str) -> list[Any]:
-    with open(path, encoding="utf-8", newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames is None:
-            return []
-        # DictReader fills short rows with None (restval) and puts extras under None: both stay visible.
-        return [dict(r) for r in reader]
+    # newline="": quoted fields keep their "\r\n" / "\n" exactly, as the csv module requires
+    reader = csv.DictReader(io.StringIO(_read_text(path), newline=""))
+    if reader.fieldnames is None:
+        return []
+    n = len(reader.fieldnames)
+    rows: list[Any] = []
+    for row in reader:
+        # DictReader fills a short line with None and puts extra values under the key None: its values
+        # are misaligned, so the row is rejected rather than trained on.
+        where = f"{path}:{reader.line_num}"
+        if None in row:
+            reason = f"has {n + len(row[None])} values for {n} columns (at {where}; an unquoted comma?)"
+            rows.append(_Unreadable("<row>", reason, "column count"))
+        elif None in row.values():
+            missing = [k for k, v in row.items() if v is None]
+            reason = f"is missing: the line has {n - len(missing)} of {n} values (at {where})"
+            rows.append(_Unreadable(missing[0], reason, "column count"))
+        else:
+            rows.append(row)
+    return rows
 
 
 def _read_parquet(path: str) -> list[Any]:
-    import datasets
+    import pyarrow
+    import pyarrow.parquet
 
-    return datasets.Dataset.from_parquet(path).to_list()
+    try:
+        return pyarrow.parquet.read_table(path).to_pylist()
+    except pyarrow.ArrowException as e:
+        raise ValueError(f"{path}: not a readable parquet file ({e})") from e
 
 
 def read_rows(source: str, split: str = "train", config: str | None = None) -> list[Any]:
@@ -123,12 +193,16 @@ def read_rows(source: str, split: str = "train", config: str | None = None) -> l
         config: dataset configuration name, if it has several.
 
     Returns:
-        The rows, in file order (a JSONL line that does not parse stays in place as an unreadable row,
-        reported by ``check_rows``).
+        The rows, in file order, text exactly as stored (local files are read as UTF-8; a leading
+        byte-order mark is dropped). A JSONL line that does not parse, or a CSV line with too few or too
+        many values, stays in place as an unreadable row that ``check_rows`` reports. An empty (0-byte)
+        file gives no rows.
 
     Raises:
         FileNotFoundError: ``source`` looks like a local file (has a data suffix) but does not exist.
-        ValueError: a local file with an unsupported suffix, or a JSON file that does not parse.
+        ValueError: a local file with an unsupported suffix, or one that cannot be read at all: not UTF-8
+            or binary (naming the line and byte), a ``.json`` that does not parse (naming line and column),
+            a ``.parquet`` that is not parquet.
     """
     source = os.path.expanduser(source)  # "~/data.jsonl" is a local file (a Hub id never starts with ~)
     if os.path.isfile(source):
@@ -136,7 +210,7 @@ def read_rows(source: str, split: str = "train", config: str | None = None) -> l
         readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
         if suffix not in readers:
             raise ValueError(f"dataset={source!r}: unsupported file type {suffix!r}; use one of {LOCAL_SUFFIXES}")
-        return readers[suffix](source)
+        return readers[suffix](source) if os.path.getsize(source) else []
     if source.lower().endswith(LOCAL_SUFFIXES) or source.startswith((".", "/", "~")) and not os.path.isdir(source):
         raise FileNotFoundError(f"dataset={source!r}: no such file")
     import datasets
@@ -152,59 +226,70 @@ def check_rows(
     strict: bool = False,
     source: str = "rows",
 ) -> tuple[list[dict[str, str]], DataReport]:
-    """Keep rows with a non-empty string instruction and output and a string (or absent) input.
+    """Keep rows with a non-blank string instruction and output, a string (or absent) input, once each.
 
     Args:
         rows: raw rows (dicts), e.g. from ``read_rows``.
         instruction_column, input_column, output_column: the source's column names.
         strict: raise on the first bad row instead of dropping it.
-        source: name used in messages.
+        source: name used in messages (the file or dataset id).
 
     Returns:
-        ``(clean, report)``: clean rows as ``{"instruction", "input", "output"}`` dicts (a missing or
-        ``None`` input becomes ``""``), and the counts.
+        ``(clean, report)``: clean rows as ``{"instruction", "input", "output"}`` dicts, text exactly as
+        read (no stripping, no Unicode normalization; ``strip()`` only decides emptiness); a missing,
+        ``None`` or whitespace-only input becomes ``""``. A row whose (instruction, input, output) equals
+        an earlier kept row's is dropped as a ``"duplicate"`` naming that row. ``report`` has the counts.
 
     Raises:
-        ValueError: with ``strict=True``, at the first bad row, naming its index and field.
+        ValueError: with ``strict=True``, at the first bad row (duplicates and unparseable lines
+            included), naming ``source``, the row's 0-based index and the field.
     """
     report = DataReport(source=source)
     clean: list[dict[str, str]] = []
+    first_index: dict[tuple[str, str, str], int] = {}
     for index, row in enumerate(rows):
         report.total += 1
         problem = _row_problem(row, instruction_column, input_column, output_column)
+        if problem is None:
+            inp = row.get(input_column)
+            item = {"instruction": row[instruction_column], "input": inp if inp and inp.strip() else "",
+                    "output": row[output_column]}
+            key = (item["instruction"], item["input"], item["output"])
+            if key in first_index:
+                earlier = f"duplicates row {first_index[key]} (same instruction, input and output)"
+                problem = "<row>", earlier, "duplicate"
+            first_index.setdefault(key, index)
         if problem is not None:
             bad = BadRow(index, *problem)
             if strict:
-                raise ValueError(f"{source}: {bad} (strict=True)")
+                raise ValueError(f"{source}: {bad} (row index is 0-based; strict=True)")
             report.bad.append(bad)
             continue
-        clean.append({
-            "instruction": row[instruction_column],
-            "input": row.get(input_column) or "",
-            "output": row[output_column],
-        })
+        clean.append(item)
     report.kept = len(clean)
     return clean, report
 
 
-def _row_problem(row: Any, ins_col: str, inp_col: str, out_col: str) -> tuple[str, str] | None:
+def _row_problem(row: Any, ins_col: str, inp_col: str, out_col: str) -> tuple[str, str, str] | None:
+    """``(field, reason, kind)`` of the first fault in ``row``, or ``None`` for a good row."""
     if isinstance(row, _Unreadable):
-        return "<line>", f"at {row.where} {row.reason}"
+        return row.field, row.reason, row.kind
     if not isinstance(row, dict):
-        return "<row>", f"is a {type(row).__name__}, not an object"
-    for name in (ins_col, out_col):
-        if name not in row:
-            return name, "is missing"
-        value = row[name]
-        if value is None:
-            return name, "is None"
-        if not isinstance(value, str):
-            return name, f"is a {type(value).__name__}, not a string"
-        if not value.strip():
-            return name, "is empty"
-    value = row.get(inp_col)
-    if value is not None and not isinstance(value, str):
-        return inp_col, f"is a {type(value).__name__}, not a string"
+        return "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
+    return _field_problem(row, ins_col, True) or _field_problem(row, out_col, True) or _field_problem(
+        row, inp_col, False)
+
+
+def _field_problem(row: dict, name: str, required: bool) -> tuple[str, str, str] | None:
+    value = row.get(name)
+    if value is None:
+        if not required:
+            return None
+        return (name, "is missing", "missing") if name not in row else (name, "is None", "null")
+    if not isinstance(value, str):
+        return name, f"is of type {type(value).__name__}, not a string", "wrong type"
+    if required and not value.strip():
+        return name, "is whitespace-only" if value else "is empty", "empty"
     return None
 
 
@@ -228,8 +313,9 @@ def load_instruction_data(
         ``output``, and the ``DataReport`` (already printed).
 
     Raises:
-        ValueError: no row is left after the checks (the message gives the first reasons), or as
-            ``read_rows`` / ``check_rows``.
+        ValueError: ``"<source>: no usable rows"`` when the source is empty (0 bytes, only blank lines, a
+            CSV header alone, ``[]``) or every row was dropped (the message gives the first reasons), so
+            nothing trains zero steps; or as ``read_rows`` / ``check_rows``.
     """
     import datasets
 
@@ -237,7 +323,8 @@ def load_instruction_data(
     clean, report = check_rows(rows, instruction_column, input_column, output_column, strict=strict, source=source)
     print(report.summary())
     if not clean:
-        raise ValueError(f"{report.summary()}\nno usable rows: nothing to train on")
+        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
+        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
     features = datasets.Features({k: datasets.Value("string") for k in ("instruction", "input", "output")})
     return datasets.Dataset.from_list(clean, features=features), report
 

@@ -39,6 +39,9 @@ def format_prompt(instruction: str, input: str = "", output: str = "", template:
         template: ``"alpaca"`` (the article's: Input block always) or ``"alpaca_no_input"`` (the original
             Alpaca no-input variant when ``input`` is empty, the Input block otherwise).
 
+    Returns:
+        The prompt, with every field inserted exactly as given (no stripping, no Unicode normalization).
+
     Raises:
         ValueError: unknown ``template``.
     """
@@ -54,6 +57,13 @@ def format_prompt(instruction: str, input: str = "", output: str = "", template:
 def add_eos(text: str, eos_token: str) -> str:
     """``text`` ending in ``eos_token`` exactly once (appended unless already there).
 
+    Args:
+        text: the formatted sample.
+        eos_token: the tokenizer's EOS text (``tokenizer.eos_token``, ``"</s>"`` for Llama).
+
+    Returns:
+        ``text`` if it already ends with ``eos_token``, else ``text + eos_token``.
+
     Raises:
         ValueError: ``eos_token`` is empty or None (the tokenizer has no EOS).
     """
@@ -63,7 +73,19 @@ def add_eos(text: str, eos_token: str) -> str:
 
 
 def training_text(instruction: str, input: str, output: str, eos_token: str, template: str = "alpaca") -> str:
-    """One training sample: the filled template plus EOS once."""
+    """One training sample: the filled template plus EOS once.
+
+    Args:
+        instruction, input, output: the row's fields (``input`` may be ``""``).
+        eos_token: as ``add_eos``.
+        template: as ``format_prompt``.
+
+    Returns:
+        ``format_prompt(...)`` ending in ``eos_token`` exactly once.
+
+    Raises:
+        ValueError: unknown ``template``, or no ``eos_token``.
+    """
     return add_eos(format_prompt(instruction, input, output, template), eos_token)
 
 
@@ -86,6 +108,9 @@ def make_formatting_func(
 
     Returns:
         ``f(batch) -> {text_column: list of str}``, for ``dataset.map(f, batched=True)``.
+
+    Raises:
+        ValueError: no ``eos_token`` (raised here, before any batch); unknown ``template`` (at the first batch).
     """
     add_eos("", eos_token)  # fail early on a tokenizer without EOS
 

@@ -1,0 +1,99 @@
+"""One short fine-tuning run through the package's own helpers, as the notebook does (cells 2-7).
+
+Run by ``test_resume.py`` in a subprocess so that the test can SIGKILL it mid-run, as a Colab disconnect
+does, and run it again with ``--resume``. Writes ``--result`` (JSON): the logs this process emitted (one
+dict per ``on_log``, with ``"step"``) and ``train_and_evaluate``'s result.
+
+``--step-delay S --delay-after N`` sleeps S seconds after every optimizer step past step N (test hook: it
+gives the killer time to strike between checkpoint N and the end of the run; it does not change the
+numbers trained).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("WANDB_DISABLED", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", required=True)
+    p.add_argument("--data", required=True)
+    p.add_argument("--output-dir", required=True)
+    p.add_argument("--result", required=True)
+    p.add_argument("--rows", type=int, default=240)
+    p.add_argument("--max-steps", type=int, default=12)
+    p.add_argument("--save-steps", type=int, default=4)
+    p.add_argument("--eval-steps", type=int, default=6)
+    p.add_argument("--max-seq-length", type=int, default=256)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--overwrite-output-dir", action="store_true")
+    p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument("--seed", type=int, default=3407)
+    p.add_argument("--lora-dropout", type=float, default=0.0)
+    p.add_argument("--step-delay", type=float, default=0.0)
+    p.add_argument("--delay-after", type=int, default=0)
+    a = p.parse_args(argv)
+
+    import torch
+
+    torch.set_num_threads(1)  # the test runs two of these side by side on a 2-core CI machine
+
+    from transformers import TrainerCallback
+
+    from tinyllama_ft.config import FinetuneConfig
+    from tinyllama_ft.data import load_instruction_data, split_train_eval
+    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.lora import add_lora
+    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.prompts import make_formatting_func
+    from tinyllama_ft.runs import prepare_output_dir
+    from tinyllama_ft.training import build_trainer, eos_supervision, train_and_evaluate, training_plan
+
+    cfg = FinetuneConfig(
+        model_name=a.model, dataset=a.data, max_seq_length=a.max_seq_length, backend="transformers",
+        load_in_4bit=False, gradient_checkpointing=False, learning_rate=a.learning_rate,
+        per_device_train_batch_size=2, per_device_eval_batch_size=4, gradient_accumulation_steps=2,
+        lora_dropout=a.lora_dropout, max_steps=a.max_steps, save_steps=a.save_steps, eval_steps=a.eval_steps, test_size=0.05,
+        report_to="none", dataset_num_proc=None, seed=a.seed, output_dir=a.output_dir, resume=a.resume,
+        overwrite_output_dir=a.overwrite_output_dir,
+    )
+    prepare_output_dir(cfg)
+    hardware = Hardware()
+    model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware)
+    model = add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_bias, cfg.target_modules,
+                     cfg.use_rslora, cfg.gradient_checkpointing, cfg.seed)
+    rows, _ = load_instruction_data(cfg.dataset, cfg.dataset_split, cfg.dataset_config, cfg.instruction_column,
+                                    cfg.input_column, cfg.output_column, strict=cfg.strict)
+    rows = rows.select(range(min(a.rows, len(rows)))).map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
+    train_dataset, eval_dataset = split_train_eval(rows, cfg.test_size, cfg.seed)
+
+    logged: list[dict] = []
+
+    class Record(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logged.append({"step": state.global_step, **(logs or {})})
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if a.step_delay and state.global_step > a.delay_after:
+                time.sleep(a.step_delay)
+
+    trainer = build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, hardware, "float32", callbacks=[Record()])
+    training_plan(trainer), eos_supervision(trainer)  # as the notebook's cell 6: iterates a batch before training
+    results = train_and_evaluate(trainer, resume=cfg.resume)
+    with open(a.result, "w", encoding="utf-8") as f:
+        json.dump({"logged": logged, "results": results}, f, default=str)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The output folder before a run trains: Google Drive on Colab, and never overwriting a run silently.
+
+A Colab disconnect kills the process (as SIGKILL does) and wipes the machine's disk, so checkpoints that
+must survive it belong on Google Drive: ``ensure_drive`` mounts it when ``mount_drive=True`` or when
+``output_dir`` lies under ``/content/drive``. Outside Colab ``mount_drive=True`` only prints a notice (the
+local disk survives a crash anyway, and a Colab parameter set still runs under papermill), but an
+``output_dir`` under ``/content/drive`` with nothing mounted there is an error: it would be an ordinary
+local folder that only looks backed up.
+
+``prepare_output_dir`` records the run's identity in ``<output_dir>/run_config.json`` (the fields that
+change what is trained) and refuses to mix runs:
+
+* empty or new ``output_dir``, or one holding only ``run_config.json`` (a run killed before its first
+  checkpoint: nothing to lose): fine;
+* checkpoints, a run summary or an adapter there and neither ``resume`` nor ``overwrite_output_dir``:
+  ``FileExistsError`` naming both;
+* ``resume=True`` and the recorded identity differs: ``ValueError`` naming the differing fields;
+* ``overwrite_output_dir=True``: the old run's ``checkpoint-*`` folders, ``run_summary.json``,
+  ``loss_curve.png``, adapter folder (when inside ``output_dir``) and ``run_config.json`` are deleted,
+  not moved aside: the flag is the explicit consent, a kept copy would silently fill a 15 GB Drive, and
+  transformers would otherwise rotate or resume from the old checkpoints. Other files stay (W&B logs,
+  TRL's model card ``README.md``, which the next checkpoint save rewrites).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any, Callable
+
+from .config import FinetuneConfig
+from .hardware import in_colab
+from .training import checkpoint_dirs, last_checkpoint
+
+#: Where Colab mounts Google Drive (``google.colab.drive.mount``'s usual argument).
+DRIVE_MOUNT_POINT = "/content/drive"
+#: The run's identity, written in ``output_dir`` when a run starts.
+RUN_CONFIG = "run_config.json"
+#: Files the notebook writes in ``output_dir`` at the end of a run.
+RUN_OUTPUTS = ("run_summary.json", "loss_curve.png")
+#: Fields that do not change the trained weights (where things go, what is logged or asked afterwards,
+#: how often to save/evaluate, memory knobs): left out of ``run_config.json``, free to change on resume.
+NOT_IDENTITY = (
+    "resume", "overwrite_output_dir", "mount_drive", "output_dir", "adapter_dir", "prompts", "max_new_tokens",
+    "report_to", "wandb_project", "wandb_run_name", "strict", "dataset_num_proc", "gpu_memory_cap_gib",
+    "gradient_checkpointing", "per_device_eval_batch_size", "eval_steps", "save_steps", "logging_steps",
+    "save_total_limit",
+)
+
+
+def _under(path: str, folder: str) -> bool:
+    path, folder = os.path.abspath(path), os.path.abspath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
+def ensure_drive(
+    output_dir: str,
+    mount_drive: bool = False,
+    colab: bool | None = None,
+    mount: Callable[[str], Any] | None = None,
+    mount_point: str = DRIVE_MOUNT_POINT,
+) -> bool:
+    """Mount Google Drive when the run asks for it or writes to it.
+
+    Args:
+        output_dir: the run's output folder; one under ``mount_point`` needs Drive mounted.
+        mount_drive: mount Drive even when ``output_dir`` is not on it (e.g. the dataset is there).
+        colab: running in Colab; default ``hardware.in_colab()``.
+        mount: the mount function; default ``google.colab.drive.mount``.
+        mount_point: where Drive is (to be) mounted; mounted means ``<mount_point>/MyDrive`` exists.
+
+    Returns:
+        True when Drive is mounted at ``mount_point`` (already, or by this call); False when nothing
+        needed mounting, or outside Colab with ``mount_drive=True`` (a one-line notice is printed).
+
+    Raises:
+        RuntimeError: ``output_dir`` is under ``mount_point``, nothing is mounted there and this is not
+            Colab (the folder would be a plain local one).
+    """
+    on_drive = _under(output_dir, mount_point)
+    if not (mount_drive or on_drive):
+        return False
+    if os.path.isdir(os.path.join(mount_point, "MyDrive")):
+        return True
+    if not (in_colab() if colab is None else colab):
+        if on_drive:
+            raise RuntimeError(
+                f"output_dir={output_dir!r} is on Google Drive's Colab mount point {mount_point}, but this is "
+                f"not Colab and no Drive is mounted there: set output_dir to a folder on this machine"
+            )
+        print(f"mount_drive=True: not in Colab, no Drive to mount; output_dir={output_dir!r} stays on this machine's disk")
+        return False
+    if mount is None:
+        from google.colab import drive
+
+        mount = drive.mount
+    mount(mount_point)
+    print(f"Google Drive mounted at {mount_point}")
+    if not on_drive:
+        print(f"output_dir={output_dir!r} is not on Drive: a disconnect loses its checkpoints "
+              f"(e.g. output_dir={os.path.join(mount_point, 'MyDrive', os.path.basename(os.path.abspath(output_dir)))!r})")
+    return True
+
+
+def run_identity(cfg: FinetuneConfig) -> dict[str, Any]:
+    """The fields of ``cfg`` that change what is trained (all but ``NOT_IDENTITY``), JSON-ready."""
+    return {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+
+
+def read_run_config(output_dir: str) -> dict[str, Any] | None:
+    """The identity recorded in ``<output_dir>/run_config.json``, or None when there is none (or it is unreadable)."""
+    try:
+        with open(os.path.join(output_dir, RUN_CONFIG), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_run_config(output_dir: str, identity: dict[str, Any]) -> str:
+    """Write ``identity`` to ``<output_dir>/run_config.json`` atomically (a kill leaves the old file or the new).
+
+    Returns:
+        The file's path.
+    """
+    os.makedirs(output_dir, exist_ok=True)
+    path = os.path.join(output_dir, RUN_CONFIG)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(identity, f, indent=2, sort_keys=True)
+    os.replace(path + ".tmp", path)
+    return path
+
+
+def identity_differences(recorded: dict[str, Any], identity: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """Fields whose recorded value differs from the current one: ``{field: (recorded, now)}``.
+
+    A field absent from either side (a record from an older or newer package) is not compared.
+    """
+    now = json.loads(json.dumps(identity))  # tuples -> lists, as recorded
+    return {k: (recorded[k], now[k]) for k in sorted(recorded.keys() & now.keys()) if recorded[k] != now[k]}
+
+
+def previous_run(cfg: FinetuneConfig) -> list[str]:
+    """What in ``cfg.output_dir`` belongs to an earlier run and would be lost or mixed by a new one.
+
+    Returns:
+        Paths of ``checkpoint-*`` folders (complete or not), run summary / loss curve, and the adapter
+        folder when it lies inside ``output_dir``; ``[]`` for a new or empty folder.
+    """
+    found = [path for _, path in checkpoint_dirs(cfg.output_dir)]
+    found += [p for p in (os.path.join(cfg.output_dir, n) for n in RUN_OUTPUTS) if os.path.exists(p)]
+    adapter = cfg.resolved_adapter_dir
+    if _under(adapter, cfg.output_dir) and os.path.exists(adapter):
+        found.append(adapter)
+    return found
+
+
+def prepare_output_dir(cfg: FinetuneConfig) -> str:
+    """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
+
+    Call it before training (the notebook does, right after building ``cfg``).
+
+    Args:
+        cfg: the run's configuration; reads ``output_dir``, ``resume``, ``overwrite_output_dir``,
+            ``adapter_dir`` and the identity fields (``run_identity``).
+
+    Returns:
+        ``"new"`` (nothing of an earlier run there), ``"overwrite"`` (an earlier run was deleted) or
+        ``"resume"`` (its checkpoints match this configuration). ``run_config.json`` is written in every case.
+
+    Raises:
+        ValueError: ``resume`` and ``overwrite_output_dir`` are both True; or ``resume=True`` and the
+            recorded configuration differs (the message names the fields).
+        FileExistsError: ``output_dir`` holds an earlier run and neither ``resume`` nor
+            ``overwrite_output_dir`` is True; or ``resume=True`` but it holds a finished run without a
+            checkpoint to resume from.
+    """
+    out = cfg.output_dir
+    if cfg.resume and cfg.overwrite_output_dir:
+        raise ValueError("resume=True and overwrite_output_dir=True contradict each other: set one of them to False")
+    identity = run_identity(cfg)
+    earlier = previous_run(cfg)
+    if not earlier:
+        write_run_config(out, identity)
+        return "new"
+    names = ", ".join(os.path.relpath(p, out) for p in earlier)
+    if cfg.overwrite_output_dir:
+        for path in earlier:
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        write_run_config(out, identity)  # replaces the old record last: a kill before this keeps it with its checkpoints
+        print(f"overwrite_output_dir=True: deleted the earlier run in {out!r} ({names})")
+        return "overwrite"
+    if not cfg.resume:
+        raise FileExistsError(
+            f"output_dir={out!r} holds an earlier run ({names}): pass resume=True to continue it, "
+            f"overwrite_output_dir=True to delete it and start over, or choose another output_dir"
+        )
+    if last_checkpoint(out) is None:
+        raise FileExistsError(
+            f"resume=True but output_dir={out!r} has no complete checkpoint to resume from, only ({names}): "
+            f"pass overwrite_output_dir=True to delete it and start over, or choose another output_dir"
+        )
+    recorded = read_run_config(out)
+    if recorded is None:
+        print(f"resume: {out!r} has no {RUN_CONFIG}; cannot check that its checkpoints come from this configuration")
+    else:
+        diff = identity_differences(recorded, identity)
+        if diff:
+            lines = "; ".join(f"{k}: {old!r} then, {new!r} now" for k, (old, new) in diff.items())
+            raise ValueError(
+                f"resume=True but the checkpoints in output_dir={out!r} were trained with different "
+                f"{', '.join(diff)} ({lines}): set them back to resume, or pass overwrite_output_dir=True "
+                f"(resume=False) to start over, or choose another output_dir"
+            )
+    write_run_config(out, identity)
+    return "resume"
