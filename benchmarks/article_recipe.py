@@ -18,18 +18,21 @@ article, each forced by the installed libraries or by what a benchmark measures:
 
 import unsloth  # first: it patches transformers, TRL and peft when imported
 
-from cli import parse_args
+from cli import cap_like_a_t4, parse_args
 
+import torch
 from trl import SFTTrainer
 from unsloth import FastLanguageModel
 
 from common import Clock, alpaca_texts, read_rows, recipe_sft_config, train_and_report
 
 a = parse_args(__doc__)
+if a.t4:  # the T4 stand-in: what dtype=None picks on a T4 (fp16), in a T4's memory
+    cap_like_a_t4()
 
 # cell 2: load
 model, tokenizer = FastLanguageModel.from_pretrained(
-    model_name=a.model, max_seq_length=a.seq, dtype=None, load_in_4bit=True,
+    model_name=a.model, max_seq_length=a.seq, dtype=torch.float16 if a.t4 else None, load_in_4bit=True,
 )
 # cell 3: LoRA
 model = FastLanguageModel.get_peft_model(
@@ -48,8 +51,9 @@ model = FastLanguageModel.get_peft_model(
 dataset = read_rows(a.data).map(alpaca_texts(tokenizer.eos_token), batched=True)
 
 # cells 6-7: training arguments (the article's values, shared with hf_peft_4bit.py: common.recipe_sft_config) and trainer
-args = recipe_sft_config("article_recipe", a.steps, a.seq, bf16=unsloth.is_bf16_supported())
+name = "article_recipe_t4" if a.t4 else "article_recipe"
+args = recipe_sft_config(name, a.steps, a.seq, bf16=unsloth.is_bf16_supported() and not a.t4)
 clock = Clock()
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[clock])
-train_and_report(trainer, clock, "article_recipe", a.seq, args.per_device_train_batch_size,
+train_and_report(trainer, clock, name, a.seq, args.per_device_train_batch_size,
                  args.gradient_accumulation_steps)

@@ -33,18 +33,20 @@ ALPACA_PROMPT = (
 WARMUP = 3
 
 
-def recipe_sft_config(name: str, steps: int, seq: int, bf16: bool):
+def recipe_sft_config(name: str, steps: int, seq: int, bf16: bool, **overrides):
     """``trl.SFTConfig`` with the article's cell-6/7 values, for configurations (1) and (2) alike.
 
     Ported to the installed TRL: ``max_length`` (was ``max_seq_length``), ``warmup_steps=0.1`` where
     ``warmup_ratio`` is gone, no eval / W&B / checkpoints (training is what is timed), ``max_steps=steps``
-    (was one epoch), and the non-padding token counter the measurement reads.
+    (was one epoch), and the non-padding token counter the measurement reads. ``overrides`` replace
+    values (benchmarks/levers.py changes one lever at a time); ``gradient_checkpointing`` is passed under
+    the installed spelling.
     """
     from trl import SFTConfig
 
     warmup = ({"warmup_ratio": 0.1} if "warmup_ratio" in inspect.signature(SFTConfig.__init__).parameters
               else {"warmup_steps": 0.1})
-    return SFTConfig(
+    values = dict(
         per_device_train_batch_size=2,
         gradient_accumulation_steps=4,
         **warmup,
@@ -67,6 +69,11 @@ def recipe_sft_config(name: str, steps: int, seq: int, bf16: bool):
         gradient_checkpointing=True,
         include_num_input_tokens_seen="non_padding",
     )
+    values.update(overrides)
+    params = inspect.signature(SFTConfig.__init__).parameters
+    if "gradient_checkpointing" not in params and "activation_checkpointing" in params:
+        values["activation_checkpointing"] = values.pop("gradient_checkpointing")
+    return SFTConfig(**values)
 
 
 def read_rows(path: str) -> Dataset:

@@ -1,14 +1,17 @@
 """Configuration (3): this package's default GPU path, as the notebook runs it, with the article's defaults.
 
-``load_model`` (backend "auto": Unsloth on a CUDA GPU, imported inside it), ``add_lora``, the rows through
-``load_instruction_data`` and ``make_formatting_func``, and ``build_trainer`` with ``FinetuneConfig``'s
-defaults (batch 2 x accumulation 4, seq 4096, packing) except what a benchmark needs: no W&B, no eval
-split (all rows train, as in the other configurations), ``--steps`` steps, no checkpoint before the end.
+The notebook's cells in order: ``plan_speed`` (``recipe="fast"``: backend, attention, kernels, micro-batch
+and checkpointing for this GPU, the effective batch kept), ``load_model``, ``add_lora``, the rows, and
+``build_trainer``. ``--t4``: the T4 stand-in (fp16, 15 GiB cap), planned as on a T4's memory.
+
+``FinetuneConfig``'s defaults (effective batch 2 x 4, seq 4096, packing) except what a benchmark needs:
+no W&B, no eval split (all rows train, as in the other configurations), ``--steps`` steps, no checkpoint
+before the end.
 
     python3 benchmarks/package_default.py --model /tmp/tinyllama-shaped --data alpaca_cleaned_5k.jsonl
 """
 
-from cli import parse_args
+from cli import T4_MEMORY_GIB, parse_args
 import sys
 import tempfile
 from pathlib import Path
@@ -17,10 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.data import load_instruction_data
-from tinyllama_ft.hardware import detect_hardware
+from tinyllama_ft.hardware import cap_gpu_memory, detect_hardware
 from tinyllama_ft.lora import add_lora
 from tinyllama_ft.modeling import load_model
+from tinyllama_ft.precision import resolve_dtype
 from tinyllama_ft.prompts import make_formatting_func
+from tinyllama_ft.speed import plan_speed
 from tinyllama_ft.training import build_trainer
 
 a = parse_args(__doc__)
@@ -28,16 +33,24 @@ a = parse_args(__doc__)
 cfg = FinetuneConfig(
     model_name=a.model, dataset=a.data, max_seq_length=a.seq, report_to="none", max_steps=a.steps,
     output_dir=tempfile.mkdtemp(prefix="bench-package-default-"), save_steps=10**6,
+    dtype="float16" if a.t4 else None, gpu_memory_cap_gib=T4_MEMORY_GIB if a.t4 else 0,
 )
 hardware = detect_hardware()
-model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware)
+cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
+speed = plan_speed(cfg, hardware, resolve_dtype(cfg.dtype, hardware))  # the notebook's "How it will train" cell
+print(speed.summary(), flush=True)
+cfg = speed.apply(cfg)
+if cfg.backend == "unsloth":
+    import unsloth  # noqa: F401  before transformers is imported below (common.py)
+model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
+                              attn_implementation=cfg.attn_implementation)
 
-from common import Clock, train_and_report  # after load_model: it imports unsloth, which must precede transformers
+from common import Clock, train_and_report  # after load_model: it imports transformers
 
-model = add_lora(model)  # the article's LoRA values are add_lora's (and FinetuneConfig's) defaults
+model = add_lora(model, gradient_checkpointing=cfg.gradient_checkpointing)  # the article's LoRA values otherwise
 rows, _ = load_instruction_data(cfg.dataset)
 train = rows.map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
 clock = Clock()
 trainer = build_trainer(model, tokenizer, train, None, cfg, hardware, model.tinyllama_ft.dtype, callbacks=[clock])
-train_and_report(trainer, clock, "package_default", cfg.max_seq_length, cfg.per_device_train_batch_size,
-                 cfg.gradient_accumulation_steps)
+train_and_report(trainer, clock, "package_default_t4" if a.t4 else "package_default", cfg.max_seq_length,
+                 cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)

@@ -23,13 +23,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
 
 HERE = Path(__file__).resolve().parent
-#: name -> script, in the order they run; the first is the recipe the others are compared with.
+#: name -> (script, extra arguments), in the order they run. A name ending in "_t4" runs the T4 stand-in
+#: (fp16, 15 GiB cap) and is compared with the recipe's stand-in run; every other one with the recipe's.
 CONFIGURATIONS = {
-    "article_recipe": "article_recipe.py",
-    "hf_peft_4bit": "hf_peft_4bit.py",
-    "package_default": "package_default.py",
+    "article_recipe": ("article_recipe.py", []),
+    "hf_peft_4bit": ("hf_peft_4bit.py", []),
+    "package_default": ("package_default.py", []),
+    "article_recipe_t4": ("article_recipe.py", ["--t4"]),
+    "package_default_t4": ("package_default.py", ["--t4"]),
 }
-RECIPE = "article_recipe"
+
+
+def recipe_of(name: str) -> str:
+    """The configuration ``name`` is compared with: the article's recipe on the same (stand-in) GPU."""
+    return "article_recipe_t4" if name.endswith("_t4") else "article_recipe"
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "unsloth", "bitsandbytes")
 CHILD_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "UNSLOTH_DISABLE_STATISTICS": "1",
              "WANDB_DISABLED": "true"}
@@ -71,17 +78,20 @@ def run_configuration(name: str, script: str, argv: list[str], workdir: str) -> 
 
 
 def table(rows: list[dict]) -> str:
-    """Markdown table: name | tokens/s | peak GiB | loss first | loss last | ratio (tokens/s / recipe's)."""
+    """Markdown table: name | batch | tokens/s | peak GiB | loss first (and its difference from the recipe's)
+    | loss last | ratio (tokens/s / recipe's)."""
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    lines = ["| name | tokens/s | peak GiB | loss first | loss last | ratio |",
-             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| name | batch | tokens/s | peak GiB | loss first | vs recipe | loss last | ratio |",
+             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         if "failed" in r:
-            lines.append(f"| {r['name']} | failed | | | | |")
+            lines.append(f"| {r['name']} | | failed | | | | | |")
         else:
-            cells = [num(r["tokens_per_s"], ",.0f"), num(r["peak_gib"], ".2f"), num(r["loss_first"], ".4f"),
+            delta = r.get("loss_first_vs_recipe")
+            cells = [f"{r.get('bs')} x {r.get('ga')}", num(r["tokens_per_s"], ",.0f"), num(r["peak_gib"], ".2f"),
+                     num(r["loss_first"], ".4f"), "-" if delta is None else f"{delta:+.2%}",
                      num(r["loss_last"], ".4f"), num(r["ratio_to_recipe"], ".3f")]
             lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -123,12 +133,15 @@ def main() -> None:
             "--steps", str(a.steps), "--seq", str(a.seq)]
     workdir = Path(tempfile.gettempdir()) / "tinyllama-ft-bench"  # Unsloth's compile cache lands here, not in the repo
     workdir.mkdir(exist_ok=True)
-    rows = [run_configuration(n, CONFIGURATIONS[n], argv, str(workdir)) for n in names]
+    rows = [run_configuration(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1], str(workdir)) for n in names]
 
-    recipe = next((r for r in rows if r["name"] == RECIPE and "failed" not in r), None)
+    done = {r["name"]: r for r in rows if "failed" not in r}
     for r in rows:
+        recipe = done.get(recipe_of(r["name"]))
         ok = recipe is not None and "failed" not in r
         r["ratio_to_recipe"] = round(r["tokens_per_s"] / recipe["tokens_per_s"], 3) if ok else None
+        r["loss_first_vs_recipe"] = (round(r["loss_first"] / recipe["loss_first"] - 1, 5)
+                                     if ok and r.get("loss_first") and recipe.get("loss_first") else None)
     first_timed = min(3, a.steps - 2) + 2  # common.WARMUP: the window opens at the end of step WARMUP + 1
     print(f"\n{a.steps} steps, seq {a.seq}: tokens/s = non-padding tokens over steps {first_timed}..{a.steps}; "
           "peak GiB = max allocated\n")
@@ -137,7 +150,7 @@ def main() -> None:
         if "failed" in r:
             print(f"\n{r['name']} failed, {r['failed']}")
 
-    keys = ("name", "tokens_per_s", "peak_gib", "loss_first", "loss_last", "ratio_to_recipe")
+    keys = ("name", "tokens_per_s", "peak_gib", "loss_first", "loss_last", "ratio_to_recipe", "loss_first_vs_recipe", "bs", "ga")
     record = {
         "date": datetime.date.today().isoformat(),
         "gpu": gpu_name(),
@@ -149,7 +162,7 @@ def main() -> None:
     }
     path = HERE / "results" / f"{record['date']}-train.json"
     path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n")
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     print(f"\nwrote {path}")
 
 

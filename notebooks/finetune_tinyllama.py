@@ -53,9 +53,11 @@ input_column = "input"  # @param {type:"string"}
 output_column = "output"  # @param {type:"string"}
 template = "alpaca"  # @param ["alpaca", "alpaca_no_input"]
 max_seq_length = 4096  # @param {type:"integer"}
+recipe = "fast"  # @param ["fast", "article"]
 backend = "auto"  # @param ["auto", "unsloth", "transformers"]
 dtype = None  # @param [None, "bfloat16", "float16", "float32"] {type:"raw"}
 load_in_4bit = True  # @param {type:"boolean"}
+trust_remote_code = False  # @param {type:"boolean"}
 lora_r = 32  # @param {type:"integer"}
 lora_alpha = 32  # @param {type:"integer"}
 lora_dropout = 0.0  # @param {type:"number"}
@@ -72,6 +74,8 @@ eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 output_dir = "outputs"  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
+overwrite_output_dir = False  # @param {type:"boolean"}
+mount_drive = False  # @param {type:"boolean"}
 strict = False  # @param {type:"boolean"}
 report_to = "wandb"  # @param ["wandb", "none"]
 wandb_project = "tiny-llama"  # @param {type:"string"}
@@ -91,9 +95,37 @@ from tinyllama_ft.hardware import detect_hardware, cap_gpu_memory, release_cuda_
 from tinyllama_ft.install import install
 
 cfg = FinetuneConfig.from_mapping(globals())
+from tinyllama_ft.tracking import export_secrets
+print("secrets:", export_secrets())
 hardware = detect_hardware()
 print(hardware)
 install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
+
+# %% [markdown]
+# ## How it will train
+# `recipe="fast"` keeps the article's math (effective batch, schedule, optimizer, LoRA, 4-bit base) and picks the
+# attention kernel, fused kernels, micro-batch and checkpointing for this machine; `recipe="article"` runs the
+# article's cell values as they are.
+
+# %%
+from tinyllama_ft.precision import resolve_dtype
+from tinyllama_ft.speed import plan_speed
+
+speed = plan_speed(cfg, hardware, resolve_dtype(cfg.dtype, hardware))
+print(speed.summary())
+cfg = speed.apply(cfg)
+
+# %% [markdown]
+# ## Output folder
+# On Colab put `output_dir` on Drive (e.g. `/content/drive/MyDrive/tinyllama`): a disconnect wipes the disk, and Drive
+# is mounted automatically. An earlier run there is never overwritten silently: continue it with `resume=True`, or
+# delete it with `overwrite_output_dir=True`.
+
+# %%
+from tinyllama_ft.runs import ensure_drive, prepare_output_dir
+
+ensure_drive(cfg.output_dir, cfg.mount_drive, hardware.colab)
+print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg)}")
 
 # %% [markdown]
 # ## 2. Load the model
@@ -103,7 +135,8 @@ install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 from tinyllama_ft.modeling import load_model
 
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
-model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware)
+model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
+                              cfg.trust_remote_code, cfg.attn_implementation)
 print(model.tinyllama_ft)
 
 # %% [markdown]
@@ -184,7 +217,8 @@ from tinyllama_ft.generation import generate
 
 del trainer, model
 release_cuda_memory()
-model, tokenizer = load_adapter(adapter_dir, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware)
+model, tokenizer = load_adapter(adapter_dir, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
+                                trust_remote_code=cfg.trust_remote_code)
 answers = generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 for prompt, answer in zip(cfg.prompts, answers):
     print(f"### Instruction: {prompt}\n{answer}\n")

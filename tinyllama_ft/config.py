@@ -22,6 +22,7 @@ DTYPES = (None, "auto", "bfloat16", "float16", "float32")
 TEMPLATES = ("alpaca", "alpaca_no_input")
 REPORT_TO = ("wandb", "none")
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
+RECIPES = ("fast", "article")
 
 
 @dataclass
@@ -46,6 +47,16 @@ class FinetuneConfig:
     """4-bit (NF4) base weights on CUDA (QLoRA). Ignored, with one message, on a CPU."""
     gpu_memory_cap_gib: float = 0.0
     """Cap on this process's CUDA memory in GiB (0 = no cap); 15 imitates a T4."""
+    recipe: str = "fast"
+    """"fast": the article's math (effective batch, schedule, optimizer, LoRA, 4-bit base) executed faster:
+    attention kernel, fused kernels, micro-batch sized to GPU memory, checkpointing only when needed
+    (``speed.plan_speed``). "article": the article's cell values literally (Unsloth, 2 x 4, checkpointing)."""
+    attn_implementation: str | None = None
+    """transformers' attention kernel ("sdpa", "flex_attention", ...); None: "sdpa", or the fast recipe's pick."""
+    use_liger_kernel: bool = False
+    """Liger's fused kernels in the trainer (the fast recipe turns them on on a bf16 GPU when installed)."""
+    trust_remote_code: bool = False
+    """Run Python code shipped with the model's repository (``auto_map``) when loading it; off unless asked."""
 
     # --- LoRA (article cell 3) ---
     lora_r: int = 32
@@ -109,6 +120,12 @@ class FinetuneConfig:
     """Where the adapter is saved; "" means ``<output_dir>/lora_model`` (the article's folder name)."""
     resume: bool = False
     """Continue from the last checkpoint in ``output_dir``."""
+    overwrite_output_dir: bool = False
+    """Start over in an ``output_dir`` that holds checkpoints or a finished run: its ``checkpoint-*``
+    folders, run summary, loss curve and adapter are deleted first (``runs.prepare_output_dir``)."""
+    mount_drive: bool = False
+    """Mount Google Drive at ``/content/drive`` on Colab (an ``output_dir`` under it mounts it anyway);
+    outside Colab a one-line notice, nothing else (``runs.ensure_drive``)."""
 
     # --- inference (article cells 9-10) ---
     prompts: tuple[str, ...] = ("What is the capital of France?",)
@@ -126,8 +143,11 @@ class FinetuneConfig:
             self.dtype = None
         if self.dataset_config in ("None", "none", ""):
             self.dataset_config = None
+        if self.attn_implementation in ("None", "none", ""):
+            self.attn_implementation = None
         checks = {
             "backend": self.backend in BACKENDS,
+            "recipe": self.recipe in RECIPES,
             "dtype": self.dtype in DTYPES,
             "template": self.template in TEMPLATES,
             "report_to": self.report_to in REPORT_TO,
@@ -177,17 +197,30 @@ class FinetuneConfig:
     def from_mapping(cls, values: Mapping[str, Any]) -> "FinetuneConfig":
         """Build from a mapping holding (at least) the field names, e.g. the notebook's ``globals()``.
 
-        Keys that are not fields are ignored, so a notebook namespace can be passed whole.
+        Keys that are not fields are ignored, so a notebook namespace can be passed whole; a key that
+        names a secret (``WANDB_API_KEY``, ``hf_token``, ``token``, ``api_key``, ...) is refused: secrets
+        come from the environment or Colab's secrets, never parameters.
+
+        Args:
+            values: parameter name -> value.
+
+        Returns:
+            The configuration.
 
         Raises:
-            ValueError: as ``__post_init__``.
+            ValueError: a key looks like a secret (``tracking.refuse_secret_names``; the value is never
+                shown), or as ``__post_init__``.
         """
+        from .tracking import refuse_secret_names
+
+        refuse_secret_names(values, "FinetuneConfig.from_mapping")
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in values.items() if k in names})
 
 
 _ALLOWED = {
     "backend": f"one of {BACKENDS}",
+    "recipe": f"one of {RECIPES}",
     "dtype": f"one of {DTYPES}",
     "template": f"one of {TEMPLATES}",
     "report_to": f"one of {REPORT_TO}",

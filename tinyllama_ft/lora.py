@@ -87,11 +87,12 @@ def add_lora(
         )
     else:
         import torch
-        from peft import get_peft_model, prepare_model_for_kbit_training
+        from peft import get_peft_model
 
-        if getattr(model, "is_loaded_in_4bit", False):
-            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=gradient_checkpointing)
-        elif gradient_checkpointing:
+        # A 4-bit base gets no fp32 upcast of its norms, embeddings and lm_head (peft's
+        # prepare_model_for_kbit_training does one): the article's Unsloth path keeps them in the compute
+        # dtype too, and an fp32 lm_head doubles the cost of the logits. get_peft_model freezes the base.
+        if gradient_checkpointing:
             # transformers 5.2x renamed it activation_checkpointing_enable; use whichever exists
             if hasattr(model, "activation_checkpointing_enable"):
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})

@@ -131,6 +131,7 @@ def load_model(
     backend: str = "auto",
     hardware: Hardware | None = None,
     trust_remote_code: bool = False,
+    attn_implementation: str | None = None,
 ):
     """Load a causal LM and tokenizer for LoRA training.
 
@@ -145,6 +146,8 @@ def load_model(
         backend: ``"auto"``, ``"unsloth"`` or ``"transformers"`` (``choose_backend``).
         hardware: injected machine facts; default ``detect_hardware()``.
         trust_remote_code: run model code from the repository (off unless asked).
+        attn_implementation: transformers' attention kernel on the transformers backend (``"sdpa"`` when
+            None; ``"flex_attention"`` is what ``speed.plan_speed`` picks on a bf16 GPU); Unsloth uses its own.
 
     Returns:
         ``(model, tokenizer)``; ``model.tinyllama_ft`` is the ``LoadInfo`` of the decisions made.
@@ -164,7 +167,8 @@ def load_model(
         model, tokenizer, factor = _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code)
     else:
         model, tokenizer, factor = _load_transformers(
-            model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code
+            model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code,
+            attn_implementation or "sdpa",
         )
     if factor is not None:
         _say_once(
@@ -197,7 +201,8 @@ def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_re
     return model, tokenizer, rope_scaling_factor(max_seq_length, positions)
 
 
-def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code):
+def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code,
+                       attn_implementation="sdpa"):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
@@ -211,7 +216,7 @@ def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, har
         model_name,
         config=config,
         dtype=torch_dtype(dtype_name),
-        attn_implementation="sdpa",
+        attn_implementation=attn_implementation,
         trust_remote_code=trust_remote_code,
         use_safetensors=True,
         **kwargs,

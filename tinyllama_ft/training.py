@@ -16,8 +16,10 @@ the model (transformers' ``include_num_input_tokens_seen="non_padding"``).
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import os
+import re
 import resource
 import time
 from typing import Any
@@ -84,6 +86,8 @@ def sft_config_kwargs(cfg: FinetuneConfig, hardware: Hardware, dtype_name: str, 
         include_num_input_tokens_seen="non_padding",
         **trainer_precision_flags(dtype_name),
     )
+    if cfg.use_liger_kernel:  # TRL applies Liger to the model and skips the logits-based metrics
+        kwargs["use_liger_kernel"] = True
     if cfg.gradient_checkpointing:
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     if cfg.packing:
@@ -191,13 +195,52 @@ def eos_supervision(trainer, batches: int = 1) -> dict[str, int]:
     return counts
 
 
-def last_checkpoint(output_dir: str) -> str | None:
-    """Newest ``checkpoint-N`` folder in ``output_dir`` (transformers' own lookup), or None."""
-    if not os.path.isdir(output_dir):
-        return None
-    from transformers.trainer_utils import get_last_checkpoint
+#: transformers' checkpoint folder names: ``checkpoint-<optimizer step>``.
+_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 
-    return get_last_checkpoint(output_dir)
+
+def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
+    """Every ``checkpoint-N`` folder in ``output_dir``, complete or not, oldest first.
+
+    Args:
+        output_dir: the trainer's output folder (need not exist).
+
+    Returns:
+        ``[(N, path), ...]`` sorted by the optimizer step N; ``[]`` when there is none or no folder.
+    """
+    if not os.path.isdir(output_dir):
+        return []
+    found = [(int(m.group(1)), os.path.join(output_dir, name))
+             for name in os.listdir(output_dir) if (m := _CHECKPOINT_DIR.match(name))]
+    return sorted((step, path) for step, path in found if os.path.isdir(path))
+
+
+def checkpoint_complete(checkpoint: str) -> bool:
+    """True when ``checkpoint`` holds a ``trainer_state.json`` that parses.
+
+    transformers writes that file last (after weights, optimizer, scheduler and RNG states), so a process
+    killed mid-save (a Colab disconnect) leaves a folder without it, or with it cut short.
+    """
+    path = os.path.join(checkpoint, "trainer_state.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            json.load(f)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def last_checkpoint(output_dir: str) -> str | None:
+    """Newest complete ``checkpoint-N`` folder in ``output_dir``, or None.
+
+    Unlike transformers' ``get_last_checkpoint``, a folder left half-written by a kill during a save is
+    skipped (with a message), so resuming falls back to the checkpoint before it.
+    """
+    for step, path in reversed(checkpoint_dirs(output_dir)):
+        if checkpoint_complete(path):
+            return path
+        print(f"resume: {path} is incomplete (no readable trainer_state.json, the save was interrupted); skipping it")
+    return None
 
 
 def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
