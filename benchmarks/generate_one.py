@@ -2,7 +2,7 @@
 
 Prints one ``RESULT {json}`` line: ``warmup_s`` (the first call's wall time minus a warm call's: loading
 excluded, compilation and CUDA-graph capture included), ``first_call_s``, ``decode_tokens_per_s`` (new
-tokens / wall time of the warm calls, median of 3), ``new_tokens`` and the first 16 generated ids.
+tokens / wall time of a warm call, median of ``--repeats``), ``new_tokens`` and the first 16 generated ids.
 
 Modes (``--mode``):
 
@@ -12,10 +12,10 @@ Modes (``--mode``):
   ``for_inference``, ``generate`` + ``TextStreamer``;
 * ``hf_static``: transformers bf16 base with the adapter merged, ``generate(cache_implementation="static")``
   (transformers compiles the decode step) + ``TextStreamer``;
-* ``loop``: merged bf16, a ``StaticCache`` and the one-token decode step compiled with CUDA graphs
-  (``torch.compile(mode="reduce-overhead", fullgraph=True)``, the pattern of transformers' docs), text
-  handed to the streamer every 8 tokens;
-* ``package``: this package's reload and ``stream`` helpers, as the notebook's cells 9-10 call them.
+* ``package``: this package's reload and ``stream`` helpers, as the notebook's cells 9-10 call them:
+  ``load_adapter(merged=True)`` (4-bit base dequantized to bf16, adapter merged) and ``stream`` with
+  ``decode="inductor"`` (a static KV cache and the one-token step compiled by inductor with CUDA graphs;
+  what ``decode="auto"`` picks for requests of 1,000+ new tokens or once compiled).
 
     python3 benchmarks/generate_one.py --adapter /tmp/gen-adapter --mode plain [--new 256]
 """
@@ -29,9 +29,10 @@ from pathlib import Path
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (its base model path inside)")
-ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "loop", "package"))
+ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package"))
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
+ap.add_argument("--repeats", type=int, default=3, help="warm calls timed after the first")
 a = ap.parse_args()
 
 if a.mode == "unsloth":
@@ -69,38 +70,7 @@ def hf_answer(model, tokenizer, **extra):
     return run
 
 
-def loop_answer(model, tokenizer, every=8):
-    from transformers import StaticCache, TextStreamer
-
-    batch = tokenizer([PROMPT], return_tensors="pt").to(model.device)
-    ids = batch["input_ids"]
-    n = ids.shape[1]
-
-    def one(tok, pos, cache):
-        return model(tok, past_key_values=cache, cache_position=pos, position_ids=pos[None],
-                     use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
-
-    step = torch.compile(one, mode="reduce-overhead", fullgraph=True)
-
-    def run():
-        streamer = TextStreamer(tokenizer, skip_prompt=False)
-        cache = StaticCache(config=model.config, max_cache_len=n + a.new)
-        positions = torch.arange(n + a.new, device=ids.device)
-        with torch.inference_mode():
-            tok = model(ids, past_key_values=cache, cache_position=positions[:n], use_cache=True).logits[:, -1].argmax(-1, keepdim=True)
-            out = [tok]
-            for i in range(a.new - 1):
-                tok = step(tok, positions[n + i:n + i + 1], cache).clone()
-                out.append(tok)
-                if len(out) % every == 0:
-                    streamer.put(torch.cat(out[-every:], dim=1)[0].cpu())
-        streamer.end()
-        return torch.cat(out, dim=1)[0].tolist()
-
-    return run
-
-
-if a.mode in ("plain", "hf_static", "loop"):
+if a.mode in ("plain", "hf_static"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -113,10 +83,7 @@ if a.mode in ("plain", "hf_static", "loop"):
     if a.mode != "plain":
         model = model.merge_and_unload()
     model.eval()
-    if a.mode == "loop":
-        answer = loop_answer(model, tokenizer)
-    else:
-        answer = hf_answer(model, tokenizer, **({"cache_implementation": "static"} if a.mode == "hf_static" else {}))
+    answer = hf_answer(model, tokenizer, **({"cache_implementation": "static"} if a.mode == "hf_static" else {}))
 elif a.mode == "unsloth":
     from unsloth import FastLanguageModel
 
@@ -128,13 +95,13 @@ else:
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.generation import stream
 
-    model, tokenizer = load_adapter(a.adapter, a.seq)
-
+    model, tokenizer = load_adapter(a.adapter, a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
     def answer():
-        return stream(model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True)[0]
+        return stream(model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True,
+                      decode="inductor")[0]
 
 ids, first = timed(answer)
-warm = [timed(answer) for _ in range(3)]
+warm = [timed(answer) for _ in range(a.repeats)]
 steady = statistics.median(t for _, t in warm)
 result = dict(name=a.mode, new_tokens=len(ids), first_call_s=round(first, 3), warm_call_s=round(steady, 4),
               warmup_s=round(first - steady, 3), decode_tokens_per_s=round(len(ids) / steady, 1),

@@ -13,14 +13,13 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tinyllama_ft, installed or not
 from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
+from runner import gpu_name, run_configuration  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 #: name -> (script, extra arguments), in the order they run. A name ending in "_t4" runs the T4 stand-in
@@ -38,43 +37,6 @@ def recipe_of(name: str) -> str:
     """The configuration ``name`` is compared with: the article's recipe on the same (stand-in) GPU."""
     return "article_recipe_t4" if name.endswith("_t4") else "article_recipe"
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "unsloth", "bitsandbytes")
-CHILD_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "UNSLOTH_DISABLE_STATISTICS": "1",
-             "WANDB_DISABLED": "true"}
-STDERR_LINES = 15
-
-
-def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
-    """Copy a child's stream to ``echo`` as it comes (progress bars included), keeping (the tail of) it."""
-    for chunk in iter(lambda: stream.read1(4096), b""):
-        echo.write(chunk)
-        echo.flush()
-        keep += chunk
-        if limit and len(keep) > limit:
-            del keep[: len(keep) - limit]
-
-
-def run_configuration(name: str, script: str, argv: list[str], workdir: str) -> dict:
-    """Run one configuration's script; its RESULT dict, or ``{"name", "failed": last stderr lines}``."""
-    print(f"\n===== {name}: {script} =====", flush=True)
-    env = {**os.environ, **CHILD_ENV}
-    proc = subprocess.Popen([sys.executable, str(HERE / script), *argv], cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    out, err = bytearray(), bytearray()
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),
-             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, err, 1 << 16))]
-    for t in pumps:
-        t.start()
-    for t in pumps:
-        t.join()
-    rc = proc.wait()
-    stdout = out.decode(errors="replace").splitlines()
-    results = [line[len("RESULT "):] for line in stdout if line.startswith("RESULT ")]
-    try:
-        return json.loads(results[-1])
-    except (IndexError, json.JSONDecodeError):
-        pass
-    lines = [l for l in err.decode(errors="replace").replace("\r", "\n").splitlines() if l.strip()]
-    return {"name": name, "failed": f"exit status {rc}: " + "\n".join(lines[-STDERR_LINES:])}
 
 
 def table(rows: list[dict]) -> str:
@@ -96,13 +58,6 @@ def table(rows: list[dict]) -> str:
             lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
-
-
-def gpu_name() -> str | None:
-    """Device 0's name; asked after the children ran, so this process holds no GPU memory while they run."""
-    import torch
-
-    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
 
 
 def main() -> None:

@@ -84,6 +84,7 @@ seed = 3407  # @param {type:"integer"}
 gpu_memory_cap_gib = 0  # @param {type:"number"}
 prompts = ["What is the capital of France?"]  # @param {type:"raw"}
 max_new_tokens = 64  # @param {type:"integer"}
+reload_merged = True  # @param {type:"boolean"}
 
 # %% [markdown]
 # ## 1. GPU-aware install
@@ -210,6 +211,9 @@ print(f"adapter saved to {adapter_dir}")
 
 # %% [markdown]
 # ## 9. Reload the adapter and answer
+# `reload_merged=True` loads the base as it was trained, dequantized to 16 bits, with the adapter merged into its
+# weights: the same model in one matrix per layer, which the stream below decodes with a compiled step.
+# `False` reloads the article's way (4-bit base, adapter on top).
 
 # %%
 from tinyllama_ft.adapters import load_adapter
@@ -218,13 +222,15 @@ from tinyllama_ft.generation import generate
 del trainer, model
 release_cuda_memory()
 model, tokenizer = load_adapter(adapter_dir, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
-                                trust_remote_code=cfg.trust_remote_code)
+                                trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
 answers = generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 for prompt, answer in zip(cfg.prompts, answers):
     print(f"### Instruction: {prompt}\n{answer}\n")
 
 # %% [markdown]
 # ## 10. Stream
+# On a GPU the first answer includes compiling the decode step (tens of seconds); the following ones stream at
+# hundreds of tokens per second.
 
 # %%
 from tinyllama_ft.generation import stream

@@ -75,3 +75,93 @@ def test_inputs_must_match_instructions(model_and_tokenizer):
     model, tokenizer = model_and_tokenizer
     with pytest.raises(ValueError, match="inputs has 1 items for 2 instructions"):
         generate(model, tokenizer, ["a", "b"], inputs=["x"])
+
+
+@pytest.fixture(scope="module")
+def trained_adapter(stories_dir, tmp_path_factory):
+    """A saved stories260K adapter whose LoRA B matrices are non-zero (as after training), so merging matters."""
+    import torch
+
+    from tinyllama_ft.adapters import save_adapter
+    from tinyllama_ft.hardware import Hardware
+
+    model, tokenizer = stories_lora(stories_dir, Hardware())
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return save_adapter(model, tokenizer, str(tmp_path_factory.mktemp("adapter") / "lora_model"))
+
+
+@pytest.fixture(scope="module")
+def merged_and_adapter(trained_adapter):
+    from tinyllama_ft.adapters import load_adapter
+    from tinyllama_ft.hardware import Hardware
+
+    merged = load_adapter(trained_adapter, 512, backend="transformers", hardware=Hardware(), merged=True)
+    on_top = load_adapter(trained_adapter, 512, backend="transformers", hardware=Hardware())
+    return merged, on_top
+
+
+def test_merged_reload_is_a_plain_model_computing_what_the_adapter_computes(merged_and_adapter):
+    import torch
+    from transformers import PreTrainedModel
+
+    (merged, tokenizer), (on_top, _) = merged_and_adapter
+    assert isinstance(merged, PreTrainedModel) and not getattr(merged, "peft_config", None)
+    assert merged.tinyllama_ft.backend == "transformers" and not merged.tinyllama_ft.load_in_4bit
+    ids = tokenizer([format_prompt("Tell me a story about a dog.")], return_tensors="pt").input_ids
+    with torch.no_grad():
+        a, b = merged(ids).logits, on_top(ids).logits
+    assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
+    base_logits = on_top.get_base_model()
+    with on_top.disable_adapter(), torch.no_grad():
+        assert not torch.allclose(base_logits(ids).logits, a, atol=1e-3)  # the adapter does change the output
+
+
+@pytest.mark.parametrize("ignore_eos", [False, True])
+def test_static_cache_decoder_matches_generates_greedy_tokens(merged_and_adapter, capsys, ignore_eos):
+    (model, tokenizer), _ = merged_and_adapter
+    questions = ["Tell me a story about a cat.", "What is the capital of France?"]
+    fast = stream(model, tokenizer, questions, max_new_tokens=120, decode="eager", ignore_eos=ignore_eos, return_ids=True)
+    plain = stream(model, tokenizer, questions, max_new_tokens=120, decode="plain", ignore_eos=ignore_eos, return_ids=True)
+    assert fast == plain
+    assert all(len(ids) == 120 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
+    texts = stream(model, tokenizer, questions, max_new_tokens=120, decode="eager")
+    printed = capsys.readouterr().out
+    assert texts == [tokenizer.decode(ids, skip_special_tokens=True) for ids in fast] or ignore_eos
+    assert all(t.strip()[:40] in printed for t in texts)
+
+
+def test_decoder_is_reused_and_streams_in_chunks(merged_and_adapter):
+    from tinyllama_ft.decoding import decoder_for
+
+    (model, tokenizer), _ = merged_and_adapter
+    from tinyllama_ft.decoding import has_decoder
+
+    first = decoder_for(model, 100, "eager")
+    assert has_decoder(model, "eager") and not has_decoder(model, "inductor")
+    assert decoder_for(model, 300, "eager") is first and first.max_cache_len == 512
+    assert decoder_for(model, 600, "eager") is not first
+    ids = tokenizer([format_prompt("Tell me a story.")], return_tensors="pt").input_ids
+    chunks = []
+    answer = decoder_for(model, 200, "eager").decode(ids, 50, None, on_tokens=chunks.append, every=8)
+    assert [len(c) for c in chunks] == [8] * 6 + [2] and sum(chunks, []) == answer
+    with pytest.raises(ValueError, match="exceeds the cache"):
+        decoder_for(model, 200, "eager").decode(ids, 2000, None)
+
+
+def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merged_and_adapter):
+    from tinyllama_ft.generation import decode_mode
+
+    (merged, _), (on_top, _) = merged_and_adapter
+    assert decode_mode(merged, "auto", False, 1.0, None) == "plain"  # CPU: generate
+    assert decode_mode(merged, "auto", False, 1.0, None, new_tokens=10_000) == "plain"  # compiling pays on CUDA only
+    assert decode_mode(merged, "eager", False, 1.0, None) == "eager"
+    for args, why in [((on_top, "eager", False, 1.0, None), "PEFT"), ((merged, "inductor", True, 1.0, None), "do_sample"),
+                      ((merged, "eager", False, 1.2, None), "repetition_penalty")]:
+        with pytest.raises(ValueError, match=why):
+            decode_mode(*args)
+    with pytest.raises(ValueError, match="choose one of"):
+        decode_mode(merged, "turbo", False, 1.0, None)

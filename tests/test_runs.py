@@ -79,10 +79,18 @@ def test_new_or_empty_output_dir_starts_and_records_the_run(stories_dir, alpaca_
 
 def test_identity_keeps_training_fields_and_drops_volatile_ones(stories_dir, alpaca_jsonl, tmp_path):
     identity = run_identity(_cfg(stories_dir, alpaca_jsonl, tmp_path))
-    for name in ("model_name", "dataset", "lora_r", "target_modules", "learning_rate", "per_device_train_batch_size",
-                 "gradient_accumulation_steps", "max_seq_length", "max_steps", "seed", "packing", "template"):
+    for name in ("model_name", "dataset", "lora_r", "target_modules", "learning_rate", "effective_batch_size",
+                 "max_seq_length", "max_steps", "seed", "packing", "template"):
         assert name in identity
     assert not set(NOT_IDENTITY) & set(identity)
+    # the split is execution only: a smaller micro-batch with more accumulation is the same run
+    import dataclasses
+
+    cfg = _cfg(stories_dir, alpaca_jsonl, tmp_path)
+    resplit = dataclasses.replace(cfg, per_device_train_batch_size=1,
+                                  gradient_accumulation_steps=cfg.effective_batch_size)
+    assert run_identity(resplit) == run_identity(cfg)
+    assert run_identity(dataclasses.replace(cfg, gradient_accumulation_steps=99)) != run_identity(cfg)
     assert {"resume", "overwrite_output_dir", "prompts", "max_new_tokens", "output_dir"} <= set(NOT_IDENTITY)
 
 

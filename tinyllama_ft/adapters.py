@@ -12,6 +12,7 @@ complete, so an interrupted save never leaves a half-written adapter behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -86,6 +87,7 @@ def load_adapter(
     hardware=None,
     base_model: str | None = None,
     trust_remote_code: bool = False,
+    merged: bool = False,
 ):
     """Load base model + saved adapter for inference (the article's reload cell).
 
@@ -93,9 +95,15 @@ def load_adapter(
         adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
         max_seq_length, dtype, load_in_4bit, backend, hardware, trust_remote_code: as ``modeling.load_model``.
         base_model: override the base recorded in the adapter (e.g. a local copy of it).
+        merged: return a plain 16-bit model with the adapter merged into the weights, on the transformers
+            backend: the base is loaded as it was trained (4-bit when ``load_in_4bit`` on CUDA), dequantized
+            to the compute dtype, and the LoRA update added (``merge_and_unload``). The weights the
+            adapter was trained against, in one matrix each: what ``generation.stream``'s compiled decoder
+            needs (the notebook's reload default). False: the article's base + adapter on top.
 
     Returns:
-        ``(model, tokenizer)``: the peft model in eval mode and the adapter's tokenizer.
+        ``(model, tokenizer)``: the model in eval mode (a peft model, or the merged transformers model)
+        and the adapter's tokenizer.
 
     Raises:
         FileNotFoundError: as ``adapter_base_model``; or ``adapter_dir`` has no
@@ -109,7 +117,7 @@ def load_adapter(
     if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
         raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
                                 f"loaded as safetensors only (re-save it with save_adapter)")
-    chosen = choose_backend(backend, hardware, is_importable("unsloth"))
+    chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
     if chosen == "unsloth" and base_model is None:
         # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
         model, tokenizer = load_model(adapter_dir, max_seq_length, dtype, load_in_4bit, "unsloth", hardware,
@@ -120,7 +128,14 @@ def load_adapter(
 
         base_model_obj, _ = load_model(base, max_seq_length, dtype, load_in_4bit, chosen, hardware, trust_remote_code)
         info = base_model_obj.tinyllama_ft
+        if merged and getattr(base_model_obj, "hf_quantizer", None) is not None:
+            from .precision import torch_dtype
+
+            base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(info.dtype))
+            info = dataclasses.replace(info, load_in_4bit=False)
         model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
+        if merged:
+            model = model.merge_and_unload()
         model.tinyllama_ft = info
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir, trust_remote_code=trust_remote_code)
         ensure_pad_token(tokenizer)

@@ -12,6 +12,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .lengths import LONG_ROWS, resolve_packing_strategy
+
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
 LLAMA_TARGET_MODULES: tuple[str, ...] = (
     "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -109,6 +111,15 @@ class FinetuneConfig:
     """TRL's packing strategy: "bfd" (best-fit decreasing; a row longer than ``max_seq_length`` is
     truncated), "bfd_split" (such a row is split over several windows) or "wrapped" (rows cut at
     window edges)."""
+    long_rows: str = "drop"
+    """What to do, before training, with a row whose training text (prompt + response + EOS, BOS included)
+    is longer than ``max_seq_length`` tokens; such rows are counted and reported either way
+    (``lengths.length_report``). "drop" (default): remove them, so nothing is trained on a silently cut row.
+    "truncate": keep them for TRL to cut: "bfd" packing and no packing keep the first ``max_seq_length``
+    tokens (the rest and the EOS are lost), "wrapped" cuts them at window edges. "split" (packing only):
+    keep them whole, split over several windows by TRL's "bfd_split" (``packing_strategy`` "bfd" becomes
+    "bfd_split"; "wrapped" is refused). A row whose prompt alone reaches ``max_seq_length`` tokens (no
+    response token would be trained on) is dropped under every policy."""
     eval_steps: int = 20
     save_steps: int = 20
     logging_steps: int = 1
@@ -130,6 +141,10 @@ class FinetuneConfig:
     # --- inference (article cells 9-10) ---
     prompts: tuple[str, ...] = ("What is the capital of France?",)
     max_new_tokens: int = 64
+    reload_merged: bool = True
+    """The reload cell's model: the base in 16 bits with the adapter merged in (``load_adapter(merged=True)``:
+    the same weights, and ``stream`` decodes ~15x faster on a GPU with a compiled static-cache step), or
+    False for the article's 4-bit base with the adapter on top."""
 
     def __post_init__(self) -> None:
         # papermill -p and Colab forms hand over strings: "q_proj,v_proj", one prompt, "None".
@@ -152,6 +167,7 @@ class FinetuneConfig:
             "template": self.template in TEMPLATES,
             "report_to": self.report_to in REPORT_TO,
             "packing_strategy": self.packing_strategy in PACKING_STRATEGIES,
+            "long_rows": self.long_rows in LONG_ROWS,
             "max_seq_length": self.max_seq_length > 0,
             "lora_r": self.lora_r > 0,
             "lora_alpha": self.lora_alpha > 0,
@@ -176,6 +192,8 @@ class FinetuneConfig:
         if bad:
             name = bad[0]
             raise ValueError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
+        self.packing_strategy = resolve_packing_strategy(self.long_rows, self.packing, self.packing_strategy,
+                                                         "FinetuneConfig.")
 
     @property
     def effective_batch_size(self) -> int:
@@ -225,6 +243,7 @@ _ALLOWED = {
     "template": f"one of {TEMPLATES}",
     "report_to": f"one of {REPORT_TO}",
     "packing_strategy": f"one of {PACKING_STRATEGIES}",
+    "long_rows": f"one of {LONG_ROWS}",
     "max_seq_length": "a positive number of tokens",
     "lora_r": "a positive rank",
     "lora_alpha": "positive",

@@ -45,7 +45,8 @@ NOT_IDENTITY = (
     "resume", "overwrite_output_dir", "mount_drive", "output_dir", "adapter_dir", "prompts", "max_new_tokens",
     "report_to", "wandb_project", "wandb_run_name", "strict", "dataset_num_proc", "gpu_memory_cap_gib",
     "gradient_checkpointing", "per_device_eval_batch_size", "eval_steps", "save_steps", "logging_steps",
-    "save_total_limit",
+    "save_total_limit", "per_device_train_batch_size", "gradient_accumulation_steps", "recipe",
+    "attn_implementation", "use_liger_kernel", "reload_merged",
 )
 
 
@@ -104,8 +105,14 @@ def ensure_drive(
 
 
 def run_identity(cfg: FinetuneConfig) -> dict[str, Any]:
-    """The fields of ``cfg`` that change what is trained (all but ``NOT_IDENTITY``), JSON-ready."""
-    return {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    """The fields of ``cfg`` that change what is trained (all but ``NOT_IDENTITY``), JSON-ready.
+
+    The micro-batch split is execution only (the fast recipe sizes it to the GPU, and a run that ran out of
+    memory resumes with a smaller one): the effective batch is recorded instead.
+    """
+    identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    identity["effective_batch_size"] = cfg.effective_batch_size
+    return identity
 
 
 def read_run_config(output_dir: str) -> dict[str, Any] | None:

@@ -1,0 +1,91 @@
+"""Streaming decode on one GPU: the article's reload (Unsloth), plain transformers, and this package.
+
+Runs each configuration of generate_one.py in a fresh Python process (so ``warmup_s`` includes every
+compilation the first answer pays), prints a side-by-side table with the ratio to plain transformers and
+writes ``benchmarks/results/<YYYY-MM-DD>-generate.json``. Batch 1, greedy, 256 new tokens, the notebook's
+Alpaca prompt; an adapter with non-zero LoRA weights on the TinyLlama-shaped model.
+
+    python3 benchmarks/build_adapter.py --model /tmp/tinyllama-shaped --out /tmp/gen-adapter
+    python3 benchmarks/generate_throughput.py --adapter /tmp/gen-adapter [--only package,plain] [--new 256]
+"""
+
+import argparse
+import datetime
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tinyllama_ft, installed or not
+from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
+from runner import gpu_name, run_configuration  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+#: Modes of generate_one.py, in the order they run; "plain" is what the others are compared with.
+CONFIGURATIONS = ("package", "plain", "unsloth", "hf_static")
+DEFAULT = ("package", "plain", "unsloth")
+BASELINE = "plain"
+PACKAGES = ("torch", "transformers", "peft", "unsloth", "bitsandbytes")
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: name | decode tokens/s | warm-up s | first 256-token answer s | ratio to plain."""
+    lines = ["| name | decode tokens/s | warm-up s | first answer s | ratio to plain |",
+             "| --- | ---: | ---: | ---: | ---: |"]
+    for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['name']} | failed | | | |")
+            continue
+        ratio = "-" if r.get("ratio_to_plain") is None else f"{r['ratio_to_plain']:.2f}"
+        lines.append(f"| {r['name']} | {r['decode_tokens_per_s']:,.1f} | {r['warmup_s']:.1f} | "
+                     f"{r['first_call_s']:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--adapter", default="/tmp/gen-adapter", help="adapter folder (benchmarks/build_adapter.py)")
+    ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
+    ap.add_argument("--repeats", type=int, default=3, help="warm answers timed after the first")
+    ap.add_argument("--only", help=f"comma-separated modes among {', '.join(CONFIGURATIONS)} (default: {', '.join(DEFAULT)})")
+    a = ap.parse_args()
+    names = [n.strip() for n in a.only.split(",") if n.strip()] if a.only else list(DEFAULT)
+    unknown = [n for n in names if n not in CONFIGURATIONS]
+    if unknown:
+        ap.error(f"--only: unknown {unknown}; choose among {list(CONFIGURATIONS)}")
+    if not (Path(a.adapter) / "adapter_config.json").is_file():
+        ap.error(f"no adapter at {a.adapter}: build it with benchmarks/build_adapter.py")
+
+    workdir = Path(tempfile.gettempdir()) / "tinyllama-ft-bench"
+    workdir.mkdir(exist_ok=True)
+    rows = []
+    for name in names:
+        argv = ["--adapter", str(Path(a.adapter).resolve()), "--mode", name, "--new", str(a.new),
+                "--repeats", str(a.repeats)]
+        rows.append(run_configuration(name, "generate_one.py", argv, str(workdir)))
+    base = next((r for r in rows if r["name"] == BASELINE and "failed" not in r), None)
+    for r in rows:
+        ok = base is not None and "failed" not in r
+        r["ratio_to_plain"] = round(r["decode_tokens_per_s"] / base["decode_tokens_per_s"], 2) if ok else None
+        r["first_answer_vs_plain_s"] = round(r["first_call_s"] - base["first_call_s"], 2) if ok else None
+    print(f"\nbatch 1, greedy, {a.new} new tokens; decode tokens/s = new tokens / a warm answer's wall time "
+          f"(median of {a.repeats}); warm-up = first answer - warm answer (compilation, graph capture)\n")
+    print(table(rows))
+    for r in rows:
+        if "failed" in r:
+            print(f"\n{r['name']} failed, {r['failed']}")
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": gpu_name(),
+        "versions": {k: v for k, v in library_versions().items() if k in PACKAGES},
+        "new_tokens": a.new,
+        "configurations": rows,
+    }
+    path = HERE / "results" / f"{record['date']}-generate.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""Run benchmark configurations each in a fresh Python process and collect their ``RESULT {json}`` lines.
+
+Shared by train_throughput.py and generate_throughput.py; imports only the standard library (the
+children import torch, Unsloth, transformers in the order each needs).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CHILD_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "UNSLOTH_DISABLE_STATISTICS": "1",
+             "WANDB_DISABLED": "true"}
+STDERR_LINES = 15
+
+
+def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
+    """Copy a child's stream to ``echo`` as it comes (progress bars included), keeping (the tail of) it."""
+    for chunk in iter(lambda: stream.read1(4096), b""):
+        echo.write(chunk)
+        echo.flush()
+        keep += chunk
+        if limit and len(keep) > limit:
+            del keep[: len(keep) - limit]
+
+
+def run_configuration(name: str, script: str, argv: list[str], workdir: str) -> dict:
+    """Run one configuration's script; its RESULT dict, or ``{"name", "failed": last stderr lines}``."""
+    print(f"\n===== {name}: {script} =====", flush=True)
+    env = {**os.environ, **CHILD_ENV}
+    proc = subprocess.Popen([sys.executable, str(HERE / script), *argv], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out, err = bytearray(), bytearray()
+    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),
+             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, err, 1 << 16))]
+    for t in pumps:
+        t.start()
+    for t in pumps:
+        t.join()
+    rc = proc.wait()
+    stdout = out.decode(errors="replace").splitlines()
+    results = [line[len("RESULT "):] for line in stdout if line.startswith("RESULT ")]
+    try:
+        return json.loads(results[-1])
+    except (IndexError, json.JSONDecodeError):
+        pass
+    lines = [l for l in err.decode(errors="replace").replace("\r", "\n").splitlines() if l.strip()]
+    return {"name": name, "failed": f"exit status {rc}: " + "\n".join(lines[-STDERR_LINES:])}
+
+
+def gpu_name() -> str | None:
+    """Device 0's name; asked after the children ran, so this process holds no GPU memory while they run."""
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
