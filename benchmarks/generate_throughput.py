@@ -10,15 +10,10 @@ Alpaca prompt; an adapter with non-zero LoRA weights on the TinyLlama-shaped mod
 """
 
 import argparse
-import datetime
-import json
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tinyllama_ft, installed or not
-from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
-from runner import gpu_name, run_configuration  # noqa: E402
+from runner import chosen_names, run_configuration, write_results
 
 HERE = Path(__file__).resolve().parent
 #: Modes of generate_one.py, in the order they run; "plain" is what the others are compared with.
@@ -49,10 +44,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="warm answers timed after the first")
     ap.add_argument("--only", help=f"comma-separated modes among {', '.join(CONFIGURATIONS)} (default: {', '.join(DEFAULT)})")
     a = ap.parse_args()
-    names = [n.strip() for n in a.only.split(",") if n.strip()] if a.only else list(DEFAULT)
-    unknown = [n for n in names if n not in CONFIGURATIONS]
-    if unknown:
-        ap.error(f"--only: unknown {unknown}; choose among {list(CONFIGURATIONS)}")
+    names = chosen_names(ap, a.only, CONFIGURATIONS, DEFAULT)
     if not (Path(a.adapter) / "adapter_config.json").is_file():
         ap.error(f"no adapter at {a.adapter}: build it with benchmarks/build_adapter.py")
 
@@ -74,17 +66,7 @@ def main() -> None:
     for r in rows:
         if "failed" in r:
             print(f"\n{r['name']} failed, {r['failed']}")
-    record = {
-        "date": datetime.date.today().isoformat(),
-        "gpu": gpu_name(),
-        "versions": {k: v for k, v in library_versions().items() if k in PACKAGES},
-        "new_tokens": a.new,
-        "configurations": rows,
-    }
-    path = HERE / "results" / f"{record['date']}-generate.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwrote {path}")
+    write_results("generate", PACKAGES, new_tokens=a.new, repeats=a.repeats, configurations=rows)
 
 
 if __name__ == "__main__":

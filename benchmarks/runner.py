@@ -56,3 +56,28 @@ def gpu_name() -> str | None:
     import torch
 
     return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+def chosen_names(ap, only: str | None, choices, default) -> list[str]:
+    """The configuration names of ``--only`` (comma-separated), or ``default``; ``ap.error`` on an unknown one."""
+    names = [n.strip() for n in only.split(",") if n.strip()] if only else list(default)
+    unknown = [n for n in names if n not in choices]
+    if unknown:
+        ap.error(f"--only: unknown {unknown}; choose among {list(choices)}")
+    return names
+
+
+def write_results(kind: str, packages, **fields) -> Path:
+    """Write ``results/<YYYY-MM-DD>-<kind>.json``: date, GPU, the versions of ``packages``, then ``fields``."""
+    import datetime
+
+    sys.path.insert(0, str(HERE.parent))  # the repo root, for tinyllama_ft (imports neither torch nor transformers)
+    from tinyllama_ft.summary import library_versions
+
+    record = {"date": datetime.date.today().isoformat(), "gpu": gpu_name(),
+              "versions": {k: v for k, v in library_versions().items() if k in packages}, **fields}
+    path = HERE / "results" / f"{record['date']}-{kind}.json"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    print(f"\nwrote {path}")
+    return path

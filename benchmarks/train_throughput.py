@@ -10,16 +10,11 @@ last lines of its stderr; the others still run.
 """
 
 import argparse
-import datetime
-import json
 import os
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tinyllama_ft, installed or not
-from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
-from runner import gpu_name, run_configuration  # noqa: E402
+from runner import chosen_names, run_configuration, write_results
 
 HERE = Path(__file__).resolve().parent
 #: name -> (script, extra arguments), in the order they run. A name ending in "_t4" runs the T4 stand-in
@@ -73,10 +68,7 @@ def main() -> None:
     ap.add_argument("--only", help=f"comma-separated names among {', '.join(CONFIGURATIONS)}")
     a = ap.parse_args()
 
-    names = [n.strip() for n in a.only.split(",") if n.strip()] if a.only else list(CONFIGURATIONS)
-    unknown = [n for n in names if n not in CONFIGURATIONS]
-    if unknown:
-        ap.error(f"--only: unknown {unknown}; choose among {list(CONFIGURATIONS)}")
+    names = chosen_names(ap, a.only, CONFIGURATIONS, CONFIGURATIONS)
     data = a.data or next(iter(sorted((a.shared / "data" / "alpaca").glob("*.jsonl"))), None)
     if data is None or not Path(data).is_file():
         ap.error(f"no data file: {data or a.shared / 'data/alpaca/*.jsonl'} (pass --data)")
@@ -106,19 +98,9 @@ def main() -> None:
             print(f"\n{r['name']} failed, {r['failed']}")
 
     keys = ("name", "tokens_per_s", "peak_gib", "loss_first", "loss_last", "ratio_to_recipe", "loss_first_vs_recipe", "bs", "ga")
-    record = {
-        "date": datetime.date.today().isoformat(),
-        "gpu": gpu_name(),
-        "versions": {k: v for k, v in library_versions().items() if k in PACKAGES},
-        "steps": a.steps,
-        "seq": a.seq,
-        "configurations": [{k: r.get(k) for k in keys} | ({"failed": r["failed"]} if "failed" in r else {})
-                           for r in rows],
-    }
-    path = HERE / "results" / f"{record['date']}-train.json"
-    path.parent.mkdir(exist_ok=True)
-    path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    print(f"\nwrote {path}")
+    write_results("train", PACKAGES, steps=a.steps, seq=a.seq,
+                  configurations=[{k: r.get(k) for k in keys} | ({"failed": r["failed"]} if "failed" in r else {})
+                                  for r in rows])
 
 
 if __name__ == "__main__":

@@ -69,6 +69,7 @@ gradient_accumulation_steps = 4  # @param {type:"integer"}
 max_steps = 60  # @param {type:"integer"}
 num_train_epochs = 1  # @param {type:"number"}
 packing = True  # @param {type:"boolean"}
+long_rows = "drop"  # @param ["drop", "truncate", "split"]
 test_size = 0.004  # @param {type:"number"}
 eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
@@ -153,14 +154,20 @@ print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
 # ## 4. Data: Alpaca prompts with EOS, a small held-out set
+# Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training and, with
+# `long_rows="drop"`, removed; `"truncate"` keeps them for the trainer to cut, `"split"` spreads them over windows.
 
 # %%
 from tinyllama_ft.data import load_instruction_data, split_train_eval
+from tinyllama_ft.lengths import apply_long_rows, length_report
 from tinyllama_ft.prompts import make_formatting_func
 
 rows, data_report = load_instruction_data(cfg.dataset, cfg.dataset_split, cfg.dataset_config, cfg.instruction_column,
                                           cfg.input_column, cfg.output_column, strict=cfg.strict)
 rows = rows.map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
+lengths = length_report(rows, tokenizer, cfg.max_seq_length, cfg.packing, cfg.packing_strategy, data_report)
+rows, lengths = apply_long_rows(rows, lengths, cfg.long_rows)
+print(lengths.summary())
 train_dataset, eval_dataset = split_train_eval(rows, cfg.test_size, cfg.seed)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
 print(train_dataset[0]["text"])
@@ -183,11 +190,13 @@ from tinyllama_ft.training import build_trainer, eos_supervision, training_plan
 
 trainer = build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, hardware, model.tinyllama_ft.dtype)
 plan = training_plan(trainer)
-plan["eos_first_batch"] = eos_supervision(trainer)
+eos = plan["eos_first_batch"] = None if cfg.packing and cfg.packing_strategy == "wrapped" else eos_supervision(trainer)
 print(f"planned: {plan['planned_steps']} optimizer steps of {cfg.effective_batch_size} sequences x "
       f"{cfg.max_seq_length} tokens; about {plan['planned_tokens']:,} tokens "
       f"({plan['sequences']:,} packed sequences, {plan['steps_per_epoch']} steps per epoch)")
-print(f"first batch: {plan['eos_first_batch']['samples']} samples, {plan['eos_first_batch']['eos_supervised']} with a supervised EOS")
+if eos is not None:
+    print(f"first batch: {eos['samples']} samples, {eos['samples_ok']} ending in exactly one supervised EOS (without EOS: "
+          f"{eos['samples_without_eos']}, several EOS: {eos['samples_with_several_eos']}, EOS masked: {eos['eos_masked']})")
 
 # %% [markdown]
 # ## 7. Train
@@ -246,6 +255,7 @@ from tinyllama_ft.plotting import loss_curve
 from tinyllama_ft.summary import build_run_summary, write_run_summary
 
 summary = build_run_summary(cfg, hardware, model.tinyllama_ft, results, plan, data_report, trainable, adapter_dir,
-                            [{"instruction": p, "response": a} for p, a in zip(cfg.prompts, streamed)])
+                            [{"instruction": p, "response": a} for p, a in zip(cfg.prompts, streamed)],
+                            length_report=lengths)
 print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))

@@ -26,3 +26,13 @@ def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
 
     ds = datasets.Dataset.from_list([{k: r[k] for k in ("instruction", "input", "output")} for r in rows])
     return ds.map(make_formatting_func(tokenizer.eos_token, template), batched=True)
+
+
+def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, **fields):
+    """A real ``build_trainer`` on the CPU with ``FinetuneConfig(**fields)`` (no W&B, no worker processes)."""
+    from tinyllama_ft.config import FinetuneConfig
+    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.training import build_trainer
+
+    cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
+    return build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, Hardware(), "float32")

@@ -159,20 +159,20 @@ def test_pickled_weights_are_never_loaded(stories_dir, adapter, tmp_path, cpu):
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.modeling import load_model
 
-    model_dir = tmp_path / "pickled-model"
-    model_dir.mkdir()
-    for f in stories_dir.iterdir():
-        if f.name != "model.safetensors":
-            (model_dir / f.name).write_bytes(f.read_bytes())
-    torch.save(load_file(stories_dir / "model.safetensors"), model_dir / "pytorch_model.bin")
+    def pickled_copy(src, weights: str, pickle_name: str):
+        """``src`` with its safetensors weights replaced by the same tensors pickled under ``pickle_name``."""
+        dst = tmp_path / f"pickled-{src.name}"
+        dst.mkdir()
+        for f in src.iterdir():
+            if f.name != weights:
+                (dst / f.name).write_bytes(f.read_bytes())
+        torch.save(load_file(src / weights), dst / pickle_name)
+        return dst
+
+    model_dir = pickled_copy(stories_dir, "model.safetensors", "pytorch_model.bin")
     with pytest.raises(OSError, match="safetensors"):
         load_model(str(model_dir), 512, None, False, "transformers", cpu)
-    adapter_dir = tmp_path / "pickled-adapter"
-    adapter_dir.mkdir()
-    for f in adapter.iterdir():
-        if f.name != "adapter_model.safetensors":
-            (adapter_dir / f.name).write_bytes(f.read_bytes())
-    torch.save(load_file(adapter / "adapter_model.safetensors"), adapter_dir / "adapter_model.bin")
+    adapter_dir = pickled_copy(adapter, "adapter_model.safetensors", "adapter_model.bin")
     with pytest.raises(FileNotFoundError, match="adapter_dir=.*safetensors"):
         load_adapter(str(adapter_dir), 512, None, False, "transformers", cpu)
 

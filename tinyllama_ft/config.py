@@ -9,7 +9,7 @@ field's docstring says otherwise.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from .lengths import LONG_ROWS, resolve_packing_strategy

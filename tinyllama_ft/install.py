@@ -43,6 +43,7 @@ COLAB_PINS: tuple[str, ...] = (
     "shtab==1.13.0",
     "msgspec==0.23.0",
     "hf_transfer==0.1.9",
+    "liger-kernel==0.8.5",  # the fast recipe's fused kernels on bf16 GPUs (pure Python + Triton)
 )
 
 #: Unsloth's kernels need CUDA compute capability 7.0 (Volta) or newer.

@@ -37,7 +37,7 @@ def git_commit(path: str | None = None) -> str | None:
 
 def build_run_summary(cfg, hardware, load_info, results: dict, plan: dict | None = None, data_report=None,
                       trainable: tuple[int, int] | None = None, adapter_dir: str | None = None,
-                      samples: list[dict] | None = None) -> dict[str, Any]:
+                      samples: list[dict] | None = None, length_report=None) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
     Args:
@@ -51,6 +51,8 @@ def build_run_summary(cfg, hardware, load_info, results: dict, plan: dict | None
         trainable: ``(trainable, total)`` parameter counts.
         adapter_dir: where the adapter was saved.
         samples: ``[{"instruction", "response"}]`` generated after reloading.
+        length_report: ``lengths.LengthReport`` of the rows against ``max_seq_length`` (after
+            ``apply_long_rows``): recorded under ``"lengths"`` (counts in rows and tokens).
 
     Returns:
         A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
@@ -71,6 +73,7 @@ def build_run_summary(cfg, hardware, load_info, results: dict, plan: dict | None
         data={"source": data_report.source, "rows_read": data_report.total, "rows_kept": data_report.kept,
               "rows_dropped": data_report.dropped} if data_report is not None else None,
         samples=samples or [],
+        lengths=length_report.to_dict() if length_report is not None else None,
         config=cfg.to_dict(),
     )
     return summary

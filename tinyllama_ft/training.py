@@ -163,36 +163,82 @@ def training_plan(trainer) -> dict[str, int]:
     }
 
 
-def eos_supervision(trainer, batches: int = 1) -> dict[str, int]:
-    """Count, on the collated batches the trainer really trains on, samples whose EOS is a label.
+def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> dict[str, int]:
+    """Check, on the collated batches the trainer really sees, that every sample ends in one supervised EOS.
 
-    A sample starts at each ``position_ids`` reset to 0 (packed, padding-free batches) or at each row
-    (padded batches). EOS is supervised when its position carries the EOS id in ``labels`` (not
-    ``-100``, as it would be if EOS were also the pad token).
+    A sample is a packed row between ``position_ids`` resets to 0 (padding-free "bfd"/"bfd_split" batches),
+    or one row of a padded batch (no packing), its padding (``attention_mask`` 0; trailing pad ids at
+    ``position_ids`` 0 when a padding-free batch is padded to a multiple) left out. So a pad token equal to
+    EOS is never counted as an EOS. An EOS is supervised when ``labels`` holds the EOS id at its position
+    (not -100, as a collator that masks every pad id would leave it when pad == EOS).
 
     Args:
         trainer: from ``build_trainer``.
-        batches: how many training batches to inspect.
+        batches: how many batches to inspect; None: all of them (one epoch).
+        split: ``"train"`` (``get_train_dataloader``) or ``"eval"`` (``get_eval_dataloader``).
 
     Returns:
-        ``{"samples": n, "eos_tokens": EOS ids in input_ids, "eos_supervised": those labelled EOS}``.
-        All three equal when every sample ends in exactly one supervised EOS; a row truncated to
-        ``max_seq_length`` loses its EOS and shows as ``samples > eos_tokens``.
+        Counts over the inspected samples: ``"samples"``; ``"samples_ok"`` (exactly one EOS, at the sample's
+        last position, supervised); ``"samples_without_eos"`` (e.g. a row truncated to ``max_seq_length``
+        tokens, or a "bfd_split" piece before the last); ``"samples_with_several_eos"`` (e.g. a tokenizer that
+        appends its own EOS to text already ending in one); ``"eos_not_last"`` (samples holding an EOS whose
+        last token is not EOS); ``"eos_tokens"`` (EOS ids inside samples); ``"eos_supervised"`` and
+        ``"eos_masked"`` (those whose label is the EOS id, and those whose label is -100).
+        All is well when ``samples_ok == samples``.
+
+    Raises:
+        ValueError: ``split`` is not "train"/"eval", there is no eval set, or the trainer packs with
+            ``packing_strategy="wrapped"`` (rows are concatenated and cut at window edges: no per-row samples).
     """
-    eos = trainer.processing_class.eos_token_id
-    counts = {"samples": 0, "eos_tokens": 0, "eos_supervised": 0}
-    for i, batch in enumerate(trainer.get_train_dataloader()):
-        if i >= batches:
+    args = trainer.args
+    packing = args.packing if split == "train" or getattr(args, "eval_packing", None) is None else args.eval_packing
+    if packing and getattr(args, "packing_strategy", "bfd") == "wrapped":
+        raise ValueError("eos_supervision: packing_strategy='wrapped' concatenates rows and cuts them at window "
+                         "edges, so a batch has no per-row samples to check; use 'bfd' or 'bfd_split'")
+    if split not in ("train", "eval") or split == "eval" and trainer.eval_dataset is None:
+        raise ValueError(f"eos_supervision: split={split!r} must be 'train', or 'eval' with an eval set")
+    tokenizer = trainer.processing_class
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    keys = ("samples", "samples_ok", "samples_without_eos", "samples_with_several_eos", "eos_not_last",
+            "eos_tokens", "eos_supervised", "eos_masked")
+    counts = dict.fromkeys(keys, 0)
+    loader = trainer.get_train_dataloader() if split == "train" else trainer.get_eval_dataloader()
+    for i, batch in enumerate(loader):
+        if batches is not None and i >= batches:
             break
-        ids, labels = batch["input_ids"], batch["labels"]
-        if "position_ids" in batch and ids.shape[0] == 1:
-            counts["samples"] += int((batch["position_ids"] == 0).sum())
-        else:
-            counts["samples"] += ids.shape[0]
-        is_eos = ids == eos
-        counts["eos_tokens"] += int(is_eos.sum())
-        counts["eos_supervised"] += int((labels[is_eos] == eos).sum())
-    return counts
+        for ids, labels in _samples(batch, pad):
+            at = (ids == eos).nonzero().flatten().tolist()
+            supervised = sum(int(labels[j]) == eos for j in at)
+            last = bool(at) and at[-1] == len(ids) - 1
+            counts["samples"] += 1
+            counts["samples_ok"] += len(at) == 1 and last and supervised == 1
+            counts["samples_without_eos"] += not at
+            counts["samples_with_several_eos"] += len(at) > 1
+            counts["eos_not_last"] += bool(at) and not last
+            counts["eos_tokens"] += len(at)
+            counts["eos_supervised"] += supervised
+            counts["eos_masked"] += len(at) - supervised
+    return {k: int(v) for k, v in counts.items()}
+
+
+def _samples(batch, pad_id):
+    """``(input_ids, labels)`` of each sample in a collated batch, padding excluded (see ``eos_supervision``)."""
+    ids, labels = batch["input_ids"], batch["labels"]
+    positions, mask = batch.get("position_ids"), batch.get("attention_mask")
+    for r in range(ids.shape[0]):
+        if mask is not None:  # padded batch: the row's real tokens (right or left padding)
+            valid = mask[r].nonzero().flatten()
+            lo, hi = (int(valid[0]), int(valid[-1]) + 1) if len(valid) else (0, 0)
+        else:  # padding-free: only a pad_to_multiple_of tail, pad ids each at position 0
+            lo, hi = 0, ids.shape[1]
+            while hi > 1 and int(positions[r, hi - 1]) == 0 and int(ids[r, hi - 1]) == pad_id:
+                hi -= 1
+        starts = [lo]
+        if positions is not None:
+            starts += [int(j) for j in (positions[r, lo + 1:hi] == 0).nonzero().flatten() + lo + 1]
+        for s, e in zip(starts, starts[1:] + [hi]):
+            if e > s:
+                yield ids[r, s:e], labels[r, s:e]
 
 
 #: transformers' checkpoint folder names: ``checkpoint-<optimizer step>``.
@@ -269,7 +315,10 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
     # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process
     tokens_before = _tokens_in_checkpoint(checkpoint) if checkpoint else trainer.state.num_input_tokens_seen
     start = time.perf_counter()
-    output = trainer.train(resume_from_checkpoint=checkpoint)
+    try:
+        output = trainer.train(resume_from_checkpoint=checkpoint)
+    except torch.OutOfMemoryError as e:
+        raise torch.OutOfMemoryError(out_of_memory_advice(trainer)) from e
     runtime = time.perf_counter() - start
     tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
     eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
@@ -289,6 +338,32 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
         "train_loss": output.training_loss,
         "log_history": list(trainer.state.log_history),
     }
+
+
+def out_of_memory_advice(trainer) -> str:
+    """What to say when CUDA runs out of memory in training: the step, the knobs to lower, the last checkpoint.
+
+    Frees the cached CUDA memory first (the failed step's tensors are gone once the exception is handled).
+    """
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.empty_cache()
+    args = trainer.args
+    checkpointing = bool(getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False))
+    kept = last_checkpoint(args.output_dir)
+    return (
+        f"CUDA ran out of memory at step {trainer.state.global_step + 1} with per_device_train_batch_size="
+        f"{args.per_device_train_batch_size} (x gradient_accumulation_steps={args.gradient_accumulation_steps}), "
+        f"max_seq_length={trainer.args.max_length if hasattr(args, 'max_length') else args.max_seq_length} and "
+        f"gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
+        f"gradient_accumulation_steps to keep the effective batch), lower max_seq_length, or set "
+        f"gradient_checkpointing=True; recipe='fast' sizes these to the free memory. "
+        + (f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it."
+           if kept else "No checkpoint was written yet.")
+    )
 
 
 def _tokens_in_checkpoint(checkpoint: str) -> int:
