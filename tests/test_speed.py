@@ -102,7 +102,7 @@ def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), max_seq_length=256)
     rows = text_dataset(alpaca_rows(alpaca_jsonl, 400), tokenizer)
-    cfg = FinetuneConfig(max_seq_length=256, report_to="none", max_steps=4, learning_rate=2e-3,
+    cfg = FinetuneConfig(max_seq_length=256, report_to="none", max_steps=4, learning_rate=2e-3, dtype="float32",
                          per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation,
                          gradient_checkpointing=False, output_dir=str(tmp_path / f"{micro}x{accumulation}"),
                          save_steps=100, dataset_num_proc=None)

@@ -44,7 +44,9 @@ class FinetuneConfig:
     backend: str = "auto"
     """"auto" (Unsloth when CUDA and unsloth are present, else transformers), "unsloth" or "transformers"."""
     dtype: str | None = None
-    """None/"auto": bf16 on compute capability >= 8.0, fp16 below, fp32 on a CPU; or a torch dtype name."""
+    """None/"auto": bf16 on compute capability >= 8.0, fp16 below, fp32 weights on a CPU (with bf16 autocast
+    for the matmuls where the CPU computes bf16 natively, TRL's default); or a torch dtype name ("float32"
+    on a CPU: no autocast)."""
     load_in_4bit: bool = True
     """4-bit (NF4) base weights on CUDA (QLoRA). Ignored, with one message, on a CPU."""
     gpu_memory_cap_gib: float = 0.0

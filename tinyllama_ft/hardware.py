@@ -24,6 +24,8 @@ class Hardware:
         gpu_name: device 0's name, or ``None``.
         total_memory_gib: device 0's memory in GiB, or ``None``.
         colab: running inside Google Colab.
+        cpu_bf16: the CPU computes bf16 natively (AVX512-BF16 or AMX): CPU training runs its matmuls in
+            bf16 under autocast, as TRL's default does, instead of emulating them.
     """
 
     cuda: bool = False
@@ -31,6 +33,7 @@ class Hardware:
     gpu_name: str | None = None
     total_memory_gib: float | None = None
     colab: bool = False
+    cpu_bf16: bool = False
 
     @property
     def bf16_capable(self) -> bool:
@@ -63,7 +66,7 @@ def detect_hardware() -> Hardware:
     import torch
 
     if not torch.cuda.is_available():
-        return Hardware(colab=colab)
+        return Hardware(colab=colab, cpu_bf16=_cpu_computes_bf16(torch))
     props = torch.cuda.get_device_properties(0)
     return Hardware(
         cuda=True,
@@ -72,6 +75,12 @@ def detect_hardware() -> Hardware:
         total_memory_gib=round(props.total_memory / 2**30, 2),
         colab=colab,
     )
+
+
+def _cpu_computes_bf16(torch) -> bool:
+    """AVX512-BF16 or AMX on this CPU (torch's own probes; False where this torch lacks them)."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def is_importable(module: str) -> bool:

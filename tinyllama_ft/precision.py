@@ -56,9 +56,15 @@ def torch_dtype(name: str):
     return getattr(torch, name)
 
 
-def trainer_precision_flags(dtype_name: str) -> dict[str, bool]:
+def trainer_precision_flags(dtype_name: str, cpu_autocast_bf16: bool = False) -> dict[str, bool]:
     """The trainer's mixed-precision flags for the run's dtype: ``{"fp16": ..., "bf16": ...}``.
 
-    fp32 (CPU) sets neither.
+    Args:
+        dtype_name: the run's dtype (``resolve_dtype``).
+        cpu_autocast_bf16: fp32 weights on a CPU that computes bf16 natively, dtype chosen automatically:
+            bf16 autocast for the matmuls (TRL's ``SFTConfig`` default, what its CPU users get), weights
+            and optimizer state staying fp32.
+
+    fp32 sets neither otherwise.
     """
-    return {"fp16": dtype_name == "float16", "bf16": dtype_name == "bfloat16"}
+    return {"fp16": dtype_name == "float16", "bf16": dtype_name == "bfloat16" or cpu_autocast_bf16}

@@ -84,8 +84,11 @@ def sft_config_kwargs(cfg: FinetuneConfig, hardware: Hardware, dtype_name: str, 
         packing=cfg.packing,
         dataset_num_proc=cfg.dataset_num_proc,
         include_num_input_tokens_seen="non_padding",
-        **trainer_precision_flags(dtype_name),
+        **trainer_precision_flags(dtype_name, cpu_autocast_bf16=(
+            not hardware.cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype_name == "float32")),
     )
+    if not hardware.cuda:  # transformers accepts bf16 autocast on a CPU only when told it trains there
+        kwargs["use_cpu"] = True
     if cfg.use_liger_kernel:  # TRL applies Liger to the model and skips the logits-based metrics
         kwargs["use_liger_kernel"] = True
     if cfg.gradient_checkpointing:
@@ -298,8 +301,10 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
 
     Returns:
         ``{"eval_loss_before", "eval_loss_after"`` (None without an eval set), ``"train_runtime_s"``
-        (seconds in ``trainer.train``), ``"train_tokens"`` (non-padding tokens fed in this process),
-        ``"tokens_per_s"``, ``"peak_memory_gib"`` (``torch.cuda.max_memory_allocated``; None on CPU),
+        (seconds in ``trainer.train``), ``"eval_in_train_s"`` (seconds of it spent in the evaluations every
+        ``eval_steps``), ``"train_tokens"`` (non-padding tokens fed in this process), ``"tokens_per_s"``
+        (train_tokens over the training time, evaluations excluded, checkpoint saves included),
+        ``"peak_memory_gib"`` (``torch.cuda.max_memory_allocated``; None on CPU),
         ``"peak_reserved_gib"``, ``"peak_host_rss_gib"`` (this process's peak resident memory), ``"global_step"``, ``"resumed_from"``, ``"train_loss"``,
         ``"log_history"`` (the trainer's per-step logs)}``.
     """
@@ -314,12 +319,15 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
         torch.cuda.reset_peak_memory_stats()
     # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process
     tokens_before = _tokens_in_checkpoint(checkpoint) if checkpoint else trainer.state.num_input_tokens_seen
+    first_step = _checkpoint_state(checkpoint).global_step if checkpoint else trainer.state.global_step
     start = time.perf_counter()
     try:
         output = trainer.train(resume_from_checkpoint=checkpoint)
     except torch.OutOfMemoryError as e:
         raise torch.OutOfMemoryError(out_of_memory_advice(trainer)) from e
     runtime = time.perf_counter() - start
+    # evaluations every eval_steps in this process (a resumed state also holds the earlier process's)
+    eval_in_train = sum(h.get("eval_runtime", 0.0) for h in trainer.state.log_history if h.get("step", 0) > first_step)
     tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
     eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
     cuda = torch.cuda.is_available()
@@ -328,8 +336,9 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
         "eval_loss_before": eval_before,
         "eval_loss_after": eval_after,
         "train_runtime_s": round(runtime, 2),
+        "eval_in_train_s": round(eval_in_train, 2),
         "train_tokens": tokens,
-        "tokens_per_s": round(tokens / runtime, 1) if runtime > 0 else None,
+        "tokens_per_s": round(tokens / (runtime - eval_in_train), 1) if runtime > eval_in_train else None,
         "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None,
         "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3) if cuda else None,
         "peak_host_rss_gib": round(rss_kib / 2**20, 3),
@@ -366,7 +375,11 @@ def out_of_memory_advice(trainer) -> str:
     )
 
 
-def _tokens_in_checkpoint(checkpoint: str) -> int:
+def _checkpoint_state(checkpoint: str):
     from transformers import TrainerState
 
-    return int(TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json")).num_input_tokens_seen)
+    return TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+
+
+def _tokens_in_checkpoint(checkpoint: str) -> int:
+    return int(_checkpoint_state(checkpoint).num_input_tokens_seen)
