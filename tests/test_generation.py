@@ -1,5 +1,7 @@
 """Generation: stops at EOS without EOS text, batches several instructions, streams what it returns."""
 
+import sys
+
 import pytest
 
 from helpers import stories_lora
@@ -165,3 +167,16 @@ def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merge
             decode_mode(*args)
     with pytest.raises(ValueError, match="choose one of"):
         decode_mode(merged, "turbo", False, 1.0, None)
+
+
+def test_merged_reload_after_unsloth_in_the_process_reloads_unmerged_and_says_so(trained_adapter, monkeypatch):
+    """Unsloth (not installable here) is stood in by its module entry: what load_adapter looks at."""
+    import types
+
+    from tinyllama_ft.adapters import load_adapter
+    from tinyllama_ft.hardware import Hardware
+
+    monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
+    with pytest.warns(UserWarning, match="after Unsloth was used in this process"):
+        model, _ = load_adapter(trained_adapter, 512, backend="transformers", hardware=Hardware(), merged=True)
+    assert getattr(model, "peft_config", None)  # base + adapter, not merged

@@ -16,7 +16,9 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import tempfile
+import warnings
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -117,6 +119,12 @@ def load_adapter(
     if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
         raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
                                 f"loaded as safetensors only (re-save it with save_adapter)")
+    if merged and "unsloth" in sys.modules:
+        # Unsloth replaces transformers' Llama forward methods for the whole process when it loads a model:
+        # a plain transformers model built now would run Unsloth's code. Reload the article's way instead.
+        warnings.warn("merged=True after Unsloth was used in this process: reloading base + adapter with "
+                      "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)", stacklevel=2)
+        merged = False
     chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
     if chosen == "unsloth" and base_model is None:
         # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
@@ -136,6 +144,8 @@ def load_adapter(
         model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
             model = model.merge_and_unload()
+            if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
+                del model.peft_config
         model.tinyllama_ft = info
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir, trust_remote_code=trust_remote_code)
         ensure_pad_token(tokenizer)

@@ -197,10 +197,13 @@ def stream(
     prepare_for_inference(model)
     mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor,
                        new_tokens=len(instructions) * max_new_tokens)
+    prompts = [format_prompt(instruction, context, "", template) for instruction, context in zip(instructions, inputs)]
+    if mode != "plain":  # one cache for the longest prompt: no recompilation between the answers
+        longest = max(len(tokenizer(p).input_ids) for p in prompts)
+        decoder_for(model, longest + max_new_tokens, mode)
     answers = []
-    for instruction, context in zip(instructions, inputs):
+    for instruction, prompt in zip(instructions, prompts):
         print(f"### Instruction: {instruction}")
-        prompt = format_prompt(instruction, context, "", template)
         batch = tokenizer([prompt], return_tensors="pt").to(model.device)
         n = batch["input_ids"].shape[1]
         if mode != "plain":

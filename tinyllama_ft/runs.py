@@ -46,7 +46,7 @@ NOT_IDENTITY = (
     "report_to", "wandb_project", "wandb_run_name", "strict", "dataset_num_proc", "gpu_memory_cap_gib",
     "gradient_checkpointing", "per_device_eval_batch_size", "eval_steps", "save_steps", "logging_steps",
     "save_total_limit", "per_device_train_batch_size", "gradient_accumulation_steps", "recipe",
-    "attn_implementation", "use_liger_kernel", "reload_merged",
+    "attn_implementation", "use_liger_kernel", "reload_merged", "backend",
 )
 
 

@@ -192,7 +192,8 @@ def plan_speed(cfg, hardware: Hardware, dtype_name: str, model_config=None, budg
             reasons.append("bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
                            "tokens/s at the same batch on the H200)")
         else:
-            reasons.append(f"{dtype_name} GPU: {backend} (Unsloth's kernels target the T4 generation)")
+            reasons.append(f"{dtype_name} GPU: Unsloth (its kernels target the T4 generation)" if backend == "unsloth"
+                           else f"{dtype_name} GPU: transformers (unsloth is not installed)")
     attn = cfg.attn_implementation
     liger = False
     if backend == "transformers":
@@ -224,6 +225,7 @@ def plan_speed(cfg, hardware: Hardware, dtype_name: str, model_config=None, budg
             break
     else:
         micro, gc = 1, True
+        peak = estimate_peak_gib(dims, micro, cfg.max_seq_length, gc, backend, cfg.load_in_4bit, fused, cfg.lora_r)
         reasons.append("even batch 1 with checkpointing may not fit: lower max_seq_length if it runs out of memory")
     reasons.append(f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
                    f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)")

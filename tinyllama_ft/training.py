@@ -370,7 +370,8 @@ def out_of_memory_advice(trainer) -> str:
         f"gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
         f"gradient_accumulation_steps to keep the effective batch), lower max_seq_length, or set "
         f"gradient_checkpointing=True; recipe='fast' sizes these to the free memory. "
-        + (f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it."
+        + (f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it (in a notebook, "
+           f"restart the runtime first: the failed step may still hold GPU memory)."
            if kept else "No checkpoint was written yet.")
     )
 

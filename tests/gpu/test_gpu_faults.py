@@ -5,9 +5,7 @@
 * CUDA out-of-memory in training ends with a message naming the knobs to lower and keeps the last checkpoint;
 * fp16 on a T4-like setup (capability 7.5 injected, 15 GiB cap) never meets a bf16 tensor;
 * Unsloth's packed batches carry exactly one supervised EOS per sample;
-* the compiled static-cache decoder gives ``generate``'s greedy tokens on a real model (stories260K).
-
-Order matters: the tests that load through Unsloth run last (Unsloth patches transformers' Llama classes).
+(The compiled decoder's check is in test_gpu_decoding.py: it needs a process without Unsloth.)
 
 The TinyLlama-shaped model (random weights) is built from shared/data/tinyllama by
 benchmarks/build_tinyllama_shaped.py; its path comes from ``TINYLLAMA_SHAPED`` (default /tmp/tinyllama-shaped).
@@ -83,28 +81,6 @@ def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alp
     assert sorted(os.listdir(checkpoint)) == before
     del trainer, model
     torch.cuda.empty_cache()
-
-
-def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_dir, tmp_path):
-    from tinyllama_ft.adapters import load_adapter, save_adapter
-    from tinyllama_ft.generation import stream
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
-
-    hardware = detect_hardware()
-    model, tokenizer = load_model(str(stories_dir), 512, "float32", False, "transformers", hardware)
-    model = add_lora(model, gradient_checkpointing=False)
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
-    adapter = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
-    merged, tokenizer = load_adapter(adapter, 512, "float32", False, "transformers", hardware, merged=True)
-    questions = ["Tell me a story about a cat.", "What is the capital of France?"]
-    fast = stream(merged, tokenizer, questions, max_new_tokens=200, decode="inductor", ignore_eos=True, return_ids=True)
-    plain = stream(merged, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
-    assert fast == plain
 
 
 def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):

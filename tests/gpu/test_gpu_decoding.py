@@ -1,0 +1,42 @@
+"""The compiled static-cache decoder on a CUDA GPU (run on the GPU machine; skipped elsewhere).
+
+    python3 -m pytest -q tests/gpu/test_gpu_decoding.py   # in its own process: see below
+
+It gives ``generate``'s greedy tokens on a real model (stories260K, float32). Unsloth, once it has loaded a
+model, replaces transformers' Llama forward methods for the whole process (test_gpu_faults.py does that),
+so this file runs alone.
+"""
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from tinyllama_ft.hardware import detect_hardware  # noqa: E402
+
+
+def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_dir, tmp_path):
+    from tinyllama_ft.adapters import load_adapter, save_adapter
+    from tinyllama_ft.generation import stream
+    from tinyllama_ft.lora import add_lora
+    from tinyllama_ft.modeling import load_model
+
+    if "unsloth" in sys.modules:
+        pytest.skip("Unsloth is loaded in this process: run this file alone")
+    hardware = detect_hardware()
+    model, tokenizer = load_model(str(stories_dir), 512, "float32", False, "transformers", hardware)
+    model = add_lora(model, gradient_checkpointing=False)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    adapter = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    merged, tokenizer = load_adapter(adapter, 512, "float32", False, "transformers", hardware, merged=True)
+    questions = ["Tell me a story about a cat.", "What is the capital of France?"]
+    fast = stream(merged, tokenizer, questions, max_new_tokens=200, decode="inductor", ignore_eos=True, return_ids=True)
+    plain = stream(merged, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
+    assert fast == plain
