@@ -97,7 +97,7 @@ from tinyllama_ft.hardware import detect_hardware, cap_gpu_memory, release_cuda_
 from tinyllama_ft.install import install
 
 cfg = FinetuneConfig.from_mapping(globals())
-from tinyllama_ft.tracking import export_secrets
+from tinyllama_ft.credentials import export_secrets
 print("secrets:", export_secrets())
 hardware = detect_hardware()
 print(hardware)

@@ -19,7 +19,8 @@ import pytest
 from conftest import REPO
 from helpers import stories_lora
 from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.tracking import export_secrets, read_offline_metrics
+from tinyllama_ft.credentials import export_secrets
+from tinyllama_ft.wandb_runfile import read_offline_metrics
 
 FAKE_WANDB_KEY = "wandbfake" + secrets.token_hex(16)  # well-formed for W&B (41 characters), known to no server
 FAKE_HF_TOKEN = "hf_fake" + secrets.token_hex(16)

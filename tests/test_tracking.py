@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from tinyllama_ft.tracking import Tracking, find_api_key, finish_tracking, read_offline_metrics, start_tracking
+from tinyllama_ft.tracking import Tracking, find_api_key, finish_tracking, start_tracking
+from tinyllama_ft.wandb_runfile import read_offline_metrics
 
 
 @pytest.fixture
@@ -25,7 +26,7 @@ def test_key_from_environment_then_colab_secrets(monkeypatch):
 
 
 def test_colab_secrets_are_read_through_google_colab_userdata(monkeypatch):
-    from tinyllama_ft.tracking import colab_secret
+    from tinyllama_ft.credentials import colab_secret
 
     userdata = types.SimpleNamespace(get=lambda name: {"WANDB_API_KEY": "from-colab"}[name])
     colab = types.ModuleType("google.colab")
@@ -212,7 +213,7 @@ def test_logged_values_read_back_equal_from_the_offline_run_file(no_wandb_env, t
 def test_damaged_or_foreign_run_files_are_refused_and_a_torn_tail_is_dropped(no_wandb_env, tmp_path):
     import wandb
 
-    from tinyllama_ft.tracking import wandb_records
+    from tinyllama_ft.wandb_runfile import wandb_records
 
     tracking = start_tracking("wandb", "tiny-llama", "damage", str(tmp_path / "run"), prompt_allowed=False)
     for i in range(5):

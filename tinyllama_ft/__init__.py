@@ -24,7 +24,7 @@ _EXPORTS = {
     "length_report": "lengths", "apply_long_rows": "lengths",
     "plan_speed": "speed",
     "ensure_drive": "runs", "prepare_output_dir": "runs",
-    "start_tracking": "tracking", "finish_tracking": "tracking", "export_secrets": "tracking",
+    "start_tracking": "tracking", "finish_tracking": "tracking", "export_secrets": "credentials",
     "build_trainer": "training", "training_plan": "training", "train_and_evaluate": "training",
     "save_adapter": "adapters", "load_adapter": "adapters",
     "generate": "generation", "stream": "generation",

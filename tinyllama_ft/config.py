@@ -228,10 +228,10 @@ class FinetuneConfig:
             The configuration.
 
         Raises:
-            ValueError: a key looks like a secret (``tracking.refuse_secret_names``; the value is never
+            ValueError: a key looks like a secret (``credentials.refuse_secret_names``; the value is never
                 shown), or as ``__post_init__``.
         """
-        from .tracking import refuse_secret_names
+        from .credentials import refuse_secret_names
 
         refuse_secret_names(values, "FinetuneConfig.from_mapping")
         names = {f.name for f in dataclasses.fields(cls)}

@@ -1,0 +1,98 @@
+"""Secrets: the W&B key and the Hub token come from the environment or Colab's secrets, and go to the
+environment only; never a parameter (``refuse_secret_names``), never printed or written by this package.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Callable, Mapping
+
+#: Secrets this package reads: from the environment, else the Colab secret of the same name.
+SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")
+#: Names that hold a secret (case-insensitive): ``token``, ``hf_token``, ``hub_token``, ``wandb_api_key``,
+#: ``api_key``, ``*_secret``, ``password``...; tokenizer names such as ``eos_token`` are not secrets.
+SECRET_NAME = re.compile(
+    r"^(?:\w+_)?(?:hf|hub|huggingface|hugging_face_hub|wandb|access|auth|api|bearer|refresh)_?token$|^token$"
+    r"|(?:^|_)(?:api_?key|secret|secret_key|password|passwd|credentials?)$|^wandb_?key$",
+    re.IGNORECASE,
+)
+
+
+def colab_secret(name: str) -> str | None:
+    """A Colab secret's value, or None outside Colab, when it is not set or access is not granted."""
+    try:
+        from google.colab import userdata  # only inside Colab
+    except ImportError:
+        return None
+    try:
+        return userdata.get(name)
+    except Exception:  # SecretNotFoundError, NotebookAccessError: both mean "no key here"
+        return None
+
+
+def find_secret(name: str, env=None, secret: Callable[[str], str | None] = colab_secret) -> tuple[str | None, str | None]:
+    """A secret from the environment variable ``name``, else from the Colab secret ``name``.
+
+    Args:
+        name: the variable and secret name, e.g. ``"WANDB_API_KEY"`` or ``"HF_TOKEN"``.
+        env: the environment mapping; default ``os.environ``.
+        secret: reads a Colab secret by name (``colab_secret``; injectable for tests).
+
+    Returns:
+        ``(value, source)``: source ``"environment"`` or ``"colab-secrets"``; ``(None, None)`` when unset.
+    """
+    env = os.environ if env is None else env
+    if env.get(name):
+        return env[name], "environment"
+    value = secret(name)
+    if value:
+        return value, "colab-secrets"
+    return None, None
+
+
+def export_secrets(names=SECRET_ENV_VARS, env=None, secret: Callable[[str], str | None] = colab_secret) -> dict[str, str | None]:
+    """Copy secrets found only in Colab's secrets into the environment, where W&B and the Hub read them.
+
+    ``huggingface_hub`` reads ``HF_TOKEN`` and W&B reads ``WANDB_API_KEY`` from the environment by
+    themselves. Values are never printed or returned.
+
+    Args:
+        names: the secret names (default ``SECRET_ENV_VARS``: ``WANDB_API_KEY``, ``HF_TOKEN``).
+        env: the environment mapping to read and fill; default ``os.environ``.
+        secret: reads a Colab secret by name.
+
+    Returns:
+        ``{name: source}``, source ``"environment"``, ``"colab-secrets"`` or None (not set anywhere).
+    """
+    env = os.environ if env is None else env
+    sources = {}
+    for name in names:
+        value, sources[name] = find_secret(name, env, secret)
+        if sources[name] == "colab-secrets":
+            env[name] = value
+    return sources
+
+
+def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
+    """Refuse a mapping (parameters, a notebook's globals) holding a secret-looking name.
+
+    A parameter is written into the executed notebook and the run's records; a secret must not be.
+
+    Args:
+        values: the mapping whose keys are checked (``SECRET_NAME``); its values are never read.
+        where: what the mapping is, for the message.
+
+    Raises:
+        ValueError: a key looks like a secret; the message names the key and where to put the secret
+            instead, never the value.
+    """
+    found = sorted(k for k in values if isinstance(k, str) and SECRET_NAME.search(k))
+    if found:
+        variable = "WANDB_API_KEY" if "wandb" in found[0].lower() else "HF_TOKEN" if "token" in found[0].lower() \
+            else "an environment variable"
+        raise ValueError(
+            f"{where}: {found[0]!r} looks like a secret, and secrets are never parameters (they would be saved "
+            f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "
+            f"instead and remove {found[0]!r} (value not shown)"
+        )
