@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from .config import FinetuneConfig
 from .hardware import in_colab
-from .training import checkpoint_dirs, last_checkpoint
+from .checkpoints import checkpoint_dirs, last_checkpoint
 
 #: Where Colab mounts Google Drive (``google.colab.drive.mount``'s usual argument).
 DRIVE_MOUNT_POINT = "/content/drive"
@@ -181,6 +181,8 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
         FileExistsError: ``output_dir`` holds an earlier run and neither ``resume`` nor
             ``overwrite_output_dir`` is True; or ``resume=True`` but it holds a finished run without a
             checkpoint to resume from.
+        checkpoints.DamagedCheckpointError: ``resume=True`` and every checkpoint holds a truncated or
+            garbled file (the message names each file and why).
     """
     out = cfg.output_dir
     if cfg.resume and cfg.overwrite_output_dir:
@@ -205,9 +207,9 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
             f"output_dir={out!r} holds an earlier run ({names}): pass resume=True to continue it, "
             f"overwrite_output_dir=True to delete it and start over, or choose another output_dir"
         )
-    if last_checkpoint(out) is None:
+    if last_checkpoint(out, required=True) is None:
         raise FileExistsError(
-            f"resume=True but output_dir={out!r} has no complete checkpoint to resume from, only ({names}): "
+            f"resume=True but output_dir={out!r} has no checkpoint to resume from, only ({names}): "
             f"pass overwrite_output_dir=True to delete it and start over, or choose another output_dir"
         )
     recorded = read_run_config(out)

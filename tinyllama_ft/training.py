@@ -16,14 +16,13 @@ the model (transformers' ``include_num_input_tokens_seen="non_padding"``).
 from __future__ import annotations
 
 import inspect
-import json
 import math
 import os
-import re
 import resource
 import time
 from typing import Any
 
+from .checkpoints import last_checkpoint
 from .config import FinetuneConfig
 from .hardware import Hardware
 from .precision import trainer_precision_flags
@@ -244,54 +243,6 @@ def _samples(batch, pad_id):
                 yield ids[r, s:e], labels[r, s:e]
 
 
-#: transformers' checkpoint folder names: ``checkpoint-<optimizer step>``.
-_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
-
-
-def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
-    """Every ``checkpoint-N`` folder in ``output_dir``, complete or not, oldest first.
-
-    Args:
-        output_dir: the trainer's output folder (need not exist).
-
-    Returns:
-        ``[(N, path), ...]`` sorted by the optimizer step N; ``[]`` when there is none or no folder.
-    """
-    if not os.path.isdir(output_dir):
-        return []
-    found = [(int(m.group(1)), os.path.join(output_dir, name))
-             for name in os.listdir(output_dir) if (m := _CHECKPOINT_DIR.match(name))]
-    return sorted((step, path) for step, path in found if os.path.isdir(path))
-
-
-def checkpoint_complete(checkpoint: str) -> bool:
-    """True when ``checkpoint`` holds a ``trainer_state.json`` that parses.
-
-    transformers writes that file last (after weights, optimizer, scheduler and RNG states), so a process
-    killed mid-save (a Colab disconnect) leaves a folder without it, or with it cut short.
-    """
-    path = os.path.join(checkpoint, "trainer_state.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            json.load(f)
-    except (OSError, ValueError):
-        return False
-    return True
-
-
-def last_checkpoint(output_dir: str) -> str | None:
-    """Newest complete ``checkpoint-N`` folder in ``output_dir``, or None.
-
-    Unlike transformers' ``get_last_checkpoint``, a folder left half-written by a kill during a save is
-    skipped (with a message), so resuming falls back to the checkpoint before it.
-    """
-    for step, path in reversed(checkpoint_dirs(output_dir)):
-        if checkpoint_complete(path):
-            return path
-        print(f"resume: {path} is incomplete (no readable trainer_state.json, the save was interrupted); skipping it")
-    return None
-
-
 def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
     """Evaluate, train, evaluate again; measure tokens, time and peak GPU memory.
 
@@ -307,11 +258,15 @@ def train_and_evaluate(trainer, resume: bool = False) -> dict[str, Any]:
         ``"peak_memory_gib"`` (``torch.cuda.max_memory_allocated``; None on CPU),
         ``"peak_reserved_gib"``, ``"peak_host_rss_gib"`` (this process's peak resident memory), ``"global_step"``, ``"resumed_from"``, ``"train_loss"``,
         ``"log_history"`` (the trainer's per-step logs)}``.
+
+    Raises:
+        checkpoints.DamagedCheckpointError: ``resume`` and every checkpoint holds a truncated or garbled
+            file (a damaged newest one is skipped with a message, falling back to the one before).
     """
     import torch
 
     has_eval = trainer.eval_dataset is not None
-    checkpoint = last_checkpoint(trainer.args.output_dir) if resume else None
+    checkpoint = last_checkpoint(trainer.args.output_dir, required=True) if resume else None
     if resume and checkpoint is None:
         print(f"resume: no checkpoint in {trainer.args.output_dir}; starting from step 0")
     eval_before = trainer.evaluate()["eval_loss"] if has_eval and checkpoint is None else None
