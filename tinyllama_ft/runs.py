@@ -209,7 +209,7 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
         )
     if last_checkpoint(out, required=True) is None:
         raise FileExistsError(
-            f"resume=True but output_dir={out!r} has no checkpoint to resume from, only ({names}): "
+            f"resume=True but output_dir={out!r} has no complete checkpoint to resume from, only ({names}): "
             f"pass overwrite_output_dir=True to delete it and start over, or choose another output_dir"
         )
     recorded = read_run_config(out)
