@@ -24,6 +24,7 @@ change what is trained) and refuses to mix runs:
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -32,6 +33,7 @@ from typing import Any, Callable
 from .config import FinetuneConfig
 from .hardware import in_colab
 from .checkpoints import checkpoint_dirs, last_checkpoint
+from .lock import acquire_run_lock
 
 #: Where Colab mounts Google Drive (``google.colab.drive.mount``'s usual argument).
 DRIVE_MOUNT_POINT = "/content/drive"
@@ -162,10 +164,31 @@ def previous_run(cfg: FinetuneConfig) -> list[str]:
     return found
 
 
+def _holding_run_lock(prepare):
+    """Take ``lock.acquire_run_lock(cfg.output_dir)`` before ``prepare`` looks at the folder; release it if that fails.
+
+    On success the lock stays held (its heartbeat running) until ``lock.release_run_lock(cfg.output_dir)``
+    at the end of the run, or until the process exits.
+    """
+    @functools.wraps(prepare)
+    def wrapper(cfg, *args, **kwargs):
+        lock = acquire_run_lock(cfg.output_dir)
+        try:
+            return prepare(cfg, *args, **kwargs)
+        except BaseException:
+            if lock is not None:
+                lock.release()
+            raise
+    return wrapper
+
+
+@_holding_run_lock
 def prepare_output_dir(cfg: FinetuneConfig) -> str:
     """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
 
-    Call it before training (the notebook does, right after building ``cfg``).
+    Call it before training (the notebook does, right after building ``cfg``). It first takes the folder's
+    run lock (``lock.acquire_run_lock``: one run per ``output_dir`` at a time), held until
+    ``lock.release_run_lock(cfg.output_dir)`` at the end of the run (or the process's exit).
 
     Args:
         cfg: the run's configuration; reads ``output_dir``, ``resume``, ``overwrite_output_dir``,
@@ -181,6 +204,7 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
         FileExistsError: ``output_dir`` holds an earlier run and neither ``resume`` nor
             ``overwrite_output_dir`` is True; or ``resume=True`` but it holds a finished run without a
             checkpoint to resume from.
+        lock.RunLockedError: another live run holds ``output_dir``'s lock (names its host and process).
         checkpoints.DamagedCheckpointError: ``resume=True`` and every checkpoint holds a truncated or
             garbled file (the message names each file and why).
     """
