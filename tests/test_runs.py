@@ -13,6 +13,7 @@ import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.config import FinetuneConfig
+from tinyllama_ft.lock import LOCK_FILE
 from tinyllama_ft.runs import (NOT_IDENTITY, RUN_CONFIG, ensure_drive, identity_differences, prepare_output_dir,
                                read_run_config, run_identity)
 
@@ -71,7 +72,7 @@ def test_new_or_empty_output_dir_starts_and_records_the_run(stories_dir, alpaca_
     empty = tmp_path / "empty"
     empty.mkdir()
     assert prepare_output_dir(replace(cfg, output_dir=str(empty))) == "new"
-    assert _listing(empty) == [RUN_CONFIG]
+    assert _listing(empty) == sorted([RUN_CONFIG, LOCK_FILE])  # the lock: held until the run ends
     # killed before its first checkpoint: nothing to lose, a different run may start there
     assert prepare_output_dir(replace(cfg, output_dir=str(empty), learning_rate=1e-4)) == "new"
     assert read_run_config(str(empty))["learning_rate"] == 1e-4
@@ -162,7 +163,7 @@ def test_overwrite_deletes_the_earlier_run_so_nothing_mixes(earlier, stories_dir
     assert prepare_output_dir(cfg) == "overwrite"
     assert "deleted" in capsys.readouterr().out
     # W&B logs and TRL's model card (rewritten at the next save) are not the run's checkpoints: kept
-    assert _listing(cfg.output_dir) == ["README.md", RUN_CONFIG, "wandb"]
+    assert _listing(cfg.output_dir) == sorted(["README.md", RUN_CONFIG, "wandb", LOCK_FILE])
     assert read_run_config(cfg.output_dir)["learning_rate"] == 1e-3
     results = _train(cfg, stories_dir, alpaca_jsonl)
     assert results["resumed_from"] is None
@@ -170,6 +171,21 @@ def test_overwrite_deletes_the_earlier_run_so_nothing_mixes(earlier, stories_dir
     # and the new run is itself protected
     with pytest.raises(FileExistsError, match="checkpoint-3"):
         prepare_output_dir(replace(cfg, overwrite_output_dir=False))
+
+
+def test_overwrite_deletes_the_earlier_runs_offline_wandb_runs(earlier, monkeypatch, capsys):
+    """A real offline W&B run of the earlier run: ``wandb sync`` would upload it as if it were the new one."""
+    from tinyllama_ft.tracking import finish_tracking, start_tracking
+
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    tracking = start_tracking("wandb", "tiny-llama", "earlier", earlier.output_dir, prompt_allowed=False)
+    finish_tracking(tracking)
+    wandb_dir = os.path.join(earlier.output_dir, "wandb")
+    assert tracking.mode == "offline" and any(n.startswith("offline-run-") for n in os.listdir(wandb_dir))
+    assert prepare_output_dir(replace(earlier, overwrite_output_dir=True)) == "overwrite"
+    assert os.listdir(wandb_dir) == []  # its run folder and the links into it (latest-run, debug.log)
 
 
 def test_new_config_fields_default_off_and_come_from_a_notebook_namespace():

@@ -18,8 +18,9 @@ change what is trained) and refuses to mix runs:
 * ``overwrite_output_dir=True``: the old run's ``checkpoint-*`` folders, ``run_summary.json``,
   ``loss_curve.png``, adapter folder (when inside ``output_dir``) and ``run_config.json`` are deleted,
   not moved aside: the flag is the explicit consent, a kept copy would silently fill a 15 GB Drive, and
-  transformers would otherwise rotate or resume from the old checkpoints. Other files stay (W&B logs,
-  TRL's model card ``README.md``, which the next checkpoint save rewrites).
+  transformers would otherwise rotate or resume from the old checkpoints. Its offline W&B runs
+  (``wandb/offline-run-*``, which ``wandb sync`` would upload as if current) go too. Other files stay
+  (online W&B runs' local logs, TRL's model card ``README.md``, which the next checkpoint save rewrites).
 """
 
 from __future__ import annotations
@@ -164,6 +165,22 @@ def previous_run(cfg: FinetuneConfig) -> list[str]:
     return found
 
 
+def wandb_offline_runs(output_dir: str) -> list[str]:
+    """W&B's offline run folders in ``<output_dir>/wandb`` (``offline-run-*``), and the links into them
+    (``latest-run``, ``debug.log``, ``debug-internal.log``).
+
+    ``wandb sync <output_dir>/wandb`` would upload them, so an overwritten run's offline logs go with it.
+    Online runs' folders (``run-*``) are already on the server and stay.
+    """
+    folder = os.path.join(output_dir, "wandb")
+    if not os.path.isdir(folder):
+        return []
+    names = sorted(n for n in os.listdir(folder) if n.startswith("offline-run-"))
+    links = [n for n in os.listdir(folder) if os.path.islink(os.path.join(folder, n)) and os.path.relpath(
+        os.path.join(folder, os.readlink(os.path.join(folder, n))), folder).split(os.sep)[0] in names]
+    return [os.path.join(folder, n) for n in names + sorted(links)]
+
+
 def _holding_run_lock(prepare):
     """Take ``lock.acquire_run_lock(cfg.output_dir)`` before ``prepare`` looks at the folder; release it if that fails.
 
@@ -218,8 +235,10 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
         return "new"
     names = ", ".join(os.path.relpath(p, out) for p in earlier)
     if cfg.overwrite_output_dir:
-        for path in earlier:
-            if os.path.isdir(path):
+        for path in earlier + wandb_offline_runs(out):  # an unsynced W&B run of the deleted run would upload later
+            if os.path.islink(path):
+                os.remove(path)
+            elif os.path.isdir(path):
                 shutil.rmtree(path)
             else:
                 os.remove(path)
