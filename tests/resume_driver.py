@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from tinyllama_ft.config import FinetuneConfig
     from tinyllama_ft.data import load_instruction_data, split_train_eval
+    from tinyllama_ft.fingerprint import data_fingerprint
     from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.lock import release_run_lock
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
     from tinyllama_ft.prompts import make_formatting_func
@@ -67,14 +69,15 @@ def main(argv: list[str] | None = None) -> int:
         report_to="none", dataset_num_proc=None, seed=a.seed, output_dir=a.output_dir, resume=a.resume,
         overwrite_output_dir=a.overwrite_output_dir,
     )
-    prepare_output_dir(cfg)
+    rows, _ = load_instruction_data(cfg.dataset, cfg.dataset_split, cfg.dataset_config, cfg.instruction_column,
+                                    cfg.input_column, cfg.output_column, strict=cfg.strict)
+    rows = rows.select(range(min(a.rows, len(rows))))
+    prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))  # the rows as they train
     hardware = Hardware()
     model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware)
     model = add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_bias, cfg.target_modules,
                      cfg.use_rslora, cfg.gradient_checkpointing, cfg.seed)
-    rows, _ = load_instruction_data(cfg.dataset, cfg.dataset_split, cfg.dataset_config, cfg.instruction_column,
-                                    cfg.input_column, cfg.output_column, strict=cfg.strict)
-    rows = rows.select(range(min(a.rows, len(rows)))).map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
+    rows = rows.map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
     train_dataset, eval_dataset = split_train_eval(rows, cfg.test_size, cfg.seed)
 
     logged: list[dict] = []
@@ -90,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     trainer = build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, hardware, "float32", callbacks=[Record()])
     training_plan(trainer), eos_supervision(trainer)  # as the notebook's cell 6: iterates a batch before training
     results = train_and_evaluate(trainer, resume=cfg.resume)
+    release_run_lock(cfg.output_dir)  # the run's end (the notebook's last cell)
     with open(a.result, "w", encoding="utf-8") as f:
         json.dump({"logged": logged, "results": results}, f, default=str)
     return 0

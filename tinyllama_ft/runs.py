@@ -107,14 +107,17 @@ def ensure_drive(
     return True
 
 
-def run_identity(cfg: FinetuneConfig) -> dict[str, Any]:
+def run_identity(cfg: FinetuneConfig, data_fingerprint: str | None = None) -> dict[str, Any]:
     """The fields of ``cfg`` that change what is trained (all but ``NOT_IDENTITY``), JSON-ready.
 
     The micro-batch split is execution only (the fast recipe sizes it to the GPU, and a run that ran out of
-    memory resumes with a smaller one): the effective batch is recorded instead.
+    memory resumes with a smaller one): the effective batch is recorded instead. ``data_fingerprint``
+    (``fingerprint.data_fingerprint`` of the training rows), when given, is recorded as the field of that name.
     """
     identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
     identity["effective_batch_size"] = cfg.effective_batch_size
+    if data_fingerprint is not None:
+        identity["data_fingerprint"] = data_fingerprint
     return identity
 
 
@@ -200,7 +203,7 @@ def _holding_run_lock(prepare):
 
 
 @_holding_run_lock
-def prepare_output_dir(cfg: FinetuneConfig) -> str:
+def prepare_output_dir(cfg: FinetuneConfig, data_fingerprint: str | None = None) -> str:
     """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
 
     Call it before training (the notebook does, right after building ``cfg``). It first takes the folder's
@@ -210,6 +213,8 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
     Args:
         cfg: the run's configuration; reads ``output_dir``, ``resume``, ``overwrite_output_dir``,
             ``adapter_dir`` and the identity fields (``run_identity``).
+        data_fingerprint: ``fingerprint.data_fingerprint`` of the training rows: recorded, and on resume
+            compared with the recorded one (a run recorded without it is not compared).
 
     Returns:
         ``"new"`` (nothing of an earlier run there), ``"overwrite"`` (an earlier run was deleted) or
@@ -217,7 +222,8 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
 
     Raises:
         ValueError: ``resume`` and ``overwrite_output_dir`` are both True; or ``resume=True`` and the
-            recorded configuration differs (the message names the fields).
+            recorded configuration differs (the message names the fields: ``data_fingerprint`` when the
+            training rows changed).
         FileExistsError: ``output_dir`` holds an earlier run and neither ``resume`` nor
             ``overwrite_output_dir`` is True; or ``resume=True`` but it holds a finished run without a
             checkpoint to resume from.
@@ -228,7 +234,7 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
     out = cfg.output_dir
     if cfg.resume and cfg.overwrite_output_dir:
         raise ValueError("resume=True and overwrite_output_dir=True contradict each other: set one of them to False")
-    identity = run_identity(cfg)
+    identity = run_identity(cfg, data_fingerprint=data_fingerprint)
     earlier = previous_run(cfg)
     if not earlier:
         write_run_config(out, identity)
@@ -262,6 +268,8 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
         diff = identity_differences(recorded, identity)
         if diff:
             lines = "; ".join(f"{k}: {old!r} then, {new!r} now" for k, (old, new) in diff.items())
+            if "data_fingerprint" in diff:
+                lines += " (the training rows changed since: the dataset's file was edited or replaced)"
             raise ValueError(
                 f"resume=True but the checkpoints in output_dir={out!r} were trained with different "
                 f"{', '.join(diff)} ({lines}): set them back to resume, or pass overwrite_output_dir=True "
