@@ -110,6 +110,8 @@ def load_adapter(
     Raises:
         FileNotFoundError: as ``adapter_base_model``; or ``adapter_dir`` has no
             ``adapter_model.safetensors`` (adapter weights are read as safetensors only, never a pickle).
+        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base (another model
+            type, vocabulary or hidden sizes, or target modules the base lacks): names each difference.
     """
     from .hardware import detect_hardware, is_importable
     from .modeling import choose_backend, ensure_pad_token, load_model
@@ -134,6 +136,8 @@ def load_adapter(
         from peft import PeftModel
         from transformers import AutoTokenizer
 
+        from .adapter_fit import check_adapter_fits
+
         base_model_obj, _ = load_model(base, max_seq_length, dtype, load_in_4bit, chosen, hardware, trust_remote_code)
         info = base_model_obj.tinyllama_ft
         if merged and getattr(base_model_obj, "hf_quantizer", None) is not None:
@@ -141,6 +145,7 @@ def load_adapter(
 
             base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(info.dtype))
             info = dataclasses.replace(info, load_in_4bit=False)
+        check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
         model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
             model = model.merge_and_unload()

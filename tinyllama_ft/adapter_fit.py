@@ -1,0 +1,148 @@
+"""Does a saved LoRA adapter fit a base model? Checked before PEFT loads it.
+
+PEFT loads an adapter onto any base whose module names match, and a base with another vocabulary then
+fails only at generation (``IndexError: index out of range in self``: the adapter's tokenizer makes ids the
+base cannot embed). ``adapter_fit_problems`` compares, without loading the adapter's weights:
+
+* the adapter's recorded base (``base_model_name_or_path`` in ``adapter_config.json``), when its config is
+  on this machine (a local folder or the Hugging Face cache): ``model_type``, vocabulary, hidden sizes,
+  layers and heads against the base's config;
+* the adapter's tokenizer (saved beside it by ``adapters.save_adapter``): every id must have a row in the
+  base's input embeddings;
+* each tensor in ``adapter_model.safetensors`` (its header only): the module it adapts must exist in the
+  base, with the input/output sizes the LoRA matrices were trained for; a full tensor saved with the
+  adapter (``modules_to_save``, e.g. resized embeddings) must have the base parameter's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+#: Config fields an adapter's base and the base it is loaded onto must share.
+CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                 "num_attention_heads", "num_key_value_heads")
+#: PEFT's prefix of saved tensor names (``PeftModel`` wraps the base as ``base_model.model``).
+_PREFIX = "base_model.model."
+#: LoRA tensor suffix -> (which dimension of the tensor is the module's input/output size, and which size).
+_LORA = {".lora_A.weight": (1, "in"), ".lora_B.weight": (0, "out"),
+         ".lora_embedding_A": (1, "in"), ".lora_embedding_B": (0, "out")}
+
+
+class AdapterMismatchError(ValueError):
+    """The adapter was trained on another base model than the one it is being loaded onto."""
+
+
+def _safetensors_shapes(path: str) -> dict[str, list[int]]:
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def _module_sizes(module) -> tuple[int | None, int | None]:
+    """``(in, out)`` of a Linear (also bitsandbytes' 4-bit one) or an Embedding."""
+    if hasattr(module, "in_features"):
+        return module.in_features, module.out_features
+    if hasattr(module, "num_embeddings"):
+        return module.num_embeddings, module.embedding_dim
+    return None, None
+
+
+def _recorded_base_config(name: str | None) -> dict | None:
+    """The adapter's base's config, if it is on this machine (never downloads)."""
+    if not name:
+        return None
+    path = os.path.join(os.path.expanduser(name), "config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(name, local_files_only=True).to_dict()
+    except (OSError, ValueError):
+        return None
+
+
+def adapter_fit_problems(adapter_dir: str, base_model, tokenizer=None) -> list[str]:
+    """What keeps the adapter in ``adapter_dir`` from fitting ``base_model``; ``[]`` when it fits.
+
+    Args:
+        adapter_dir: a PEFT LoRA folder (``adapter_config.json`` + ``adapter_model.safetensors``).
+        base_model: the loaded base (a transformers model, 4-bit or not), before the adapter is added.
+        tokenizer: the tokenizer generation will use; default: the one saved in ``adapter_dir``, if any.
+
+    Returns:
+        One sentence per difference (``"vocab_size: 512 in the adapter's base, 32000 in this base"``,
+        ``"model.layers.3.self_attn.q_proj: the adapter adapts it, this base has no such module"``...).
+    """
+    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+        adapter_config = json.load(f)
+    problems = []
+    recorded = _recorded_base_config(adapter_config.get("base_model_name_or_path"))
+    base_config = base_model.config.to_dict()
+    if recorded is not None:
+        for field in CONFIG_FIELDS:
+            then, now = recorded.get(field), base_config.get(field)
+            if then is not None and now is not None and then != now:
+                problems.append(f"{field}: {then!r} in the adapter's base, {now!r} in this base")
+    embeddings = base_model.get_input_embeddings().num_embeddings
+    if tokenizer is None and os.path.isfile(os.path.join(adapter_dir, "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+    if tokenizer is not None and len(tokenizer) > embeddings:
+        problems.append(f"vocabulary: the adapter's tokenizer has {len(tokenizer)} tokens, this base embeds "
+                        f"{embeddings} (ids from {embeddings} on would fail with IndexError at generation)")
+    modules = dict(base_model.named_modules())
+    missing, wrong = [], []
+    for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items():
+        name = key[len(_PREFIX):] if key.startswith(_PREFIX) else key
+        suffix = next((s for s in _LORA if name.endswith(s)), None)
+        if suffix is None:  # a full tensor saved with the adapter (modules_to_save)
+            try:
+                have = list(base_model.get_parameter(name).shape)
+            except AttributeError:
+                missing.append(name)
+                continue
+            if have != list(shape):
+                wrong.append(f"{name}: {list(shape)} in the adapter, {have} in this base")
+            continue
+        module_name = name[: -len(suffix)]
+        if module_name not in modules:
+            missing.append(module_name)
+            continue
+        dim, side = _LORA[suffix]
+        size = _module_sizes(modules[module_name])[0 if side == "in" else 1]
+        if size is not None and size != shape[dim]:
+            wrong.append(f"{module_name}: the adapter's LoRA {side}put size is {shape[dim]}, this base's is {size}")
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        problems.append(f"target modules this base lacks: {', '.join(sorted(set(missing))[:3])}{more} "
+                        f"(the adapter's target_modules: {adapter_config.get('target_modules')})")
+    if wrong:
+        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        problems.append("hidden sizes differ: " + "; ".join(wrong[:3]) + more)
+    return problems
+
+
+def check_adapter_fits(adapter_dir: str, base_model, base_name: str | None = None, tokenizer=None) -> None:
+    """Raise, naming every difference, unless the adapter in ``adapter_dir`` fits ``base_model``.
+
+    Args:
+        adapter_dir, base_model, tokenizer: as ``adapter_fit_problems``.
+        base_name: how the base was named (for the message), e.g. ``load_adapter``'s ``base_model``.
+
+    Raises:
+        AdapterMismatchError: (a ``ValueError``) the adapter was trained on another base.
+    """
+    problems = adapter_fit_problems(adapter_dir, base_model, tokenizer)
+    if problems:
+        with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+            trained_on = json.load(f).get("base_model_name_or_path")
+        raise AdapterMismatchError(
+            f"the adapter in {adapter_dir!r} (trained on {trained_on!r}) does not fit the base "
+            f"{base_name or base_model.config.name_or_path!r}: " + "; ".join(problems)
+            + ". Load it onto the base it was trained on (load_adapter's base_model, or leave it None)")
