@@ -20,6 +20,8 @@ import sys
 import tempfile
 import warnings
 
+from .paths import expand_path
+
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
@@ -41,7 +43,7 @@ def save_adapter(model, tokenizer, adapter_dir: str, overwrite: bool = True) -> 
         RuntimeError: the save did not produce ``adapter_config.json`` and ``adapter_model.safetensors``
             (e.g. ``model`` has no adapter); nothing is left behind.
     """
-    target = os.path.abspath(adapter_dir)
+    target = os.path.abspath(expand_path(adapter_dir))
     if os.path.exists(target) and not overwrite:
         raise FileExistsError(f"adapter_dir={adapter_dir!r} exists; pass overwrite=True to replace it")
     parent = os.path.dirname(target)
@@ -73,7 +75,7 @@ def adapter_base_model(adapter_dir: str) -> str:
     Raises:
         FileNotFoundError: ``adapter_dir`` holds no ``adapter_config.json``.
     """
-    path = os.path.join(adapter_dir, "adapter_config.json")
+    path = os.path.join(expand_path(adapter_dir), "adapter_config.json")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no adapter_config.json: not a saved adapter")
     with open(path, encoding="utf-8") as f:
@@ -117,7 +119,8 @@ def load_adapter(
     from .modeling import choose_backend, ensure_pad_token, load_model
 
     hardware = hardware or detect_hardware()
-    base = base_model or adapter_base_model(adapter_dir)
+    adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
+    base = base_model or expand_path(adapter_base_model(adapter_dir))
     if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
         raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
                                 f"loaded as safetensors only (re-save it with save_adapter)")

@@ -27,6 +27,8 @@ import re
 import struct
 import zipfile
 
+from .paths import expand_path
+
 #: transformers' checkpoint folder names: ``checkpoint-<optimizer step>`` (``trainer_utils._re_checkpoint``).
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 #: Bytes per element of each safetensors dtype.
@@ -51,6 +53,7 @@ def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
     Returns:
         ``[(N, path), ...]`` sorted by the optimizer step N; ``[]`` when there is none or no folder.
     """
+    output_dir = expand_path(output_dir)
     if not os.path.isdir(output_dir):
         return []
     found = [(int(m.group(1)), os.path.join(output_dir, name))

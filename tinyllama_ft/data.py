@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .paths import expand_path
+
 LOCAL_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 #: How many bad rows a report names.
 SHOW_BAD_ROWS = 5
@@ -204,7 +206,7 @@ def read_rows(source: str, split: str = "train", config: str | None = None) -> l
             or binary (naming the line and byte), a ``.json`` that does not parse (naming line and column),
             a ``.parquet`` that is not parquet.
     """
-    source = os.path.expanduser(source)  # "~/data.jsonl" is a local file (a Hub id never starts with ~)
+    source = expand_path(source)  # "~/data.jsonl", "$DATA/x.jsonl" are local files (a Hub id has no ~ or $)
     if os.path.isfile(source):
         suffix = os.path.splitext(source)[1].lower()
         readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}

@@ -124,7 +124,7 @@ def generate(
 
     Returns:
         One answer string per instruction: the generated text up to (not including) EOS, special tokens
-        removed.
+        removed; ``[]`` for no instructions (as ``stream``).
 
     Raises:
         ValueError: ``inputs`` does not match ``instructions`` in length.
@@ -134,6 +134,8 @@ def generate(
     single = isinstance(instructions, str)
     instructions = [instructions] if single else list(instructions)
     inputs = _as_list(inputs, len(instructions), "inputs")
+    if not instructions:  # as stream: nothing asked, nothing answered
+        return []
     prompts = [format_prompt(i, x, "", template) for i, x in zip(instructions, inputs)]
     prepare_for_inference(model)
     side = tokenizer.padding_side
@@ -194,6 +196,8 @@ def stream(
 
     instructions = [instructions] if isinstance(instructions, str) else list(instructions)
     inputs = _as_list(inputs, len(instructions), "inputs")
+    if not instructions:  # as generate
+        return []
     prepare_for_inference(model)
     mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor,
                        new_tokens=len(instructions) * max_new_tokens)

@@ -18,6 +18,7 @@ import warnings
 from dataclasses import dataclass
 
 from .hardware import Hardware, detect_hardware, is_importable
+from .paths import expand_path
 from .precision import resolve_dtype, torch_dtype
 
 BACKENDS = ("auto", "unsloth", "transformers")
@@ -158,6 +159,7 @@ def load_model(
         OSError: the model cannot be found (not a folder, and the Hub does not answer).
     """
     hardware = hardware or detect_hardware()
+    model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
     if load_in_4bit and not hardware.cuda:

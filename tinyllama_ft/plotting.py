@@ -35,5 +35,7 @@ def loss_curve(log_history: list[dict], path: str | None = None):
     ax.legend()
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=100)
+        from .paths import expand_path
+
+        fig.savefig(expand_path(path), dpi=100)
     return fig

@@ -25,6 +25,7 @@ change what is trained) and refuses to mix runs:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -32,9 +33,10 @@ import shutil
 from typing import Any, Callable
 
 from .config import FinetuneConfig
-from .hardware import in_colab
 from .checkpoints import checkpoint_dirs, last_checkpoint
+from .hardware import in_colab
 from .lock import acquire_run_lock
+from .paths import expand_path
 
 #: Where Colab mounts Google Drive (``google.colab.drive.mount``'s usual argument).
 DRIVE_MOUNT_POINT = "/content/drive"
@@ -82,6 +84,7 @@ def ensure_drive(
         RuntimeError: ``output_dir`` is under ``mount_point``, nothing is mounted there and this is not
             Colab (the folder would be a plain local one).
     """
+    output_dir = expand_path(output_dir)
     on_drive = _under(output_dir, mount_point)
     if not (mount_drive or on_drive):
         return False
@@ -124,7 +127,7 @@ def run_identity(cfg: FinetuneConfig, data_fingerprint: str | None = None) -> di
 def read_run_config(output_dir: str) -> dict[str, Any] | None:
     """The identity recorded in ``<output_dir>/run_config.json``, or None when there is none (or it is unreadable)."""
     try:
-        with open(os.path.join(output_dir, RUN_CONFIG), encoding="utf-8") as f:
+        with open(os.path.join(expand_path(output_dir), RUN_CONFIG), encoding="utf-8") as f:
             return json.load(f)
     except (OSError, ValueError):
         return None
@@ -136,6 +139,7 @@ def write_run_config(output_dir: str, identity: dict[str, Any]) -> str:
     Returns:
         The file's path.
     """
+    output_dir = expand_path(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     path = os.path.join(output_dir, RUN_CONFIG)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
@@ -192,6 +196,8 @@ def _holding_run_lock(prepare):
     """
     @functools.wraps(prepare)
     def wrapper(cfg, *args, **kwargs):
+        paths = {"output_dir": expand_path(cfg.output_dir), "adapter_dir": expand_path(cfg.adapter_dir)}
+        cfg = dataclasses.replace(cfg, **paths)  # "~/runs/x" is no folder named "~" (FinetuneConfig expands it too)
         lock = acquire_run_lock(cfg.output_dir)
         try:
             return prepare(cfg, *args, **kwargs)

@@ -9,6 +9,8 @@ import platform
 import subprocess
 from typing import Any
 
+from .paths import expand_path
+
 #: Distributions whose versions a summary records (missing ones are recorded as None).
 LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
              "bitsandbytes", "wandb", "tinyllama-ft")
@@ -85,6 +87,7 @@ def write_run_summary(path: str, **fields: Any) -> str:
     Returns:
         ``path``.
     """
+    path = expand_path(path)
     summary = dict(fields)
     summary.setdefault("versions", library_versions())
     summary.setdefault("git_commit", git_commit())

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from .credentials import colab_secret, export_secrets, find_secret
+from .paths import expand_path
 
 #: Seconds the server gets to answer the reachability probe before the run goes offline.
 PROBE_TIMEOUT_S = 3.0
@@ -175,6 +176,7 @@ def start_tracking(
             mode, reason = "offline", f"W&B server {url} not reachable ({unreachable})"
         elif source == "prompt":
             wandb.login()  # the article's cell: asks for the key
+    output_dir = expand_path(output_dir)
     os.makedirs(output_dir, exist_ok=True)
     init = dict(project=project, name=run_name, dir=os.path.abspath(output_dir), config=config or {})
     try:

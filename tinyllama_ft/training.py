@@ -25,6 +25,7 @@ from typing import Any
 from .checkpoints import last_checkpoint
 from .config import FinetuneConfig
 from .hardware import Hardware
+from .paths import expand_path
 from .precision import trainer_precision_flags
 
 
@@ -61,7 +62,7 @@ def sft_config_kwargs(cfg: FinetuneConfig, hardware: Hardware, dtype_name: str, 
         from trl import SFTConfig as config_cls
     optim = cfg.optim or ("adamw_8bit" if hardware.cuda else "adamw_torch")
     kwargs: dict[str, Any] = dict(
-        output_dir=cfg.output_dir,
+        output_dir=expand_path(cfg.output_dir),
         per_device_train_batch_size=cfg.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=cfg.gradient_accumulation_steps,
