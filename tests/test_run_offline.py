@@ -1,0 +1,65 @@
+"""The offline script (issue 10, item 8): ``-p resume True`` resumes as the README says (the script's
+default overwrite steps aside), and a failed run never leaves an output notebook beside another run's
+summary. Real runs of scripts/run_offline.sh (papermill, stories260K, 200 real Alpaca rows, CPU)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from helpers import alpaca_rows
+
+pytestmark = pytest.mark.notebook
+QUICK = ["-p", "save_steps", "2", "-p", "eval_steps", "2", "-p", "report_to", "none", "-p", "max_new_tokens", "8"]
+
+
+def _script(out, dataset, stories_dir, *args):
+    env = dict(os.environ, OUT=str(out), MODEL=str(stories_dir), DATASET=str(dataset), SKIP_SETUP="1",
+               VENV=str(Path(sys.executable).parent.parent), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    return subprocess.run(["bash", str(REPO / "scripts" / "run_offline.sh"), *QUICK, *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def runs(stories_dir, alpaca_jsonl, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("offline")
+    dataset = tmp / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in alpaca_rows(alpaca_jsonl, 200)), encoding="utf-8")
+    out = tmp / "run"
+    first = _script(out, dataset, stories_dir, "-p", "max_steps", "4")
+    assert first.returncode == 0, first.stderr[-3000:]
+    summary_1 = json.loads((out / "outputs" / "run_summary.json").read_text())
+    shutil.rmtree(out / "outputs" / "checkpoint-4")  # as if disconnected before the last save
+    resumed = _script(out, dataset, stories_dir, "-p", "resume", "True", "-p", "max_steps", "4")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    summary_2 = json.loads((out / "outputs" / "run_summary.json").read_text())
+    return {"out": out, "dataset": dataset, "summaries": (summary_1, summary_2)}
+
+
+def test_resume_through_the_script_continues_the_run(runs):
+    first, resumed = runs["summaries"]
+    assert first["global_step"] == 4 and first["resumed_from"] is None
+    assert resumed["global_step"] == 4 and resumed["resumed_from"].endswith("checkpoint-2")
+    out = runs["out"]
+    assert (out / "finetune_tinyllama.out.ipynb").exists() and not (out / "finetune_tinyllama.failed.ipynb").exists()
+    assert not (out / "outputs" / "run.lock").exists()  # the kernel's exit released it
+
+
+def test_a_failed_run_leaves_no_notebook_beside_another_runs_summary(runs, stories_dir):
+    out, nb = runs["out"], runs["out"] / "finetune_tinyllama.out.ipynb"
+    summary = out / "outputs" / "run_summary.json"
+    # fails at the configuration cell, before the output folder is touched: the earlier pair stays
+    before = summary.read_bytes()
+    failed = _script(out, runs["dataset"], stories_dir, "-p", "template", "no_such_template")
+    assert failed.returncode != 0 and "run failed" in failed.stderr
+    assert (out / "finetune_tinyllama.failed.ipynb").exists() and nb.exists() and summary.read_bytes() == before
+    assert "no_such_template" not in nb.read_text(encoding="utf-8")
+    # fails after its overwrite deleted the earlier run: the earlier run's notebook goes with its summary
+    failed = _script(out, out / "no_such_rows.jsonl", stories_dir)
+    assert failed.returncode != 0 and "run failed" in failed.stderr
+    assert not summary.exists() and not nb.exists() and (out / "finetune_tinyllama.failed.ipynb").exists()
