@@ -17,16 +17,15 @@ A lock held by this very process (a notebook cell run again) is reused. Under a 
 (``torchrun``, ``accelerate launch``) only the main process takes the lock (``RANK`` / ``LOCAL_RANK``, or
 accelerate's ``PartialState`` when it is set up); the others get None.
 
-Release: ``RunLock.release()`` or ``release_run_lock(output_dir)`` at the end of a run; ``with
-acquire_run_lock(...)`` releases on exceptions too; and whatever this process still holds is released
-when it exits normally. A killed process leaves its lock behind: stale at once for a run on the same host,
-after ``STALE_AFTER_S`` seconds for one on another machine. Heartbeat times are wall-clock (UTC epoch)
-seconds, so machines sharing a folder need roughly synchronised clocks (NTP; Colab has it).
+Release: ``release_run_lock(output_dir)`` at the end of a run; ``with acquire_run_lock(...)`` releases on
+exceptions too; a normal process exit releases what it holds. Heartbeats are wall-clock (UTC epoch)
+seconds: machines sharing a folder need roughly synchronised clocks (NTP; Colab has it).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import socket
@@ -127,11 +126,14 @@ class RunLock:
             self.lost = True
             return False
         self.info["heartbeat"] = time.time()
+        self._write()
+        return True
+
+    def _write(self) -> None:
         tmp = f"{self.path}.{self.info['token']}.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(self._text())
-        os.replace(tmp, self.path)
-        return True
+        os.replace(tmp, self.path)  # atomic: a reader sees the old heartbeat or the new
 
     def _run(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
@@ -154,10 +156,8 @@ class RunLock:
         if _HELD.get(os.path.realpath(self.output_dir)) is self:
             del _HELD[os.path.realpath(self.output_dir)]
         if self._owned():
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 os.remove(self.path)
-            except FileNotFoundError:
-                pass
 
     def __enter__(self) -> "RunLock":
         return self
@@ -249,7 +249,7 @@ def acquire_run_lock(output_dir: str, *, stale_after_s: float = STALE_AFTER_S,
         current = read_lock(output_dir)
         state, who = _judge(lock.path, current, stale_after_s)
         if state == "own":  # this process's lock, from an earlier cell run: hand it to the new object
-            os.replace(*_written(lock))
+            lock._write()
             break
         if state == "live":
             raise RunLockedError(
@@ -267,13 +267,6 @@ def acquire_run_lock(output_dir: str, *, stale_after_s: float = STALE_AFTER_S,
     return lock.start()
 
 
-def _written(lock: RunLock) -> tuple[str, str]:
-    tmp = f"{lock.path}.{lock.info['token']}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(lock._text())
-    return tmp, lock.path
-
-
 def _break(path: str, raw: bytes, token: str) -> None:
     """Remove the stale lock file whose bytes were ``raw``, unless another run replaced it meanwhile."""
     aside = f"{path}.{token}.stale"
@@ -284,10 +277,8 @@ def _break(path: str, raw: bytes, token: str) -> None:
     with open(aside, "rb") as f:
         moved = f.read()
     if moved != raw:  # a fresh lock appeared between our read and the rename: put it back
-        try:
+        with contextlib.suppress(FileExistsError):
             os.link(aside, path)
-        except FileExistsError:
-            pass
     os.remove(aside)
 
 
