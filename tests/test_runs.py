@@ -4,6 +4,7 @@ The earlier run is a real 4-step training of stories260K on real Alpaca rows (ch
 transformers, ``run_config.json`` by ``prepare_output_dir``); Colab and its mount function are injected.
 """
 
+from tinyllama_ft.plan import plan_run
 import json
 import os
 import shutil
@@ -26,11 +27,12 @@ def _cfg(stories_dir, alpaca_jsonl, output_dir, **changes):
 
 def _train(cfg, stories_dir, alpaca_jsonl):
     from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.training import build_trainer, train_and_evaluate
+    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.training import train_and_evaluate
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), cfg.max_seq_length, cfg.seed)
     ds = text_dataset(alpaca_rows(alpaca_jsonl, 40), tokenizer)
-    trainer = build_trainer(model, tokenizer, ds, None, cfg, Hardware(), "float32")
+    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan_run(cfg, Hardware()))
     return train_and_evaluate(trainer, resume=cfg.resume)
 
 

@@ -20,7 +20,7 @@ from conftest import REPO
 from helpers import stories_lora
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.credentials import export_secrets
-from tinyllama_ft.wandb_runfile import read_offline_metrics
+from wandb_runfile import read_offline_metrics
 
 FAKE_WANDB_KEY = "wandbfake" + secrets.token_hex(16)  # well-formed for W&B (41 characters), known to no server
 FAKE_HF_TOKEN = "hf_fake" + secrets.token_hex(16)
@@ -128,10 +128,10 @@ def test_model_code_from_the_repository_never_runs_by_default(custom_code_model,
     cfg = FinetuneConfig(model_name=str(folder), backend="transformers", load_in_4bit=False, max_seq_length=512)
     assert cfg.trust_remote_code is False
     with pytest.raises(ValueError, match="trust_remote_code"):
-        load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, cpu,
-                   cfg.trust_remote_code)
+        load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=cfg.dtype, load_in_4bit=cfg.load_in_4bit, backend=cfg.backend, hardware=cpu,
+                   trust_remote_code=cfg.trust_remote_code)
     with pytest.raises(ValueError, match="trust_remote_code"):
-        load_adapter(str(adapter), 512, None, False, "transformers", cpu, base_model=str(folder))
+        load_adapter(str(adapter), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu, base_model=str(folder))
     assert not marker.exists()
 
 
@@ -172,10 +172,10 @@ def test_pickled_weights_are_never_loaded(stories_dir, adapter, tmp_path, cpu):
 
     model_dir = pickled_copy(stories_dir, "model.safetensors", "pytorch_model.bin")
     with pytest.raises(OSError, match="safetensors"):
-        load_model(str(model_dir), 512, None, False, "transformers", cpu)
+        load_model(str(model_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
     adapter_dir = pickled_copy(adapter, "adapter_model.safetensors", "adapter_model.bin")
     with pytest.raises(FileNotFoundError, match="adapter_dir=.*safetensors"):
-        load_adapter(str(adapter_dir), 512, None, False, "transformers", cpu)
+        load_adapter(str(adapter_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
 
 
 # --- a real run with keys in the environment: the keys are in none of its files --------------------

@@ -29,7 +29,7 @@ import os
 import shutil
 from typing import Any, Callable
 
-from .config import FinetuneConfig
+from .config import FIELD_NAMES, FinetuneConfig, identity_fields
 from .hardware import in_colab
 from .training import checkpoint_dirs, last_checkpoint
 
@@ -39,15 +39,10 @@ DRIVE_MOUNT_POINT = "/content/drive"
 RUN_CONFIG = "run_config.json"
 #: Files the notebook writes in ``output_dir`` at the end of a run.
 RUN_OUTPUTS = ("run_summary.json", "loss_curve.png")
-#: Fields that do not change the trained weights (where things go, what is logged or asked afterwards,
-#: how often to save/evaluate, memory knobs): left out of ``run_config.json``, free to change on resume.
-NOT_IDENTITY = (
-    "resume", "overwrite_output_dir", "mount_drive", "output_dir", "adapter_dir", "prompts", "max_new_tokens",
-    "report_to", "wandb_project", "wandb_run_name", "strict", "dataset_num_proc", "gpu_memory_cap_gib",
-    "gradient_checkpointing", "per_device_eval_batch_size", "eval_steps", "save_steps", "logging_steps",
-    "save_total_limit", "per_device_train_batch_size", "gradient_accumulation_steps", "recipe",
-    "attn_implementation", "use_liger_kernel", "reload_merged", "backend",
-)
+#: Fields that do not change what is computed (where things go, what is logged or asked afterwards, how
+#: it executes, how far it trains): left out of ``run_config.json``, free to change on resume. Derived from
+#: the ``identity`` marks in ``config.py``.
+NOT_IDENTITY = tuple(name for name in FIELD_NAMES if name not in identity_fields())
 
 
 def _under(path: str, folder: str) -> bool:
@@ -57,6 +52,7 @@ def _under(path: str, folder: str) -> bool:
 
 def ensure_drive(
     output_dir: str,
+    *,
     mount_drive: bool = False,
     colab: bool | None = None,
     mount: Callable[[str], Any] | None = None,
@@ -104,14 +100,25 @@ def ensure_drive(
     return True
 
 
-def run_identity(cfg: FinetuneConfig) -> dict[str, Any]:
-    """The fields of ``cfg`` that change what is trained (all but ``NOT_IDENTITY``), JSON-ready.
+def run_identity(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> dict[str, Any]:
+    """What a resume must match: the fields marked ``identity=True`` in ``config.py``, JSON-ready.
 
     The micro-batch split is execution only (the fast recipe sizes it to the GPU, and a run that ran out of
     memory resumes with a smaller one): the effective batch is recorded instead.
+
+    Args:
+        cfg: the run's configuration.
+        data_fingerprint: a hash of the training rows after filtering, recorded as ``"data_fingerprint"``
+            when given (None: not recorded, so not compared).
+
+    Returns:
+        ``{field: value}`` for every identity field, plus ``"effective_batch_size"`` (and ``"data_fingerprint"``).
     """
-    identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    values = cfg.to_dict()
+    identity = {name: values[name] for name in identity_fields()}
     identity["effective_batch_size"] = cfg.effective_batch_size
+    if data_fingerprint is not None:
+        identity["data_fingerprint"] = data_fingerprint
     return identity
 
 
@@ -162,7 +169,7 @@ def previous_run(cfg: FinetuneConfig) -> list[str]:
     return found
 
 
-def prepare_output_dir(cfg: FinetuneConfig) -> str:
+def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> str:
     """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
 
     Call it before training (the notebook does, right after building ``cfg``).
@@ -170,6 +177,7 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
     Args:
         cfg: the run's configuration; reads ``output_dir``, ``resume``, ``overwrite_output_dir``,
             ``adapter_dir`` and the identity fields (``run_identity``).
+        data_fingerprint: as ``run_identity``.
 
     Returns:
         ``"new"`` (nothing of an earlier run there), ``"overwrite"`` (an earlier run was deleted) or
@@ -185,7 +193,7 @@ def prepare_output_dir(cfg: FinetuneConfig) -> str:
     out = cfg.output_dir
     if cfg.resume and cfg.overwrite_output_dir:
         raise ValueError("resume=True and overwrite_output_dir=True contradict each other: set one of them to False")
-    identity = run_identity(cfg)
+    identity = run_identity(cfg, data_fingerprint=data_fingerprint)
     earlier = previous_run(cfg)
     if not earlier:
         write_run_config(out, identity)
