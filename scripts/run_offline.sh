@@ -6,9 +6,11 @@
 # The run's values are those of tinyllama_ft/recipes/offline_cpu.yaml (tinyllama-ft train --config offline_cpu
 # runs the same). It starts over in $OUT (overwrite_output_dir True) unless resume is passed: -p resume True.
 # --log-output: what the notebook prints (one line per training step) reaches this terminal as it happens.
+# SETUP=0 skips the install and VENV=dir uses another environment (tests/test_readme.py runs it that way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
+VENV=${VENV:-.venv}
+[ "${SETUP:-1}" = 0 ] || VENV=$VENV bash scripts/setup.sh
 DATA=${TINYLLAMA_FT_SHARED_DATA:-../shared/data}
 MODEL=${MODEL:-$DATA/stories260k/hf}
 DATASET=${DATASET:-$DATA/alpaca/alpaca_cleaned_5k.jsonl}
@@ -17,10 +19,10 @@ mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 START_OVER=(-p overwrite_output_dir True)
 case " $* " in *" resume "*) START_OVER=() ;; esac
-.venv/bin/papermill notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.out.ipynb" --cwd "$OUT" \
+"$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.out.ipynb" --cwd "$OUT" \
   --log-output --no-progress-bar \
   -p model_name "$(realpath "$MODEL")" -p dataset "$(realpath "$DATASET")" \
   -p max_seq_length 512 -p learning_rate 2e-4 -p max_steps 60 -p gradient_checkpointing False \
   -p test_size 0.01 "${START_OVER[@]}" "$@"
 echo "run summary: $OUT/outputs/run_summary.json"
-.venv/bin/python -c "import json,sys; s=json.load(open(sys.argv[1], encoding='utf-8')); print({k: s[k] for k in ('eval_loss_before','eval_loss_after','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"
+"$VENV/bin/python" -c "import json,sys; s=json.load(open(sys.argv[1], encoding='utf-8')); print({k: s[k] for k in ('eval_loss_before','eval_loss_after','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"
