@@ -153,6 +153,7 @@ def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
     return losses, trainer.evaluate()["eval_loss"]
 
 
+@pytest.mark.slow
 def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_jsonl, tmp_path):
     """The split is execution only: per-step losses and the eval loss after training agree (fp32, CPU)."""
     fast, fast_eval = _losses(stories_dir, alpaca_jsonl, tmp_path, 8, 1)
@@ -162,6 +163,7 @@ def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_j
     assert fast_eval == pytest.approx(article_eval, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir, alpaca_jsonl, tmp_path):
     from tinyllama_ft.trainer import build_trainer
     from tinyllama_ft.training import train_and_evaluate

@@ -35,4 +35,5 @@ class ProgressPrinter(TrainerCallback):
             print(f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "
                   f"lr {logs.get('learning_rate', 0.0):.3g}  tokens/s {rate:,.0f}", flush=True)
         if "eval_loss" in logs:
-            print(f"step {state.global_step}/{state.max_steps}  eval_loss {logs['eval_loss']:.4f}", flush=True)
+            where = f"step {state.global_step}/{state.max_steps}" if state.global_step else "before training"
+            print(f"{where}  eval_loss {logs['eval_loss']:.4f}", flush=True)
