@@ -229,13 +229,13 @@ rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, 
                                           output_column=cfg.output_column, strict=cfg.strict)
 
 # %% [markdown]
-# Alpaca prompts with the tokenizer's EOS appended exactly once, in a `text` column.
+# Alpaca prompts with the tokenizer's EOS appended exactly once, in a `text` column (the rows above already carry
+# the columns `instruction`, `input`, `output`, whatever your file calls them).
 
 # %%
 from tinyllama_ft.prompts import make_formatting_func
 
-rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template, instruction_column=cfg.instruction_column,
-                                     input_column=cfg.input_column, output_column=cfg.output_column), batched=True)
+rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
 
 # %% [markdown]
 # Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training.
@@ -244,7 +244,7 @@ rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template,
 from tinyllama_ft.lengths import length_report
 
 lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
-                        packing_strategy=cfg.packing_strategy, data_report=data_report, output_column=cfg.output_column)
+                        packing_strategy=cfg.packing_strategy, data_report=data_report)
 
 # %% [markdown]
 # ... and handled per `long_rows`: `"drop"` removes them, `"truncate"` keeps them for the trainer to cut, `"split"`

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FAKE_HF_TOKEN, FAKE_WANDB_KEY, NOTEBOOK_STEPS, REPO
+from conftest import FAKE_HF_TOKEN, FAKE_WANDB_KEY, NOTEBOOK_STEPS
 from helpers import stories_lora
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.credentials import export_secrets

@@ -70,12 +70,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                                               instruction_column=cfg.instruction_column,
                                               input_column=cfg.input_column, output_column=cfg.output_column,
                                               strict=cfg.strict)
-    rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template,
-                                         instruction_column=cfg.instruction_column, input_column=cfg.input_column,
-                                         output_column=cfg.output_column), batched=True)
+    rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
     lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
-                            packing_strategy=cfg.packing_strategy, data_report=data_report,
-                            output_column=cfg.output_column)
+                            packing_strategy=cfg.packing_strategy, data_report=data_report)
     rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
     print(lengths.summary())
     train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
