@@ -166,7 +166,7 @@ print(plan.summary())
 # %%
 from tinyllama_ft.runs import ensure_drive
 
-ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
+drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
 
 # %% [markdown]
 # An earlier run there is never overwritten silently: continue it with `resume=True` (its recorded identity must match),
