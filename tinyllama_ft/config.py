@@ -155,7 +155,7 @@ class FinetuneConfig:
     save_steps: int = _field(20, "training", identity=False)
     """Checkpoint every N optimizer steps (this package)."""
     save_total_limit: int = _field(2, "training", identity=False)
-    """Checkpoints kept; older ones are deleted (this package)."""
+    """Checkpoints kept; older ones are deleted; the article's 2."""
     seed: int = _field(3407, "training", identity=True)
     """Seed for the LoRA init, the split and the trainer; the article's 3407."""
 
