@@ -95,7 +95,7 @@ else:
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.generation import stream
 
-    model, tokenizer = load_adapter(a.adapter, a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
+    model, tokenizer = load_adapter(a.adapter, max_seq_length=a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
     def answer():
         return stream(model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True,
                       decode="inductor")[0]

@@ -1,6 +1,6 @@
 """Configuration (3): this package's default GPU path, as the notebook runs it, with the article's defaults.
 
-The notebook's cells in order: ``plan_speed`` (``recipe="fast"``: backend, attention, kernels, micro-batch
+The notebook's cells in order: ``plan_run`` (``recipe="fast"``: backend, attention, kernels, micro-batch
 and checkpointing for this GPU, the effective batch kept), ``load_model``, ``add_lora``, the rows, and
 ``build_trainer``. ``--t4``: the T4 stand-in (fp16, 15 GiB cap), planned as on a T4's memory.
 
@@ -23,10 +23,9 @@ from tinyllama_ft.data import load_instruction_data
 from tinyllama_ft.hardware import cap_gpu_memory, detect_hardware
 from tinyllama_ft.lora import add_lora
 from tinyllama_ft.modeling import load_model
-from tinyllama_ft.precision import resolve_dtype
+from tinyllama_ft.plan import plan_run
 from tinyllama_ft.prompts import make_formatting_func
-from tinyllama_ft.speed import plan_speed
-from tinyllama_ft.training import build_trainer
+from tinyllama_ft.trainer import build_trainer
 
 a = parse_args(__doc__)
 
@@ -37,20 +36,20 @@ cfg = FinetuneConfig(
 )
 hardware = detect_hardware()
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
-speed = plan_speed(cfg, hardware, resolve_dtype(cfg.dtype, hardware))  # the notebook's "How it will train" cell
-print(speed.summary(), flush=True)
-cfg = speed.apply(cfg)
-if cfg.backend == "unsloth":
+plan = plan_run(cfg, hardware)  # the notebook's "How it will run" cell
+print(plan.summary(), flush=True)
+if plan.backend == "unsloth":
     import unsloth  # noqa: F401  before transformers is imported below (common.py)
-model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
-                              attn_implementation=cfg.attn_implementation)
+model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                              load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+                              attn_implementation=plan.attn_implementation)
 
 from common import Clock, train_and_report  # after load_model: it imports transformers
 
-model = add_lora(model, gradient_checkpointing=cfg.gradient_checkpointing)  # the article's LoRA values otherwise
+model = add_lora(model, gradient_checkpointing=plan.gradient_checkpointing, backend=plan.backend)  # the article's LoRA values otherwise
 rows, _ = load_instruction_data(cfg.dataset)
-train = rows.map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
+train = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
 clock = Clock()
-trainer = build_trainer(model, tokenizer, train, None, cfg, hardware, model.tinyllama_ft.dtype, callbacks=[clock])
+trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg, plan=plan, callbacks=[clock])
 train_and_report(trainer, clock, "package_default_t4" if a.t4 else "package_default", cfg.max_seq_length,
-                 cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
+                 plan.per_device_train_batch_size, plan.gradient_accumulation_steps)

@@ -41,134 +41,228 @@ if importlib.util.find_spec("tinyllama_ft") is None:
                     "tinyllama-ft @ git+https://github.com/tinyllama-ft/tinyllama-ft"], check=True)
 
 # %% [markdown]
-# Every knob of the run. Defaults are the article's values (`max_steps=60` as Unsloth's notebooks;
-# `-1` trains the article's full epoch). Model and dataset take a Hub id or a local path.
+# Every knob of the run, by section; the defaults are the article's values (`max_steps=60` as Unsloth's notebooks;
+# `-1` trains the article's full epoch). The README's parameter table explains each one. The last line records the
+# names defined so far: the next cell reads the parameters among them and what papermill's `-p` adds, nothing else.
 
 # %% tags=["parameters"]
-model_name = "unsloth/tinyllama-bnb-4bit"  # @param {type:"string"}
-dataset = "yahma/alpaca-cleaned"  # @param {type:"string"}
-dataset_split = "train"  # @param {type:"string"}
-instruction_column = "instruction"  # @param {type:"string"}
-input_column = "input"  # @param {type:"string"}
-output_column = "output"  # @param {type:"string"}
-template = "alpaca"  # @param ["alpaca", "alpaca_no_input"]
+# model
+model_name = 'unsloth/tinyllama-bnb-4bit'  # @param {type:"string"}
 max_seq_length = 4096  # @param {type:"integer"}
-recipe = "fast"  # @param ["fast", "article"]
-backend = "auto"  # @param ["auto", "unsloth", "transformers"]
-dtype = None  # @param [None, "bfloat16", "float16", "float32"] {type:"raw"}
+dtype = None  # @param [None, 'bfloat16', 'float16', 'float32'] {type:"raw"}
 load_in_4bit = True  # @param {type:"boolean"}
 trust_remote_code = False  # @param {type:"boolean"}
+recipe = 'fast'  # @param ['fast', 'article']
+backend = 'auto'  # @param ['auto', 'unsloth', 'transformers']
+attn_implementation = None  # @param {type:"raw"}
+use_liger_kernel = False  # @param {type:"boolean"}
+gpu_memory_cap_gib = 0.0  # @param {type:"number"}
+# LoRA
 lora_r = 32  # @param {type:"integer"}
 lora_alpha = 32  # @param {type:"integer"}
 lora_dropout = 0.0  # @param {type:"number"}
-target_modules = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]  # @param {type:"raw"}
+lora_bias = 'none'  # @param ['none', 'all', 'lora_only']
+target_modules = ['q_proj', 'k_proj', 'v_proj', 'o_proj', 'gate_proj', 'up_proj', 'down_proj']  # @param {type:"raw"}
+use_rslora = False  # @param {type:"boolean"}
 gradient_checkpointing = True  # @param {type:"boolean"}
-learning_rate = 2e-5  # @param {type:"number"}
+# data
+dataset = 'yahma/alpaca-cleaned'  # @param {type:"string"}
+dataset_split = 'train'  # @param {type:"string"}
+dataset_config = None  # @param {type:"raw"}
+instruction_column = 'instruction'  # @param {type:"string"}
+input_column = 'input'  # @param {type:"string"}
+output_column = 'output'  # @param {type:"string"}
+template = 'alpaca'  # @param ['alpaca', 'alpaca_no_input']
+test_size = 0.004  # @param {type:"number"}
+long_rows = 'drop'  # @param ['drop', 'truncate', 'split']
+strict = False  # @param {type:"boolean"}
+dataset_num_proc = 2  # @param {type:"raw"}
+# training
+learning_rate = 2e-05  # @param {type:"number"}
+lr_scheduler_type = 'linear'  # @param {type:"string"}
+warmup_ratio = 0.1  # @param {type:"number"}
+weight_decay = 0.1  # @param {type:"number"}
+optim = None  # @param {type:"raw"}
 per_device_train_batch_size = 2  # @param {type:"integer"}
 gradient_accumulation_steps = 4  # @param {type:"integer"}
+per_device_eval_batch_size = 2  # @param {type:"integer"}
 max_steps = 60  # @param {type:"integer"}
-num_train_epochs = 1  # @param {type:"number"}
+num_train_epochs = 1.0  # @param {type:"number"}
 packing = True  # @param {type:"boolean"}
-long_rows = "drop"  # @param ["drop", "truncate", "split"]
-test_size = 0.004  # @param {type:"number"}
+packing_strategy = 'bfd'  # @param ['bfd', 'bfd_split', 'wrapped']
 eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
-output_dir = "outputs"  # @param {type:"string"}
+save_total_limit = 2  # @param {type:"integer"}
+seed = 3407  # @param {type:"integer"}
+# logging and output
+report_to = 'wandb'  # @param ['wandb', 'none']
+wandb_project = 'tiny-llama'  # @param {type:"string"}
+wandb_run_name = 'tiny-llama-unsloth-sft'  # @param {type:"string"}
+logging_steps = 1  # @param {type:"integer"}
+output_dir = 'outputs'  # @param {type:"string"}
+adapter_dir = ''  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
 overwrite_output_dir = False  # @param {type:"boolean"}
 mount_drive = False  # @param {type:"boolean"}
-strict = False  # @param {type:"boolean"}
-report_to = "wandb"  # @param ["wandb", "none"]
-wandb_project = "tiny-llama"  # @param {type:"string"}
-wandb_run_name = "tiny-llama-unsloth-sft"  # @param {type:"string"}
-seed = 3407  # @param {type:"integer"}
-gpu_memory_cap_gib = 0  # @param {type:"number"}
-prompts = ["What is the capital of France?"]  # @param {type:"raw"}
+# generation
+prompts = ['What is the capital of France?']  # @param {type:"raw"}
 max_new_tokens = 64  # @param {type:"integer"}
 reload_merged = True  # @param {type:"boolean"}
+_names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions
+
+# %% [markdown]
+# ## Configuration
+# One object holds the run's values. A misspelt parameter (`-p lora_rank 8`) or a wrong type (`-p max_steps ten`)
+# stops here with an error naming it (and the parameter meant); a secret-looking name is refused.
+
+# %%
+from tinyllama_ft.params import config_from_notebook
+
+cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
 
 # %% [markdown]
 # ## 1. GPU-aware install
+# Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed).
+
+# %%
+from tinyllama_ft.credentials import export_secrets
+
+print("secrets:", export_secrets())
+
+# %% [markdown]
+# What this machine has (CUDA, compute capability, bf16, Colab): every later decision reads it.
+
+# %%
+from tinyllama_ft.hardware import detect_hardware
+
+hardware = detect_hardware()
+print(hardware)
+
+# %% [markdown]
 # On Colab this installs the pinned Unsloth stack (and wandb); elsewhere it only prints the commands.
 
 # %%
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.hardware import detect_hardware, cap_gpu_memory, release_cuda_memory
 from tinyllama_ft.install import install
 
-cfg = FinetuneConfig.from_mapping(globals())
-from tinyllama_ft.credentials import export_secrets
-print("secrets:", export_secrets())
-hardware = detect_hardware()
-print(hardware)
 install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 
 # %% [markdown]
-# ## How it will train
-# `recipe="fast"` keeps the article's math (effective batch, schedule, optimizer, LoRA, 4-bit base) and picks the
-# attention kernel, fused kernels, micro-batch and checkpointing for this machine; `recipe="article"` runs the
-# article's cell values as they are.
+# ## How it will run
+# The execution plan, decided once: backend, dtype, attention kernel, fused kernels, micro-batch split of the effective
+# batch, checkpointing, optimizer. `recipe="fast"` keeps the article's math and picks these for this machine;
+# `recipe="article"` runs the article's cell values as they are. The configuration is not changed.
 
 # %%
-from tinyllama_ft.precision import resolve_dtype
-from tinyllama_ft.speed import plan_speed
+from tinyllama_ft.plan import plan_run
 
-speed = plan_speed(cfg, hardware, resolve_dtype(cfg.dtype, hardware))
-print(speed.summary())
-cfg = speed.apply(cfg)
+plan = plan_run(cfg, hardware)
+print(plan.summary())
 
 # %% [markdown]
 # ## Output folder
 # On Colab put `output_dir` on Drive (e.g. `/content/drive/MyDrive/tinyllama`): a disconnect wipes the disk, and Drive
-# is mounted automatically. An earlier run there is never overwritten silently: continue it with `resume=True`, or
-# delete it with `overwrite_output_dir=True`.
+# is mounted automatically.
 
 # %%
-from tinyllama_ft.runs import ensure_drive, prepare_output_dir
+from tinyllama_ft.runs import ensure_drive
 
-ensure_drive(cfg.output_dir, cfg.mount_drive, hardware.colab)
+drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
+
+# %% [markdown]
+# An earlier run there is never overwritten silently: continue it with `resume=True` (its recorded identity must match),
+# or delete it with `overwrite_output_dir=True`.
+
+# %%
+from tinyllama_ft.runs import prepare_output_dir
+
 print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg)}")
 
 # %% [markdown]
+# `gpu_memory_cap_gib` caps this process's GPU memory (15 imitates a T4 on a bigger GPU); 0 does nothing.
+
+# %%
+from tinyllama_ft.hardware import cap_gpu_memory
+
+cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
+
+# %% [markdown]
 # ## 2. Load the model
-# Unsloth on a GPU, transformers elsewhere; `dtype=None` picks bf16 on Ampere+, fp16 on a T4, fp32 on a CPU.
+# With the plan's backend, dtype, 4-bit choice and attention kernel; linear RoPE scaling past the trained positions.
 
 # %%
 from tinyllama_ft.modeling import load_model
 
-cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
-model, tokenizer = load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
-                              cfg.trust_remote_code, cfg.attn_implementation)
-print(model.tinyllama_ft)
+model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                              load_in_4bit=plan.load_in_4bit, backend=plan.backend,
+                              attn_implementation=plan.attn_implementation, trust_remote_code=cfg.trust_remote_code,
+                              hardware=hardware)
 
 # %% [markdown]
 # ## 3. LoRA adapters
+# The article's r=32 on the seven projections; checkpointing as planned.
 
 # %%
-from tinyllama_ft.lora import add_lora, trainable_parameters
+from tinyllama_ft.lora import add_lora
 
-model = add_lora(model, cfg.lora_r, cfg.lora_alpha, cfg.lora_dropout, cfg.lora_bias, cfg.target_modules,
-                 cfg.use_rslora, cfg.gradient_checkpointing, cfg.seed)
+model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                 lora_bias=cfg.lora_bias, target_modules=cfg.target_modules, use_rslora=cfg.use_rslora,
+                 gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
+
+# %% [markdown]
+# Only the adapter trains (TinyLlama-1.1B: 25,231,360 parameters).
+
+# %%
+from tinyllama_ft.lora import trainable_parameters
+
 trainable = trainable_parameters(model)
 print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
-# ## 4. Data: Alpaca prompts with EOS, a small held-out set
-# Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training and, with
-# `long_rows="drop"`, removed; `"truncate"` keeps them for the trainer to cut, `"split"` spreads them over windows.
+# ## 4. Data
+# Bad rows (wrong types, empty, duplicates, unparseable lines) are dropped and counted, or `strict=True` stops at the first.
 
 # %%
-from tinyllama_ft.data import load_instruction_data, split_train_eval
-from tinyllama_ft.lengths import apply_long_rows, length_report
+from tinyllama_ft.data import load_instruction_data
+
+rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
+                                          instruction_column=cfg.instruction_column, input_column=cfg.input_column,
+                                          output_column=cfg.output_column, strict=cfg.strict)
+
+# %% [markdown]
+# Alpaca prompts with the tokenizer's EOS appended exactly once, in a `text` column (the rows above already carry
+# the columns `instruction`, `input`, `output`, whatever your file calls them).
+
+# %%
 from tinyllama_ft.prompts import make_formatting_func
 
-rows, data_report = load_instruction_data(cfg.dataset, cfg.dataset_split, cfg.dataset_config, cfg.instruction_column,
-                                          cfg.input_column, cfg.output_column, strict=cfg.strict)
-rows = rows.map(make_formatting_func(tokenizer.eos_token, cfg.template), batched=True)
-lengths = length_report(rows, tokenizer, cfg.max_seq_length, cfg.packing, cfg.packing_strategy, data_report)
-rows, lengths = apply_long_rows(rows, lengths, cfg.long_rows)
+rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
+
+# %% [markdown]
+# Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training.
+
+# %%
+from tinyllama_ft.lengths import length_report
+
+lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
+                        packing_strategy=cfg.packing_strategy, data_report=data_report)
+
+# %% [markdown]
+# ... and handled per `long_rows`: `"drop"` removes them, `"truncate"` keeps them for the trainer to cut, `"split"`
+# spreads them over windows.
+
+# %%
+from tinyllama_ft.lengths import apply_long_rows
+
+rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
 print(lengths.summary())
-train_dataset, eval_dataset = split_train_eval(rows, cfg.test_size, cfg.seed)
+
+# %% [markdown]
+# A small held-out set for the eval loss (the article's `test_size=0.004`).
+
+# %%
+from tinyllama_ft.data import split_train_eval
+
+train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
 print(train_dataset[0]["text"])
 
@@ -179,38 +273,63 @@ print(train_dataset[0]["text"])
 # %%
 from tinyllama_ft.tracking import start_tracking
 
-tracking = start_tracking(cfg.report_to, cfg.wandb_project, cfg.wandb_run_name, cfg.output_dir, cfg.to_dict())
+tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
+                          output_dir=cfg.output_dir, config=cfg.to_dict())
 print(tracking)
 
 # %% [markdown]
-# ## 6. Trainer, and what it will do
+# ## 6. Trainer
+# TRL's `SFTTrainer` with the article's values from `cfg` and this machine's execution from `plan` (it takes both: it
+# needs some 25 of their values; `trainer.sft_config_kwargs(cfg, plan, has_eval=True)` shows them). It prints one line
+# per logging step while training.
 
 # %%
-from tinyllama_ft.training import build_trainer, eos_supervision, training_plan
+from tinyllama_ft.trainer import build_trainer
 
-trainer = build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, hardware, model.tinyllama_ft.dtype)
-plan = training_plan(trainer)
-eos = plan["eos_first_batch"] = None if cfg.packing and cfg.packing_strategy == "wrapped" else eos_supervision(trainer)
-print(f"planned: {plan['planned_steps']} optimizer steps of {cfg.effective_batch_size} sequences x "
-      f"{cfg.max_seq_length} tokens; about {plan['planned_tokens']:,} tokens "
-      f"({plan['sequences']:,} packed sequences, {plan['steps_per_epoch']} steps per epoch)")
-if eos is not None:
-    print(f"first batch: {eos['samples']} samples, {eos['samples_ok']} ending in exactly one supervised EOS (without EOS: "
-          f"{eos['samples_without_eos']}, several EOS: {eos['samples_with_several_eos']}, EOS masked: {eos['eos_masked']})")
+trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                        cfg=cfg, plan=plan)
+
+# %% [markdown]
+# What it will do: optimizer steps and tokens, counted on the packed dataset before training.
+
+# %%
+from tinyllama_ft.trainer import training_plan
+
+work = training_plan(trainer)
+print(f"planned: {work['planned_steps']} optimizer steps of {plan.effective_batch_size} sequences x "
+      f"{cfg.max_seq_length} tokens; about {work['planned_tokens']:,} tokens ({work['sequences']:,} packed sequences, "
+      f"{work['steps_per_epoch']} steps per epoch)")
+
+# %% [markdown]
+# The first collated batch: every sample must end in exactly one supervised EOS, or the model never learns to stop.
+
+# %%
+from tinyllama_ft.eos import describe_eos, eos_first_batch
+
+eos = eos_first_batch(trainer)
+print(describe_eos(eos))
 
 # %% [markdown]
 # ## 7. Train
+# Eval loss before and after; tokens (non-padding, fed to the model), tokens/s, peak memory.
 
 # %%
-from tinyllama_ft.tracking import finish_tracking
 from tinyllama_ft.training import train_and_evaluate
 
 results = train_and_evaluate(trainer, resume=cfg.resume)
-finish_tracking(tracking)
-print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s", "peak_memory_gib")})
+print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s",
+                               "peak_memory_gib")})
 
 # %% [markdown]
-# ## 8. Save the adapter (PEFT format, safetensors, tokenizer beside it)
+# Close the W&B run (the article's `wandb.finish()`).
+
+# %%
+from tinyllama_ft.tracking import finish_tracking
+
+finish_tracking(tracking)
+
+# %% [markdown]
+# ## 8. Save the adapter (PEFT format, safetensors, tokenizer beside it, written atomically)
 
 # %%
 from tinyllama_ft.adapters import save_adapter
@@ -220,23 +339,34 @@ print(f"adapter saved to {adapter_dir}")
 
 # %% [markdown]
 # ## 9. Reload the adapter and answer
+# Free the training model and trainer first (accelerate's `release_memory`: garbage collection and the CUDA cache).
+
+# %%
+from accelerate.utils import release_memory
+
+trainer, model = release_memory(trainer, model)
+
+# %% [markdown]
 # `reload_merged=True` loads the base as it was trained, dequantized to 16 bits, with the adapter merged into its
-# weights: the same model in one matrix per layer, which the stream below decodes with a compiled step.
-# `False` reloads the article's way (4-bit base, adapter on top); so does a run trained with Unsloth (a T4), in the same
-# runtime, since Unsloth has patched transformers' Llama code for the whole process (it says so).
+# weights: the same model in one matrix per layer, which the stream below decodes with a compiled step. `False` reloads
+# the article's way (4-bit base, adapter on top); so does a run trained with Unsloth in the same runtime, since Unsloth
+# has patched transformers' Llama code for the whole process (it says so).
 
 # %%
 from tinyllama_ft.adapters import load_adapter
-from tinyllama_ft.generation import generate
 
-load_info = model.tinyllama_ft  # what trained (the reload below may be another backend or precision)
-del trainer, model
-release_cuda_memory()
-model, tokenizer = load_adapter(adapter_dir, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
+model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
-answers = generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens, template=cfg.template)
-for prompt, answer in zip(cfg.prompts, answers):
-    print(f"### Instruction: {prompt}\n{answer}\n")
+
+# %% [markdown]
+# Greedy answers up to EOS, in one batch.
+
+# %%
+from tinyllama_ft.generation import format_answers, generate
+
+answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+print(format_answers(cfg.prompts, answers))
 
 # %% [markdown]
 # ## 10. Stream
@@ -246,18 +376,33 @@ for prompt, answer in zip(cfg.prompts, answers):
 # %%
 from tinyllama_ft.generation import stream
 
-streamed = stream(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 
 # %% [markdown]
 # ## Run summary and loss curve
+# `run_summary.json` records the configuration, the plan, the data and length reports, the results and the answers.
+
+# %%
+from tinyllama_ft.generation import as_samples
+from tinyllama_ft.summary import build_run_summary
+
+summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
+                            trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
+                            length_report=lengths, eos=eos)
+
+# %% [markdown]
+# Written atomically, with the library versions and the git commit.
 
 # %%
 import os
-from tinyllama_ft.plotting import loss_curve
-from tinyllama_ft.summary import build_run_summary, write_run_summary
+from tinyllama_ft.summary import write_run_summary
 
-summary = build_run_summary(cfg, hardware, load_info, results, plan, data_report, trainable, adapter_dir,
-                            [{"instruction": p, "response": a} for p, a in zip(cfg.prompts, streamed)],
-                            length_report=lengths)
 print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
+
+# %% [markdown]
+# The training and eval loss per step.
+
+# %%
+from tinyllama_ft.plotting import loss_curve
+
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))

@@ -47,8 +47,8 @@ for run in "$@"; do
       python3 - <<'PY'
 from tinyllama_ft.adapters import load_adapter
 from tinyllama_ft.generation import generate
-model, tok = load_adapter("/tmp/run-unsloth/lora_model", 4096, None, True, "transformers")
-print("cross-backend:", model.tinyllama_ft, repr(generate(model, tok, "What is the capital of France?", max_new_tokens=32)[0]))
+model, tok = load_adapter("/tmp/run-unsloth/lora_model", max_seq_length=4096, dtype=None, load_in_4bit=True, backend="transformers")
+print("cross-backend:", type(model).__name__, repr(generate(model, tok, "What is the capital of France?", max_new_tokens=32)[0]))
 PY
       ;;
   esac

@@ -3,14 +3,17 @@
 # and local data. Defaults: the real pretrained stories260K Llama and 5,000 real Alpaca-cleaned rows in
 # ../shared/data (override the folder with TINYLLAMA_FT_SHARED_DATA, or MODEL / DATASET directly).
 # Extra arguments go to papermill, e.g.  bash scripts/run_offline.sh -p max_steps 100
-# Each run starts over (overwrite_output_dir True) unless the arguments set resume or overwrite_output_dir:
-#   bash scripts/run_offline.sh -p resume True -p max_steps 120
+# The run's values are those of tinyllama_ft/recipes/offline_cpu.yaml (tinyllama-ft train --config offline_cpu
+# runs the same). Each run starts over in $OUT (overwrite_output_dir True) unless the arguments set resume
+# or overwrite_output_dir:  bash scripts/run_offline.sh -p resume True -p max_steps 120
+# --log-output: what the notebook prints (one line per training step) reaches this terminal as it happens.
 # The output notebook is finetune_tinyllama.out.ipynb only once the run succeeds (beside its
-# outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb. SKIP_SETUP=1 VENV=... reuses a venv.
+# outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb.
+# SETUP=0 (or SKIP_SETUP=1) skips the install and VENV=dir uses another environment (tests/test_readme.py runs it that way).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
-[ "${SKIP_SETUP:-0}" = 1 ] || bash scripts/setup.sh
+{ [ "${SETUP:-1}" = 0 ] || [ "${SKIP_SETUP:-0}" = 1 ]; } || VENV=$VENV bash scripts/setup.sh
 DATA=${TINYLLAMA_FT_SHARED_DATA:-../shared/data}
 MODEL=${MODEL:-$DATA/stories260k/hf}
 DATASET=${DATASET:-$DATA/alpaca/alpaca_cleaned_5k.jsonl}
@@ -25,6 +28,7 @@ done
 NB="$OUT/finetune_tinyllama.out.ipynb"
 rm -f "$OUT/finetune_tinyllama.failed.ipynb"
 if ! "$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.running.ipynb" --cwd "$OUT" \
+  --log-output --no-progress-bar \
   -p model_name "$(realpath "$MODEL")" -p dataset "$(realpath "$DATASET")" \
   -p max_seq_length 512 -p learning_rate 2e-4 -p max_steps 60 -p gradient_checkpointing False \
   -p test_size 0.01 "${FRESH[@]}" "$@"; then

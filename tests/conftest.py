@@ -77,3 +77,62 @@ def a100():
     from tinyllama_ft.hardware import Hardware
 
     return Hardware(cuda=True, capability=(8, 0), gpu_name="NVIDIA A100-SXM4-40GB", total_memory_gib=39.39)
+
+
+# --- the notebook's papermill run, once per session, shared by every test that reads it ---------------
+
+#: Keys known to no server: the run has them (the secrets tests check no file it writes holds them).
+FAKE_WANDB_KEY = "wandbfake" + __import__("secrets").token_hex(16)  # well-formed for W&B (41 characters)
+FAKE_HF_TOKEN = "hf_fake" + __import__("secrets").token_hex(16)
+#: The notebook run's parameters: the offline CPU recipe's values (tinyllama_ft/recipes/offline_cpu.yaml), 40 steps.
+NOTEBOOK_STEPS = 40
+NOTEBOOK_PROMPTS = ["What is the capital of France?", "Name three colors."]
+
+
+def notebook_parameters(stories_dir, alpaca_jsonl) -> dict:
+    return dict(model_name=str(stories_dir), dataset=str(alpaca_jsonl), max_seq_length=512, learning_rate=2e-4,
+                max_steps=NOTEBOOK_STEPS, eval_steps=20, save_steps=20, gradient_checkpointing=False, test_size=0.01,
+                report_to="wandb", prompts=NOTEBOOK_PROMPTS, max_new_tokens=16)
+
+
+def execute_notebook(workdir: Path, env: dict, **parameters) -> Path:
+    """Run the notebook under papermill in ``workdir`` with ``env`` set (None removes a variable)."""
+    import papermill
+
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            if value is None:
+                patch.delenv(name, raising=False)
+            else:
+                patch.setenv(name, value)
+        papermill.execute_notebook(
+            str(REPO / "notebooks" / "finetune_tinyllama.ipynb"), str(workdir / "out.ipynb"), cwd=str(workdir),
+            kernel_name="python3", progress_bar=False, parameters=parameters)
+    return workdir / "out.ipynb"
+
+
+@pytest.fixture(scope="session")
+def notebook_run(tmp_path_factory, stories_dir, alpaca_jsonl):
+    """The main job: the notebook under papermill on stories260K and the real rows (CPU), with W&B keys in the
+    environment and a W&B server that does not answer; every default write location inside the work folder.
+
+    Returns:
+        ``(workdir, executed notebook path, run_summary dict)``.
+    """
+    import json
+    import socket
+
+    workdir = tmp_path_factory.mktemp("notebook-run")
+    with socket.socket() as s:  # a port nothing listens on: the run must go offline fast, key in hand
+        s.bind(("127.0.0.1", 0))
+        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    home, tmp = workdir / "home", workdir / "tmp"
+    home.mkdir(), tmp.mkdir()
+    env = {"WANDB_API_KEY": FAKE_WANDB_KEY, "HF_TOKEN": FAKE_HF_TOKEN, "WANDB_BASE_URL": closed,
+           "WANDB_MODE": None, "WANDB_DISABLED": None, "WANDB_DISABLE_GIT": "true",
+           # every place a library writes to by default lands inside workdir, where it is searched
+           "HOME": str(home), "TMPDIR": str(tmp), "HF_HOME": str(home / "hf"), "XDG_CACHE_HOME": str(home / "cache"),
+           "WANDB_CONFIG_DIR": str(home / "wandb-config"), "WANDB_CACHE_DIR": str(home / "wandb-cache"),
+           "WANDB_DATA_DIR": str(home / "wandb-data"), "MPLCONFIGDIR": str(home / "mpl")}
+    out = execute_notebook(workdir, env, **notebook_parameters(stories_dir, alpaca_jsonl))
+    return workdir, out, json.loads((workdir / "outputs" / "run_summary.json").read_text(encoding="utf-8"))

@@ -15,8 +15,8 @@ def stories_lora(stories_dir: Path, hardware, max_seq_length: int = 512, seed: i
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), max_seq_length, None, False, "transformers", hardware)
-    return add_lora(model, gradient_checkpointing=False, random_state=seed), tokenizer
+    model, tokenizer = load_model(str(stories_dir), max_seq_length=max_seq_length, dtype=None, load_in_4bit=False, backend="transformers", hardware=hardware)
+    return add_lora(model, gradient_checkpointing=False, seed=seed), tokenizer
 
 
 def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
@@ -25,14 +25,15 @@ def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
     from tinyllama_ft.prompts import make_formatting_func
 
     ds = datasets.Dataset.from_list([{k: r[k] for k in ("instruction", "input", "output")} for r in rows])
-    return ds.map(make_formatting_func(tokenizer.eos_token, template), batched=True)
+    return ds.map(make_formatting_func(tokenizer.eos_token, template=template), batched=True)
 
 
 def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, **fields):
     """A real ``build_trainer`` on the CPU with ``FinetuneConfig(**fields)`` (no W&B, no worker processes)."""
     from tinyllama_ft.config import FinetuneConfig
     from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.training import build_trainer
+    from tinyllama_ft.plan import plan_run
+    from tinyllama_ft.trainer import build_trainer
 
     cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
-    return build_trainer(model, tokenizer, train_dataset, eval_dataset, cfg, Hardware(), "float32")
+    return build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset, cfg=cfg, plan=plan_run(cfg, Hardware()))

@@ -1,5 +1,6 @@
 """Adapter save/reload: atomic, PEFT-loadable without this package, logits preserved to 1e-5 (fp32, CPU)."""
 
+from tinyllama_ft.plan import plan_run
 import json
 import os
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.adapters import adapter_base_model, load_adapter, save_adapter
 from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.training import build_trainer
+from tinyllama_ft.trainer import build_trainer
 
 PROBE = "Below is an instruction that describes a task.\n\n### Instruction:\nName a color.\n\n### Response:\n"
 
@@ -32,7 +33,7 @@ def trained(stories_dir, alpaca_jsonl, tmp_path_factory):
     model, tokenizer = stories_lora(stories_dir, cpu)
     cfg = FinetuneConfig(max_seq_length=512, report_to="none", max_steps=5, learning_rate=2e-3, dataset_num_proc=None,
                          output_dir=str(tmp_path_factory.mktemp("train")))
-    build_trainer(model, tokenizer, text_dataset(alpaca_rows(alpaca_jsonl, 200), tokenizer), None, cfg, cpu, "float32").train()
+    build_trainer(model=model, tokenizer=tokenizer, train_dataset=text_dataset(alpaca_rows(alpaca_jsonl, 200), tokenizer), eval_dataset=None, cfg=cfg, plan=plan_run(cfg, cpu)).train()
     model.eval()
     return model, tokenizer
 
@@ -49,7 +50,7 @@ def test_trained_adapter_changes_logits_and_reload_keeps_them(trained, tmp_path,
     assert sorted(f for f in os.listdir(path) if f.startswith("adapter_")) == ["adapter_config.json", "adapter_model.safetensors"]
     assert os.path.isfile(os.path.join(path, "tokenizer_config.json"))
     assert adapter_base_model(path) == str(stories_dir)
-    reloaded, tok2 = load_adapter(path, 512, None, False, "transformers", cpu)
+    reloaded, tok2 = load_adapter(path, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
     torch.testing.assert_close(_logits(reloaded, tok2), after, atol=1e-5, rtol=0)
 
 
@@ -106,7 +107,7 @@ def test_existing_adapter_is_kept_unless_overwrite(trained, tmp_path):
 def test_a_model_without_adapter_is_not_saved_as_one(stories_dir, cpu, tmp_path):
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), 512, None, False, "transformers", cpu)
+    model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
     with pytest.raises(RuntimeError, match="LoRA"):
         save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
     assert os.listdir(tmp_path) == []

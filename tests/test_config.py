@@ -4,31 +4,40 @@ import pytest
 
 from tinyllama_ft.config import FinetuneConfig
 
-ARTICLE_DEFAULTS = {
-    "model_name": "unsloth/tinyllama-bnb-4bit",
-    "max_seq_length": 4096,
-    "lora_r": 32,
-    "lora_alpha": 32,
-    "lora_dropout": 0.0,
-    "target_modules": ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"),
-    "dataset": "yahma/alpaca-cleaned",
-    "test_size": 0.004,
-    "learning_rate": 2e-5,
-    "per_device_train_batch_size": 2,
-    "gradient_accumulation_steps": 4,
-    "warmup_ratio": 0.1,
-    "weight_decay": 0.1,
-    "lr_scheduler_type": "linear",
-    "seed": 3407,
-    "max_steps": 60,
-    "wandb_project": "tiny-llama",
-    "wandb_run_name": "tiny-llama-unsloth-sft",
-}
+def test_every_field_has_a_docstring_naming_its_source_and_a_section():
+    from tinyllama_ft.config import FIELD_NAMES, SECTIONS, field_docs, section_of
+
+    docs = field_docs()
+    assert set(docs) == set(FIELD_NAMES)
+    sources = ("the article", "Unsloth's notebooks", "TRL's default", "this package", "Alpaca's", "article's")
+    unsourced = [n for n, d in docs.items() if not any(s in d for s in sources)]
+    assert not unsourced, unsourced
+    assert {section_of(n) for n in FIELD_NAMES} == set(SECTIONS)
 
 
-@pytest.mark.parametrize("name, expected", ARTICLE_DEFAULTS.items())
-def test_default_is_the_article_value(name, expected):
-    assert getattr(FinetuneConfig(), name) == expected
+def test_helper_defaults_are_the_config_defaults():
+    """Every keyword default a helper shares with a config field is that field's default (read, not copied)."""
+    import inspect
+
+    from tinyllama_ft import adapters, data, generation, lengths, lora, modeling, prompts, tracking
+    from tinyllama_ft.config import DEFAULTS, FIELD_NAMES
+
+    aliases = {"seed": "seed", "source": "dataset", "split": "dataset_split", "config": "dataset_config",
+               "policy": "long_rows"}
+    checked = 0
+    for fn in (modeling.load_model, lora.add_lora, lora.lora_config, adapters.load_adapter, data.load_instruction_data,
+               data.split_train_eval, lengths.length_report, lengths.apply_long_rows, prompts.make_formatting_func,
+               generation.generate, generation.stream, tracking.start_tracking):
+        for name, p in inspect.signature(fn).parameters.items():
+            field_name = aliases.get(name, name)
+            if (fn.__name__, name) == ("add_lora", "backend"):  # None: detect from the process, not the plan's "auto"
+                continue
+            if field_name in FIELD_NAMES and p.default is not inspect.Parameter.empty:
+                assert p.default == getattr(DEFAULTS, field_name), (fn.__name__, name)
+                checked += 1
+            if p.kind is p.POSITIONAL_OR_KEYWORD and name in FIELD_NAMES and p.default is not inspect.Parameter.empty:
+                assert name in ("model_name", "adapter_dir"), f"{fn.__name__}({name}) should be keyword-only"
+    assert checked >= 40
 
 
 def test_derived_values():
@@ -76,20 +85,39 @@ def test_max_steps_minus_one_means_epochs():
     assert FinetuneConfig(max_steps=-1).max_steps == -1
 
 
-def test_from_mapping_ignores_non_field_keys():
-    namespace = {"lora_r": 8, "seed": 1, "In": [], "get_ipython": print, "_": None, "np": object()}
-    cfg = FinetuneConfig.from_mapping(namespace)
-    assert (cfg.lora_r, cfg.seed) == (8, 1)
-    assert cfg.lora_alpha == 32
+def test_unknown_keys_name_the_field_meant():
+    from tinyllama_ft.coercion import ConfigError
+
+    with pytest.raises(ConfigError, match=r"'lora_rank' \(did you mean lora_r\?\)"):
+        FinetuneConfig.from_mapping({"lora_rank": 8})
+    with pytest.raises(ConfigError, match=r"'colour'(?! \(did)"):
+        FinetuneConfig.from_mapping({"colour": "blue"})
 
 
-def test_string_coercions_from_papermill():
+@pytest.mark.parametrize("name, bad", [("max_steps", "ten"), ("learning_rate", "fast"), ("packing", "maybe"),
+                                       ("lora_r", 8.5), ("target_modules", 3), ("model_name", None), ("resume", 1.0)])
+def test_wrong_types_name_the_field(name, bad):
+    from tinyllama_ft.coercion import ConfigError
+
+    with pytest.raises(ConfigError, match=rf"FinetuneConfig\.{name}=.*expected"):
+        FinetuneConfig.from_mapping({name: bad})
+
+
+def test_secret_names_are_refused_without_their_value():
+    with pytest.raises(ValueError, match="hf_token") as caught:
+        FinetuneConfig.from_mapping({"hf_token": "hf_abcdef123456"})
+    assert "hf_abcdef123456" not in str(caught.value)
+
+
+def test_string_coercions_from_papermill_colab_yaml_and_the_command_line():
     cfg = FinetuneConfig(target_modules=" q_proj, v_proj ,", prompts="Hi there", dtype="None",
-                         dataset_config="None")
+                         dataset_config="None", learning_rate="2e-4", max_steps="7", packing="false", seed=3.0,
+                         wandb_run_name=12, num_train_epochs=2)
     assert cfg.target_modules == ("q_proj", "v_proj")
     assert cfg.prompts == ("Hi there",)
-    assert cfg.dtype is None
-    assert cfg.dataset_config is None
+    assert cfg.dtype is None and cfg.dataset_config is None
+    assert (cfg.learning_rate, cfg.max_steps, cfg.packing, cfg.seed) == (2e-4, 7, False, 3)
+    assert cfg.wandb_run_name == "12" and cfg.num_train_epochs == 2.0 and isinstance(cfg.num_train_epochs, float)
     assert FinetuneConfig(dtype="auto").dtype is None
 
 
@@ -97,5 +125,5 @@ def test_to_dict_is_json_ready():
     import json
 
     d = FinetuneConfig().to_dict()
-    assert d["target_modules"] == list(ARTICLE_DEFAULTS["target_modules"])
+    assert d["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert json.loads(json.dumps(d)) == d

@@ -127,7 +127,7 @@ def _pairs(ds):
 def test_split_5k_holds_out_20_disjoint_rows():
     # indices as a column so disjointness is exact, even where two rows share their text
     ds = datasets.Dataset.from_dict({"i": list(range(5000))})
-    train, eval_ = split_train_eval(ds, 0.004, seed=3407)
+    train, eval_ = split_train_eval(ds, test_size=0.004, seed=3407)
     assert (len(train), len(eval_)) == (4980, 20)
     assert set(train["i"]).isdisjoint(eval_["i"])
     assert set(train["i"]) | set(eval_["i"]) == set(range(5000))

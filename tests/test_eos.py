@@ -7,7 +7,7 @@ import pytest
 from helpers import alpaca_rows, sft_trainer, stories_lora, text_dataset
 from tinyllama_ft.hardware import Hardware
 from tinyllama_ft.lengths import apply_long_rows, length_report
-from tinyllama_ft.training import eos_supervision
+from tinyllama_ft.eos import eos_supervision
 
 WINDOW = 512  # tokens (stories260K's context)
 
@@ -20,7 +20,7 @@ def rows(alpaca_jsonl):
 def fitting(tokenizer, rows, n=40):
     """``n`` real rows that fit the window whole (the drop policy), as the notebook prepares them."""
     ds = text_dataset(rows, tokenizer)
-    kept, _ = apply_long_rows(ds, length_report(ds, tokenizer, WINDOW, True), "drop")
+    kept, _ = apply_long_rows(ds, length_report(ds, tokenizer, max_seq_length=WINDOW, packing=True), policy="drop")
     assert len(kept) >= n
     return kept.select(range(n))
 
@@ -107,8 +107,8 @@ def test_a_tokenizer_adding_its_own_eos_is_caught_as_doubled(stories_dir, rows, 
 def test_rows_truncated_by_bfd_show_as_samples_without_eos(stories_dir, rows, tmp_path):
     model, tokenizer = stories_lora(stories_dir, Hardware())
     ds = text_dataset(rows[:40], tokenizer)
-    report = length_report(ds, tokenizer, 256, True, "bfd")
-    kept, report = apply_long_rows(ds, report, "truncate")
+    report = length_report(ds, tokenizer, max_seq_length=256, packing=True, packing_strategy="bfd")
+    kept, report = apply_long_rows(ds, report, policy="truncate")
     trainer = sft_trainer(model, tokenizer, kept, tmp_path, max_seq_length=256, long_rows="truncate")
     counts = eos_supervision(trainer, batches=None)
     assert counts["samples"] == len(kept) and len(report.kept_long) > 5
@@ -149,7 +149,7 @@ def test_an_eos_string_inside_the_text_is_caught(stories_dir, rows, tmp_path):
     # cut after the inner EOS: the sample holds an EOS that is not its last token
     cut = full.index(tokenizer.eos_token_id) + 3
     one = datasets.Dataset.from_dict({"text": [ds[0]["text"]]})
-    kept, _ = apply_long_rows(one, length_report(one, tokenizer, cut, True), "truncate")
+    kept, _ = apply_long_rows(one, length_report(one, tokenizer, max_seq_length=cut, packing=True), policy="truncate")
     counts = eos_supervision(sft_trainer(model, tokenizer, kept, tmp_path / "cut", max_seq_length=cut,
                                          long_rows="truncate"), None)
     assert counts["samples"] == 1 and counts["eos_not_last"] == 1 and counts["samples_ok"] == 0

@@ -101,8 +101,8 @@ def merged_and_adapter(trained_adapter):
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.hardware import Hardware
 
-    merged = load_adapter(trained_adapter, 512, backend="transformers", hardware=Hardware(), merged=True)
-    on_top = load_adapter(trained_adapter, 512, backend="transformers", hardware=Hardware())
+    merged = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True)
+    on_top = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware())
     return merged, on_top
 
 
@@ -112,7 +112,7 @@ def test_merged_reload_is_a_plain_model_computing_what_the_adapter_computes(merg
 
     (merged, tokenizer), (on_top, _) = merged_and_adapter
     assert isinstance(merged, PreTrainedModel) and not getattr(merged, "peft_config", None)
-    assert merged.tinyllama_ft.backend == "transformers" and not merged.tinyllama_ft.load_in_4bit
+    assert getattr(merged, "hf_quantizer", None) is None  # a plain transformers model, no 4-bit weights
     ids = tokenizer([format_prompt("Tell me a story about a dog.")], return_tensors="pt").input_ids
     with torch.no_grad():
         a, b = merged(ids).logits, on_top(ids).logits
@@ -178,5 +178,5 @@ def test_merged_reload_after_unsloth_in_the_process_reloads_unmerged_and_says_so
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     with pytest.warns(UserWarning, match="after Unsloth was used in this process"):
-        model, _ = load_adapter(trained_adapter, 512, backend="transformers", hardware=Hardware(), merged=True)
+        model, _ = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True)
     assert getattr(model, "peft_config", None)  # base + adapter, not merged

@@ -42,13 +42,12 @@ def test_cpu_load_says_once_that_4bit_is_impossible_and_loads_fp32(stories_dir, 
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model, tokenizer = load_model(str(stories_dir), 512, None, True, "auto", cpu)
+        model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=True, backend="auto", hardware=cpu)
     said = [str(w.message) for w in caught if "4bit" in str(w.message) or "4-bit" in str(w.message)]
     assert len(said) == 1 and "CPU" in said[0]
     assert model.dtype == torch.float32
-    assert model.tinyllama_ft.backend == "transformers"
-    assert model.tinyllama_ft.load_in_4bit is False
-    assert model.tinyllama_ft.rope_scaling_factor is None
+    assert getattr(model, "hf_quantizer", None) is None  # full precision: no 4-bit without CUDA
+    assert (model.config.rope_parameters or {}).get("rope_type", "default") != "linear"  # 512 positions: no scaling
     assert tokenizer.pad_token == tokenizer.unk_token != tokenizer.eos_token
     assert model.config.pad_token_id == tokenizer.pad_token_id
 
@@ -58,10 +57,10 @@ def test_rope_scaling_past_trained_positions_changes_the_rotary_frequencies(stor
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scaled, _ = load_model(str(stories_dir), 1024, None, False, "transformers", cpu)
-    assert scaled.tinyllama_ft.rope_scaling_factor == 2.0
+        scaled, _ = load_model(str(stories_dir), max_seq_length=1024, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+    assert scaled.config.rope_parameters["rope_type"] == "linear" and scaled.config.rope_parameters["factor"] == 2.0
     assert sum("RoPE scaling x2" in str(w.message) for w in caught) == 1
-    plain, _ = load_model(str(stories_dir), 512, None, False, "transformers", cpu)
+    plain, _ = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
     inv_scaled = scaled.model.rotary_emb.inv_freq
     inv_plain = plain.model.rotary_emb.inv_freq
     torch.testing.assert_close(inv_scaled * 1.0, inv_plain / 2.0)

@@ -1,67 +1,115 @@
-"""The main job: the notebook under papermill on stories260K and the real Alpaca rows (CPU, ~1 minute)."""
+"""The main job: the notebook under papermill (the session's one run, conftest.notebook_run), its parameters
+cell against the configuration, and a new user's first mistakes stopping at the configuration cell."""
 
+import ast
 import json
-import os
 import subprocess
 import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import NOTEBOOK_PROMPTS, NOTEBOOK_STEPS, REPO
+from tinyllama_ft.config import DEFAULTS, FIELD_NAMES, FinetuneConfig
 
-pytestmark = pytest.mark.notebook
+NOTEBOOK = REPO / "notebooks" / "finetune_tinyllama.ipynb"
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, stories_dir, alpaca_jsonl):
+def _parameters_cell():
+    import nbformat
+
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    [cell] = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    return cell.source
+
+
+def test_parameters_cell_holds_every_field_with_its_default():
+    tree = ast.parse(_parameters_cell())
+    values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+              if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")}
+    assert list(values) == list(FIELD_NAMES)  # every field, in the config's order
+    assert FinetuneConfig(**values) == DEFAULTS  # and each default as the config has it
+
+
+def test_parameters_cell_is_the_generated_one():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import config_tables
+
+    assert _parameters_cell() + "\n" == config_tables.parameters_cell()
+
+
+def _stops_at_config(tmp_path, **parameters):
     import papermill
+    from papermill.exceptions import PapermillExecutionError
 
-    workdir = tmp_path_factory.mktemp("notebook")
-    env_backup = dict(os.environ)
-    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED"):  # exercise the default W&B path, headless
-        os.environ.pop(name, None)
-    os.environ["WANDB_DISABLE_GIT"] = "true"
-    try:
-        papermill.execute_notebook(
-            str(REPO / "notebooks" / "finetune_tinyllama.ipynb"), str(workdir / "out.ipynb"), cwd=str(workdir),
-            kernel_name="python3", progress_bar=False,
-            parameters=dict(model_name=str(stories_dir), dataset=str(alpaca_jsonl), max_seq_length=512,
-                            learning_rate=2e-4, max_steps=40, eval_steps=20, save_steps=20, gradient_checkpointing=False,
-                            test_size=0.01, report_to="wandb", prompts=["What is the capital of France?", "Name three colors."]),
-        )
-    finally:
-        os.environ.clear()
-        os.environ.update(env_backup)
-    summary = json.loads((workdir / "outputs" / "run_summary.json").read_text())
-    return workdir, summary
+    with pytest.raises(PapermillExecutionError) as raised:
+        papermill.execute_notebook(str(NOTEBOOK), str(tmp_path / "out.ipynb"), cwd=str(tmp_path), kernel_name="python3",
+                                   progress_bar=False, parameters=parameters)
+    out = json.loads((tmp_path / "out.ipynb").read_text(encoding="utf-8"))
+    failed = [c for c in out["cells"] if c["cell_type"] == "code" and any(o.get("output_type") == "error"
+                                                                       for o in c.get("outputs", []))]
+    assert len(failed) == 1 and "config_from_notebook" in "".join(failed[0]["source"])  # the configuration cell
+    return str(raised.value)
 
 
-def test_eval_loss_drops_by_at_least_ten_percent(run):
-    _, summary = run
+def test_a_misspelt_parameter_stops_at_the_configuration_cell_naming_the_one_meant(tmp_path):
+    message = _stops_at_config(tmp_path, lora_rank=8)
+    assert "lora_rank" in message and "did you mean lora_r?" in message
+
+
+def test_a_wrong_type_stops_at_the_configuration_cell_naming_the_parameter(tmp_path):
+    message = _stops_at_config(tmp_path, max_steps="ten")
+    assert "max_steps='ten'" in message and "expected an integer" in message
+
+
+def test_the_notebook_namespace_gives_only_its_parameters():
+    from tinyllama_ft.params import config_from_notebook
+
+    namespace = {"lora_r": 8, "max_steps": 5, "In": [], "get_ipython": print, "np": object(), "sys": sys}
+    before = set(namespace)
+    namespace.update(hf_token_holder=object(), rows=object(), config_from_notebook=config_from_notebook,
+                     _injected_private=1)  # objects and functions defined later are not parameters
+    namespace["seed"] = 1  # papermill's injected cell rebinds a parameter
+    cfg = config_from_notebook(namespace, names_before=before)
+    assert (cfg.lora_r, cfg.max_steps, cfg.seed) == (8, 5, 1)
+    namespace["learning_rat"] = 1e-4  # a literal added after the parameters cell: papermill's -p, misspelt
+    with pytest.raises(ValueError, match="did you mean learning_rate"):
+        config_from_notebook(namespace, names_before=before)
+
+
+@pytest.mark.slow
+def test_eval_loss_drops_by_at_least_ten_percent(notebook_run):
+    _, _, summary = notebook_run
     assert summary["eval_loss_after"] <= 0.9 * summary["eval_loss_before"], summary
 
 
-def test_papermill_parameters_reach_the_run(run):
-    _, summary = run
-    assert summary["config"]["max_steps"] == 40 and summary["global_step"] == 40
+@pytest.mark.slow
+def test_papermill_parameters_reach_the_run(notebook_run):
+    _, _, summary = notebook_run
+    assert summary["config"]["max_steps"] == NOTEBOOK_STEPS and summary["global_step"] == NOTEBOOK_STEPS
     assert summary["config"]["learning_rate"] == 2e-4 and summary["config"]["max_seq_length"] == 512
     assert summary["backend"] == "transformers" and summary["dtype"] == "float32" and summary["gpu"] is None
-    assert [s["instruction"] for s in summary["samples"]] == ["What is the capital of France?", "Name three colors."]
+    assert summary["execution"]["per_device_train_batch_size"] * summary["execution"]["gradient_accumulation_steps"] == 8
+    assert [s["instruction"] for s in summary["samples"]] == NOTEBOOK_PROMPTS
     assert all(s["response"].strip() for s in summary["samples"])
-    assert summary["train_tokens"] > 40 * 8 * 256 and summary["tokens_per_s"] > 0
+    assert summary["train_tokens"] > NOTEBOOK_STEPS * 8 * 256 and summary["tokens_per_s"] > 0
     assert summary["peak_memory_gib"] is None and summary["versions"]["transformers"]
+    eos = summary["plan"]["eos_first_batch"]
+    assert eos["samples"] > 0 and eos["samples_ok"] == eos["samples"]
 
 
-def test_run_logged_offline_and_plotted(run):
-    workdir, _ = run
+@pytest.mark.slow
+def test_run_logged_offline_plotted_and_printed_progress(notebook_run):
+    workdir, out, _ = notebook_run
     assert list((workdir / "outputs" / "wandb").glob("offline-run-*"))
     assert (workdir / "outputs" / "loss_curve.png").stat().st_size > 1000
-    out = (workdir / "out.ipynb").read_text()
-    assert "logging offline" in out and "### Instruction: Name three colors." in out
+    text = out.read_text(encoding="utf-8")
+    assert "logging offline" in text and "### Instruction: Name three colors." in text
+    assert f"step {NOTEBOOK_STEPS}/{NOTEBOOK_STEPS}  loss" in text and "tokens/s" in text  # the progress lines
 
 
-def test_adapter_loads_in_a_fresh_process_with_plain_peft(run):
-    _, summary = run
+@pytest.mark.slow
+def test_adapter_loads_in_a_fresh_process_with_plain_peft(notebook_run):
+    _, _, summary = notebook_run
     code = (f"from peft import AutoPeftModelForCausalLM\n"
             f"m = AutoPeftModelForCausalLM.from_pretrained({summary['adapter_dir']!r})\n"
             f"print(type(m).__name__)")

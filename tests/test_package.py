@@ -44,3 +44,17 @@ def test_repository_url_is_the_one_in_pyproject():
     assert f"colab.research.google.com/github/{slug}/blob/main/notebooks/finetune_tinyllama.ipynb" in readme
     others = set(re.findall(r"github\.com/([\w.-]+/[\w.-]+)", text + readme)) - {slug}
     assert not {o for o in others if "tinyllama" in o.lower()}, others
+
+
+def test_no_import_cycles_in_the_package():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import import_graph
+
+    assert import_graph.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+    graph = import_graph.import_graph()
+    assert graph["plan"] >= {"config", "modeling"} and "adapters" not in graph["modeling"]
+    assert import_graph.cycles(graph) == []
+
+
+def test_test_only_code_is_not_in_the_package():
+    assert not (REPO / "tinyllama_ft" / "wandb_runfile.py").exists()

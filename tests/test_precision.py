@@ -1,5 +1,6 @@
 """One dtype decision from the compute capability, and the trainer flags that follow it."""
 
+from tinyllama_ft.plan import plan_run
 import pytest
 
 from tinyllama_ft.hardware import Hardware
@@ -64,14 +65,14 @@ def test_torch_dtype():
 def test_cpu_autocasts_to_bf16_only_where_it_computes_bf16_and_dtype_is_auto(cpu):
     from tinyllama_ft.config import FinetuneConfig
     from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.training import sft_config_kwargs
+    from tinyllama_ft.trainer import sft_config_kwargs
 
     from trl import SFTConfig
 
     native = Hardware(cpu_bf16=True)
-    kwargs = sft_config_kwargs(FinetuneConfig(report_to="none"), native, "float32", has_eval=False)
+    kwargs = sft_config_kwargs(FinetuneConfig(report_to="none"), plan_run(FinetuneConfig(report_to="none"), native), has_eval=False)
     assert kwargs["bf16"] is True and kwargs["use_cpu"] is True
     assert SFTConfig(**kwargs).bf16  # the trainer's own checks accept bf16 autocast on a CPU
-    assert sft_config_kwargs(FinetuneConfig(dtype="float32"), native, "float32", has_eval=False)["bf16"] is False
-    assert sft_config_kwargs(FinetuneConfig(), cpu, "float32", has_eval=False)["bf16"] is False
+    assert sft_config_kwargs(FinetuneConfig(dtype="float32"), plan_run(FinetuneConfig(dtype="float32"), native), has_eval=False)["bf16"] is False
+    assert sft_config_kwargs(FinetuneConfig(), plan_run(FinetuneConfig(), cpu), has_eval=False)["bf16"] is False
     assert trainer_precision_flags("float32") == {"fp16": False, "bf16": False}

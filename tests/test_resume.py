@@ -13,6 +13,8 @@ import pytest
 
 from conftest import REPO
 
+pytestmark = pytest.mark.slow  # two training processes, one killed and resumed
+
 MAX_STEPS, SAVE_STEPS, KILL_AFTER = 12, 4, 8
 DRIVER = REPO / "tests" / "resume_driver.py"
 

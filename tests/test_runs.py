@@ -4,6 +4,7 @@ The earlier run is a real 4-step training of stories260K on real Alpaca rows (ch
 transformers, ``run_config.json`` by ``prepare_output_dir``); Colab and its mount function are injected.
 """
 
+from tinyllama_ft.plan import plan_run
 import json
 import os
 import shutil
@@ -27,11 +28,12 @@ def _cfg(stories_dir, alpaca_jsonl, output_dir, **changes):
 
 def _train(cfg, stories_dir, alpaca_jsonl):
     from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.training import build_trainer, train_and_evaluate
+    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.training import train_and_evaluate
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), cfg.max_seq_length, cfg.seed)
     ds = text_dataset(alpaca_rows(alpaca_jsonl, 40), tokenizer)
-    trainer = build_trainer(model, tokenizer, ds, None, cfg, Hardware(), "float32")
+    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan_run(cfg, Hardware()))
     return train_and_evaluate(trainer, resume=cfg.resume)
 
 
@@ -81,7 +83,7 @@ def test_new_or_empty_output_dir_starts_and_records_the_run(stories_dir, alpaca_
 def test_identity_keeps_training_fields_and_drops_volatile_ones(stories_dir, alpaca_jsonl, tmp_path):
     identity = run_identity(_cfg(stories_dir, alpaca_jsonl, tmp_path))
     for name in ("model_name", "dataset", "lora_r", "target_modules", "learning_rate", "effective_batch_size",
-                 "max_seq_length", "max_steps", "seed", "packing", "template"):
+                 "max_seq_length", "seed", "packing", "template", "optim", "lr_scheduler_type"):
         assert name in identity
     assert not set(NOT_IDENTITY) & set(identity)
     # the split is execution only: a smaller micro-batch with more accumulation is the same run
@@ -92,7 +94,11 @@ def test_identity_keeps_training_fields_and_drops_volatile_ones(stories_dir, alp
                                   gradient_accumulation_steps=cfg.effective_batch_size)
     assert run_identity(resplit) == run_identity(cfg)
     assert run_identity(dataclasses.replace(cfg, gradient_accumulation_steps=99)) != run_identity(cfg)
-    assert {"resume", "overwrite_output_dir", "prompts", "max_new_tokens", "output_dir"} <= set(NOT_IDENTITY)
+    assert {"resume", "overwrite_output_dir", "prompts", "max_new_tokens", "output_dir", "max_steps", "backend",
+            "recipe", "use_liger_kernel"} <= set(NOT_IDENTITY)
+    assert run_identity(dataclasses.replace(cfg, max_steps=cfg.max_steps * 2)) == run_identity(cfg)  # train longer
+    assert run_identity(cfg, data_fingerprint="abc")["data_fingerprint"] == "abc"
+    assert "data_fingerprint" not in run_identity(cfg)
 
 
 def test_finished_run_is_not_overwritten_without_a_flag(earlier):
@@ -191,7 +197,10 @@ def test_overwrite_deletes_the_earlier_runs_offline_wandb_runs(earlier, monkeypa
 def test_new_config_fields_default_off_and_come_from_a_notebook_namespace():
     cfg = FinetuneConfig()
     assert cfg.overwrite_output_dir is False and cfg.mount_drive is False
-    cfg = FinetuneConfig.from_mapping({"overwrite_output_dir": True, "mount_drive": True, "In": []})
+    from tinyllama_ft.params import config_from_notebook
+
+    namespace = {"overwrite_output_dir": True, "mount_drive": True, "In": []}
+    cfg = config_from_notebook(namespace, names_before=set(namespace))
     assert cfg.overwrite_output_dir is True and cfg.mount_drive is True
 
 

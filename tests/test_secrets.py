@@ -8,7 +8,6 @@ written anywhere by a run (checked byte for byte on every file a real papermill 
 import base64
 import json
 import os
-import secrets
 import subprocess
 import sys
 import types
@@ -16,14 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import FAKE_HF_TOKEN, FAKE_WANDB_KEY, NOTEBOOK_STEPS
 from helpers import stories_lora
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.credentials import export_secrets
-from tinyllama_ft.wandb_runfile import read_offline_metrics
+from wandb_runfile import read_offline_metrics
 
-FAKE_WANDB_KEY = "wandbfake" + secrets.token_hex(16)  # well-formed for W&B (41 characters), known to no server
-FAKE_HF_TOKEN = "hf_fake" + secrets.token_hex(16)
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
 
 
@@ -41,9 +38,14 @@ def test_from_mapping_refuses_a_secret_name_without_showing_its_value(name):
 
 
 def test_tokenizer_and_config_names_are_not_taken_for_secrets():
+    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.credentials import refuse_secret_names
+
     names = {"eos_token": "</s>", "pad_token": "<unk>", "max_new_tokens": 8, "tokenizer": None, "wandb_project": "p",
              "tokens_per_s": 1.0, "bos_token_id": 1}
-    assert FinetuneConfig.from_mapping(names).max_new_tokens == 8
+    refuse_secret_names(names)  # nothing refused as a secret
+    with pytest.raises(ConfigError, match="unknown parameter 'eos_token'"):  # but they are not parameters either
+        FinetuneConfig.from_mapping(names)
 
 
 @pytest.fixture
@@ -128,10 +130,10 @@ def test_model_code_from_the_repository_never_runs_by_default(custom_code_model,
     cfg = FinetuneConfig(model_name=str(folder), backend="transformers", load_in_4bit=False, max_seq_length=512)
     assert cfg.trust_remote_code is False
     with pytest.raises(ValueError, match="trust_remote_code"):
-        load_model(cfg.model_name, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, cpu,
-                   cfg.trust_remote_code)
+        load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=cfg.dtype, load_in_4bit=cfg.load_in_4bit, backend=cfg.backend, hardware=cpu,
+                   trust_remote_code=cfg.trust_remote_code)
     with pytest.raises(ValueError, match="trust_remote_code"):
-        load_adapter(str(adapter), 512, None, False, "transformers", cpu, base_model=str(folder))
+        load_adapter(str(adapter), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu, base_model=str(folder))
     assert not marker.exists()
 
 
@@ -142,8 +144,10 @@ def test_asked_for_the_repository_code_runs_through_both_loaders(custom_code_mod
         "from tinyllama_ft.adapters import load_adapter\n"
         "from tinyllama_ft.hardware import Hardware\n"
         "from tinyllama_ft.modeling import load_model\n"
-        f"m, _ = load_model({str(folder)!r}, 512, None, False, 'transformers', Hardware(), trust_remote_code=True)\n"
-        f"p, _ = load_adapter({str(adapter)!r}, 512, None, False, 'transformers', Hardware(), "
+        f"m, _ = load_model({str(folder)!r}, max_seq_length=512, load_in_4bit=False, backend='transformers', "
+        f"hardware=Hardware(), trust_remote_code=True)\n"
+        f"p, _ = load_adapter({str(adapter)!r}, max_seq_length=512, load_in_4bit=False, backend='transformers', "
+        f"hardware=Hardware(), "
         f"base_model={str(folder)!r}, trust_remote_code=True)\n"
         "print(type(m).__name__, type(p.get_base_model()).__name__)\n"
     )
@@ -172,52 +176,21 @@ def test_pickled_weights_are_never_loaded(stories_dir, adapter, tmp_path, cpu):
 
     model_dir = pickled_copy(stories_dir, "model.safetensors", "pytorch_model.bin")
     with pytest.raises(OSError, match="safetensors"):
-        load_model(str(model_dir), 512, None, False, "transformers", cpu)
+        load_model(str(model_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
     adapter_dir = pickled_copy(adapter, "adapter_model.safetensors", "adapter_model.bin")
     with pytest.raises(FileNotFoundError, match="adapter_dir=.*safetensors"):
-        load_adapter(str(adapter_dir), 512, None, False, "transformers", cpu)
+        load_adapter(str(adapter_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
 
 
 # --- a real run with keys in the environment: the keys are in none of its files --------------------
-
-def execute_notebook(workdir: Path, env: dict, **parameters) -> Path:
-    """Run the notebook under papermill in ``workdir`` with ``env`` set (None removes a variable)."""
-    import papermill
-
-    with pytest.MonkeyPatch.context() as patch:
-        for name, value in env.items():
-            if value is None:
-                patch.delenv(name, raising=False)
-            else:
-                patch.setenv(name, value)
-        papermill.execute_notebook(
-            str(REPO / "notebooks" / "finetune_tinyllama.ipynb"), str(workdir / "out.ipynb"), cwd=str(workdir),
-            kernel_name="python3", progress_bar=False, parameters=parameters)
-    return workdir / "out.ipynb"
-
+# (the session's one notebook run, conftest.notebook_run: W&B and Hub keys set, the W&B server silent)
 
 @pytest.fixture(scope="module")
-def keyed_run(tmp_path_factory, stories_dir, alpaca_jsonl):
-    import socket
-
-    workdir = tmp_path_factory.mktemp("keyed-run")
-    with socket.socket() as s:  # a port nothing listens on: the run must go offline fast, key in hand
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
-    home, tmp = workdir / "home", workdir / "tmp"
-    home.mkdir(), tmp.mkdir()
-    env = {"WANDB_API_KEY": FAKE_WANDB_KEY, "HF_TOKEN": FAKE_HF_TOKEN, "WANDB_BASE_URL": closed,
-           "WANDB_MODE": None, "WANDB_DISABLED": None, "WANDB_DISABLE_GIT": "true",
-           # every place a library writes to by default lands inside workdir, where it is searched
-           "HOME": str(home), "TMPDIR": str(tmp), "HF_HOME": str(home / "hf"), "XDG_CACHE_HOME": str(home / "cache"),
-           "WANDB_CONFIG_DIR": str(home / "wandb-config"), "WANDB_CACHE_DIR": str(home / "wandb-cache"),
-           "WANDB_DATA_DIR": str(home / "wandb-data"), "MPLCONFIGDIR": str(home / "mpl")}
-    out = execute_notebook(workdir, env, model_name=str(stories_dir), dataset=str(alpaca_jsonl), max_seq_length=512,
-                           learning_rate=2e-4, max_steps=6, eval_steps=3, save_steps=3, gradient_checkpointing=False,
-                           test_size=0.01, report_to="wandb", max_new_tokens=8)
-    return workdir, out, json.loads((workdir / "outputs" / "run_summary.json").read_text())
+def keyed_run(notebook_run):
+    return notebook_run
 
 
+@pytest.mark.slow
 def test_the_run_had_the_key_and_went_offline_in_one_line(keyed_run):
     _, out, _ = keyed_run
     text = out.read_text()
@@ -226,6 +199,7 @@ def test_the_run_had_the_key_and_went_offline_in_one_line(keyed_run):
     assert len(lines) == 1 and "not reachable" in lines[0], lines
 
 
+@pytest.mark.slow
 def test_no_file_the_run_wrote_holds_a_key(keyed_run):
     workdir, _, _ = keyed_run
     needles = {}
@@ -243,13 +217,14 @@ def test_no_file_the_run_wrote_holds_a_key(keyed_run):
     assert not leaks, leaks
 
 
+@pytest.mark.slow
 def test_adapter_and_checkpoints_hold_weights_only_as_safetensors(keyed_run):
     workdir, _, summary = keyed_run
     adapter = Path(summary["adapter_dir"])
     assert (adapter / "adapter_model.safetensors").is_file()
     assert not [f.name for f in adapter.iterdir() if f.suffix in PICKLE_SUFFIXES]
     checkpoints = sorted((workdir / "outputs").glob("checkpoint-*"))
-    assert [c.name for c in checkpoints] == ["checkpoint-3", "checkpoint-6"]
+    assert [c.name for c in checkpoints] == ["checkpoint-20", f"checkpoint-{NOTEBOOK_STEPS}"]
     for checkpoint in checkpoints:
         assert (checkpoint / "adapter_model.safetensors").is_file()
         pickles = {f.name for f in checkpoint.iterdir() if f.suffix in PICKLE_SUFFIXES}
@@ -257,10 +232,11 @@ def test_adapter_and_checkpoints_hold_weights_only_as_safetensors(keyed_run):
         assert pickles <= {"optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin"}, pickles
 
 
+@pytest.mark.slow
 def test_train_loss_per_step_reads_back_from_the_offline_run(keyed_run):
     workdir, _, summary = keyed_run
     run_dir = next((workdir / "outputs" / "wandb").glob("offline-run-*"))
     logged = {row["train/global_step"]: row["train/loss"] for row in read_offline_metrics(str(run_dir))
               if "train/loss" in row}
     trained = {entry["step"]: entry["loss"] for entry in summary["log_history"] if "loss" in entry}
-    assert len(trained) == 6 and logged == trained
+    assert len(trained) == NOTEBOOK_STEPS and logged == trained

@@ -9,7 +9,7 @@ import types
 import pytest
 
 from tinyllama_ft.tracking import Tracking, find_api_key, finish_tracking, start_tracking
-from tinyllama_ft.wandb_runfile import read_offline_metrics
+from wandb_runfile import read_offline_metrics
 
 
 @pytest.fixture
@@ -38,14 +38,14 @@ def test_colab_secrets_are_read_through_google_colab_userdata(monkeypatch):
 
 
 def test_report_to_none_starts_nothing():
-    assert start_tracking("none") == Tracking(report_to="none")
+    assert start_tracking(report_to="none") == Tracking(report_to="none")
 
 
 def test_no_key_and_no_person_logs_offline_and_says_where(no_wandb_env, tmp_path, capsys, monkeypatch):
     import wandb
 
     monkeypatch.setattr(wandb, "login", lambda *a, **k: pytest.fail("must not prompt"))
-    tracking = start_tracking("wandb", "tiny-llama", "test-run", str(tmp_path), {"lora_r": 32}, prompt_allowed=False)
+    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="test-run", output_dir=str(tmp_path), config={"lora_r": 32}, prompt_allowed=False)
     wandb.log({"loss": 1.25})
     finish_tracking(tracking)
     out = capsys.readouterr().out
@@ -138,7 +138,7 @@ def test_key_without_a_reachable_server_goes_offline_within_seconds(wandb_key_en
     wandb_key_env.setenv("WANDB_BASE_URL", server)
     timeouts = {"init_timeout": init_timeout} if init_timeout else {}  # else the defaults: probe 3 s, init 30 s
     start = time.monotonic()
-    tracking = start_tracking("wandb", "tiny-llama", "no-network", str(tmp_path), {"lora_r": 32}, prompt_allowed=False,
+    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="no-network", output_dir=str(tmp_path), config={"lora_r": 32}, prompt_allowed=False,
                               **timeouts)
     elapsed = time.monotonic() - start
     wandb.log({"loss": 0.5})
@@ -175,7 +175,7 @@ def test_headless_process_without_key_never_prompts_and_says_where(tmp_path):
         "from tinyllama_ft.tracking import can_prompt, start_tracking, finish_tracking\n"
         "import wandb\n"
         "assert not can_prompt()\n"
-        f"t = start_tracking('wandb', 'tiny-llama', 'headless', {str(tmp_path)!r})\n"
+        f"t = start_tracking(report_to='wandb', wandb_project='tiny-llama', wandb_run_name='headless', output_dir={str(tmp_path)!r})\n"
         "wandb.log({'loss': 2.5})\n"
         "finish_tracking(t)\n"
         "print('mode', t.mode)\n"
@@ -198,7 +198,7 @@ def test_logged_values_read_back_equal_from_the_offline_run_file(no_wandb_env, t
     rows = [{"train/loss": 4.5 / (i + 1), "train/global_step": i, "note": "x" * i, "nested": {"a": i}}
             for i in range(30)]
     rows.append({"big": "y" * 100_000})  # one record over several 32 KiB blocks
-    tracking = start_tracking("wandb", "tiny-llama", "readback", str(tmp_path), prompt_allowed=False)
+    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="readback", output_dir=str(tmp_path), prompt_allowed=False)
     for row in rows:
         wandb.log(row)
     finish_tracking(tracking)
@@ -213,9 +213,9 @@ def test_logged_values_read_back_equal_from_the_offline_run_file(no_wandb_env, t
 def test_damaged_or_foreign_run_files_are_refused_and_a_torn_tail_is_dropped(no_wandb_env, tmp_path):
     import wandb
 
-    from tinyllama_ft.wandb_runfile import wandb_records
+    from wandb_runfile import wandb_records
 
-    tracking = start_tracking("wandb", "tiny-llama", "damage", str(tmp_path / "run"), prompt_allowed=False)
+    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="damage", output_dir=str(tmp_path / "run"), prompt_allowed=False)
     for i in range(5):
         wandb.log({"loss": float(i)})
     finish_tracking(tracking)

@@ -1,19 +1,22 @@
 """Trainer construction on the installed TRL/transformers (run in both library sets by .ci/run)."""
 
+from tinyllama_ft.plan import plan_run
 import inspect
 
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.training import RENAMED_ARGUMENTS, build_trainer, eos_supervision, sft_config_kwargs, training_plan
+from tinyllama_ft.eos import eos_supervision
+from tinyllama_ft.trainer import RENAMED_ARGUMENTS, build_trainer, sft_config_kwargs, training_plan
 
 
 def test_kwargs_use_the_installed_spelling_of_every_renamed_argument(cpu):
     from trl import SFTConfig
 
     params = inspect.signature(SFTConfig.__init__).parameters
-    kwargs = sft_config_kwargs(FinetuneConfig(), cpu, "float32", has_eval=True)
+    cfg = FinetuneConfig(recipe="article")  # gradient checkpointing on as configured: its renamed arguments appear
+    kwargs = sft_config_kwargs(cfg, plan_run(cfg, cpu), has_eval=True)
     assert all(k in params for k in kwargs)
     for name, spellings in RENAMED_ARGUMENTS.items():
         present = [s for s in spellings if s in kwargs]
@@ -24,13 +27,13 @@ def test_kwargs_use_the_installed_spelling_of_every_renamed_argument(cpu):
 
 
 def test_article_values_on_a_t4_and_on_a_cpu(cpu, t4):
-    gpu = sft_config_kwargs(FinetuneConfig(), t4, "float16", has_eval=True)
+    gpu = sft_config_kwargs(FinetuneConfig(), plan_run(FinetuneConfig(), t4), has_eval=True)
     assert gpu["optim"] == "adamw_8bit" and gpu["fp16"] is True and gpu["bf16"] is False
     assert (gpu["per_device_train_batch_size"], gpu["gradient_accumulation_steps"]) == (2, 4)
     assert (gpu["learning_rate"], gpu["weight_decay"], gpu["lr_scheduler_type"], gpu["seed"]) == (2e-5, 0.1, "linear", 3407)
     assert (gpu["packing"], gpu["dataset_text_field"], gpu["save_total_limit"], gpu["logging_steps"]) == (True, "text", 2, 1)
     assert gpu["report_to"] == ["wandb"]
-    host = sft_config_kwargs(FinetuneConfig(report_to="none"), cpu, "float32", has_eval=False)
+    host = sft_config_kwargs(FinetuneConfig(report_to="none"), plan_run(FinetuneConfig(report_to="none"), cpu), has_eval=False)
     assert host["optim"] == "adamw_torch" and not host["fp16"] and not host["bf16"]
     assert host["report_to"] == [] and host["eval_strategy"] == "no"
 
@@ -41,7 +44,7 @@ def test_too_old_a_config_class_is_an_error(cpu):
             pass
 
     with pytest.raises(TypeError, match="upgrade"):
-        sft_config_kwargs(FinetuneConfig(), cpu, "float32", True, config_cls=OldConfig)
+        sft_config_kwargs(FinetuneConfig(), plan_run(FinetuneConfig(), cpu), has_eval=True, config_cls=OldConfig)
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,7 @@ def trainer(stories_dir, alpaca_jsonl, tmp_path_factory):
     cfg = FinetuneConfig(max_seq_length=512, report_to="none", max_steps=3, output_dir=str(tmp_path_factory.mktemp("out")),
                          dataset_num_proc=None)
     ds = text_dataset(rows, tokenizer)
-    return build_trainer(model, tokenizer, ds.select(range(60)), ds.select(range(60, 64)), cfg, cpu, "float32")
+    return build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds.select(range(60)), eval_dataset=ds.select(range(60, 64)), cfg=cfg, plan=plan_run(cfg, cpu))
 
 
 def test_trainer_packs_without_padding_and_plans_steps(trainer):

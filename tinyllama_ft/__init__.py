@@ -12,24 +12,27 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "FinetuneConfig": "config",
+    "FinetuneConfig": "config", "DEFAULTS": "config",
+    "config_from_notebook": "params", "config_from_recipe": "params",
     "Hardware": "hardware", "detect_hardware": "hardware", "cap_gpu_memory": "hardware",
-    "release_cuda_memory": "hardware",
     "install": "install", "plan_install": "install",
     "resolve_dtype": "precision",
+    "RunPlan": "plan", "plan_run": "plan",
     "load_model": "modeling",
     "add_lora": "lora", "trainable_parameters": "lora",
     "format_prompt": "prompts", "make_formatting_func": "prompts",
     "load_instruction_data": "data", "split_train_eval": "data",
     "length_report": "lengths", "apply_long_rows": "lengths",
-    "plan_speed": "speed",
     "ensure_drive": "runs", "prepare_output_dir": "runs",
     "start_tracking": "tracking", "finish_tracking": "tracking", "export_secrets": "credentials",
-    "build_trainer": "training", "training_plan": "training", "train_and_evaluate": "training",
+    "build_trainer": "trainer", "training_plan": "trainer",
+    "eos_supervision": "eos", "eos_first_batch": "eos",
+    "train_and_evaluate": "training",
     "save_adapter": "adapters", "load_adapter": "adapters",
     "generate": "generation", "stream": "generation",
-    "write_run_summary": "summary",
+    "build_run_summary": "summary", "write_run_summary": "summary",
     "loss_curve": "plotting",
+    "run_training": "pipeline",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -12,20 +12,19 @@ complete, so an interrupted save never leaves a half-written adapter behind.
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import shutil
 import sys
 import tempfile
 import warnings
 
+from .config import DEFAULTS
 from .paths import expand_path
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
-def save_adapter(model, tokenizer, adapter_dir: str, overwrite: bool = True) -> str:
+def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True) -> str:
     """Write the adapter and tokenizer to ``adapter_dir`` atomically.
 
     Args:
@@ -70,27 +69,30 @@ def save_adapter(model, tokenizer, adapter_dir: str, overwrite: bool = True) -> 
 
 
 def adapter_base_model(adapter_dir: str) -> str:
-    """The base model an adapter was trained on (``base_model_name_or_path`` in its config).
+    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``).
 
     Raises:
-        FileNotFoundError: ``adapter_dir`` holds no ``adapter_config.json``.
+        FileNotFoundError: ``adapter_dir`` holds no ``adapter_config.json`` (checked first: PEFT would
+            look the folder name up on the Hub).
     """
-    path = os.path.join(expand_path(adapter_dir), "adapter_config.json")
-    if not os.path.isfile(path):
+    adapter_dir = expand_path(adapter_dir)
+    if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[0])):
         raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no adapter_config.json: not a saved adapter")
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)["base_model_name_or_path"]
+    from peft import PeftConfig
+
+    return PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
 
 
 def load_adapter(
     adapter_dir: str,
-    max_seq_length: int = 4096,
-    dtype: str | None = None,
-    load_in_4bit: bool = True,
-    backend: str = "auto",
+    *,
+    max_seq_length: int = DEFAULTS.max_seq_length,
+    dtype: str | None = DEFAULTS.dtype,
+    load_in_4bit: bool = DEFAULTS.load_in_4bit,
+    backend: str = DEFAULTS.backend,
     hardware=None,
     base_model: str | None = None,
-    trust_remote_code: bool = False,
+    trust_remote_code: bool = DEFAULTS.trust_remote_code,
     merged: bool = False,
 ):
     """Load base model + saved adapter for inference (the article's reload cell).
@@ -117,6 +119,7 @@ def load_adapter(
     """
     from .hardware import detect_hardware, is_importable
     from .modeling import choose_backend, ensure_pad_token, load_model
+    from .precision import resolve_dtype, torch_dtype
 
     hardware = hardware or detect_hardware()
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
@@ -131,30 +134,26 @@ def load_adapter(
                       "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)", stacklevel=2)
         merged = False
     chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
+    load = dict(max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit, hardware=hardware,
+                trust_remote_code=trust_remote_code)
     if chosen == "unsloth" and base_model is None:
         # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
-        model, tokenizer = load_model(adapter_dir, max_seq_length, dtype, load_in_4bit, "unsloth", hardware,
-                                      trust_remote_code)
+        model, tokenizer = load_model(adapter_dir, backend="unsloth", **load)
     else:
         from peft import PeftModel
         from transformers import AutoTokenizer
 
         from .adapter_fit import check_adapter_fits
 
-        base_model_obj, _ = load_model(base, max_seq_length, dtype, load_in_4bit, chosen, hardware, trust_remote_code)
-        info = base_model_obj.tinyllama_ft
+        base_model_obj, _ = load_model(base, backend=chosen, **load)
         if merged and getattr(base_model_obj, "hf_quantizer", None) is not None:
-            from .precision import torch_dtype
-
-            base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(info.dtype))
-            info = dataclasses.replace(info, load_in_4bit=False)
+            base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(resolve_dtype(dtype, hardware)))
         check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
         model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
             model = model.merge_and_unload()
             if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
                 del model.peft_config
-        model.tinyllama_ft = info
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir, trust_remote_code=trust_remote_code)
         ensure_pad_token(tokenizer)
     model.eval()

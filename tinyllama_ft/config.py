@@ -1,18 +1,29 @@
-"""One configuration object for a fine-tuning run.
+"""One configuration object for a fine-tuning run: every default of the package is written here, once.
 
-The notebook's ``parameters`` cell holds one variable per field below; ``FinetuneConfig.from_mapping``
-turns them into this dataclass, and every helper takes its values from it. Defaults are the article's
-recipe (``shared/ARTICLE.md``: "Fine-tuning a Tiny-Llama model with Unsloth", cells 2-10) unless a
-field's docstring says otherwise.
+``FinetuneConfig`` is one flat dataclass: its field names are the notebook's parameters, the command
+line's flags (``tinyllama-ft train --lora_r 8``) and the recipes' YAML keys (``tinyllama_ft/recipes``).
+Fields are grouped by section comments (model, LoRA, data, training, logging, generation); each carries
+``metadata={"section": ..., "identity": ...}``: ``identity=True`` marks the fields that change what is
+computed, which ``runs.run_identity`` records for resuming. Each field's docstring gives its unit and the
+source of its default: "the article" (``shared/ARTICLE.md``, "Fine-tuning a Tiny-Llama model with
+Unsloth"), "Unsloth's notebooks", "TRL's default" or "this package".
+
+Helpers take their defaults from ``DEFAULTS = FinetuneConfig()`` (``add_lora(model)`` is the article's
+LoRA), never from a re-typed number.
 """
 
 from __future__ import annotations
 
+import ast
 import dataclasses
-from dataclasses import dataclass
+import inspect
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, Mapping
 
-from .lengths import LONG_ROWS, resolve_packing_strategy
+from .coercion import ConfigError, coerce_value, unknown_keys_error
+from .packing import LONG_ROWS, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
 LLAMA_TARGET_MODULES: tuple[str, ...] = (
@@ -20,148 +31,169 @@ LLAMA_TARGET_MODULES: tuple[str, ...] = (
 )
 
 BACKENDS = ("auto", "unsloth", "transformers")
-DTYPES = (None, "auto", "bfloat16", "float16", "float32")
+DTYPES = (None, "bfloat16", "float16", "float32")
 TEMPLATES = ("alpaca", "alpaca_no_input")
 REPORT_TO = ("wandb", "none")
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 RECIPES = ("fast", "article")
+SECTIONS = ("model", "lora", "data", "training", "logging", "generation")
+
+
+def _field(default, section: str, *, identity: bool, comma_separated: bool = False):
+    return field(default=default, metadata={"section": section, "identity": identity,
+                                            "comma_separated": comma_separated})
 
 
 @dataclass
 class FinetuneConfig:
-    """Every knob of a run, with the article's values as defaults.
+    """Every knob of a run; the defaults are the article's recipe unless a field says otherwise.
 
     Raises:
-        ValueError: from ``__post_init__`` when a field is out of range; the message names the field.
+        ConfigError (a ValueError): from ``__post_init__`` when a value has the wrong type (after the
+            string coercions of ``coercion.coerce_value``) or is out of range; the message names the field.
     """
 
     # --- model (article cell 2) ---
-    model_name: str = "unsloth/tinyllama-bnb-4bit"
-    """Hub id or local folder of the base model (or of a saved adapter, when reloading)."""
-    max_seq_length: int = 4096
-    """Tokens per training sequence (packed window). Above the model's trained positions
-    (TinyLlama: 2048) linear RoPE scaling is applied, as Unsloth does."""
-    backend: str = "auto"
-    """"auto" (Unsloth when CUDA and unsloth are present, else transformers), "unsloth" or "transformers"."""
-    dtype: str | None = None
-    """None/"auto": bf16 on compute capability >= 8.0, fp16 below, fp32 weights on a CPU (with bf16 autocast
-    for the matmuls where the CPU computes bf16 natively, TRL's default); or a torch dtype name ("float32"
-    on a CPU: no autocast)."""
-    load_in_4bit: bool = True
-    """4-bit (NF4) base weights on CUDA (QLoRA). Ignored, with one message, on a CPU."""
-    gpu_memory_cap_gib: float = 0.0
-    """Cap on this process's CUDA memory in GiB (0 = no cap); 15 imitates a T4."""
-    recipe: str = "fast"
-    """"fast": the article's math (effective batch, schedule, optimizer, LoRA, 4-bit base) executed faster:
-    attention kernel, fused kernels, micro-batch sized to GPU memory, checkpointing only when needed
-    (``speed.plan_speed``). "article": the article's cell values literally (Unsloth, 2 x 4, checkpointing)."""
-    attn_implementation: str | None = None
-    """transformers' attention kernel ("sdpa", "flex_attention", ...); None: "sdpa", or the fast recipe's pick."""
-    use_liger_kernel: bool = False
-    """Liger's fused kernels in the trainer (the fast recipe turns them on on a bf16 GPU when installed)."""
-    trust_remote_code: bool = False
-    """Run Python code shipped with the model's repository (``auto_map``) when loading it; off unless asked."""
+    model_name: str = _field("unsloth/tinyllama-bnb-4bit", "model", identity=True)
+    """Hub id or local folder of the base model; the article's 4-bit TinyLlama-1.1B."""
+    max_seq_length: int = _field(4096, "model", identity=True)
+    """Tokens per training sequence (packed window); the article's 4096, above TinyLlama's 2048 positions:
+    linear RoPE scaling, as Unsloth applies it."""
+    dtype: str | None = _field(None, "model", identity=True)
+    """Compute dtype: None = bf16 on compute capability >= 8.0, fp16 below, fp32 on a CPU (with bf16 autocast
+    where the CPU computes bf16 natively, TRL's default); or "bfloat16" / "float16" / "float32"; the article's None."""
+    load_in_4bit: bool = _field(True, "model", identity=True)
+    """4-bit NF4 base weights on CUDA (QLoRA); ignored, with one message, on a CPU; the article's True."""
+    trust_remote_code: bool = _field(False, "model", identity=True)
+    """Run Python code shipped in the model's repository; off unless asked (this package)."""
+    recipe: str = _field("fast", "model", identity=False)
+    """"fast": the article's math executed faster (kernels, micro-batch sized to GPU memory, checkpointing only
+    when needed; ``plan.plan_run``); "article": the article's cell values literally (this package)."""
+    backend: str = _field("auto", "model", identity=False)
+    """"auto", "unsloth" or "transformers"; auto: the plan's pick (Unsloth on a T4, transformers on a bf16
+    GPU with the fast recipe and on a CPU) (this package)."""
+    attn_implementation: str | None = _field(None, "model", identity=False)
+    """transformers' attention kernel ("sdpa", "flex_attention"); None: the plan's pick (this package)."""
+    use_liger_kernel: bool = _field(False, "model", identity=False)
+    """Liger's fused kernels; the fast recipe turns them on on a bf16 GPU when installed (this package)."""
+    gpu_memory_cap_gib: float = _field(0.0, "model", identity=False)
+    """Cap on this process's CUDA memory in GiB; 0 = no cap, 15 imitates a T4 (this package)."""
 
     # --- LoRA (article cell 3) ---
-    lora_r: int = 32
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_bias: str = "none"
-    target_modules: tuple[str, ...] = LLAMA_TARGET_MODULES
-    use_rslora: bool = False
-    gradient_checkpointing: bool = True
-    """Recompute activations in the backward pass (the article's ``use_gradient_checkpointing=True``)."""
+    lora_r: int = _field(32, "lora", identity=True)
+    """Adapter rank; the article's 32."""
+    lora_alpha: int = _field(32, "lora", identity=True)
+    """Scaling numerator: the update is scaled by lora_alpha / lora_r; the article's 32."""
+    lora_dropout: float = _field(0.0, "lora", identity=True)
+    """Dropout probability on the adapter input; the article's 0."""
+    lora_bias: str = _field("none", "lora", identity=True)
+    """Bias training: "none", "all" or "lora_only"; the article's "none"."""
+    target_modules: tuple[str, ...] = _field(LLAMA_TARGET_MODULES, "lora", identity=True, comma_separated=True)
+    """Module names to adapt (a list, or one comma-separated string); the article's seven Llama projections."""
+    use_rslora: bool = _field(False, "lora", identity=True)
+    """Rank-stabilised scaling lora_alpha / sqrt(lora_r); the article's False."""
+    gradient_checkpointing: bool = _field(True, "lora", identity=False)
+    """Recompute activations in the backward pass (less memory, slower); the article's True, the fast
+    recipe turns it off when memory allows."""
 
     # --- data (article cell 4) ---
-    dataset: str = "yahma/alpaca-cleaned"
-    """Hub dataset id, or a local .json / .jsonl / .csv / .parquet file."""
-    dataset_split: str = "train"
-    dataset_config: str | None = None
-    instruction_column: str = "instruction"
-    input_column: str = "input"
-    output_column: str = "output"
-    template: str = "alpaca"
-    """"alpaca" (the article's: one template, Input block always) or "alpaca_no_input"
-    (original Alpaca: the no-input template for rows whose input is empty)."""
-    test_size: float = 0.004
-    """Fraction of rows held out for ``eval_loss`` (the article's 0.004)."""
-    strict: bool = False
-    """Raise on the first bad row instead of dropping and counting bad rows."""
-    dataset_num_proc: int | None = 2
-
-    # --- tracking (article cell 5) ---
-    report_to: str = "wandb"
-    """"wandb" or "none"."""
-    wandb_project: str = "tiny-llama"
-    wandb_run_name: str = "tiny-llama-unsloth-sft"
+    dataset: str = _field("yahma/alpaca-cleaned", "data", identity=True)
+    """Hub dataset id, or a local .json / .jsonl / .csv / .parquet file; the article's Alpaca-cleaned."""
+    dataset_split: str = _field("train", "data", identity=True)
+    """Split of a Hub dataset; the article's "train"."""
+    dataset_config: str | None = _field(None, "data", identity=True)
+    """Configuration name of a Hub dataset; None for the default (this package)."""
+    instruction_column: str = _field("instruction", "data", identity=True)
+    """Column holding the instruction; Alpaca's "instruction"."""
+    input_column: str = _field("input", "data", identity=True)
+    """Column holding the optional context; Alpaca's "input"."""
+    output_column: str = _field("output", "data", identity=True)
+    """Column holding the response; Alpaca's "output"."""
+    template: str = _field("alpaca", "data", identity=True)
+    """Prompt template: "alpaca" (the article's, Input block always) or "alpaca_no_input" (original Alpaca's
+    no-input variant for empty inputs)."""
+    test_size: float = _field(0.004, "data", identity=True)
+    """Fraction of rows held out for eval_loss; the article's 0.004."""
+    long_rows: str = _field("drop", "data", identity=True)
+    """Rows longer than max_seq_length tokens (prompt + response + EOS), counted before training: "drop" them,
+    "truncate" (the trainer cuts them, EOS lost) or "split" them over windows (bfd_split); a row whose prompt
+    alone fills the window is always dropped (this package)."""
+    strict: bool = _field(False, "data", identity=False)
+    """Raise on the first bad row instead of dropping and counting bad rows (this package)."""
+    dataset_num_proc: int | None = _field(2, "data", identity=False)
+    """Processes TRL tokenizes with; the article's 2, None = in this process."""
 
     # --- training (article cells 6-7) ---
-    learning_rate: float = 2e-5
-    per_device_train_batch_size: int = 2
-    per_device_eval_batch_size: int = 2
-    gradient_accumulation_steps: int = 4
-    max_steps: int = 60
-    """Optimizer steps; -1 runs ``num_train_epochs`` (the article's full epoch). 60 as Unsloth's notebooks."""
-    num_train_epochs: float = 1.0
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.1
-    lr_scheduler_type: str = "linear"
-    optim: str | None = None
-    """None: "adamw_8bit" on CUDA (the article's), "adamw_torch" on a CPU (bitsandbytes needs CUDA)."""
-    packing: bool = True
-    packing_strategy: str = "bfd"
-    """TRL's packing strategy: "bfd" (best-fit decreasing; a row longer than ``max_seq_length`` is
-    truncated), "bfd_split" (such a row is split over several windows) or "wrapped" (rows cut at
-    window edges)."""
-    long_rows: str = "drop"
-    """What to do, before training, with a row whose training text (prompt + response + EOS, BOS included)
-    is longer than ``max_seq_length`` tokens; such rows are counted and reported either way
-    (``lengths.length_report``). "drop" (default): remove them, so nothing is trained on a silently cut row.
-    "truncate": keep them for TRL to cut: "bfd" packing and no packing keep the first ``max_seq_length``
-    tokens (the rest and the EOS are lost), "wrapped" cuts them at window edges. "split" (packing only):
-    keep them whole, split over several windows by TRL's "bfd_split" (``packing_strategy`` "bfd" becomes
-    "bfd_split"; "wrapped" is refused). A row whose prompt alone reaches ``max_seq_length`` tokens (no
-    response token would be trained on) is dropped under every policy."""
-    eval_steps: int = 20
-    save_steps: int = 20
-    logging_steps: int = 1
-    save_total_limit: int = 2
-    seed: int = 3407
-    """Seed for LoRA init (the article's ``random_state``), the split and the trainer."""
-    output_dir: str = "outputs"
-    adapter_dir: str = ""
-    """Where the adapter is saved; "" means ``<output_dir>/lora_model`` (the article's folder name)."""
-    resume: bool = False
-    """Continue from the last checkpoint in ``output_dir``."""
-    overwrite_output_dir: bool = False
-    """Start over in an ``output_dir`` that holds checkpoints or a finished run: its ``checkpoint-*``
-    folders, run summary, loss curve and adapter are deleted first (``runs.prepare_output_dir``)."""
-    mount_drive: bool = False
-    """Mount Google Drive at ``/content/drive`` on Colab (an ``output_dir`` under it mounts it anyway);
-    outside Colab a one-line notice, nothing else (``runs.ensure_drive``)."""
+    learning_rate: float = _field(2e-5, "training", identity=True)
+    """Peak learning rate; the article's 2e-5."""
+    lr_scheduler_type: str = _field("linear", "training", identity=True)
+    """Learning-rate schedule after warmup; the article's "linear"."""
+    warmup_ratio: float = _field(0.1, "training", identity=True)
+    """Fraction of the steps spent warming up; the article's 0.1."""
+    weight_decay: float = _field(0.1, "training", identity=True)
+    """AdamW weight decay; the article's 0.1."""
+    optim: str | None = _field(None, "training", identity=True)
+    """Optimizer; None: the article's "adamw_8bit" on CUDA, "adamw_torch" on a CPU (bitsandbytes needs CUDA)."""
+    per_device_train_batch_size: int = _field(2, "training", identity=False)
+    """Sequences per micro-batch; the article's 2 (the fast recipe re-splits the effective batch)."""
+    gradient_accumulation_steps: int = _field(4, "training", identity=False)
+    """Micro-batches per optimizer step; the article's 4: effective batch 2 x 4 = 8 sequences."""
+    per_device_eval_batch_size: int = _field(2, "training", identity=False)
+    """Sequences per evaluation batch; the article's 2."""
+    max_steps: int = _field(60, "training", identity=False)
+    """Optimizer steps; -1 runs num_train_epochs (the article's full epoch); 60 as Unsloth's notebooks."""
+    num_train_epochs: float = _field(1.0, "training", identity=False)
+    """Epochs when max_steps is -1; the article's 1."""
+    packing: bool = _field(True, "training", identity=True)
+    """Pack whole rows into max_seq_length windows without padding, each with its own position_ids; the
+    article's True."""
+    packing_strategy: str = _field("bfd", "training", identity=True)
+    """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
+    (rows cut at window edges)."""
+    eval_steps: int = _field(20, "training", identity=False)
+    """Evaluate every N optimizer steps (this package)."""
+    save_steps: int = _field(20, "training", identity=False)
+    """Checkpoint every N optimizer steps (this package)."""
+    save_total_limit: int = _field(2, "training", identity=False)
+    """Checkpoints kept; older ones are deleted; the article's 2."""
+    seed: int = _field(3407, "training", identity=True)
+    """Seed for the LoRA init, the split and the trainer; the article's 3407."""
 
-    # --- inference (article cells 9-10) ---
-    prompts: tuple[str, ...] = ("What is the capital of France?",)
-    max_new_tokens: int = 64
-    reload_merged: bool = True
-    """The reload cell's model: the base in 16 bits with the adapter merged in (``load_adapter(merged=True)``:
-    the same weights, and ``stream`` decodes ~15x faster on a GPU with a compiled static-cache step), or
-    False for the article's 4-bit base with the adapter on top."""
+    # --- logging and output (article cells 5 and 8) ---
+    report_to: str = _field("wandb", "logging", identity=False)
+    """"wandb" (the article's) or "none"."""
+    wandb_project: str = _field("tiny-llama", "logging", identity=False)
+    """W&B project; the article's "tiny-llama"."""
+    wandb_run_name: str = _field("tiny-llama-unsloth-sft", "logging", identity=False)
+    """W&B run name; the article's "tiny-llama-unsloth-sft"."""
+    logging_steps: int = _field(1, "logging", identity=False)
+    """Log the loss every N optimizer steps; the article's 1."""
+    output_dir: str = _field("outputs", "logging", identity=False)
+    """Folder for checkpoints, run_config.json, run_summary.json, loss_curve.png, W&B files; the article's "outputs"."""
+    adapter_dir: str = _field("", "logging", identity=False)
+    """Where the adapter is saved; "" = <output_dir>/lora_model (the article's folder name)."""
+    resume: bool = _field(False, "logging", identity=False)
+    """Continue from the last complete checkpoint in output_dir; the identity fields must match (this package)."""
+    overwrite_output_dir: bool = _field(False, "logging", identity=False)
+    """Delete an earlier run's checkpoints, summary, loss curve and adapter in output_dir first (this package)."""
+    mount_drive: bool = _field(False, "logging", identity=False)
+    """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
+
+    # --- generation (article cells 9-10) ---
+    prompts: tuple[str, ...] = _field(("What is the capital of France?",), "generation", identity=False)
+    """Instructions answered after reloading the adapter (a list, or one string); the article's question."""
+    max_new_tokens: int = _field(64, "generation", identity=False)
+    """Most tokens generated per answer; the article's 64."""
+    reload_merged: bool = _field(True, "generation", identity=False)
+    """Reload the base in 16 bits with the adapter merged in (fast streaming), or False for the article's
+    4-bit base with the adapter on top (this package)."""
 
     def __post_init__(self) -> None:
-        # papermill -p and Colab forms hand over strings: "q_proj,v_proj", one prompt, "None".
-        if isinstance(self.target_modules, str):
-            self.target_modules = [m.strip() for m in self.target_modules.split(",") if m.strip()]
-        if isinstance(self.prompts, str):
-            self.prompts = [self.prompts]
-        self.target_modules = tuple(self.target_modules)
-        self.prompts = tuple(self.prompts)
-        if self.dtype in ("auto", "None", "none", ""):
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, coerce_value(f.name, getattr(self, f.name), f.type,
+                                               comma_separated=f.metadata["comma_separated"]))
+        if self.dtype == "auto":
             self.dtype = None
-        if self.dataset_config in ("None", "none", ""):
-            self.dataset_config = None
-        if self.attn_implementation in ("None", "none", ""):
-            self.attn_implementation = None
         checks = {
             "backend": self.backend in BACKENDS,
             "recipe": self.recipe in RECIPES,
@@ -170,11 +202,13 @@ class FinetuneConfig:
             "report_to": self.report_to in REPORT_TO,
             "packing_strategy": self.packing_strategy in PACKING_STRATEGIES,
             "long_rows": self.long_rows in LONG_ROWS,
+            "lora_bias": self.lora_bias in ("none", "all", "lora_only"),
             "max_seq_length": self.max_seq_length > 0,
             "lora_r": self.lora_r > 0,
             "lora_alpha": self.lora_alpha > 0,
             "lora_dropout": 0.0 <= self.lora_dropout < 1.0,
             "target_modules": len(self.target_modules) > 0,
+            "prompts": len(self.prompts) > 0,
             "test_size": 0.0 <= self.test_size < 1.0,
             "learning_rate": self.learning_rate > 0,
             "per_device_train_batch_size": self.per_device_train_batch_size > 0,
@@ -185,6 +219,7 @@ class FinetuneConfig:
             "warmup_ratio": 0.0 <= self.warmup_ratio < 1.0,
             "eval_steps": self.eval_steps > 0,
             "save_steps": self.save_steps > 0,
+            "save_total_limit": self.save_total_limit > 0,
             "logging_steps": self.logging_steps > 0,
             "gpu_memory_cap_gib": self.gpu_memory_cap_gib >= 0,
             "max_new_tokens": self.max_new_tokens > 0,
@@ -193,7 +228,7 @@ class FinetuneConfig:
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             name = bad[0]
-            raise ValueError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
+            raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
         self.packing_strategy = resolve_packing_strategy(self.long_rows, self.packing, self.packing_strategy,
                                                          "FinetuneConfig.")
 
@@ -205,8 +240,6 @@ class FinetuneConfig:
     @property
     def resolved_adapter_dir(self) -> str:
         """``adapter_dir``, or ``<output_dir>/lora_model`` when it is empty."""
-        import os
-
         return self.adapter_dir or os.path.join(self.output_dir, "lora_model")
 
     def to_dict(self) -> dict[str, Any]:
@@ -214,28 +247,61 @@ class FinetuneConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any]) -> "FinetuneConfig":
-        """Build from a mapping holding (at least) the field names, e.g. the notebook's ``globals()``.
-
-        Keys that are not fields are ignored, so a notebook namespace can be passed whole; a key that
-        names a secret (``WANDB_API_KEY``, ``hf_token``, ``token``, ``api_key``, ...) is refused: secrets
-        come from the environment or Colab's secrets, never parameters.
+    def from_mapping(cls, values: Mapping[str, Any], where: str = "FinetuneConfig.from_mapping") -> "FinetuneConfig":
+        """Build from parameter name -> value (a recipe, command-line flags, the notebook's parameters).
 
         Args:
-            values: parameter name -> value.
+            values: field name -> value; strings are coerced as ``coercion.coerce_value`` says.
+            where: what the mapping is (a file, "papermill parameters"), for messages.
 
         Returns:
             The configuration.
 
         Raises:
             ValueError: a key looks like a secret (``credentials.refuse_secret_names``; the value is never
-                shown), or as ``__post_init__``.
+                shown); ConfigError (a ValueError): a key is not a field (the message names it and the
+                closest field), or as ``__post_init__``.
         """
         from .credentials import refuse_secret_names
 
-        refuse_secret_names(values, "FinetuneConfig.from_mapping")
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in values.items() if k in names})
+        refuse_secret_names(values, where)
+        unknown = [k for k in values if k not in FIELD_NAMES]
+        if unknown:
+            raise unknown_keys_error(unknown, FIELD_NAMES, where)
+        return cls(**values)
+
+
+#: Every field name, in declaration order (= the parameters cell's order).
+FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
+#: The package's defaults: helpers write ``lora_r: int = DEFAULTS.lora_r``, never the number.
+DEFAULTS = FinetuneConfig()
+
+
+def identity_fields() -> tuple[str, ...]:
+    """The fields marked ``identity=True``: they change what is computed, so a resume must match them."""
+    return tuple(f.name for f in dataclasses.fields(FinetuneConfig) if f.metadata["identity"])
+
+
+def section_of(name: str) -> str:
+    """The section (``SECTIONS``) a field belongs to."""
+    return FinetuneConfig.__dataclass_fields__[name].metadata["section"]
+
+
+@lru_cache(maxsize=1)
+def field_docs() -> dict[str, str]:
+    """Each field's docstring (the string literal under it in this file), whitespace folded to one line.
+
+    Read from the source with ``ast`` (Python keeps no attribute docstrings at run time); the command
+    line's ``--help`` and the README's parameter table are built from it.
+    """
+    tree = ast.parse(inspect.getsource(FinetuneConfig))
+    body = tree.body[0].body
+    docs = {}
+    for node, following in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
+                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+            docs[node.target.id] = " ".join(following.value.value.split())
+    return docs
 
 
 _ALLOWED = {
@@ -246,11 +312,13 @@ _ALLOWED = {
     "report_to": f"one of {REPORT_TO}",
     "packing_strategy": f"one of {PACKING_STRATEGIES}",
     "long_rows": f"one of {LONG_ROWS}",
+    "lora_bias": "one of ('none', 'all', 'lora_only')",
     "max_seq_length": "a positive number of tokens",
     "lora_r": "a positive rank",
     "lora_alpha": "positive",
     "lora_dropout": "in [0, 1)",
     "target_modules": "at least one module name",
+    "prompts": "at least one prompt",
     "test_size": "a fraction in [0, 1)",
     "learning_rate": "positive",
     "per_device_train_batch_size": "a positive number of sequences",
@@ -261,6 +329,7 @@ _ALLOWED = {
     "warmup_ratio": "a fraction in [0, 1)",
     "eval_steps": "a positive number of steps",
     "save_steps": "a positive number of steps",
+    "save_total_limit": "a positive number of checkpoints",
     "logging_steps": "a positive number of steps",
     "gpu_memory_cap_gib": "0 (no cap) or a positive number of GiB",
     "max_new_tokens": "a positive number of tokens",

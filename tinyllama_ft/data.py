@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
+from .config import DEFAULTS
 from .paths import expand_path
 
 LOCAL_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
@@ -296,13 +297,14 @@ def _field_problem(row: dict, name: str, required: bool) -> tuple[str, str, str]
 
 
 def load_instruction_data(
-    source: str = "yahma/alpaca-cleaned",
-    split: str = "train",
-    config: str | None = None,
-    instruction_column: str = "instruction",
-    input_column: str = "input",
-    output_column: str = "output",
-    strict: bool = False,
+    source: str = DEFAULTS.dataset,
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
+    strict: bool = DEFAULTS.strict,
 ):
     """Read and check instruction rows into a ``datasets.Dataset``.
 
@@ -331,7 +333,7 @@ def load_instruction_data(
     return datasets.Dataset.from_list(clean, features=features), report
 
 
-def split_train_eval(dataset, test_size: float = 0.004, seed: int = 3407):
+def split_train_eval(dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed):
     """Hold out ``test_size`` of the rows for evaluation (the article's ``train_test_split``).
 
     Args:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from .config import DEFAULTS
 from .prompts import format_prompt
 
 
@@ -99,13 +100,14 @@ def generate(
     model,
     tokenizer,
     instructions: str | Sequence[str],
+    *,
     inputs: str | Sequence[str] | None = None,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULTS.max_new_tokens,
     do_sample: bool = False,
     temperature: float = 1.0,
     top_p: float = 1.0,
     repetition_penalty: float = 1.0,
-    template: str = "alpaca",
+    template: str = DEFAULTS.template,
     logits_processor=None,
 ) -> list[str]:
     """Answer one or many instructions in one batch.
@@ -158,13 +160,14 @@ def stream(
     model,
     tokenizer,
     instructions: str | Sequence[str],
+    *,
     inputs: str | Sequence[str] | None = None,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = DEFAULTS.max_new_tokens,
     do_sample: bool = False,
     temperature: float = 1.0,
     top_p: float = 1.0,
     repetition_penalty: float = 1.0,
-    template: str = "alpaca",
+    template: str = DEFAULTS.template,
     logits_processor=None,
     decode: str = "auto",
     ignore_eos: bool = False,
@@ -228,3 +231,19 @@ def stream(
                 ids = ids[: ids.index(tokenizer.eos_token_id)]
         answers.append(ids if return_ids else tokenizer.decode(ids, skip_special_tokens=True))
     return answers
+
+
+def as_samples(instructions: Sequence[str], answers: Sequence[str]) -> list[dict[str, str]]:
+    """``[{"instruction": ..., "response": ...}]`` pairs, as ``run_summary.json`` records them.
+
+    Raises:
+        ValueError: the two lists differ in length.
+    """
+    if len(instructions) != len(answers):
+        raise ValueError(f"as_samples: {len(instructions)} instructions but {len(answers)} answers")
+    return [{"instruction": i, "response": a} for i, a in zip(instructions, answers)]
+
+
+def format_answers(instructions: Sequence[str], answers: Sequence[str]) -> str:
+    """The answers under their instructions, Alpaca-style (``### Instruction: ...`` then the answer)."""
+    return "\n".join(f"### Instruction: {s['instruction']}\n{s['response']}\n" for s in as_samples(instructions, answers))

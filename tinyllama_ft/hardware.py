@@ -26,6 +26,8 @@ class Hardware:
         colab: running inside Google Colab.
         cpu_bf16: the CPU computes bf16 natively (AVX512-BF16 or AMX): CPU training runs its matmuls in
             bf16 under autocast, as TRL's default does, instead of emulating them.
+        cuda_bf16: torch's ``torch.cuda.is_bf16_supported(including_emulation=False)`` on device 0 (None
+            when not probed: injected facts decide from ``capability``).
     """
 
     cuda: bool = False
@@ -34,15 +36,20 @@ class Hardware:
     total_memory_gib: float | None = None
     colab: bool = False
     cpu_bf16: bool = False
+    cuda_bf16: bool | None = None
 
     @property
     def bf16_capable(self) -> bool:
-        """True from compute capability 8.0 (Ampere) on: the hardware bf16 units.
+        """True when the GPU has hardware bf16 units (Ampere, capability 8.0, and newer).
 
-        Decided from the capability, not ``torch.cuda.is_bf16_supported()``, which can answer yes on a
-        T4 (capability 7.5) where bf16 is emulated and slow.
+        ``detect_hardware`` asks torch without emulation (``is_bf16_supported()`` alone answers yes on a
+        T4, where bf16 is emulated and slow); injected facts without that answer decide from the capability.
         """
-        return self.cuda and self.capability is not None and self.capability >= (8, 0)
+        if not self.cuda:
+            return False
+        if self.cuda_bf16 is not None:
+            return self.cuda_bf16
+        return self.capability is not None and self.capability >= (8, 0)
 
 
 def in_colab() -> bool:
@@ -74,7 +81,16 @@ def detect_hardware() -> Hardware:
         gpu_name=props.name,
         total_memory_gib=round(props.total_memory / 2**30, 2),
         colab=colab,
+        cuda_bf16=_cuda_bf16(torch),
     )
+
+
+def _cuda_bf16(torch) -> bool:
+    """torch's answer without emulation (the ``including_emulation`` argument exists from torch 2.3 on)."""
+    try:
+        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    except TypeError:
+        return tuple(torch.cuda.get_device_capability(0)) >= (8, 0)
 
 
 def _cpu_computes_bf16(torch) -> bool:
@@ -115,15 +131,3 @@ def cap_gpu_memory(cap_gib: float, hardware: Hardware | None = None) -> float | 
     torch.cuda.set_per_process_memory_fraction(fraction, 0)
     print(f"GPU memory capped at {cap_gib} GiB ({fraction:.3f} of {hardware.total_memory_gib} GiB)")
     return fraction
-
-
-def release_cuda_memory() -> None:
-    """Collect garbage and return cached CUDA memory (between training and reloading, on a small GPU)."""
-    import gc
-
-    gc.collect()
-    if importlib.util.find_spec("torch") is not None:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()

@@ -30,46 +30,14 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from .config import DEFAULTS
+from .packing import LONG_ROWS, resolve_packing_strategy  # noqa: F401  (re-exported: their home until this split)
 from .prompts import RESPONSE_MARKER, add_eos
 
-#: ``FinetuneConfig.long_rows`` values.
-LONG_ROWS = ("drop", "truncate", "split")
 #: How many row indices a summary names.
 SHOW_ROWS = 5
 #: Rows per tokenizer call (one batched call per chunk keeps memory flat on large datasets).
 TOKENIZE_CHUNK = 2000
-
-
-def resolve_packing_strategy(long_rows: str, packing: bool, packing_strategy: str, prefix: str = "") -> str:
-    """The packing strategy a run must use for ``long_rows``; refuses contradictory combinations.
-
-    Args:
-        long_rows: ``"drop"``, ``"truncate"`` or ``"split"``.
-        packing: whether TRL packs rows into ``max_seq_length`` windows.
-        packing_strategy: TRL's ``"bfd"``, ``"bfd_split"`` or ``"wrapped"`` (ignored without packing).
-        prefix: put before the field names in messages (``"FinetuneConfig."``).
-
-    Returns:
-        ``packing_strategy``, except ``"bfd_split"`` for ``long_rows="split"`` with ``"bfd"``.
-
-    Raises:
-        ValueError: unknown ``long_rows``; ``"split"`` without packing or with ``"wrapped"`` (neither splits
-            rows); ``"truncate"`` with ``"bfd_split"`` (that strategy splits, it does not truncate).
-    """
-    if long_rows not in LONG_ROWS:
-        raise ValueError(f"{prefix}long_rows={long_rows!r} is not allowed: one of {LONG_ROWS}")
-    if long_rows == "split":
-        if not packing:
-            raise ValueError(f"{prefix}long_rows='split' needs {prefix}packing=True: without packing TRL truncates "
-                             "each row to max_seq_length tokens; use long_rows='drop' or 'truncate'")
-        if packing_strategy == "wrapped":
-            raise ValueError(f"{prefix}long_rows='split' needs {prefix}packing_strategy='bfd_split' (or 'bfd', "
-                             "which it replaces), not 'wrapped'")
-        return "bfd_split"
-    if long_rows == "truncate" and packing and packing_strategy == "bfd_split":
-        raise ValueError(f"{prefix}long_rows='truncate' contradicts {prefix}packing_strategy='bfd_split', which "
-                         "splits long rows: use long_rows='split', or packing_strategy='bfd'")
-    return packing_strategy
 
 
 @dataclass
@@ -226,8 +194,10 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def length_report(dataset, tokenizer, max_seq_length: int, packing: bool, packing_strategy: str = "bfd",
-                  data_report=None, text_column: str = "text", output_column: str = "output") -> LengthReport:
+def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_length,
+                  packing: bool = DEFAULTS.packing, packing_strategy: str = DEFAULTS.packing_strategy,
+                  data_report=None, text_column: str = "text",
+                  output_column: str = DEFAULTS.output_column) -> LengthReport:
     """Measure every row of a formatted dataset against ``max_seq_length``, before training.
 
     Args:
@@ -275,7 +245,7 @@ def length_report(dataset, tokenizer, max_seq_length: int, packing: bool, packin
                         row_ids)
 
 
-def apply_long_rows(dataset, report: LengthReport, policy: str = "drop"):
+def apply_long_rows(dataset, report: LengthReport, *, policy: str = DEFAULTS.long_rows):
     """Apply the ``long_rows`` policy to the dataset ``report`` measured, before ``build_trainer``.
 
     Args:

@@ -1,6 +1,6 @@
 """Attach LoRA adapters: the article's cell 3, on either backend, with the same result.
 
-Article values (the defaults here): ``r=32``, ``lora_alpha=32``, ``lora_dropout=0``, ``bias="none"``, the
+Article values (the defaults here, from ``config.DEFAULTS``): ``r=32``, ``lora_alpha=32``, ``lora_dropout=0``, ``bias="none"``, the
 seven Llama projections, ``use_gradient_checkpointing=True``, ``random_state=3407``, ``use_rslora=False``,
 ``loftq_config=None``. Either backend writes the same ``adapter_config.json`` fields and trains the same
 parameters (TinyLlama-1.1B shape: 25,231,360).
@@ -8,18 +8,20 @@ parameters (TinyLlama-1.1B shape: 25,231,360).
 
 from __future__ import annotations
 
+import sys
 from typing import Sequence
 
-from .config import LLAMA_TARGET_MODULES
+from .config import DEFAULTS
 
 
 def lora_config(
-    lora_r: int = 32,
-    lora_alpha: int = 32,
-    lora_dropout: float = 0.0,
-    lora_bias: str = "none",
-    target_modules: Sequence[str] = LLAMA_TARGET_MODULES,
-    use_rslora: bool = False,
+    *,
+    lora_r: int = DEFAULTS.lora_r,
+    lora_alpha: int = DEFAULTS.lora_alpha,
+    lora_dropout: float = DEFAULTS.lora_dropout,
+    lora_bias: str = DEFAULTS.lora_bias,
+    target_modules: Sequence[str] = DEFAULTS.target_modules,
+    use_rslora: bool = DEFAULTS.use_rslora,
 ):
     """The ``peft.LoraConfig`` for a causal LM with the given knobs (LoftQ off)."""
     from peft import LoraConfig
@@ -37,20 +39,21 @@ def lora_config(
 
 def add_lora(
     model,
-    lora_r: int = 32,
-    lora_alpha: int = 32,
-    lora_dropout: float = 0.0,
-    lora_bias: str = "none",
-    target_modules: Sequence[str] = LLAMA_TARGET_MODULES,
-    use_rslora: bool = False,
-    gradient_checkpointing: bool = True,
-    random_state: int = 3407,
+    *,
+    lora_r: int = DEFAULTS.lora_r,
+    lora_alpha: int = DEFAULTS.lora_alpha,
+    lora_dropout: float = DEFAULTS.lora_dropout,
+    lora_bias: str = DEFAULTS.lora_bias,
+    target_modules: Sequence[str] = DEFAULTS.target_modules,
+    use_rslora: bool = DEFAULTS.use_rslora,
+    gradient_checkpointing: bool = DEFAULTS.gradient_checkpointing,
+    seed: int = DEFAULTS.seed,
     backend: str | None = None,
 ):
     """Wrap ``model`` (from ``modeling.load_model``) in LoRA adapters.
 
     Args:
-        model: the base model; its ``model.tinyllama_ft.backend`` picks the path unless ``backend`` is given.
+        model: the base model (``modeling.load_model``).
         lora_r: adapter rank (article: 32).
         lora_alpha: scaling numerator; the update is scaled by ``lora_alpha / lora_r`` (or
             ``/ sqrt(lora_r)`` with rsLoRA).
@@ -58,9 +61,10 @@ def add_lora(
         lora_bias: ``"none"``, ``"all"`` or ``"lora_only"`` (article: ``"none"``).
         target_modules: module names to adapt (article: the seven projections).
         use_rslora: rank-stabilized scaling (article: off).
-        gradient_checkpointing: recompute activations in backward (article: on).
-        random_state: seed for the adapter init (article: 3407).
-        backend: ``"unsloth"`` or ``"transformers"``; default the one the model was loaded with.
+        gradient_checkpointing: recompute activations in backward (article: on; pass ``plan.gradient_checkpointing``).
+        seed: seed for the adapter init (the article's ``random_state=3407``).
+        backend: ``"unsloth"`` or ``"transformers"`` (pass ``plan.backend``); None: ``"unsloth"`` when
+            Unsloth has been imported in this process (it patched the model classes), else ``"transformers"``.
 
     Returns:
         The ``peft`` model, with only the adapter weights trainable.
@@ -68,8 +72,7 @@ def add_lora(
     Raises:
         ValueError: none of ``target_modules`` exists in the model (from peft).
     """
-    backend = backend or getattr(getattr(model, "tinyllama_ft", None), "backend", "transformers")
-    info = getattr(model, "tinyllama_ft", None)
+    backend = backend or ("unsloth" if "unsloth" in sys.modules else "transformers")
     if backend == "unsloth":
         from unsloth import FastLanguageModel  # GPU extra
 
@@ -81,7 +84,7 @@ def add_lora(
             lora_dropout=lora_dropout,
             bias=lora_bias,
             use_gradient_checkpointing=gradient_checkpointing,
-            random_state=random_state,
+            random_state=seed,
             use_rslora=use_rslora,
             loftq_config=None,
         )
@@ -99,12 +102,11 @@ def add_lora(
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
-        torch.manual_seed(random_state)
+        torch.manual_seed(seed)
         peft_model = get_peft_model(
-            model, lora_config(lora_r, lora_alpha, lora_dropout, lora_bias, target_modules, use_rslora)
+            model, lora_config(lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_bias=lora_bias,
+                               target_modules=target_modules, use_rslora=use_rslora)
         )
-    if info is not None:
-        peft_model.tinyllama_ft = info
     return peft_model
 
 

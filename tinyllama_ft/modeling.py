@@ -15,32 +15,11 @@ from __future__ import annotations
 
 import os
 import warnings
-from dataclasses import dataclass
 
+from .config import BACKENDS, DEFAULTS
 from .hardware import Hardware, detect_hardware, is_importable
 from .paths import expand_path
 from .precision import resolve_dtype, torch_dtype
-
-BACKENDS = ("auto", "unsloth", "transformers")
-
-
-@dataclass(frozen=True)
-class LoadInfo:
-    """What ``load_model`` decided; attached to the model as ``model.tinyllama_ft``.
-
-    Attributes:
-        backend: ``"unsloth"`` or ``"transformers"``.
-        dtype: compute dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``).
-        load_in_4bit: whether the base weights are 4-bit.
-        rope_scaling_factor: linear RoPE factor applied, or ``None``.
-        max_seq_length: tokens per sequence the model was loaded for.
-    """
-
-    backend: str
-    dtype: str
-    load_in_4bit: bool
-    rope_scaling_factor: float | None
-    max_seq_length: int
 
 
 def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) -> str:
@@ -126,13 +105,14 @@ def _say_once(message: str) -> None:
 
 def load_model(
     model_name: str,
-    max_seq_length: int = 4096,
-    dtype: str | None = None,
-    load_in_4bit: bool = True,
-    backend: str = "auto",
+    *,
+    max_seq_length: int = DEFAULTS.max_seq_length,
+    dtype: str | None = DEFAULTS.dtype,
+    load_in_4bit: bool = DEFAULTS.load_in_4bit,
+    backend: str = DEFAULTS.backend,
     hardware: Hardware | None = None,
-    trust_remote_code: bool = False,
-    attn_implementation: str | None = None,
+    trust_remote_code: bool = DEFAULTS.trust_remote_code,
+    attn_implementation: str | None = DEFAULTS.attn_implementation,
 ):
     """Load a causal LM and tokenizer for LoRA training.
 
@@ -148,10 +128,14 @@ def load_model(
         hardware: injected machine facts; default ``detect_hardware()``.
         trust_remote_code: run model code from the repository (off unless asked).
         attn_implementation: transformers' attention kernel on the transformers backend (``"sdpa"`` when
-            None; ``"flex_attention"`` is what ``speed.plan_speed`` picks on a bf16 GPU); Unsloth uses its own.
+            None; ``"flex_attention"`` is what ``plan.plan_run`` picks on a bf16 GPU); Unsloth uses its own.
+
+    In the notebook every argument comes from the run's ``RunPlan`` (``backend=plan.backend``,
+    ``dtype=plan.dtype``, ...), so what loads is what was planned; called alone, ``backend="auto"`` and
+    ``dtype=None`` are decided here by the same functions the plan uses.
 
     Returns:
-        ``(model, tokenizer)``; ``model.tinyllama_ft`` is the ``LoadInfo`` of the decisions made.
+        ``(model, tokenizer)``.
 
     Raises:
         ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; ImportError when 4-bit
@@ -178,7 +162,6 @@ def load_model(
             f"linear RoPE scaling x{factor:g} applied ({chosen} backend)"
         )
     ensure_pad_token(tokenizer, model)
-    model.tinyllama_ft = LoadInfo(chosen, dtype_name, load_in_4bit, factor, max_seq_length)
     return model, tokenizer
 
 
@@ -189,9 +172,9 @@ def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_re
 
     config_source = model_name
     if os.path.isfile(os.path.join(model_name, "adapter_config.json")):
-        from .adapters import adapter_base_model  # an adapter folder: Unsloth loads its base itself
+        from peft import PeftConfig  # an adapter folder: Unsloth loads its base itself
 
-        config_source = adapter_base_model(model_name)
+        config_source = PeftConfig.from_pretrained(model_name).base_model_name_or_path
     positions = AutoConfig.from_pretrained(config_source, trust_remote_code=trust_remote_code).max_position_embeddings
     model, tokenizer = FastLanguageModel.from_pretrained(
         model_name=model_name,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .config import DEFAULTS
+
 ALPACA_PROMPT = (
     "Below is an instruction that describes a task, paired with an input that provides further context. "
     "Write a response that appropriately completes the request.\n\n"
@@ -29,7 +31,7 @@ ALPACA_PROMPT_NO_INPUT = (
 RESPONSE_MARKER = "### Response:\n"
 
 
-def format_prompt(instruction: str, input: str = "", output: str = "", template: str = "alpaca") -> str:
+def format_prompt(instruction: str, input: str = "", output: str = "", template: str = DEFAULTS.template) -> str:
     """Fill the Alpaca template.
 
     Args:
@@ -72,7 +74,7 @@ def add_eos(text: str, eos_token: str) -> str:
     return text if text.endswith(eos_token) else text + eos_token
 
 
-def training_text(instruction: str, input: str, output: str, eos_token: str, template: str = "alpaca") -> str:
+def training_text(instruction: str, input: str, output: str, eos_token: str, template: str = DEFAULTS.template) -> str:
     """One training sample: the filled template plus EOS once.
 
     Args:
@@ -91,10 +93,11 @@ def training_text(instruction: str, input: str, output: str, eos_token: str, tem
 
 def make_formatting_func(
     eos_token: str,
-    template: str = "alpaca",
-    instruction_column: str = "instruction",
-    input_column: str = "input",
-    output_column: str = "output",
+    *,
+    template: str = DEFAULTS.template,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
     text_column: str = "text",
 ) -> Callable[[dict[str, list]], dict[str, list[str]]]:
     """A batched ``datasets.Dataset.map`` function: columns of a batch -> ``{"text": [...]}``.

@@ -32,8 +32,8 @@ import os
 import shutil
 from typing import Any, Callable
 
-from .config import FinetuneConfig
 from .checkpoints import checkpoint_dirs, last_checkpoint
+from .config import FIELD_NAMES, FinetuneConfig, identity_fields
 from .hardware import in_colab
 from .lock import acquire_run_lock
 from .paths import expand_path
@@ -44,15 +44,10 @@ DRIVE_MOUNT_POINT = "/content/drive"
 RUN_CONFIG = "run_config.json"
 #: Files the notebook writes in ``output_dir`` at the end of a run.
 RUN_OUTPUTS = ("run_summary.json", "loss_curve.png")
-#: Fields that do not change the trained weights (where things go, what is logged or asked afterwards,
-#: how often to save/evaluate, memory knobs): left out of ``run_config.json``, free to change on resume.
-NOT_IDENTITY = (
-    "resume", "overwrite_output_dir", "mount_drive", "output_dir", "adapter_dir", "prompts", "max_new_tokens",
-    "report_to", "wandb_project", "wandb_run_name", "strict", "dataset_num_proc", "gpu_memory_cap_gib",
-    "gradient_checkpointing", "per_device_eval_batch_size", "eval_steps", "save_steps", "logging_steps",
-    "save_total_limit", "per_device_train_batch_size", "gradient_accumulation_steps", "recipe",
-    "attn_implementation", "use_liger_kernel", "reload_merged", "backend",
-)
+#: Fields that do not change what is computed (where things go, what is logged or asked afterwards, how
+#: it executes, how far it trains): left out of ``run_config.json``, free to change on resume. Derived from
+#: the ``identity`` marks in ``config.py``.
+NOT_IDENTITY = tuple(name for name in FIELD_NAMES if name not in identity_fields())
 
 
 def _under(path: str, folder: str) -> bool:
@@ -62,6 +57,7 @@ def _under(path: str, folder: str) -> bool:
 
 def ensure_drive(
     output_dir: str,
+    *,
     mount_drive: bool = False,
     colab: bool | None = None,
     mount: Callable[[str], Any] | None = None,
@@ -110,14 +106,23 @@ def ensure_drive(
     return True
 
 
-def run_identity(cfg: FinetuneConfig, data_fingerprint: str | None = None) -> dict[str, Any]:
-    """The fields of ``cfg`` that change what is trained (all but ``NOT_IDENTITY``), JSON-ready.
+def run_identity(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> dict[str, Any]:
+    """What a resume must match: the fields marked ``identity=True`` in ``config.py``, JSON-ready.
 
     The micro-batch split is execution only (the fast recipe sizes it to the GPU, and a run that ran out of
-    memory resumes with a smaller one): the effective batch is recorded instead. ``data_fingerprint``
-    (``fingerprint.data_fingerprint`` of the training rows), when given, is recorded as the field of that name.
+    memory resumes with a smaller one): the effective batch is recorded instead.
+
+    Args:
+        cfg: the run's configuration.
+        data_fingerprint: ``fingerprint.data_fingerprint`` of the training rows after filtering (a hash of
+            their instruction/input/output, in order), recorded as ``"data_fingerprint"`` when given, so a
+            resume on edited, replaced or reordered rows is refused (None: not recorded, so not compared).
+
+    Returns:
+        ``{field: value}`` for every identity field, plus ``"effective_batch_size"`` (and ``"data_fingerprint"``).
     """
-    identity = {k: v for k, v in cfg.to_dict().items() if k not in NOT_IDENTITY}
+    values = cfg.to_dict()
+    identity = {name: values[name] for name in identity_fields()}
     identity["effective_batch_size"] = cfg.effective_batch_size
     if data_fingerprint is not None:
         identity["data_fingerprint"] = data_fingerprint
@@ -209,11 +214,11 @@ def _holding_run_lock(prepare):
 
 
 @_holding_run_lock
-def prepare_output_dir(cfg: FinetuneConfig, data_fingerprint: str | None = None) -> str:
+def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> str:
     """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
 
-    Call it before training (the notebook does, right after building ``cfg``). It first takes the folder's
-    run lock (``lock.acquire_run_lock``: one run per ``output_dir`` at a time), held until
+    Call it before training, once the rows are loaded (the notebook passes their fingerprint). It first takes
+    the folder's run lock (``lock.acquire_run_lock``: one run per ``output_dir`` at a time), held until
     ``lock.release_run_lock(cfg.output_dir)`` at the end of the run (or the process's exit).
 
     Args:

@@ -37,24 +37,26 @@ def git_commit(path: str | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def build_run_summary(cfg, hardware, load_info, results: dict, plan: dict | None = None, data_report=None,
+def build_run_summary(*, cfg, plan, hardware, results: dict, work: dict | None = None, data_report=None,
                       trainable: tuple[int, int] | None = None, adapter_dir: str | None = None,
-                      samples: list[dict] | None = None, length_report=None) -> dict[str, Any]:
+                      samples: list[dict] | None = None, length_report=None, eos: dict | None = None) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
     Args:
         cfg: the run's ``FinetuneConfig`` (recorded whole under ``"config"``).
+        plan: the run's ``plan.RunPlan`` (backend, dtype, 4-bit, RoPE factor; recorded whole under
+            ``"execution"``).
         hardware: ``Hardware`` of the machine (``"gpu"``: its name, or None on a CPU).
-        load_info: ``model.tinyllama_ft`` (backend, dtype, 4-bit, RoPE factor).
         results: ``training.train_and_evaluate`` output (eval losses, runtime in s, tokens, tokens/s,
             peak GiB).
-        plan: ``training.training_plan`` output.
+        work: ``trainer.training_plan`` output (planned steps and tokens; recorded under ``"plan"``).
         data_report: ``data.DataReport`` of the rows read.
         trainable: ``(trainable, total)`` parameter counts.
         adapter_dir: where the adapter was saved.
         samples: ``[{"instruction", "response"}]`` generated after reloading.
         length_report: ``lengths.LengthReport`` of the rows against ``max_seq_length`` (after
             ``apply_long_rows``): recorded under ``"lengths"`` (counts in rows and tokens).
+        eos: ``eos.eos_first_batch`` counts, recorded as ``plan["eos_first_batch"]``.
 
     Returns:
         A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
@@ -63,15 +65,16 @@ def build_run_summary(cfg, hardware, load_info, results: dict, plan: dict | None
     summary: dict[str, Any] = dict(results)
     summary.update(
         adapter_dir=adapter_dir,
-        backend=load_info.backend,
-        dtype=load_info.dtype,
-        load_in_4bit=load_info.load_in_4bit,
-        rope_scaling_factor=load_info.rope_scaling_factor,
+        backend=plan.backend,
+        dtype=plan.dtype,
+        load_in_4bit=plan.load_in_4bit,
+        rope_scaling_factor=plan.rope_scaling_factor,
         gpu=hardware.gpu_name,
         gpu_capability=list(hardware.capability) if hardware.capability else None,
         trainable_parameters=trainable[0] if trainable else None,
         total_parameters=trainable[1] if trainable else None,
-        plan=plan,
+        plan={**(work or {}), "eos_first_batch": eos},
+        execution=plan.to_dict(),
         data={"source": data_report.source, "rows_read": data_report.total, "rows_kept": data_report.kept,
               "rows_dropped": data_report.dropped} if data_report is not None else None,
         samples=samples or [],

@@ -9,7 +9,7 @@ into (papermill, CI, a scheduled job) the run logs offline and says where, in on
 With a key but no way to reach the W&B server, ``wandb.init`` would wait out its 90-second
 ``init_timeout``: ``start_tracking`` first asks the server for any HTTP answer within a few seconds
 (``probe_server``) and bounds the online ``wandb.init`` itself (``init_timeout``); either failing, the run
-logs offline and says why, in one line. ``wandb_runfile.read_offline_metrics`` reads the logged
+logs offline and says why, in one line. ``tests/wandb_runfile.py`` reads the logged
 history back from an offline run's ``.wandb`` file; ``credentials`` finds the key.
 """
 
@@ -23,6 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Callable
 
+from .config import DEFAULTS
 from .credentials import colab_secret, export_secrets, find_secret
 from .paths import expand_path
 
@@ -121,10 +122,11 @@ def probe_server(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 
 def start_tracking(
-    report_to: str = "wandb",
-    project: str = "tiny-llama",
-    run_name: str = "tiny-llama-unsloth-sft",
-    output_dir: str = "outputs",
+    *,
+    report_to: str = DEFAULTS.report_to,
+    wandb_project: str = DEFAULTS.wandb_project,
+    wandb_run_name: str = DEFAULTS.wandb_run_name,
+    output_dir: str = DEFAULTS.output_dir,
     config: dict | None = None,
     prompt_allowed: bool | None = None,
     probe_timeout: float = PROBE_TIMEOUT_S,
@@ -138,7 +140,7 @@ def start_tracking(
 
     Args:
         report_to: ``"wandb"`` or ``"none"``.
-        project, run_name: the W&B project and run name (the article's ``"tiny-llama"``,
+        wandb_project, wandb_run_name: the W&B project and run name (the article's ``"tiny-llama"``,
             ``"tiny-llama-unsloth-sft"``).
         output_dir: the run's folder; W&B writes under ``<output_dir>/wandb``.
         config: the run configuration to record (no secrets: keys are never parameters).
@@ -178,7 +180,7 @@ def start_tracking(
             wandb.login()  # the article's cell: asks for the key
     output_dir = expand_path(output_dir)
     os.makedirs(output_dir, exist_ok=True)
-    init = dict(project=project, name=run_name, dir=os.path.abspath(output_dir), config=config or {})
+    init = dict(project=wandb_project, name=wandb_run_name, dir=os.path.abspath(output_dir), config=config or {})
     try:
         run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout, base_url=url), **init)
     except wandb.errors.Error as e:

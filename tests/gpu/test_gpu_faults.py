@@ -40,16 +40,19 @@ def shaped():
     return SHAPED
 
 
-def _trainer(model_dir, rows, cfg, hardware):
+def _trainer(model_dir, rows, cfg, hardware, plan=None):
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.training import build_trainer
+    from tinyllama_ft.plan import plan_run
+    from tinyllama_ft.trainer import build_trainer
 
-    model, tokenizer = load_model(model_dir, cfg.max_seq_length, cfg.dtype, cfg.load_in_4bit, cfg.backend, hardware,
-                                  attn_implementation=cfg.attn_implementation)
-    model = add_lora(model, gradient_checkpointing=cfg.gradient_checkpointing)
+    plan = plan or plan_run(cfg, hardware)
+    model, tokenizer = load_model(model_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                  load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+                                  attn_implementation=plan.attn_implementation)
+    model = add_lora(model, gradient_checkpointing=plan.gradient_checkpointing, backend=plan.backend)
     ds = text_dataset(rows, tokenizer)
-    return build_trainer(model, tokenizer, ds, None, cfg, hardware, model.tinyllama_ft.dtype), model
+    return build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan), model
 
 
 def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alpaca_jsonl, tmp_path):
@@ -85,21 +88,18 @@ def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alp
 
 def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):
     from tinyllama_ft.hardware import cap_gpu_memory
-    from tinyllama_ft.precision import resolve_dtype
-    from tinyllama_ft.speed import plan_speed
+    from tinyllama_ft.plan import plan_run
 
     real = detect_hardware()
     t4 = Hardware(cuda=True, capability=(7, 5), gpu_name="T4 stand-in", total_memory_gib=real.total_memory_gib)
     cfg = FinetuneConfig(model_name=shaped, max_seq_length=1024, report_to="none", max_steps=3, save_steps=100,
                          output_dir=str(tmp_path / "t4"), dataset_num_proc=None, gpu_memory_cap_gib=15)
-    dtype = resolve_dtype(cfg.dtype, t4)
-    assert dtype == "float16"
-    plan = plan_speed(cfg, t4, dtype, budget_gib=15)
+    plan = plan_run(cfg, t4, budget_gib=15)
+    assert plan.dtype == "float16"
     print(plan.summary())
-    cfg = plan.apply(cfg)
     cap_gpu_memory(cfg.gpu_memory_cap_gib, real)
     torch.cuda.reset_peak_memory_stats()
-    trainer, model = _trainer(shaped, alpaca_rows(alpaca_jsonl, 300), cfg, t4)
+    trainer, model = _trainer(shaped, alpaca_rows(alpaca_jsonl, 300), cfg, t4, plan)
     assert trainer.args.fp16 and not trainer.args.bf16
     seen = []
 
@@ -122,7 +122,7 @@ def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):
 
 
 def test_unsloth_packed_batches_supervise_one_eos_per_sample(shaped, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.training import eos_supervision
+    from tinyllama_ft.eos import eos_supervision
 
     hardware = detect_hardware()
     from transformers import AutoTokenizer

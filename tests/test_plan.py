@@ -1,4 +1,5 @@
-"""The fast recipe's plan: same effective batch everywhere, memory-sized splits, and the same losses."""
+"""The execution plan: one decision for backend and dtype, the same effective batch everywhere, memory-sized splits,
+and the same losses whatever the split."""
 
 import json
 
@@ -7,7 +8,8 @@ import pytest
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.speed import estimate_peak_gib, model_dims, plan_speed
+from tinyllama_ft.plan import plan_run
+from tinyllama_ft.speed import estimate_peak_gib, model_dims
 
 H200 = Hardware(cuda=True, capability=(9, 0), gpu_name="NVIDIA H200", total_memory_gib=139.8)
 
@@ -26,41 +28,48 @@ def tinyllama_config(tinyllama_dir):
         return json.load(f)
 
 
-@pytest.mark.parametrize("backend, micro, gc, measured", [
-    # peak GiB measured on the H200 (benchmarks/, TinyLlama shape, 4-bit, seq 4096)
-    ("transformers", 8, False, 41.91), ("transformers", 8, True, 11.23),
-    ("unsloth", 8, False, 39.20), ("unsloth", 8, True, 5.89),
-])
-def test_estimate_is_within_reach_of_the_measured_peaks(tinyllama_config, backend, micro, gc, measured):
-    est = estimate_peak_gib(model_dims(tinyllama_config), micro, 4096, gc, backend, True, fused_loss=True)
-    assert measured * 0.9 <= est <= measured * 1.15, est
+@pytest.mark.parametrize("backend", ["transformers", "unsloth"])
+def test_estimate_grows_with_what_costs_memory(tinyllama_config, backend):
+    dims = model_dims(tinyllama_config)
+
+    def est(**kw):
+        args = dict(micro_batch=4, max_seq_length=2048, gradient_checkpointing=False, backend=backend,
+                    load_in_4bit=True, fused_loss=True)
+        return estimate_peak_gib(dims, **{**args, **kw})
+
+    base = est()
+    assert est(micro_batch=8) > base > est(micro_batch=2)  # activations scale with the tokens in a micro-batch
+    assert est(max_seq_length=4096) > base
+    assert est(gradient_checkpointing=True) < base  # only layer inputs are kept
+    assert est(fused_loss=False) - base == pytest.approx(4 * 2048 * dims["vocab"] * 8 / 2**30)  # fp32 logits + grad
+    assert est(load_in_4bit=False) > base  # 16-bit weights: 4x the 4-bit ones
+    assert est(lora_r=64) > base
 
 
 def test_h200_gets_flex_attention_liger_and_one_micro_batch_without_checkpointing(tinyllama_config):
-    plan = plan_speed(FinetuneConfig(), H200, "bfloat16", tinyllama_config, budget_gib=138, importable=everything)
+    plan = plan_run(FinetuneConfig(), H200, tinyllama_config, budget_gib=138, importable=everything)
     assert (plan.backend, plan.attn_implementation, plan.use_liger_kernel) == ("transformers", "flex_attention", True)
     assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (8, 1, False)
-    cfg = plan.apply(FinetuneConfig())
-    assert cfg.effective_batch_size == 8 and cfg.backend == "transformers" and cfg.attn_implementation == "flex_attention"
+    assert plan.effective_batch_size == 8 and plan.dtype == "bfloat16" and plan.optim == "adamw_8bit" and plan.load_in_4bit
     assert "batch 8 x accumulation 1" in plan.summary()
 
 
 def test_t4_keeps_unsloth_and_checkpoints_to_fit_15_gib(tinyllama_config, t4):
-    plan = plan_speed(FinetuneConfig(), t4, "float16", tinyllama_config, budget_gib=14.7, importable=everything)
+    plan = plan_run(FinetuneConfig(), t4, tinyllama_config, budget_gib=14.7, importable=everything)
     assert plan.backend == "unsloth" and plan.attn_implementation is None and not plan.use_liger_kernel
     assert plan.gradient_checkpointing and plan.per_device_train_batch_size * plan.gradient_accumulation_steps == 8
     assert plan.estimated_peak_gib <= 0.8 * 14.7
 
 
 def test_smaller_gpus_halve_the_micro_batch_before_they_checkpoint(tinyllama_config, a100):
-    plan = plan_speed(FinetuneConfig(), a100, "bfloat16", tinyllama_config, budget_gib=39, importable=everything)
+    plan = plan_run(FinetuneConfig(), a100, tinyllama_config, budget_gib=39, importable=everything)
     assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (4, 2, False)
-    plan = plan_speed(FinetuneConfig(), a100, "bfloat16", tinyllama_config, budget_gib=22, importable=everything)
+    plan = plan_run(FinetuneConfig(), a100, tinyllama_config, budget_gib=22, importable=everything)
     assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (8, 1, True)
 
 
 def test_without_liger_the_logits_count_and_it_says_how_to_get_it(tinyllama_config):
-    plan = plan_speed(FinetuneConfig(), H200, "bfloat16", tinyllama_config, budget_gib=138, importable=nothing_optional)
+    plan = plan_run(FinetuneConfig(), H200, tinyllama_config, budget_gib=138, importable=nothing_optional)
     assert plan.backend == "transformers" and not plan.use_liger_kernel
     assert "pip install liger-kernel" in plan.summary()
 
@@ -69,7 +78,7 @@ def test_without_liger_the_logits_count_and_it_says_how_to_get_it(tinyllama_conf
 @pytest.mark.parametrize("split", [(2, 4), (1, 8), (4, 3), (1, 1)])
 def test_the_effective_batch_never_changes(tinyllama_config, budget, split):
     cfg = FinetuneConfig(per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1])
-    plan = plan_speed(cfg, H200, "bfloat16", tinyllama_config, budget_gib=budget, importable=everything)
+    plan = plan_run(cfg, H200, tinyllama_config, budget_gib=budget, importable=everything)
     assert plan.per_device_train_batch_size * plan.gradient_accumulation_steps == split[0] * split[1]
     if plan.estimated_peak_gib > 0.8 * budget:  # nothing fits: the smallest, checkpointed step, and it says so
         assert (plan.per_device_train_batch_size, plan.gradient_checkpointing) == (1, True)
@@ -77,19 +86,51 @@ def test_the_effective_batch_never_changes(tinyllama_config, budget, split):
 
 
 def test_article_recipe_is_literal_and_cpu_only_drops_checkpointing(tinyllama_config, cpu, t4):
-    article = plan_speed(FinetuneConfig(recipe="article"), t4, "float16", tinyllama_config, importable=everything)
+    article = plan_run(FinetuneConfig(recipe="article"), t4, tinyllama_config, importable=everything)
     assert (article.backend, article.per_device_train_batch_size, article.gradient_accumulation_steps,
             article.gradient_checkpointing, article.use_liger_kernel) == ("unsloth", 2, 4, True, False)
-    host = plan_speed(FinetuneConfig(), cpu, "float32", tinyllama_config, importable=everything)
+    host = plan_run(FinetuneConfig(), cpu, tinyllama_config, importable=everything)
     assert (host.backend, host.attn_implementation, host.use_liger_kernel) == ("transformers", "sdpa", False)
     assert (host.per_device_train_batch_size, host.gradient_accumulation_steps, host.gradient_checkpointing) == (2, 4, False)
 
 
 def test_unreadable_model_config_keeps_the_configured_split(tmp_path):
     cfg = FinetuneConfig(model_name=str(tmp_path / "missing"))
-    plan = plan_speed(cfg, H200, "bfloat16", budget_gib=138, importable=everything)
+    plan = plan_run(cfg, H200, budget_gib=138, importable=everything)
     assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (2, 4, True)
     assert "unreadable" in plan.summary()
+
+
+def test_dtype_and_backend_are_decided_once_here(tinyllama_config, cpu, t4):
+    h200 = plan_run(FinetuneConfig(), H200, tinyllama_config, budget_gib=138, importable=everything)
+    on_t4 = plan_run(FinetuneConfig(), t4, tinyllama_config, budget_gib=14.7, importable=everything)
+    host = plan_run(FinetuneConfig(), cpu, tinyllama_config, importable=everything)
+    assert (h200.dtype, on_t4.dtype, host.dtype) == ("bfloat16", "float16", "float32")
+    assert (h200.optim, on_t4.optim, host.optim) == ("adamw_8bit", "adamw_8bit", "adamw_torch")
+    assert (h200.load_in_4bit, on_t4.load_in_4bit, host.load_in_4bit) == (True, True, False)
+    assert host.device == "cpu" and "load_in_4bit=True needs a CUDA GPU" in host.summary()
+    native = Hardware(cpu_bf16=True)
+    assert plan_run(FinetuneConfig(), native, tinyllama_config).cpu_autocast_bf16
+    assert not plan_run(FinetuneConfig(dtype="float32"), native, tinyllama_config).cpu_autocast_bf16
+    with pytest.raises(ValueError, match="bfloat16"):
+        plan_run(FinetuneConfig(dtype="bfloat16"), t4, tinyllama_config, importable=everything)
+
+
+def test_the_plan_is_frozen_and_leaves_the_configuration_alone(tinyllama_config):
+    import dataclasses
+
+    cfg = FinetuneConfig()
+    before = cfg.to_dict()
+    plan = plan_run(cfg, H200, tinyllama_config, budget_gib=138, importable=everything)
+    assert cfg.to_dict() == before and cfg.backend == "auto" and cfg.gradient_checkpointing is True
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.per_device_train_batch_size = 1
+    assert json.loads(json.dumps(plan.to_dict()))["backend"] == "transformers"
+
+
+def test_rope_factor_is_planned_from_the_model_config(tinyllama_config, cpu):
+    assert plan_run(FinetuneConfig(max_seq_length=4096), cpu, tinyllama_config).rope_scaling_factor == 2.0
+    assert plan_run(FinetuneConfig(max_seq_length=2048), cpu, tinyllama_config).rope_scaling_factor is None
 
 
 def test_unknown_recipe_names_the_field():
@@ -98,7 +139,7 @@ def test_unknown_recipe_names_the_field():
 
 
 def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
-    from tinyllama_ft.training import build_trainer
+    from tinyllama_ft.trainer import build_trainer
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), max_seq_length=256)
     rows = text_dataset(alpaca_rows(alpaca_jsonl, 400), tokenizer)
@@ -106,13 +147,13 @@ def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
                          per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation,
                          gradient_checkpointing=False, output_dir=str(tmp_path / f"{micro}x{accumulation}"),
                          save_steps=100, dataset_num_proc=None)
-    trainer = build_trainer(model, tokenizer, rows.select(range(380)), rows.select(range(380, 400)), cfg, Hardware(),
-                            "float32")
+    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=rows.select(range(380)), eval_dataset=rows.select(range(380, 400)), cfg=cfg, plan=plan_run(cfg, Hardware()))
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return losses, trainer.evaluate()["eval_loss"]
 
 
+@pytest.mark.slow
 def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_jsonl, tmp_path):
     """The split is execution only: per-step losses and the eval loss after training agree (fp32, CPU)."""
     fast, fast_eval = _losses(stories_dir, alpaca_jsonl, tmp_path, 8, 1)
@@ -122,15 +163,17 @@ def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_j
     assert fast_eval == pytest.approx(article_eval, rel=1e-4)
 
 
+@pytest.mark.slow
 def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.training import build_trainer, train_and_evaluate
+    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.training import train_and_evaluate
 
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu, max_seq_length=256)
     ds = text_dataset(alpaca_rows(alpaca_jsonl, 120), tokenizer)
     cfg = FinetuneConfig(max_seq_length=256, report_to="none", max_steps=3, eval_steps=1, save_steps=100,
                          output_dir=str(tmp_path), dataset_num_proc=None, long_rows="truncate")
-    trainer = build_trainer(model, tokenizer, ds.select(range(100)), ds.select(range(100, 120)), cfg, cpu, "float32")
+    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds.select(range(100)), eval_dataset=ds.select(range(100, 120)), cfg=cfg, plan=plan_run(cfg, cpu))
     r = train_and_evaluate(trainer)
     evals = [h["eval_runtime"] for h in r["log_history"] if "eval_runtime" in h and 1 <= h["step"] <= 3]
     assert len(evals) >= 3 and r["eval_in_train_s"] == pytest.approx(sum(evals[:3]), abs=0.02)

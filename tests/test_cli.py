@@ -1,0 +1,123 @@
+"""The command line and the shipped recipes: every recipe validates, bad flags and keys name the field meant,
+``--help`` documents every field, and ``train`` runs the notebook's run (same eval losses on the same inputs)."""
+
+import json
+import re
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from conftest import NOTEBOOK_STEPS, REPO, notebook_parameters
+from tinyllama_ft.cli import main
+from tinyllama_ft.coercion import ConfigError
+from tinyllama_ft.config import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
+from tinyllama_ft.params import RECIPES_DIR, config_from_recipe, load_recipe, recipe_names
+
+
+def test_the_three_recipes_ship_inside_the_package_and_validate():
+    assert recipe_names() == ["article", "default", "offline_cpu"]
+    for name in recipe_names():
+        config_from_recipe(name)  # raises on any unknown key or wrong type
+    assert config_from_recipe("default") == DEFAULTS  # default.yaml is the package's defaults, every field
+    assert set(load_recipe("default")) == set(FIELD_NAMES)
+    article = config_from_recipe("article")
+    assert (article.recipe, article.max_steps, article.per_device_train_batch_size,
+            article.gradient_accumulation_steps, article.gradient_checkpointing) == ("article", -1, 2, 4, True)
+
+
+def test_pyproject_ships_the_recipes_as_package_data():
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    assert "recipes/*.yaml" in project["tool"]["setuptools"]["package-data"]["tinyllama_ft"]
+    assert project["project"]["scripts"]["tinyllama-ft"] == "tinyllama_ft.cli:main"
+    assert RECIPES_DIR.parent == REPO / "tinyllama_ft"
+
+
+def test_offline_cpu_recipe_is_what_the_offline_script_passes():
+    script = "\n".join(line for line in (REPO / "scripts" / "run_offline.sh").read_text(encoding="utf-8").splitlines()
+                       if not line.startswith("#"))
+    passed = dict(re.findall(r"-p (\w+) ([^\s\\\\\"()]+)", script))
+    recipe = load_recipe("offline_cpu")
+    from_script = FinetuneConfig.from_mapping({k: v for k, v in passed.items() if k not in ("model_name", "dataset")})
+    for name in passed:
+        if name in ("model_name", "dataset", "overwrite_output_dir"):
+            continue
+        assert getattr(config_from_recipe("offline_cpu"), name) == getattr(from_script, name), name
+    assert {k for k in passed if k not in ("model_name", "dataset", "overwrite_output_dir")} <= set(recipe)
+    assert recipe["model_name"].endswith("stories260k/hf") and recipe["dataset"].endswith("alpaca_cleaned_5k.jsonl")
+
+
+def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("lora_rank: 8\nmax_steps: 10\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"bad\.yaml.*'lora_rank' \(did you mean lora_r\?\)"):
+        config_from_recipe(str(bad))
+    bad.write_text("max_steps: ten\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="max_steps='ten'"):
+        config_from_recipe(str(bad))
+    with pytest.raises(FileNotFoundError, match="article, default, offline_cpu"):
+        config_from_recipe("artcle")
+
+
+def test_relative_paths_in_a_recipe_resolve_against_the_working_directory(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "r.yaml").write_text("dataset: rows.jsonl\nlearning_rate: 2e-4\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    cfg = config_from_recipe("sub/r.yaml")
+    assert cfg.dataset == "rows.jsonl" and cfg.learning_rate == 2e-4  # PyYAML reads 2e-4 as a string: coerced
+
+
+def test_help_documents_every_field(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["train", "--help"])
+    assert done.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())
+    docs = field_docs()
+    for name in FIELD_NAMES:
+        assert f"--{name}" in text and " ".join(docs[name].split())[:40] in text, name
+    with pytest.raises(SystemExit):
+        main(["generate", "--help"])
+    assert "--adapter" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["train", "--lora_rank", "8"], "did you mean lora_r?"),
+    (["train", "--config", "offline_cpu", "--max_step=3"], "did you mean max_steps?"),
+    (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
+    (["train", "--max_steps", "ten"], "max_steps"),
+    (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
+])
+def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert expected in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_train_with_the_offline_recipe_gives_the_notebooks_eval_losses(notebook_run, stories_dir, alpaca_jsonl,
+                                                                       tmp_path):
+    """Same inputs as the session's notebook run (offline_cpu's values, 40 steps): the same eval losses."""
+    _, _, notebook = notebook_run
+    params = notebook_parameters(stories_dir, alpaca_jsonl)
+    overrides = {k: params[k] for k in ("model_name", "dataset", "max_steps", "eval_steps", "save_steps")}
+    argv = ["train", "--config", "offline_cpu", *[a for k, v in overrides.items() for a in (f"--{k}", str(v))],
+            "--output_dir", str(tmp_path / "cli"), "--report_to", "none", "--max_new_tokens", "8"]
+    done = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", *argv], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"step {NOTEBOOK_STEPS}/{NOTEBOOK_STEPS}  loss" in done.stdout  # progress lines reach the terminal
+    cli = json.loads((tmp_path / "cli" / "run_summary.json").read_text(encoding="utf-8"))
+    evals = lambda s: [(h["step"], h["eval_loss"]) for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
+    assert cli["eval_loss_before"] == pytest.approx(notebook["eval_loss_before"], rel=1e-6)
+    assert cli["eval_loss_after"] == pytest.approx(notebook["eval_loss_after"], rel=1e-6)
+    assert evals(cli) == pytest.approx(evals(notebook), rel=1e-6)
+    assert cli["execution"] == notebook["execution"] and cli["plan"] == notebook["plan"]
+    answer = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", "generate", "--adapter", cli["adapter_dir"],
+                             "--prompt", "Name three colors.", "--max_new_tokens", "8", "--max_seq_length", "512"],
+                            capture_output=True, text=True, timeout=600)
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    assert "### Instruction: Name three colors." in answer.stdout, shlex.join(argv)

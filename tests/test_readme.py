@@ -1,0 +1,59 @@
+"""The README's commands and snippets run as written: the main job (a few steps), the copy-cells snippet,
+the command line's help; and its parameter table is the one generated from the configuration."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, SHARED_DATA
+
+README = (REPO / "README.md").read_text(encoding="utf-8")
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, re.S)
+
+
+def test_parameter_table_is_generated_from_the_config():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import config_tables
+
+    start, end = README.index(config_tables.README_START), README.index(config_tables.README_END)
+    assert README[start + len(config_tables.README_START) + 1:end] == config_tables.parameter_table()
+
+
+def test_copy_cells_snippets_run(stories_dir):
+    """Every python block, the Hub model swapped for the local stories260K (no Hub here)."""
+    blocks = _blocks("python")
+    assert blocks and any("add_lora(model)" in b for b in blocks)
+    for code in blocks:
+        code = code.replace('"unsloth/tinyllama-bnb-4bit"', repr(str(stories_dir)))
+        namespace = {}
+        exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102
+    assert namespace.get("model") is not None
+
+
+def test_the_command_line_in_the_readme_exists():
+    commands = [line for block in _blocks("bash") for line in block.splitlines() if line.startswith("tinyllama-ft")]
+    assert any(" train " in c for c in commands) and any(" generate " in c for c in commands)
+    done = subprocess.run([str(Path(sys.executable).parent / "tinyllama-ft"), "train", "--help"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "--lora_r" in done.stdout
+
+
+@pytest.mark.slow
+def test_the_main_job_command_runs_with_a_few_steps(tmp_path):
+    """``bash scripts/run_offline.sh`` as the README gives it, 3 steps, this environment (no reinstall)."""
+    assert "bash scripts/run_offline.sh" in _blocks("bash")[0]
+    env = dict(os.environ, OUT=str(tmp_path / "offline"), SETUP="0", VENV=sys.prefix,
+               TINYLLAMA_FT_SHARED_DATA=str(SHARED_DATA))
+    done = subprocess.run(["bash", "scripts/run_offline.sh", "-p", "max_steps", "3", "-p", "report_to", "none"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-3000:]
+    terminal = done.stdout + done.stderr
+    assert "step 3/3  loss" in terminal  # --log-output: the training progress reaches the terminal
+    assert "eval_loss_after" in done.stdout and (tmp_path / "offline" / "outputs" / "run_summary.json").is_file()

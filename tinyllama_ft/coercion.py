@@ -1,0 +1,113 @@
+"""Type checks and coercions for configuration values from papermill, Colab forms, YAML and the command line.
+
+Those sources hand over strings where a Python literal was meant: papermill's ``-p dtype None`` and Colab's
+``"None"``, ``-p target_modules q_proj,v_proj``, YAML's ``2e-4`` (a string to PyYAML), ``--packing false``.
+Each field's annotation decides what is accepted; anything else is an error naming the field. A mistyped
+name gets the closest field name as a hint (``difflib``), e.g. ``lora_rank`` -> "did you mean lora_r?".
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import Any, Iterable
+
+#: Strings that mean None for an optional field.
+NONE_STRINGS = ("None", "none", "null", "~", "")
+TRUE_STRINGS = ("true", "yes", "on", "1")
+FALSE_STRINGS = ("false", "no", "off", "0")
+
+
+class ConfigError(ValueError):
+    """A configuration value or key is not allowed; the message names the field (and, for a misspelt key,
+    the field meant)."""
+
+
+def did_you_mean(key: str, known: Iterable[str]) -> str:
+    """``" (did you mean lora_r?)"`` for the closest of ``known`` to ``key``, or ``""`` when none is close."""
+    close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def unknown_keys_error(keys: Iterable[str], known: Iterable[str], where: str) -> ConfigError:
+    """The error for keys that are not configuration fields, each with its near miss."""
+    known = list(known)
+    names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys)
+    return ConfigError(f"{where}: unknown parameter {names}: not a FinetuneConfig field "
+                       f"(tinyllama-ft train --help lists them all)")
+
+
+def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: bool = False) -> Any:
+    """Check ``value`` against a field's annotation, converting the strings the sources above produce.
+
+    Args:
+        name: the field, for messages.
+        value: what was given.
+        annotation: the field's annotation as written in ``config.py`` (``"int"``, ``"str | None"``,
+            ``"tuple[str, ...]"``, ``"float"``, ``"bool"``).
+        comma_separated: for a tuple field, a string is a comma-separated list (``"q_proj,v_proj"``);
+            otherwise a string is a one-element tuple (one prompt).
+
+    Returns:
+        The value in the field's type (a tuple for tuple fields).
+
+    Raises:
+        ConfigError: the value cannot be read as that type; the message names the field and the value.
+    """
+    optional = annotation.endswith("| None")
+    base = annotation.replace("| None", "").strip()
+
+    def bad(expected: str) -> ConfigError:
+        return ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: expected {expected}"
+                           f"{' or None' if optional else ''}, got {type(value).__name__}")
+
+    if value is None or (optional and isinstance(value, str) and value.strip() in NONE_STRINGS):
+        if optional:
+            return None
+        raise bad(_EXPECTED.get(base, base))
+    if base == "bool":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip().lower() in TRUE_STRINGS + FALSE_STRINGS:
+            return value.strip().lower() in TRUE_STRINGS
+        raise bad("True or False")
+    if base == "int":
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())
+            except ValueError:
+                pass
+        raise bad("an integer")
+    if base == "float":
+        if isinstance(value, bool):
+            raise bad("a number")
+        if isinstance(value, (int, float)):
+            return float(value)
+        if isinstance(value, str):
+            try:
+                return float(value.strip())
+            except ValueError:
+                pass
+        raise bad("a number")
+    if base == "str":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)  # papermill turns -p wandb_run_name 7 into an int
+        raise bad("a string")
+    if base.startswith("tuple[str"):
+        if isinstance(value, str):
+            items = [v.strip() for v in value.split(",")] if comma_separated else [value]
+            return tuple(v for v in items if v)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise bad("a list of strings" + (" (or one comma-separated string)" if comma_separated else ""))
+    raise TypeError(f"coerce_value: no rule for the annotation {annotation!r} of {name}")
+
+
+_EXPECTED = {"bool": "True or False", "int": "an integer", "float": "a number", "str": "a string"}

@@ -1,0 +1,39 @@
+"""One printed line per logging step during training: step, loss, learning rate, tokens/s.
+
+A papermill run shows a notebook's output only when the cell ends (``--log-output`` forwards what a cell
+prints as it prints it); a progress bar is one ``Executing: 69%`` line there. ``ProgressPrinter`` prints
+plain lines instead, which reach the terminal under ``papermill --log-output`` and the command line alike.
+"""
+
+from __future__ import annotations
+
+import time
+
+from transformers import TrainerCallback
+
+
+class ProgressPrinter(TrainerCallback):
+    """Prints ``step N/M  loss X  lr Y  tokens/s Z`` at every logging step, and the eval loss when evaluated.
+
+    tokens/s is over the time since the previous line (non-padding tokens fed to the model, transformers'
+    ``num_input_tokens_seen``), evaluation time included when an evaluation ran in between.
+    """
+
+    def __init__(self) -> None:
+        self._last: tuple[float, int] | None = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._last = (time.perf_counter(), state.num_input_tokens_seen)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "loss" in logs:
+            now, tokens = time.perf_counter(), state.num_input_tokens_seen
+            then, before = self._last or (now, tokens)
+            rate = (tokens - before) / (now - then) if now > then else 0.0
+            self._last = (now, tokens)
+            print(f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "
+                  f"lr {logs.get('learning_rate', 0.0):.3g}  tokens/s {rate:,.0f}", flush=True)
+        if "eval_loss" in logs:
+            where = f"step {state.global_step}/{state.max_steps}" if state.global_step else "before training"
+            print(f"{where}  eval_loss {logs['eval_loss']:.4f}", flush=True)
