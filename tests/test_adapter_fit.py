@@ -11,6 +11,8 @@ from helpers import stories_lora
 from tinyllama_ft.adapter_fit import AdapterMismatchError, adapter_fit_problems
 from tinyllama_ft.adapters import load_adapter, save_adapter
 
+#: How every base here loads: CPU, fp32, transformers, 256-token windows.
+LOAD = dict(max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers")
 STORIES_SHAPE = dict(hidden_size=64, intermediate_size=172, num_hidden_layers=5, num_attention_heads=8,
                      num_key_value_heads=4, head_dim=8)
 
@@ -41,14 +43,14 @@ def made(stories_dir, tinyllama_dir, tmp_path_factory, cpu):
 
 
 def test_the_right_base_fits(made, stories_dir, cpu):
-    model, tokenizer = load_adapter(made["stories_adapter"], 256, None, False, "transformers", cpu,
+    model, tokenizer = load_adapter(made["stories_adapter"], hardware=cpu, **LOAD,
                                     base_model=str(stories_dir))
     assert model.peft_config["default"].r > 0
 
 
 def test_a_stories_adapter_on_a_tinyllama_shaped_base_with_another_vocabulary_is_refused(made, cpu):
     with pytest.raises(AdapterMismatchError) as e:
-        load_adapter(made["stories_adapter"], 256, None, False, "transformers", cpu, base_model=str(made["tiny_tinyllama"]))
+        load_adapter(made["stories_adapter"], hardware=cpu, **LOAD, base_model=str(made["tiny_tinyllama"]))
     said = str(e.value)
     assert "vocab_size: 512 in the adapter's base, 32000 in this base" in said
     assert str(made["tiny_tinyllama"]) in said and "hidden_size" not in said  # only what differs
@@ -62,17 +64,17 @@ def test_an_adapter_whose_tokenizer_outgrows_the_base_is_refused_even_without_it
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
 
-    base, tokenizer = load_model(str(made["tiny_tinyllama"]), 256, None, False, "transformers", cpu)
+    base, tokenizer = load_model(str(made["tiny_tinyllama"]), hardware=cpu, **LOAD)
     adapter = save_adapter(add_lora(base, gradient_checkpointing=False), tokenizer, str(made["tmp"] / "big_vocab_adapter"))
     config = json.loads((made["tmp"] / "big_vocab_adapter" / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = "someone/base-that-is-not-here"  # the recorded base cannot be consulted
     (made["tmp"] / "big_vocab_adapter" / "adapter_config.json").write_text(json.dumps(config))
-    small, _ = load_model(str(stories_dir), 256, None, False, "transformers", cpu)
+    small, _ = load_model(str(stories_dir), hardware=cpu, **LOAD)
     problems = adapter_fit_problems(adapter, small)
     assert problems == ["vocabulary: the adapter's tokenizer has 32000 tokens, this base embeds 512 (ids from 512 "
                         "on would fail with IndexError at generation)"]
     with pytest.raises(AdapterMismatchError, match="32000 tokens, this base embeds 512"):
-        load_adapter(adapter, 256, None, False, "transformers", cpu, base_model=str(stories_dir))
+        load_adapter(adapter, hardware=cpu, **LOAD, base_model=str(stories_dir))
     # what the check prevents: PEFT loads it silently, generation fails far from the cause
     unchecked = PeftModel.from_pretrained(small, adapter)
     with pytest.raises(IndexError):
@@ -82,7 +84,7 @@ def test_an_adapter_whose_tokenizer_outgrows_the_base_is_refused_even_without_it
 
 def test_a_base_lacking_target_modules_is_refused_naming_them(made, cpu):
     with pytest.raises(AdapterMismatchError) as e:
-        load_adapter(made["stories_adapter"], 256, None, False, "transformers", cpu, base_model=str(made["fewer_layers"]))
+        load_adapter(made["stories_adapter"], hardware=cpu, **LOAD, base_model=str(made["fewer_layers"]))
     said = str(e.value)
     assert "num_hidden_layers: 5 in the adapter's base, 3 in this base" in said
     assert "target modules this base lacks: model.layers.3.mlp.down_proj" in said and "'q_proj'" in said
@@ -97,7 +99,7 @@ def test_module_sizes_are_checked_when_the_recorded_base_is_unknown(made, storie
     config["base_model_name_or_path"] = "someone/base-that-is-not-here"
     (adapter / "adapter_config.json").write_text(json.dumps(config))
     wide = _tiny_base(stories_dir, stories_dir, tmp_path / "wide", intermediate_size=256)
-    base, _ = load_model(str(wide), 256, None, False, "transformers", cpu)
+    base, _ = load_model(str(wide), hardware=cpu, **LOAD)
     problems = adapter_fit_problems(str(adapter), base)
     assert len(problems) == 1 and problems[0].startswith("hidden sizes differ: model.layers.0.mlp.down_proj: the "
                                                          "adapter's LoRA input size is 172, this base's is 256")

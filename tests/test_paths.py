@@ -46,7 +46,8 @@ def test_every_path_parameter_expands_home_and_variables(lora, stories_dir, alpa
     from tinyllama_ft.plotting import loss_curve
     from tinyllama_ft.runs import ensure_drive, prepare_output_dir, read_run_config
     from tinyllama_ft.summary import write_run_summary
-    from tinyllama_ft.training import sft_config_kwargs
+    from tinyllama_ft.plan import plan_run
+    from tinyllama_ft.trainer import sft_config_kwargs
 
     home, cwd = tmp_path / "home", tmp_path / "cwd"
     home.mkdir(), cwd.mkdir()
@@ -57,19 +58,26 @@ def test_every_path_parameter_expands_home_and_variables(lora, stories_dir, alpa
     monkeypatch.chdir(cwd)
     model, tokenizer = lora
 
-    cfg = FinetuneConfig(output_dir="~/runs/x", adapter_dir="$RUNS/x/adapter", report_to="none")
+    cfg = FinetuneConfig(output_dir="~/runs/x", adapter_dir="$RUNS/x/adapter", report_to="none",
+                         dataset="$DATA/" + alpaca_jsonl.name)
+    assert (cfg.output_dir, cfg.adapter_dir) == (str(home / "runs" / "x"), str(home / "runs" / "x" / "adapter"))
+    assert cfg.dataset == str(alpaca_jsonl) and cfg.model_name == "unsloth/tinyllama-bnb-4bit"  # a Hub id stays
     assert not ensure_drive("~/runs/x")
     assert prepare_output_dir(cfg) == "new"
     assert read_run_config("$RUNS/x") is not None and (home / "runs" / "x" / "run.lock").exists()
-    assert sft_config_kwargs(cfg, cpu, "float32", False)["output_dir"] == str(home / "runs" / "x")
+    raw = FinetuneConfig(report_to="none")
+    raw.output_dir = "~/runs/x"  # set after construction: the trainer still expands it
+    assert sft_config_kwargs(raw, plan_run(raw, cpu), has_eval=False)["output_dir"] == str(home / "runs" / "x")
     os.makedirs(home / "runs" / "x" / "checkpoint-1")
     assert last_checkpoint("~/runs/x") is None  # found (and skipped: empty), not a missing "~" folder
     saved = save_adapter(model, tokenizer, "$RUNS/x/adapter")
     assert saved == str(home / "runs" / "x" / "adapter")
     shutil.copytree(stories_dir, home / "stories")
-    reloaded, _ = load_adapter("~/runs/x/adapter", 256, None, False, "transformers", cpu, base_model="~/stories")
+    reloaded, _ = load_adapter("~/runs/x/adapter", max_seq_length=256, dtype=None, load_in_4bit=False,
+                               backend="transformers", hardware=cpu, base_model="~/stories")
     assert reloaded is not None
-    assert load_model("$MODELS/" + stories_dir.name, 256, None, False, "transformers", cpu)[0] is not None
+    assert load_model("$MODELS/" + stories_dir.name, max_seq_length=256, dtype=None, load_in_4bit=False,
+                      backend="transformers", hardware=cpu)[0] is not None
     rows, _ = load_instruction_data("$DATA/" + alpaca_jsonl.name)
     assert len(rows) == len(alpaca_rows(alpaca_jsonl, 10**6))
     write_run_summary("~/runs/x/run_summary.json", answer=1)

@@ -186,7 +186,8 @@ def test_overwrite_deletes_the_earlier_runs_offline_wandb_runs(earlier, monkeypa
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
-    tracking = start_tracking("wandb", "tiny-llama", "earlier", earlier.output_dir, prompt_allowed=False)
+    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="earlier",
+                              output_dir=earlier.output_dir, prompt_allowed=False)
     finish_tracking(tracking)
     wandb_dir = os.path.join(earlier.output_dir, "wandb")
     assert tracking.mode == "offline" and any(n.startswith("offline-run-") for n in os.listdir(wandb_dir))

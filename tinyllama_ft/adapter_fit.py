@@ -20,6 +20,8 @@ import json
 import os
 import struct
 
+from .paths import expand_path
+
 #: Config fields an adapter's base and the base it is loaded onto must share.
 CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
                  "num_attention_heads", "num_key_value_heads")
@@ -54,7 +56,7 @@ def _recorded_base_config(name: str | None) -> dict | None:
     """The adapter's base's config, if it is on this machine (never downloads)."""
     if not name:
         return None
-    path = os.path.join(os.path.expanduser(name), "config.json")
+    path = os.path.join(expand_path(name), "config.json")
     if os.path.isfile(path):
         with open(path, encoding="utf-8") as f:
             return json.load(f)
@@ -66,7 +68,7 @@ def _recorded_base_config(name: str | None) -> dict | None:
         return None
 
 
-def adapter_fit_problems(adapter_dir: str, base_model, tokenizer=None) -> list[str]:
+def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> list[str]:
     """What keeps the adapter in ``adapter_dir`` from fitting ``base_model``; ``[]`` when it fits.
 
     Args:
@@ -128,7 +130,7 @@ def adapter_fit_problems(adapter_dir: str, base_model, tokenizer=None) -> list[s
     return problems
 
 
-def check_adapter_fits(adapter_dir: str, base_model, base_name: str | None = None, tokenizer=None) -> None:
+def check_adapter_fits(adapter_dir: str, base_model, *, base_name: str | None = None, tokenizer=None) -> None:
     """Raise, naming every difference, unless the adapter in ``adapter_dir`` fits ``base_model``.
 
     Args:
@@ -138,7 +140,7 @@ def check_adapter_fits(adapter_dir: str, base_model, base_name: str | None = Non
     Raises:
         AdapterMismatchError: (a ``ValueError``) the adapter was trained on another base.
     """
-    problems = adapter_fit_problems(adapter_dir, base_model, tokenizer)
+    problems = adapter_fit_problems(adapter_dir, base_model, tokenizer=tokenizer)
     if problems:
         with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
             trained_on = json.load(f).get("base_model_name_or_path")

@@ -158,7 +158,7 @@ def checkpoint_complete(checkpoint: str) -> bool:
     return checkpoint_problem(checkpoint) is None
 
 
-def last_checkpoint(output_dir: str, required: bool = False) -> str | None:
+def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
     """Newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound.
 
     Unlike transformers' ``get_last_checkpoint``, a folder left half-written by a kill during a save, or

@@ -24,6 +24,7 @@ from typing import Any, Mapping
 
 from .coercion import ConfigError, coerce_value, unknown_keys_error
 from .packing import LONG_ROWS, resolve_packing_strategy
+from .paths import expand_path
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
 LLAMA_TARGET_MODULES: tuple[str, ...] = (
@@ -37,6 +38,8 @@ REPORT_TO = ("wandb", "none")
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 RECIPES = ("fast", "article")
 SECTIONS = ("model", "lora", "data", "training", "logging", "generation")
+#: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
+PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir")
 
 
 def _field(default, section: str, *, identity: bool, comma_separated: bool = False):
@@ -47,6 +50,9 @@ def _field(default, section: str, *, identity: bool, comma_separated: bool = Fal
 @dataclass
 class FinetuneConfig:
     """Every knob of a run; the defaults are the article's recipe unless a field says otherwise.
+
+    The path fields (``PATH_FIELDS``) are stored with ``~`` and ``$VARS`` expanded, so ``run_config.json``
+    and every helper see the folder a shell would.
 
     Raises:
         ConfigError (a ValueError): from ``__post_init__`` when a value has the wrong type (after the
@@ -194,6 +200,8 @@ class FinetuneConfig:
                                                comma_separated=f.metadata["comma_separated"]))
         if self.dtype == "auto":
             self.dtype = None
+        for name in PATH_FIELDS:  # "~/runs/x", "$DATA/a.jsonl" as a shell would read them; a Hub id has no ~ or $
+            setattr(self, name, expand_path(getattr(self, name)))
         checks = {
             "backend": self.backend in BACKENDS,
             "recipe": self.recipe in RECIPES,

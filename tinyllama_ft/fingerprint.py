@@ -20,7 +20,7 @@ from typing import Any, Iterable, Mapping
 FINGERPRINT_FIELDS = ("instruction", "input", "output")
 
 
-def data_fingerprint(rows: Iterable[Mapping[str, Any]], fields: tuple[str, ...] = FINGERPRINT_FIELDS) -> str:
+def data_fingerprint(rows: Iterable[Mapping[str, Any]], *, fields: tuple[str, ...] = FINGERPRINT_FIELDS) -> str:
     """SHA-256 over the canonical JSON of each row, in order.
 
     Args:

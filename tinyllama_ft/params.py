@@ -16,13 +16,13 @@ written, so they resolve against the working directory of the run.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Mapping
 
 from .coercion import ConfigError, unknown_keys_error
 from .config import FIELD_NAMES, FinetuneConfig
 from .credentials import refuse_secret_names
+from .paths import expand_path
 
 #: The types of the values papermill (and Colab's forms) write into a notebook.
 _LITERALS = (str, int, float, bool, type(None), list, tuple, dict)
@@ -73,7 +73,7 @@ def recipe_path(name_or_path: str) -> Path:
     Raises:
         FileNotFoundError: neither an existing file nor a shipped recipe (the message lists those).
     """
-    path = Path(os.path.expanduser(name_or_path))
+    path = Path(expand_path(name_or_path))
     if path.is_file():
         return path
     shipped = RECIPES_DIR / f"{name_or_path}.yaml"

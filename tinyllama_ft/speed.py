@@ -112,7 +112,9 @@ def read_model_config(model_name: str) -> dict:
     import json
     import os
 
-    path = os.path.join(os.path.expanduser(model_name), "config.json")
+    from .paths import expand_path
+
+    path = os.path.join(expand_path(model_name), "config.json")
     if not os.path.isfile(path):
         from huggingface_hub import hf_hub_download
 

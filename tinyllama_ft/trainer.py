@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from .config import FinetuneConfig
+from .paths import expand_path
 from .plan import RunPlan
 from .precision import trainer_precision_flags
 
@@ -57,7 +58,7 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
     if config_cls is None:
         from trl import SFTConfig as config_cls
     kwargs: dict[str, Any] = dict(
-        output_dir=cfg.output_dir,
+        output_dir=expand_path(cfg.output_dir),  # cfg expands it; a field set after construction is not
         per_device_train_batch_size=plan.per_device_train_batch_size,
         per_device_eval_batch_size=cfg.per_device_eval_batch_size,
         gradient_accumulation_steps=plan.gradient_accumulation_steps,
