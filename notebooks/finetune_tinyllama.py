@@ -169,13 +169,27 @@ from tinyllama_ft.runs import ensure_drive
 drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
 
 # %% [markdown]
-# An earlier run there is never overwritten silently: continue it with `resume=True` (its recorded identity must match),
+# The training rows, read now (the dataset may be on Drive) so that the output folder records their fingerprint.
+# Bad rows (wrong types, empty, duplicates, unparseable lines) are dropped and counted, or `strict=True` stops at the first.
+
+# %%
+from tinyllama_ft.data import load_instruction_data
+
+rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
+                                          instruction_column=cfg.instruction_column, input_column=cfg.input_column,
+                                          output_column=cfg.output_column, strict=cfg.strict)
+
+# %% [markdown]
+# One run per folder: this takes `output_dir`'s run lock (released by the last cell). An earlier run there is never
+# overwritten silently: continue it with `resume=True` (its recorded identity and the rows' fingerprint must match),
 # or delete it with `overwrite_output_dir=True`.
 
 # %%
+from tinyllama_ft.fingerprint import data_fingerprint
 from tinyllama_ft.runs import prepare_output_dir
 
-print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg)}")
+print(f"output_dir {cfg.output_dir!r}: "
+      f"{prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))}")
 
 # %% [markdown]
 # `gpu_memory_cap_gib` caps this process's GPU memory (15 imitates a T4 on a bigger GPU); 0 does nothing.
@@ -219,16 +233,6 @@ print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
 # ## 4. Data
-# Bad rows (wrong types, empty, duplicates, unparseable lines) are dropped and counted, or `strict=True` stops at the first.
-
-# %%
-from tinyllama_ft.data import load_instruction_data
-
-rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
-                                          instruction_column=cfg.instruction_column, input_column=cfg.input_column,
-                                          output_column=cfg.output_column, strict=cfg.strict)
-
-# %% [markdown]
 # Alpaca prompts with the tokenizer's EOS appended exactly once, in a `text` column (the rows above already carry
 # the columns `instruction`, `input`, `output`, whatever your file calls them).
 
@@ -406,3 +410,11 @@ print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summ
 from tinyllama_ft.plotting import loss_curve
 
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
+
+# %% [markdown]
+# The run is over: another run may now use `output_dir` (a kernel that stops releases it too).
+
+# %%
+from tinyllama_ft.lock import release_run_lock
+
+release_run_lock(cfg.output_dir)

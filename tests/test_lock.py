@@ -141,3 +141,33 @@ def test_only_the_main_process_of_a_launch_takes_it(tmp_path, monkeypatch):
     monkeypatch.setenv("RANK", "0")
     with acquire_run_lock(str(tmp_path / "outputs")):
         assert (tmp_path / "outputs" / LOCK_FILE).exists()
+
+
+def test_the_command_lines_run_releases_the_lock_when_it_fails(tmp_path, stories_dir, alpaca_jsonl, cpu, capsys):
+    """``pipeline.run_training`` (``tinyllama-ft train``) holds the lock from ``prepare_output_dir`` on and
+    gives it back however the run ends: here the model has a config but no weights, so loading it fails
+    after the folder was locked; the next run in the folder is not locked out."""
+    import shutil
+
+    from helpers import alpaca_rows
+    from tinyllama_ft.pipeline import run_training
+
+    model = tmp_path / "config_only"
+    model.mkdir()
+    shutil.copy(stories_dir / "config.json", model / "config.json")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(json.dumps(r) + "\n" for r in alpaca_rows(alpaca_jsonl, 20)), encoding="utf-8")
+    out = tmp_path / "outputs"
+    cfg = FinetuneConfig(model_name=str(model), dataset=str(rows), output_dir=str(out), report_to="none",
+                         load_in_4bit=False, max_seq_length=256)
+    with pytest.raises(OSError):
+        run_training(cfg, hardware=cpu)
+    assert "output_dir" in capsys.readouterr().out and (out / "run_config.json").exists()  # it got that far
+    assert not (out / LOCK_FILE).exists() and release_run_lock(str(out)) is False
+    from tinyllama_ft.data import load_instruction_data
+    from tinyllama_ft.fingerprint import data_fingerprint
+
+    recorded = json.loads((out / "run_config.json").read_text(encoding="utf-8"))
+    assert recorded["data_fingerprint"] == data_fingerprint(load_instruction_data(str(rows))[0])  # for a resume
+    assert prepare_output_dir(cfg) == "new"  # nothing but run_config.json there, and no lock in the way
+    assert release_run_lock(str(out)) is True

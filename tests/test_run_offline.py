@@ -59,7 +59,11 @@ def test_a_failed_run_leaves_no_notebook_beside_another_runs_summary(runs, stori
     assert failed.returncode != 0 and "run failed" in failed.stderr
     assert (out / "finetune_tinyllama.failed.ipynb").exists() and nb.exists() and summary.read_bytes() == before
     assert "no_such_template" not in nb.read_text(encoding="utf-8")
-    # fails after its overwrite deleted the earlier run: the earlier run's notebook goes with its summary
-    failed = _script(out, out / "no_such_rows.jsonl", stories_dir)
+    # fails after its overwrite deleted the earlier run (a model folder with a config but no weights fails at
+    # the model cell, after the output folder's): the earlier run's notebook goes with its summary
+    config_only = out.parent / "config_only"
+    config_only.mkdir(exist_ok=True)
+    shutil.copy(stories_dir / "config.json", config_only / "config.json")
+    failed = _script(out, runs["dataset"], config_only)
     assert failed.returncode != 0 and "run failed" in failed.stderr
     assert not summary.exists() and not nb.exists() and (out / "finetune_tinyllama.failed.ipynb").exists()

@@ -24,19 +24,22 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         The run summary, as written to ``<output_dir>/run_summary.json``.
 
     Raises:
-        Whatever the helpers raise (``prepare_output_dir`` refusing an earlier run, a data error naming
-        the row, an out-of-memory message naming the knobs), unchanged.
+        Whatever the helpers raise (``prepare_output_dir`` refusing an earlier run or a locked folder, a
+        data error naming the row, an out-of-memory message naming the knobs), unchanged. The output
+        folder's run lock is released however the run ends.
     """
     from accelerate.utils import release_memory
 
     from .adapters import load_adapter, save_adapter
     from .credentials import export_secrets
     from .data import load_instruction_data, split_train_eval
+    from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
     from .generation import as_samples, format_answers, generate, stream
     from .hardware import cap_gpu_memory, detect_hardware
     from .install import install
     from .lengths import apply_long_rows, length_report
+    from .lock import release_run_lock
     from .lora import add_lora, trainable_parameters
     from .modeling import load_model
     from .plan import plan_run
@@ -55,51 +58,54 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     plan = plan_run(cfg, hardware)
     print(plan.summary())
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
-    print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg)}")
-    cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
-    model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                  load_in_4bit=plan.load_in_4bit, backend=plan.backend,
-                                  attn_implementation=plan.attn_implementation,
-                                  trust_remote_code=cfg.trust_remote_code, hardware=hardware)
-    model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                     lora_bias=cfg.lora_bias, target_modules=cfg.target_modules, use_rslora=cfg.use_rslora,
-                     gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
-    trainable = trainable_parameters(model)
-    print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
     rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
                                               instruction_column=cfg.instruction_column,
                                               input_column=cfg.input_column, output_column=cfg.output_column,
                                               strict=cfg.strict)
-    rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
-    lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
-                            packing_strategy=cfg.packing_strategy, data_report=data_report)
-    rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
-    print(lengths.summary())
-    train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
-    print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
-    tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project,
-                              wandb_run_name=cfg.wandb_run_name, output_dir=cfg.output_dir, config=cfg.to_dict())
-    print(tracking)
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset,
-                            eval_dataset=eval_dataset, cfg=cfg, plan=plan)
-    work = training_plan(trainer)
-    print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
-    eos = eos_first_batch(trainer)
-    print(describe_eos(eos))
-    results = train_and_evaluate(trainer, resume=cfg.resume)
-    finish_tracking(tracking)
-    adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
-    print(f"adapter saved to {adapter_dir}")
-    trainer, model = release_memory(trainer, model)
-    model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                    load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
-                                    trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
-    answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
-    print(format_answers(cfg.prompts, answers))
-    streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
-    summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work,
-                                data_report=data_report, trainable=trainable, adapter_dir=adapter_dir,
-                                samples=as_samples(cfg.prompts, streamed), length_report=lengths, eos=eos)
-    print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
-    loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
+    print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))}")
+    try:
+        cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
+        model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                      load_in_4bit=plan.load_in_4bit, backend=plan.backend,
+                                      attn_implementation=plan.attn_implementation,
+                                      trust_remote_code=cfg.trust_remote_code, hardware=hardware)
+        model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                         lora_bias=cfg.lora_bias, target_modules=cfg.target_modules, use_rslora=cfg.use_rslora,
+                         gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
+        trainable = trainable_parameters(model)
+        print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
+        rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
+        lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
+                                packing_strategy=cfg.packing_strategy, data_report=data_report)
+        rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
+        print(lengths.summary())
+        train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
+        print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
+        tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project,
+                                  wandb_run_name=cfg.wandb_run_name, output_dir=cfg.output_dir, config=cfg.to_dict())
+        print(tracking)
+        trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset,
+                                eval_dataset=eval_dataset, cfg=cfg, plan=plan)
+        work = training_plan(trainer)
+        print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
+        eos = eos_first_batch(trainer)
+        print(describe_eos(eos))
+        results = train_and_evaluate(trainer, resume=cfg.resume)
+        finish_tracking(tracking)
+        adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
+        print(f"adapter saved to {adapter_dir}")
+        trainer, model = release_memory(trainer, model)
+        model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                        load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+                                        trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
+        answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+        print(format_answers(cfg.prompts, answers))
+        streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+        summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work,
+                                    data_report=data_report, trainable=trainable, adapter_dir=adapter_dir,
+                                    samples=as_samples(cfg.prompts, streamed), length_report=lengths, eos=eos)
+        print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
+        loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
+    finally:
+        release_run_lock(cfg.output_dir)
     return summary
