@@ -103,3 +103,24 @@ def test_module_sizes_are_checked_when_the_recorded_base_is_unknown(made, storie
     problems = adapter_fit_problems(str(adapter), base)
     assert len(problems) == 1 and problems[0].startswith("hidden sizes differ: model.layers.0.mlp.down_proj: the "
                                                          "adapter's LoRA input size is 172, this base's is 256")
+
+
+def test_another_model_type_alone_is_no_misfit_but_is_named_beside_one(made, stories_dir, cpu, tmp_path):
+    """A repository shipping its own code for the same weights has its own model_type (tests/test_secrets.py
+    loads such a copy of stories260K with this adapter): only sizes, layers, vocabulary and modules decide."""
+    from tinyllama_ft.modeling import load_model
+
+    recorded = tmp_path / "repackaged"  # the adapter's recorded base: stories260K's config, another model_type
+    recorded.mkdir()
+    config = json.loads((stories_dir / "config.json").read_text())
+    (recorded / "config.json").write_text(json.dumps({**config, "model_type": "repackaged_llama"}))
+    adapter = tmp_path / "adapter"
+    shutil.copytree(made["stories_adapter"], adapter)
+    adapter_config = json.loads((adapter / "adapter_config.json").read_text())
+    (adapter / "adapter_config.json").write_text(json.dumps({**adapter_config, "base_model_name_or_path": str(recorded)}))
+    same, _ = load_model(str(stories_dir), hardware=cpu, **LOAD)
+    assert adapter_fit_problems(str(adapter), same) == []
+    fewer, _ = load_model(str(made["fewer_layers"]), hardware=cpu, **LOAD)
+    problems = adapter_fit_problems(str(adapter), fewer)
+    assert problems[0] == "model_type: 'repackaged_llama' in the adapter's base, 'llama' in this base"
+    assert any(p.startswith("num_hidden_layers: 5") for p in problems[1:])

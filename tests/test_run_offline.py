@@ -14,7 +14,7 @@ import pytest
 from conftest import REPO
 from helpers import alpaca_rows
 
-pytestmark = pytest.mark.notebook
+pytestmark = pytest.mark.slow  # real papermill runs of the script: the slow tier (pyproject.toml)
 QUICK = ["-p", "save_steps", "2", "-p", "eval_steps", "2", "-p", "report_to", "none", "-p", "max_new_tokens", "8"]
 
 

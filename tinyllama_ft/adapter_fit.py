@@ -5,8 +5,9 @@ fails only at generation (``IndexError: index out of range in self``: the adapte
 base cannot embed). ``adapter_fit_problems`` compares, without loading the adapter's weights:
 
 * the adapter's recorded base (``base_model_name_or_path`` in ``adapter_config.json``), when its config is
-  on this machine (a local folder or the Hugging Face cache): ``model_type``, vocabulary, hidden sizes,
-  layers and heads against the base's config;
+  on this machine (a local folder or the Hugging Face cache): vocabulary, hidden sizes, layers and heads
+  against the base's config (another ``model_type`` is named beside a real difference, but alone it is no
+  misfit: a repository shipping its own code for the same weights has its own ``model_type``);
 * the adapter's tokenizer (saved beside it by ``adapters.save_adapter``): every id must have a row in the
   base's input embeddings;
 * each tensor in ``adapter_model.safetensors`` (its header only): the module it adapts must exist in the
@@ -85,11 +86,16 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
     problems = []
     recorded = _recorded_base_config(adapter_config.get("base_model_name_or_path"))
     base_config = base_model.config.to_dict()
+    other_type = None
     if recorded is not None:
         for field in CONFIG_FIELDS:
             then, now = recorded.get(field), base_config.get(field)
             if then is not None and now is not None and then != now:
-                problems.append(f"{field}: {then!r} in the adapter's base, {now!r} in this base")
+                said = f"{field}: {then!r} in the adapter's base, {now!r} in this base"
+                if field == "model_type":
+                    other_type = said
+                else:
+                    problems.append(said)
     embeddings = base_model.get_input_embeddings().num_embeddings
     if tokenizer is None and os.path.isfile(os.path.join(adapter_dir, "tokenizer_config.json")):
         from transformers import AutoTokenizer
@@ -127,7 +133,7 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
     if wrong:
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
         problems.append("hidden sizes differ: " + "; ".join(wrong[:3]) + more)
-    return problems
+    return [other_type] + problems if problems and other_type else problems
 
 
 def check_adapter_fits(adapter_dir: str, base_model, *, base_name: str | None = None, tokenizer=None) -> None:
