@@ -111,7 +111,9 @@ def test_train_with_the_offline_recipe_gives_the_notebooks_eval_losses(notebook_
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"step {NOTEBOOK_STEPS}/{NOTEBOOK_STEPS}  loss" in done.stdout  # progress lines reach the terminal
     cli = json.loads((tmp_path / "cli" / "run_summary.json").read_text(encoding="utf-8"))
-    evals = lambda s: [(h["step"], h["eval_loss"]) for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
+    steps = lambda s: [h["step"] for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
+    evals = lambda s: [h["eval_loss"] for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
+    assert steps(cli) == steps(notebook) == [20, NOTEBOOK_STEPS, NOTEBOOK_STEPS]
     assert cli["eval_loss_before"] == pytest.approx(notebook["eval_loss_before"], rel=1e-6)
     assert cli["eval_loss_after"] == pytest.approx(notebook["eval_loss_after"], rel=1e-6)
     assert evals(cli) == pytest.approx(evals(notebook), rel=1e-6)
