@@ -4,7 +4,7 @@
     python scripts/config_tables.py --write  # rewrite them in README.md and notebooks/finetune_tinyllama.py
                                              # (then: jupytext --to ipynb notebooks/finetune_tinyllama.py)
 
-tests/test_config_docs.py checks that both match what this prints, so the config stays their one source.
+tests/test_config.py checks that both match what this prints, so the config stays their one source.
 """
 
 from __future__ import annotations
