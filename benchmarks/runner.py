@@ -75,7 +75,7 @@ def write_results(kind: str, packages, **fields) -> Path:
     from tinyllama_ft.summary import library_versions
 
     record = {"date": datetime.date.today().isoformat(), "gpu": gpu_name(),
-              "versions": {k: v for k, v in library_versions().items() if k in packages}, **fields}
+              "versions": library_versions(tuple(packages)), **fields}
     path = HERE / "results" / f"{record['date']}-{kind}.json"
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
