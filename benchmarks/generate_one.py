@@ -19,7 +19,9 @@ Modes (``--mode``):
   them: ``load_adapter(merged=True)`` (4-bit base dequantized to bf16, adapter merged) and the default
   ``decode="auto"``: the fused CUDA-graph decoder (``graph_decoding.py``: q/k/v and gate/up fused, static
   cache, Liger's kernels, one captured graph per step; no compilation);
-* ``package_inductor``: the same with ``decode="inductor"`` (the first round's compiled static decoder; batch 1 only).
+* ``package_inductor``: the same with ``decode="inductor"`` (the first round's compiled static decoder; batch 1 only);
+* ``package_triton``: ``package`` with the batch-1 projections through the Triton matrix-vector kernel
+  (``graph_decoding.MATMUL = "triton"``; block shapes from ``--gemv-configs`` when that file exists).
 
     python3 benchmarks/generate_one.py --adapter /tmp/gen-adapter --mode plain [--new 256]
 """
@@ -33,10 +35,12 @@ from pathlib import Path
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (its base model path inside)")
-ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor"))
+ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor",
+                                                        "package_triton"))
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
 ap.add_argument("--repeats", type=int, default=3, help="warm calls timed after the first")
+ap.add_argument("--gemv-configs", default="/tmp/gemv_configs.json", help="package_triton: block shapes (decode_probe.py)")
 ap.add_argument("--batches", default="4,16", help="left-padded batch sizes timed after batch 1 ('' for none)")
 a = ap.parse_args()
 
@@ -86,6 +90,7 @@ def hf_answer(model, tokenizer, rows=1, **extra):
     return run
 
 
+loading = time.perf_counter()
 if a.mode in ("plain", "hf_static"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -117,6 +122,12 @@ else:
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.generation import generate, stream
 
+    if a.mode == "package_triton":
+        from tinyllama_ft import graph_decoding, triton_gemv
+
+        graph_decoding.MATMUL = "triton"
+        if Path(a.gemv_configs).is_file():
+            triton_gemv.use_configs(a.gemv_configs)
     model, tokenizer = load_adapter(a.adapter, max_seq_length=a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
     decode = "inductor" if a.mode == "package_inductor" else "auto"
 
@@ -128,6 +139,7 @@ else:
         instructions = [MANY[i % len(MANY)] for i in range(rows)]
         return lambda: generate(model, tokenizer, instructions, max_new_tokens=a.new, ignore_eos=True)
 
+load_s = time.perf_counter() - loading
 ids, first = timed(answer)
 warm = [timed(answer) for _ in range(a.repeats)]
 steady = statistics.median(t for _, t in warm)
@@ -140,7 +152,7 @@ for rows in [int(b) for b in a.batches.split(",") if b.strip()]:
     _, warm_b = timed(run)
     batches[str(rows)] = dict(tokens_per_s=round(rows * a.new / warm_b, 1), first_call_s=round(first_b, 2),
                               warm_call_s=round(warm_b, 3))
-result = dict(name=a.mode, new_tokens=len(ids), first_call_s=round(first, 3), warm_call_s=round(steady, 4),
+result = dict(name=a.mode, load_s=round(load_s, 2), new_tokens=len(ids), first_call_s=round(first, 3), warm_call_s=round(steady, 4),
               warmup_s=round(first - steady, 3), decode_tokens_per_s=round(len(ids) / steady, 1),
               first_ids=ids[:16], same_ids_every_call=all(w == ids for w, _ in warm), batches=batches,
               decoder_failed=getattr(model, "_tinyllama_ft_graph_failed", None),

@@ -1,7 +1,7 @@
 """Streaming decode on one GPU: this package, plain transformers, transformers' static cache and the article's reload (Unsloth).
 
-Runs each configuration of generate_one.py in a fresh Python process (so ``warmup_s`` includes every
-compilation the first answer pays), prints a side-by-side table with the ratio to plain transformers and
+Runs each configuration of generate_one.py in a fresh Python process with empty Triton and inductor
+caches (so ``warmup_s`` includes every compilation the first answer pays, as on a new Colab runtime), prints a side-by-side table with the ratio to plain transformers and
 tokens/s per batch size, and writes ``benchmarks/results/<YYYY-MM-DD>-generate.json``. Greedy, 256 new
 tokens, the notebook's Alpaca prompt (batch 1, streamed), then left-padded batches of ``--batches``
 different prompts; an adapter with non-zero LoRA weights on the TinyLlama-shaped model.
@@ -18,7 +18,7 @@ from runner import chosen_names, run_configuration, write_results
 
 HERE = Path(__file__).resolve().parent
 #: Modes of generate_one.py, in the order they run; "plain" is what the others are compared with.
-CONFIGURATIONS = ("package", "plain", "unsloth", "hf_static", "package_inductor")
+CONFIGURATIONS = ("package", "plain", "unsloth", "hf_static", "package_inductor", "package_triton")
 DEFAULT = ("package", "plain", "unsloth", "hf_static")
 BASELINE = "plain"
 PACKAGES = ("torch", "transformers", "peft", "unsloth", "bitsandbytes", "liger-kernel", "triton")
@@ -60,7 +60,10 @@ def main() -> None:
     for name in names:
         argv = ["--adapter", str(Path(a.adapter).resolve()), "--mode", name, "--new", str(a.new),
                 "--repeats", str(a.repeats), "--batches", a.batches]
-        rows.append(run_configuration(name, "generate_one.py", argv, str(workdir)))
+        # an empty compile cache for each, as on a new Colab runtime (Triton's, inductor's)
+        caches = Path(tempfile.mkdtemp(prefix=f"cache-{name}-", dir=workdir))
+        fresh = {"TRITON_CACHE_DIR": str(caches / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
+        rows.append(run_configuration(name, "generate_one.py", argv, str(workdir), extra_env=fresh))
     base = next((r for r in rows if r["name"] == BASELINE and "failed" not in r), None)
     for r in rows:
         ok = base is not None and "failed" not in r

@@ -27,10 +27,11 @@ def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
             del keep[: len(keep) - limit]
 
 
-def run_configuration(name: str, script: str, argv: list[str], workdir: str) -> dict:
-    """Run one configuration's script; its RESULT dict, or ``{"name", "failed": last stderr lines}``."""
+def run_configuration(name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None) -> dict:
+    """Run one configuration's script (with ``extra_env`` added to its environment); its RESULT dict, or
+    ``{"name", "failed": last stderr lines}``."""
     print(f"\n===== {name}: {script} =====", flush=True)
-    env = {**os.environ, **CHILD_ENV}
+    env = {**os.environ, **CHILD_ENV, **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, str(HERE / script), *argv], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = bytearray(), bytearray()

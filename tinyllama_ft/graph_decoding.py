@@ -31,6 +31,9 @@ from .llama_ops import fused_weights, liger_ops, rms_norm, rope, silu_mul, why_n
 ATTENTION_BACKENDS = (None, "EFFICIENT_ATTENTION")
 #: Replays timed per candidate.
 ATTENTION_TRIAL_STEPS = 20  # < CACHE_BLOCK: the trial replays advance through the cache
+#: Batch-1 projections: "cublas" (``F.linear``) or "triton" (``triton_gemv.gemv``); what ``fused_decoder_for`` builds.
+MATMUL = "cublas"
+MATMULS = ("cublas", "triton")
 #: Cache lengths are rounded up to this many tokens, so requests of similar length share one decoder.
 CACHE_BLOCK = 512
 
@@ -49,7 +52,8 @@ def fused_decoder_for(model, batch_size: int, tokens: int) -> "FusedLlamaDecoder
     decoder = kept.get(batch_size)
     if decoder is None or decoder.L < tokens:
         kept.pop(batch_size, None)  # free the shorter cache and its graph first
-        decoder = kept[batch_size] = FusedLlamaDecoder(model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size)
+        decoder = kept[batch_size] = FusedLlamaDecoder(model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size,
+                                                       matmul=MATMUL)
     return decoder
 
 
@@ -62,13 +66,16 @@ class FusedLlamaDecoder:
         batch_size: prompts decoded together.
         graph: capture the step as a CUDA graph (None: on a CUDA device).
         kernels: "liger" (fused Triton kernels, CUDA only), "torch", or None (Liger where it imports).
+        matmul: one of ``MATMULS``: the batch-1 decode step's projections through cuBLAS or the Triton
+            matrix-vector kernel (CUDA only; prompts and batches always use cuBLAS).
 
     Raises:
-        ValueError: the model is not fusable, or ``kernels="liger"`` where Liger is not available.
+        ValueError: the model is not fusable, ``kernels="liger"`` where Liger is not available, or
+            ``matmul`` is not one of ``MATMULS`` ("triton" off CUDA).
     """
 
     def __init__(self, model, max_cache_len: int, batch_size: int = 1, graph: bool | None = None,
-                 kernels: str | None = None):
+                 kernels: str | None = None, matmul: str = "cublas"):
         import torch
 
         why = why_not_fusable(model)
@@ -86,6 +93,9 @@ class FusedLlamaDecoder:
         if kernels == "liger" and liger is None:
             raise ValueError("kernels='liger' needs liger-kernel and a CUDA device")
         self.kernels = "liger" if liger else "torch"
+        if matmul not in MATMULS or (matmul == "triton" and not cuda):
+            raise ValueError(f"matmul={matmul!r}: choose one of {MATMULS} ('triton' needs a CUDA device)")
+        self.matmul = matmul
         self.liger = liger
         weights = fused_weights(model)
         self.layers, self.embed, self.norm, self.lm_head = (weights[k] for k in ("layers", "embed", "norm", "lm_head"))
@@ -114,6 +124,16 @@ class FusedLlamaDecoder:
     def _norm(self, x, w, residual=None):
         return rms_norm(x, w, self.eps, residual, self.liger)
 
+    def _linear(self, h, w):
+        """``h @ w.T`` for h ``(B, T, K)``: the Triton kernel for one row when ``matmul="triton"``."""
+        import torch.nn.functional as F
+
+        if self.matmul == "triton" and h.shape[0] * h.shape[1] == 1:
+            from .triton_gemv import gemv
+
+            return gemv(h.reshape(-1).contiguous(), w).view(1, 1, -1)
+        return F.linear(h, w)
+
     def _forward(self, ids, slots, rope_pos, mask):
         """Logits of the last position: ids (B, T) written at cache columns ``slots`` (T,), RoPE positions
         ``rope_pos`` (B, T), boolean ``mask`` (B, 1, T, keys) over the first ``keys`` cache columns."""
@@ -128,7 +148,7 @@ class FusedLlamaDecoder:
         residual = None
         for (w_in, w_qkv, w_o, w_post, w_gu, w_down), (k_cache, v_cache) in zip(self.layers, self.cache):
             h, residual = self._norm(x, w_in, residual)
-            qkv = F.linear(h, w_qkv).view(B, T, H + 2 * KV, D)
+            qkv = self._linear(h, w_qkv).view(B, T, H + 2 * KV, D)
             q, k, v = qkv[:, :, :H].transpose(1, 2), qkv[:, :, H:H + KV].transpose(1, 2), qkv[:, :, H + KV:].transpose(1, 2)
             q, k = rope(q, k, cos, sin, self.liger)
             k_cache.index_copy_(2, slots, k)
@@ -142,12 +162,12 @@ class FusedLlamaDecoder:
                     q, k_cache[:, :, :keys].repeat_interleave(groups, 1), v_cache[:, :, :keys].repeat_interleave(groups, 1),
                     attn_mask=mask, scale=self.scale)
                 out = out.transpose(1, 2)
-            x = F.linear(out.reshape(B, T, H * D), w_o)
+            x = self._linear(out.reshape(B, T, H * D), w_o)
             h, residual = self._norm(x, w_post, residual)
-            gate, up = F.linear(h, w_gu).chunk(2, dim=-1)
-            x = F.linear(silu_mul(gate, up, self.liger), w_down)
+            gate, up = self._linear(h, w_gu).chunk(2, dim=-1)
+            x = self._linear(silu_mul(gate, up, self.liger), w_down)
         h, _ = self._norm(x[:, -1:].contiguous(), self.norm, residual[:, -1:].contiguous())
-        return F.linear(h, self.lm_head)[:, -1]
+        return self._linear(h, self.lm_head)[:, -1]
 
     def _step(self):
         """One token for every row, reading and advancing the fixed buffers (the captured region)."""
