@@ -51,11 +51,14 @@ def test_left_padded_batch_through_the_fused_decoder_gives_generates_answers(mer
 
 
 def test_decoders_are_kept_per_batch_size_and_share_the_fused_weights(merged_and_adapter):
-    from tinyllama_ft.graph_decoding import fused_decoder_for
+    from tinyllama_ft.graph_decoding import FusedLlamaDecoder, fused_decoder_for
 
     (model, tokenizer), _ = merged_and_adapter
     one = fused_decoder_for(model, 1, 100)
     assert fused_decoder_for(model, 1, 400) is one and one.L == 512 and one.kernels == "torch" and not one.use_graph
+    assert one.matmul == "cublas"  # "auto" off CUDA
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        FusedLlamaDecoder(model, 64, 1, matmul="triton")
     three = fused_decoder_for(model, 3, 100)
     assert three is not one and three.layers is one.layers
     ids = tokenizer([format_prompt("Tell me a story.")], return_tensors="pt").input_ids

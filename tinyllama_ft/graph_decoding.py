@@ -4,10 +4,11 @@
 an H200); compiling the step with inductor (``decoding.py``) reached 506 tokens/s but took ~27 s to
 compile in a fresh process. This decoder needs no compiler: it runs transformers' Llama math with fewer
 kernels (``llama_ops.py``) and records one decode step as a CUDA graph (capture well under a second),
-replayed for every token: 642 tokens/s on the H200, first 256-token answer 6.2 s in a fresh process
-(benchmarks/README.md).
+replayed for every token: 673 tokens/s through ``stream`` on the H200 (602 with cuBLAS's projections),
+first 256-token answer 5.7 s in a fresh process against plain ``generate``'s 33 s (benchmarks/README.md).
 
-* q/k/v and gate/up projections as one matrix each (the weights concatenated: the same products);
+* q/k/v and gate/up projections as one matrix each (the weights concatenated: the same products); at
+  batch 1 they run as Triton matrix-vector products (``triton_gemv.py``, ``MATMUL``), else cuBLAS;
 * Liger's fused kernels where installed (residual add + RMSNorm, RoPE, SiLU * up), else torch operations
   (and on a CPU, where nothing is captured);
 * one ``scaled_dot_product_attention`` per layer over the static cache, the query heads sharing a
@@ -31,9 +32,11 @@ from .llama_ops import fused_weights, liger_ops, rms_norm, rope, silu_mul, why_n
 ATTENTION_BACKENDS = (None, "EFFICIENT_ATTENTION")
 #: Replays timed per candidate.
 ATTENTION_TRIAL_STEPS = 20  # < CACHE_BLOCK: the trial replays advance through the cache
-#: Batch-1 projections: "cublas" (``F.linear``) or "triton" (``triton_gemv.gemv``); what ``fused_decoder_for`` builds.
-MATMUL = "cublas"
-MATMULS = ("cublas", "triton")
+#: Batch-1 projections: "cublas" (``F.linear``), "triton" (``triton_gemv.gemv``: 673 vs 602 tokens/s through
+#: ``stream`` on the H200, the same agreement with ``generate``; benchmarks/README.md) or "auto" (Triton on
+#: CUDA where it imports, else cuBLAS); what ``fused_decoder_for`` builds.
+MATMUL = "auto"
+MATMULS = ("auto", "cublas", "triton")
 #: Cache lengths are rounded up to this many tokens, so requests of similar length share one decoder.
 CACHE_BLOCK = 512
 
@@ -67,7 +70,8 @@ class FusedLlamaDecoder:
         graph: capture the step as a CUDA graph (None: on a CUDA device).
         kernels: "liger" (fused Triton kernels, CUDA only), "torch", or None (Liger where it imports).
         matmul: one of ``MATMULS``: the batch-1 decode step's projections through cuBLAS or the Triton
-            matrix-vector kernel (CUDA only; prompts and batches always use cuBLAS).
+            matrix-vector kernel (CUDA only; prompts and batches always use cuBLAS); "auto": Triton on
+            CUDA where it imports.
 
     Raises:
         ValueError: the model is not fusable, ``kernels="liger"`` where Liger is not available, or
@@ -75,7 +79,7 @@ class FusedLlamaDecoder:
     """
 
     def __init__(self, model, max_cache_len: int, batch_size: int = 1, graph: bool | None = None,
-                 kernels: str | None = None, matmul: str = "cublas"):
+                 kernels: str | None = None, matmul: str = "auto"):
         import torch
 
         why = why_not_fusable(model)
@@ -95,6 +99,10 @@ class FusedLlamaDecoder:
         self.kernels = "liger" if liger else "torch"
         if matmul not in MATMULS or (matmul == "triton" and not cuda):
             raise ValueError(f"matmul={matmul!r}: choose one of {MATMULS} ('triton' needs a CUDA device)")
+        if matmul == "auto":
+            from .hardware import is_importable
+
+            matmul = "triton" if cuda and is_importable("triton") else "cublas"
         self.matmul = matmul
         self.liger = liger
         weights = fused_weights(model)

@@ -55,7 +55,7 @@ def test_graph_decoder_gives_generates_greedy_tokens_on_a_real_model_and_batches
     fast = stream(model, tokenizer, questions, max_new_tokens=200, decode="auto", ignore_eos=True, return_ids=True)
     decoder = fused_decoder_for(model, 1, 300)
     assert decoder.graph is not None, "auto did not use the CUDA-graph decoder"
-    print("kernels:", decoder.kernels)
+    print("kernels:", decoder.kernels, "matmul:", decoder.matmul)
     plain = stream(model, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
     assert fast == plain
     together = generate(model, tokenizer, questions, max_new_tokens=120)
