@@ -6,8 +6,8 @@
    (``triton_gemv.py``) per matrix kind over a sweep of block shapes; achieved bandwidth = weight bytes /
    time; the Triton kernel's error against float64. The best block shapes go to ``gemv_configs.json``.
 2. ``variants``: the merged model (``load_adapter(merged=True)``) decoding 256 tokens at batch 1 with the
-   fused decoder: CUDA graph + Liger + cuBLAS (the default), + the Triton projections, graph + torch
-   operations, no graph; construction and capture time, warm tokens/s.
+   fused decoder: CUDA graph + Liger + cuBLAS, + the Triton projections (the default since 2026-12-01),
+   graph + torch operations, no graph; construction and capture time, warm tokens/s.
 3. ``agreement``: bf16, teacher-forced, 4 prompts x 256 positions. The reference is transformers' own
    ``generate`` (greedy, step by step): its choice at every step and its raw logits there. Each decoder
    variant, fed the same tokens one step at a time, gives its own next-token argmax; the share equal to
@@ -162,10 +162,10 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
-VARIANTS = {"graph_liger": dict(graph=True, kernels="liger"),
-            "graph_liger_triton": dict(graph=True, kernels="liger", matmul="triton"),
-            "graph_torch": dict(graph=True, kernels="torch"),
-            "eager_liger": dict(graph=False, kernels="liger")}
+VARIANTS = {"graph_liger": dict(graph=True, kernels="liger", matmul="cublas"),
+            "graph_liger_triton": dict(graph=True, kernels="liger", matmul="triton"),  # the default since 2026-12-01
+            "graph_torch": dict(graph=True, kernels="torch", matmul="cublas"),
+            "eager_liger": dict(graph=False, kernels="liger", matmul="cublas")}
 decoders = {}
 if "variants" in parts or "agreement" in parts:
     variants = {}
@@ -286,8 +286,9 @@ if "agreement" in parts:
         small32 = AutoModelForCausalLM.from_pretrained(a.stories, dtype=torch.float32).to(DEV).eval()
         stok = AutoTokenizer.from_pretrained(a.stories)
         stok.pad_token = stok.pad_token or stok.unk_token
-        sdecs = {"graph_liger": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger"),
-                 "graph_torch": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="torch")}
+        sdecs = {"graph_liger": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger", matmul="cublas"),
+                 "graph_liger_triton": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger", matmul="triton"),
+                 "graph_torch": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="torch", matmul="cublas")}
         result["agreement_stories260k_bf16"] = agreement_study(
             small, stok, ["Once upon a time, there was a cat", "Tom went to the park", "Lily had a red ball",
                           "The sun was shining"], 200, sdecs, small32)
@@ -303,7 +304,7 @@ if "profile" in parts:
     try:
         from torch.profiler import ProfilerActivity, profile
 
-        eager = FusedLlamaDecoder(model, 512, 1, graph=False, kernels="liger")
+        eager = FusedLlamaDecoder(model, 512, 1, graph=False, kernels="liger", matmul="cublas")
         eager.decode(ids, None, 8, None)
         with profile(activities=[ProfilerActivity.CUDA]) as prof:
             eager.decode(ids, None, 21, None)

@@ -18,10 +18,12 @@ Modes (``--mode``):
 * ``package``: this package's reload and ``stream``/``generate`` helpers, as the notebook's cells 9-10 call
   them: ``load_adapter(merged=True)`` (4-bit base dequantized to bf16, adapter merged) and the default
   ``decode="auto"``: the fused CUDA-graph decoder (``graph_decoding.py``: q/k/v and gate/up fused, static
-  cache, Liger's kernels, one captured graph per step; no compilation);
+  cache, Liger's kernels, batch-1 projections through the Triton matrix-vector kernel, one captured graph
+  per step; no compilation);
 * ``package_inductor``: the same with ``decode="inductor"`` (the first round's compiled static decoder; batch 1 only);
-* ``package_triton``: ``package`` with the batch-1 projections through the Triton matrix-vector kernel
-  (``graph_decoding.MATMUL = "triton"``; block shapes from ``--gemv-configs`` when that file exists).
+* ``package_cublas``: ``package`` with the batch-1 projections through cuBLAS (``graph_decoding.MATMUL =
+  "cublas"``: the default before 2026-12-01; results of that day name it ``package`` and the default
+  ``package_triton``). ``--gemv-configs``: Triton block shapes to use (decode_probe.py writes them).
 
     python3 benchmarks/generate_one.py --adapter /tmp/gen-adapter --mode plain [--new 256]
 """
@@ -36,11 +38,11 @@ from pathlib import Path
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (its base model path inside)")
 ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor",
-                                                        "package_triton"))
+                                                        "package_cublas"))
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
 ap.add_argument("--repeats", type=int, default=3, help="warm calls timed after the first")
-ap.add_argument("--gemv-configs", default="/tmp/gemv_configs.json", help="package_triton: block shapes (decode_probe.py)")
+ap.add_argument("--gemv-configs", default="/tmp/gemv_configs.json", help="package: Triton block shapes to add (decode_probe.py)")
 ap.add_argument("--batches", default="4,16", help="left-padded batch sizes timed after batch 1 ('' for none)")
 a = ap.parse_args()
 
@@ -122,12 +124,12 @@ else:
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.generation import generate, stream
 
-    if a.mode == "package_triton":
-        from tinyllama_ft import graph_decoding, triton_gemv
+    from tinyllama_ft import graph_decoding, triton_gemv
 
-        graph_decoding.MATMUL = "triton"
-        if Path(a.gemv_configs).is_file():
-            triton_gemv.use_configs(a.gemv_configs)
+    if a.mode == "package_cublas":
+        graph_decoding.MATMUL = "cublas"
+    elif Path(a.gemv_configs).is_file():
+        triton_gemv.use_configs(a.gemv_configs)
     model, tokenizer = load_adapter(a.adapter, max_seq_length=a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
     decode = "inductor" if a.mode == "package_inductor" else "auto"
 
