@@ -156,6 +156,9 @@ class FinetuneConfig:
     packing_strategy: str = _field("bfd", "training", identity=True)
     """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
     (rows cut at window edges)."""
+    completion_only_loss: bool = _field(False, "training", identity=True)
+    """Loss on the response tokens and the EOS after them only (TRL's name; what TRL's prompt/completion
+    format, Axolotl and LLaMA-Factory default to). False: on the whole text, prompt included (the article's)."""
     eval_steps: int = _field(20, "training", identity=False)
     """Evaluate every N optimizer steps (this package)."""
     save_steps: int = _field(20, "training", identity=False)

@@ -3,7 +3,9 @@
 The article's cells 9-10: the Alpaca prompt with an empty response, ``generate(max_new_tokens=64,
 use_cache=True)``, ``batch_decode``; then the same with a ``TextStreamer``. Generation stops at the
 tokenizer's EOS (the token every training sample ends with); answers are returned without the prompt
-and without special-token text. On the Unsloth backend, Unsloth's fast inference mode is switched on.
+and without special-token text. Prompts are tokenized as training rows are: special-token text typed by
+the user (``</s>``, ``<|im_end|>``) stays text. On the Unsloth backend, Unsloth's fast inference mode is
+switched on.
 
 ``stream`` answers one prompt at a time. With greedy decoding on a plain 16-bit model
 (``load_adapter(..., merged=True)``, the notebook's reload default) on a CUDA GPU, it can decode with a
@@ -18,6 +20,7 @@ from typing import Sequence
 
 from .config import DEFAULTS
 from .prompts import format_prompt
+from .tokenization import encode_prompts
 
 
 def prepare_for_inference(model) -> None:
@@ -143,7 +146,7 @@ def generate(
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # decoder-only batches pad on the left so answers start aligned
     try:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+        batch = encode_prompts(tokenizer, prompts, return_tensors="pt", padding=True).to(model.device)
     finally:
         tokenizer.padding_side = side
     with torch.inference_mode():
@@ -206,12 +209,12 @@ def stream(
                        new_tokens=len(instructions) * max_new_tokens)
     prompts = [format_prompt(instruction, context, "", template) for instruction, context in zip(instructions, inputs)]
     if mode != "plain":  # one cache for the longest prompt: no recompilation between the answers
-        longest = max(len(tokenizer(p).input_ids) for p in prompts)
+        longest = max(len(ids) for ids in encode_prompts(tokenizer, prompts).input_ids)
         decoder_for(model, longest + max_new_tokens, mode)
     answers = []
     for instruction, prompt in zip(instructions, prompts):
         print(f"### Instruction: {instruction}")
-        batch = tokenizer([prompt], return_tensors="pt").to(model.device)
+        batch = encode_prompts(tokenizer, [prompt], return_tensors="pt").to(model.device)
         n = batch["input_ids"].shape[1]
         if mode != "plain":
             streamer = TextStreamer(tokenizer, skip_special_tokens=True)

@@ -44,9 +44,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .modeling import load_model
     from .plan import plan_run
     from .plotting import loss_curve
-    from .prompts import make_formatting_func
     from .runs import ensure_drive, prepare_output_dir
     from .summary import build_run_summary, write_run_summary
+    from .tokenization import tokenize_dataset
     from .tracking import finish_tracking, start_tracking
     from .trainer import build_trainer, training_plan
     from .training import train_and_evaluate
@@ -74,7 +74,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                          gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
-        rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
+        rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
         lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
                                 packing_strategy=cfg.packing_strategy, data_report=data_report)
         rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
