@@ -43,29 +43,44 @@ def smollm2_export(alpaca_jsonl, tmp_path_factory):
     return results
 
 
-@pytest.mark.parametrize("fmt", list(THRESHOLDS))
-def test_smollm2_gguf_agrees_with_the_merged_model(smollm2_export, alpaca_jsonl, fmt):
+@pytest.fixture(scope="module")
+def held_out(smollm2_export, alpaca_jsonl):
+    """Tokenized held-out rows, and the merged model's next-token argmax on them in fp32 and in bf16 weights."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.export import GGUF_NAMES
-
     merged_dir = smollm2_export["merged_16bit"].path
     tokenizer = AutoTokenizer.from_pretrained(merged_dir)
+    rows = alpaca_rows(alpaca_jsonl, max(HELD_OUT) + 1)
+    batches = [tokenizer(format_prompt(rows[i]["instruction"], rows[i]["input"], rows[i]["output"]),
+                         return_tensors="pt", truncation=True, max_length=256) for i in HELD_OUT]
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
-    if fmt == "gguf_bf16":  # the format's own precision: the merged weights rounded to bf16
-        merged = merged.to(torch.bfloat16).to(torch.float32)
+    argmax = {"float32": _argmax(merged, batches)}
+    # the bf16 format's own precision: the merged weights rounded to bf16, computed in fp32
+    argmax["bfloat16"] = _argmax(merged.to(torch.bfloat16).to(torch.float32), batches)
+    return batches, argmax
+
+
+def _argmax(model, batches):
+    import torch
+
+    with torch.no_grad():
+        return [model(**b).logits[0].argmax(-1) for b in batches]
+
+
+@pytest.mark.parametrize("fmt", list(THRESHOLDS))
+def test_smollm2_gguf_agrees_with_the_merged_model(smollm2_export, held_out, fmt):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from tinyllama_ft.export import GGUF_NAMES
+
+    batches, argmax = held_out
     gguf = AutoModelForCausalLM.from_pretrained(smollm2_export[fmt].path, gguf_file=GGUF_NAMES[fmt],
                                                 dtype=torch.float32).eval()
-    rows = alpaca_rows(alpaca_jsonl, max(HELD_OUT) + 1)
-    same = total = 0
-    for i in HELD_OUT:
-        batch = tokenizer(format_prompt(rows[i]["instruction"], rows[i]["input"], rows[i]["output"]),
-                          return_tensors="pt", truncation=True, max_length=256)
-        with torch.no_grad():
-            want, got = merged(**batch).logits[0], gguf(**batch).logits[0]
-        same += (want.argmax(-1) == got.argmax(-1)).sum().item()
-        total += want.shape[0]
+    want = argmax["bfloat16" if fmt == "gguf_bf16" else "float32"]
+    same = sum((w == g).sum().item() for w, g in zip(want, _argmax(gguf, batches)))
+    total = sum(w.shape[0] for w in want)
     print(f"SmolLM2 {fmt}: argmax agreement {same}/{total} = {same / total:.4f}")
     assert same / total >= THRESHOLDS[fmt]
     assert os.path.isfile(os.path.join(smollm2_export[fmt].path, "Modelfile"))

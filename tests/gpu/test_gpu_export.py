@@ -1,7 +1,10 @@
 """The 4-bit -> 16-bit merge path of the export (needs a CUDA GPU with bitsandbytes; skipped elsewhere).
 
     python3 benchmarks/build_tinyllama_shaped.py --src ../shared/data/tinyllama --out /tmp/tinyllama-shaped
-    python3 -m pytest -q -s tests/gpu/test_gpu_export.py
+    python3 -m pytest -q -s tests/gpu/test_gpu_export.py   # in its own process, as test_gpu_decoding.py
+
+Not in one pytest process with test_gpu_faults.py: that file imports Unsloth, which patches transformers' Llama
+code for the whole process, and the export then refuses to build the merged model (it says so).
 
 An adapter trained for 2 steps on a 4-bit (NF4) TinyLlama-shaped base (random weights, TinyLlama's config and
 tokenizer; benchmarks/build_tinyllama_shaped.py, path from ``TINYLLAMA_SHAPED``, default /tmp/tinyllama-shaped) is
@@ -22,6 +25,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 pytest.importorskip("bitsandbytes")
+if "unsloth" in sys.modules:
+    pytest.fail("run tests/gpu/test_gpu_export.py in its own process: Unsloth is already imported here", pytrace=False)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: helpers
 from helpers import alpaca_rows, text_dataset  # noqa: E402
