@@ -105,6 +105,7 @@ adapter_dir = ''  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
 overwrite_output_dir = False  # @param {type:"boolean"}
 mount_drive = False  # @param {type:"boolean"}
+export_formats = []  # @param {type:"raw"}
 # generation
 prompts = ['What is the capital of France?']  # @param {type:"raw"}
 max_new_tokens = 64  # @param {type:"integer"}
@@ -343,6 +344,21 @@ from tinyllama_ft.adapters import save_adapter
 
 adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
 print(f"adapter saved to {adapter_dir}")
+
+# %% [markdown]
+# ## Export (when `export_formats` asks)
+# Each format to `<output_dir>/export/<format>/`: `merged_16bit` (plain transformers / vLLM folder with the Alpaca chat
+# template), `gguf_f16` / `gguf_bf16` / `gguf_q8_0` (llama.cpp's own converter, an Ollama `Modelfile` beside each),
+# `gguf_q4_k_m` (needs llama.cpp's quantizer), `gguf_lora`. Empty (the default): nothing happens. Disk space is
+# checked first; each folder appears only when complete.
+
+# %%
+from tinyllama_ft.export import describe_exports, export_adapter
+
+exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                         template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                         load_in_4bit=plan.load_in_4bit, hardware=hardware, trust_remote_code=cfg.trust_remote_code)
+print(describe_exports(exports))
 
 # %% [markdown]
 # ## 9. Reload the adapter and answer

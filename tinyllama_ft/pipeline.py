@@ -35,6 +35,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .data import load_instruction_data, split_train_eval
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
+    from .export import describe_exports, export_adapter
     from .generation import as_samples, format_answers, generate, stream
     from .hardware import cap_gpu_memory, detect_hardware
     from .install import install
@@ -94,6 +95,11 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         finish_tracking(tracking)
         adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
         print(f"adapter saved to {adapter_dir}")
+        exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                                 template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                 load_in_4bit=plan.load_in_4bit, hardware=hardware,
+                                 trust_remote_code=cfg.trust_remote_code)
+        print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
         model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                                         load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
