@@ -81,6 +81,9 @@ def test_help_documents_every_field(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     assert "--adapter" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert "--format" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -89,6 +92,8 @@ def test_help_documents_every_field(capsys):
     (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
     (["train", "--max_steps", "ten"], "max_steps"),
     (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
+    (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not a format"),
+    (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
 ])
 def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, capsys):
     with pytest.raises(SystemExit) as done:

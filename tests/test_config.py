@@ -127,3 +127,14 @@ def test_to_dict_is_json_ready():
     d = FinetuneConfig().to_dict()
     assert d["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert json.loads(json.dumps(d)) == d
+
+
+def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
+    from tinyllama_ft.config import EXPORT_FORMATS
+
+    assert FinetuneConfig().export_formats == ()
+    assert FinetuneConfig(export_formats="merged_16bit,gguf_q8_0").export_formats == ("merged_16bit", "gguf_q8_0")
+    assert FinetuneConfig(export_formats=list(EXPORT_FORMATS)).export_formats == EXPORT_FORMATS
+    with pytest.raises(ValueError, match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not a format; allowed: "
+                                         r"\['merged_16bit', 'gguf_f16'"):
+        FinetuneConfig(export_formats=["merged_16bit", "gguf_q5"])

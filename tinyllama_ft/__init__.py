@@ -23,6 +23,7 @@ _EXPORTS = {
     "format_prompt": "prompts", "make_formatting_func": "prompts",
     "load_instruction_data": "data", "split_train_eval": "data",
     "length_report": "lengths", "apply_long_rows": "lengths",
+    "tokenize_dataset": "tokenization",
     "ensure_drive": "runs", "prepare_output_dir": "runs", "release_run_lock": "lock",
     "data_fingerprint": "fingerprint", "last_checkpoint": "checkpoints", "expand_path": "paths",
     "start_tracking": "tracking", "finish_tracking": "tracking", "export_secrets": "credentials",

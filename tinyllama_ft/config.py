@@ -37,6 +37,8 @@ TEMPLATES = ("alpaca", "alpaca_no_input")
 REPORT_TO = ("wandb", "none")
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 RECIPES = ("fast", "article")
+#: Export formats (``export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
+EXPORT_FORMATS = ("merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora")
 SECTIONS = ("model", "lora", "data", "training", "logging", "generation")
 #: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
 PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir")
@@ -156,6 +158,9 @@ class FinetuneConfig:
     packing_strategy: str = _field("bfd", "training", identity=True)
     """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
     (rows cut at window edges)."""
+    completion_only_loss: bool = _field(False, "training", identity=True)
+    """Loss on the response tokens and the EOS after them only (TRL's name; what TRL's prompt/completion
+    format, Axolotl and LLaMA-Factory default to). False: on the whole text, prompt included (the article's)."""
     eval_steps: int = _field(20, "training", identity=False)
     """Evaluate every N optimizer steps (this package)."""
     save_steps: int = _field(20, "training", identity=False)
@@ -184,6 +189,9 @@ class FinetuneConfig:
     """Delete an earlier run's checkpoints, summary, loss curve and adapter in output_dir first (this package)."""
     mount_drive: bool = _field(False, "logging", identity=False)
     """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
+    export_formats: tuple[str, ...] = _field((), "logging", identity=False, comma_separated=True)
+    """Formats exported after the adapter is saved, each to <output_dir>/export/<format>/: merged_16bit,
+    gguf_f16, gguf_bf16, gguf_q8_0, gguf_q4_k_m (needs llama.cpp's quantizer), gguf_lora; empty = none (this package)."""
 
     # --- generation (article cells 9-10) ---
     prompts: tuple[str, ...] = _field(("What is the capital of France?",), "generation", identity=False)
@@ -237,6 +245,10 @@ class FinetuneConfig:
         if bad:
             name = bad[0]
             raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
+        wrong_formats = [f for f in self.export_formats if f not in EXPORT_FORMATS]
+        if wrong_formats:
+            raise ConfigError(f"FinetuneConfig.export_formats: {wrong_formats[0]!r} is not a format; "
+                              f"allowed: {list(EXPORT_FORMATS)}")
         self.packing_strategy = resolve_packing_strategy(self.long_rows, self.packing, self.packing_strategy,
                                                          "FinetuneConfig.")
 

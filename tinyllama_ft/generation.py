@@ -3,7 +3,9 @@
 The article's cells 9-10: the Alpaca prompt with an empty response, ``generate(max_new_tokens=64,
 use_cache=True)``, ``batch_decode``; then the same with a ``TextStreamer``. Generation stops at the
 tokenizer's EOS (the token every training sample ends with); answers are returned without the prompt
-and without special-token text. On the Unsloth backend, Unsloth's fast inference mode is switched on.
+and without special-token text. Prompts are tokenized as training rows are: special-token text typed by
+the user (``</s>``, ``<|im_end|>``) stays text. On the Unsloth backend, Unsloth's fast inference mode is
+switched on.
 
 ``stream`` answers one prompt at a time. With greedy decoding on a plain 16/32-bit Llama
 (``load_adapter(..., merged=True)``, the notebook's reload default) on a CUDA GPU, both helpers decode
@@ -20,6 +22,7 @@ from typing import Sequence
 from .config import DEFAULTS
 from .inference_attention import sdpa_while_generating
 from .prompts import format_prompt
+from .tokenization import encode_prompts
 
 
 def prepare_for_inference(model) -> None:
@@ -179,7 +182,7 @@ def generate(
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # decoder-only batches pad on the left so answers start aligned
     try:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+        batch = encode_prompts(tokenizer, prompts, return_tensors="pt", padding=True).to(model.device)
     finally:
         tokenizer.padding_side = side
     if decode_mode(model, decode, do_sample, repetition_penalty, logits_processor) == "graph":
@@ -245,12 +248,12 @@ def stream(
                        new_tokens=len(instructions) * max_new_tokens)
     prompts = [format_prompt(instruction, context, "", template) for instruction, context in zip(instructions, inputs)]
     if mode in ("eager", "inductor"):  # one cache for the longest prompt: no recompilation between the answers
-        longest = max(len(tokenizer(p).input_ids) for p in prompts)
+        longest = max(len(ids) for ids in encode_prompts(tokenizer, prompts).input_ids)
         decoder_for(model, longest + max_new_tokens, mode)
     answers = []
     for instruction, prompt in zip(instructions, prompts):
         print(f"### Instruction: {instruction}")
-        batch = tokenizer([prompt], return_tensors="pt").to(model.device)
+        batch = encode_prompts(tokenizer, [prompt], return_tensors="pt").to(model.device)
         n = batch["input_ids"].shape[1]
         ids = None
         if mode == "graph":

@@ -35,6 +35,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .data import load_instruction_data, split_train_eval
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
+    from .export import describe_exports, export_adapter
     from .generation import as_samples, format_answers, generate, stream
     from .hardware import cap_gpu_memory, detect_hardware
     from .install import install
@@ -44,9 +45,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .modeling import load_model
     from .plan import plan_run
     from .plotting import loss_curve
-    from .prompts import make_formatting_func
     from .runs import ensure_drive, prepare_output_dir
     from .summary import build_run_summary, write_run_summary
+    from .tokenization import tokenize_dataset
     from .tracking import finish_tracking, start_tracking
     from .trainer import build_trainer, training_plan
     from .training import train_and_evaluate
@@ -74,7 +75,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                          gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
-        rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
+        rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
         lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
                                 packing_strategy=cfg.packing_strategy, data_report=data_report)
         rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
@@ -94,6 +95,11 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         finish_tracking(tracking)
         adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
         print(f"adapter saved to {adapter_dir}")
+        exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                                 template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                 load_in_4bit=plan.load_in_4bit, hardware=hardware,
+                                 trust_remote_code=cfg.trust_remote_code)
+        print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
         model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                                         load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
