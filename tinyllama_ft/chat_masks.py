@@ -225,3 +225,25 @@ def show_supervision(tokenizer, input_ids, assistant_masks) -> str:
     if run:
         out.append("[[" + tokenizer.decode(run) + "]]")
     return "".join(out)
+
+
+def describe_supervision(counts: dict[str, int], *, end_of_turn: str) -> str:
+    """One line on ``assistant_supervision``'s counts, for the notebook.
+
+    Args:
+        counts: ``assistant_supervision`` output.
+        end_of_turn: the end-of-turn token's text (``families.FamilySetup.end_of_turn``), for the message.
+
+    Returns:
+        ``"N of N samples: ... closed by <eot>"`` when every sample is well supervised, else a line beginning
+        ``"WARNING"`` that says how many samples are not (no supervised token, or a supervised stretch that
+        does not end in the end-of-turn token: a template or mask mismatch, or a sample cut by truncation).
+    """
+    n, ok = counts["samples"], counts["samples_ok"]
+    line = (f"{ok} of {n} samples: {counts['runs']} supervised stretches ({counts['supervised_tokens']} tokens), "
+            f"{counts['runs_ending_in_eot']} closed by {end_of_turn}; {counts['masked_tokens']} tokens at label -100 "
+            f"({counts['eot_masked']} {end_of_turn} of system/user turns among them)")
+    if ok == n and n:
+        return line
+    return (f"WARNING: {n - ok} of {n} samples are not supervised on assistant turns closed by {end_of_turn} "
+            f"({counts['samples_unsupervised']} with no supervised token): {line}")

@@ -22,7 +22,7 @@ supported (an unknown role). Text is kept exactly as read (no stripping).
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 from .config import DATASET_FORMATS, DEFAULTS  # dataset_format values; "auto" reads the first object's columns
 from .data import BadRow, DataReport, _Unreadable, check_rows, read_rows
@@ -239,3 +239,41 @@ def load_conversations(
         why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
         raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
     return datasets.Dataset.from_list(clean, features=messages_features()), report
+
+
+def load_conversation_sources(
+    sources: Sequence[str],
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    dataset_format: str = "auto",
+    strict: bool = DEFAULTS.strict,
+):
+    """``load_conversations`` on each source in turn (``dataset``, then ``extra_datasets``), concatenated in order.
+
+    Args:
+        sources: Hub ids or local files (at least one); each is read with ``dataset_format`` (``"auto"``: each
+            source's own layout, so Alpaca rows and ``messages`` rows can be mixed).
+        split, config, dataset_format, strict: as ``load_conversations`` (defaults from ``config.DEFAULTS``).
+
+    Returns:
+        ``(dataset, report)``: one ``messages`` dataset; one ``DataReport`` over all sources (``source`` joins
+        their names with " + ", counts are summed, each bad row keeps its 0-based index in its own source and
+        names that source in its reason). Each source's own report is printed as it is read.
+
+    Raises:
+        ValueError: no source given; as ``load_conversations`` (a source with no usable row names itself).
+    """
+    import datasets
+
+    if not sources:
+        raise ValueError("load_conversation_sources: no source given (set dataset)")
+    parts, report = [], DataReport(source=" + ".join(sources))
+    for source in sources:
+        part, own = load_conversations(source, split=split, config=config, dataset_format=dataset_format,
+                                       strict=strict)
+        parts.append(part)
+        report.total += own.total
+        report.kept += own.kept
+        report.bad += [BadRow(b.index, b.field, f"{b.reason} (in {source})", b.kind) for b in own.bad]
+    return (parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)), report
