@@ -142,10 +142,8 @@ def load_model(
             on CUDA is asked without bitsandbytes installed.
         OSError: the model cannot be found (not a folder, and the Hub does not answer).
     """
-    from .demo_model import resolve_model_name  # scaffold (i11): the demo model's Hub id / a GGUF file -> a local folder
-
     hardware = hardware or detect_hardware()
-    model_name = resolve_model_name(expand_path(model_name))  # "~/models/x" is a local folder; a Hub id is unchanged
+    model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
     if load_in_4bit and not hardware.cuda:
