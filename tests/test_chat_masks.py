@@ -131,3 +131,20 @@ def test_smollm2_own_template_matches_its_generation_config(tokenizer, shared_da
     model.generation_config.eos_token_id = 0  # <|endoftext|>: the template's <|im_end|> would never stop it
     with pytest.raises(ValueError, match=r"ends assistant turns with '<\|im_end\|>' \(id 2\) .* eos_token_id=\[0\]"):
         check_stop_tokens(tok, model)
+
+
+def test_full_loss_split_refused_and_the_supervision_line(tokenizer, conversations):
+    from tinyllama_ft.chat_masks import describe_supervision
+
+    rows = conversations.select(range(60, 63))
+    full, _ = tokenize_conversations(rows, tokenizer, max_seq_length=512, assistant_only_loss=False)
+    only, _ = tokenize_conversations(rows, tokenizer, max_seq_length=512)
+    assert full["input_ids"] == only["input_ids"] and all(all(m) for m in full["assistant_masks"])
+    assert all(0 < sum(m) < len(m) for m in only["assistant_masks"])
+    with pytest.raises(ValueError, match=r"long_rows='split' is not one of \('drop', 'truncate'\) for conversations"):
+        tokenize_conversations(rows, tokenizer, max_seq_length=512, long_rows="split")
+    counts = dict(samples=2, samples_ok=2, samples_unsupervised=0, runs=3, runs_ending_in_eot=3, supervised_tokens=40,
+                  masked_tokens=60, eot_supervised=3, eot_masked=4)
+    assert describe_supervision(counts, end_of_turn="<|im_end|>").startswith("2 of 2 samples: 3 supervised stretches")
+    line = describe_supervision({**counts, "samples_ok": 1, "samples_unsupervised": 1}, end_of_turn="<|im_end|>")
+    assert line.startswith("WARNING: 1 of 2 samples are not supervised") and "(1 with no supervised token)" in line

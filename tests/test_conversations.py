@@ -102,3 +102,33 @@ def test_parquet_source_and_unknown_format(tmp_path):
         check_conversations(fixture_rows(), dataset_format="chatml")
     with pytest.raises(ValueError, match="expected 'messages', 'conversations'"):
         check_conversations([{"question": "q"}])
+
+
+def test_several_sources_concatenate_in_order_with_one_report(tmp_path, alpaca_jsonl):
+    from tinyllama_ft.conversations import load_conversation_sources
+
+    bad = tmp_path / "mixed.jsonl"
+    bad.write_text(MULTITURN.read_text(encoding="utf-8").splitlines()[0] + "\n"
+                   + json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n", encoding="utf-8")
+    ds, report = load_conversation_sources([str(MULTITURN), str(bad)], dataset_format="auto")
+    assert len(ds) == 13 and report.total == 14 and report.kept == 13
+    assert report.by_reason == {"no assistant turn": 1} and report.bad[0].index == 1
+    assert f"(in {bad})" in report.bad[0].reason and report.source == f"{MULTITURN} + {bad}"
+    # 'duplicate' is per source: the first fixture row again in another file is kept
+    assert ds["messages"][12] == ds["messages"][0] == fixture_rows()[0]["messages"]
+    with pytest.raises(ValueError, match="no source given"):
+        load_conversation_sources([])
+
+
+def test_config_fields_for_conversations():
+    from tinyllama_ft.chat_templates import NAMED_TEMPLATES
+    from tinyllama_ft.config import NAMED_CHAT_TEMPLATES, ConfigError, FinetuneConfig
+
+    assert set(NAMED_CHAT_TEMPLATES) == set(NAMED_TEMPLATES)
+    cfg = FinetuneConfig(dataset_format="sharegpt", chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}",
+                         extra_datasets="a.jsonl,b.jsonl", assistant_only_loss="false")
+    assert cfg.extra_datasets == ("a.jsonl", "b.jsonl") and cfg.assistant_only_loss is False
+    with pytest.raises(ConfigError, match="chat_template='vicuna' is not allowed"):
+        FinetuneConfig(chat_template="vicuna")
+    with pytest.raises(ConfigError, match="dataset_format='chatml' is not allowed"):
+        FinetuneConfig(dataset_format="chatml")
