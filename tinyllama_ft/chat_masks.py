@@ -137,9 +137,7 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
                     bad = BadRow(index, "messages", f"has no supervised assistant token in its first {max_seq_length} "
                                  "tokens", "no supervised token")
         if bad is not None:
-            if strict:
-                raise ValueError(f"{source}: {bad} (row index is 0-based; strict=True)")
-            report.bad.append(bad)
+            report.reject(bad, strict=strict)
             continue
         kept.append(enc)
     report.kept = len(kept)

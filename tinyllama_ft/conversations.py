@@ -189,10 +189,7 @@ def check_conversations(
                 problem = "<row>", f"duplicates row {first_index[key]} (same turns)", "duplicate"
             first_index.setdefault(key, index)
         if problem is not None:
-            bad = BadRow(index, *problem)
-            if strict:
-                raise ValueError(f"{source}: {bad} (row index is 0-based; strict=True)")
-            report.bad.append(bad)
+            report.reject(BadRow(index, *problem), strict=strict)
             continue
         clean.append({"messages": messages})
     report.kept = len(clean)
