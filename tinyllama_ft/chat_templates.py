@@ -83,7 +83,20 @@ class TemplateMismatch(ValueError):
 
 
 def render(tokenizer, messages, *, add_generation_prompt: bool = False, chat_template: str | None = None) -> str:
-    """``tokenizer.apply_chat_template`` as text (no tokenization)."""
+    """``tokenizer.apply_chat_template`` as text (no tokenization).
+
+    Args:
+        tokenizer: with a chat template (or pass ``chat_template``).
+        messages: turns as ``[{"role", "content"}]``.
+        add_generation_prompt: end with the assistant's header, for generation.
+        chat_template: a Jinja template to use instead of the tokenizer's.
+
+    Returns:
+        The rendered conversation.
+
+    Raises:
+        ValueError: the tokenizer has no chat template and none is given (transformers' message).
+    """
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
                                          chat_template=chat_template)
 
@@ -276,8 +289,15 @@ def set_chat_template(tokenizer, model=None, *, chat_template: str = DEFAULTS.ch
 
 
 def chat_prompt(tokenizer, messages) -> str:
-    """The generation prompt for ``messages`` (a string: one user turn): the template with
-    ``add_generation_prompt=True``, so the model answers as the assistant."""
+    """The generation prompt for ``messages``: the template with ``add_generation_prompt=True``, so the model
+    answers as the assistant.
+
+    Args:
+        tokenizer: with a chat template. messages: a conversation's turns, or a string (one user turn).
+
+    Returns:
+        The prompt text (special tokens as text; tokenize with ``add_special_tokens=False``).
+    """
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     return render(tokenizer, messages, add_generation_prompt=True)

@@ -125,7 +125,14 @@ def choose_pad_token(tokenizer, family: Family, *, avoid_ids=()) -> str:
     """Set (in place) and return a pad token that is neither EOS, the end-of-turn token nor any stop token.
 
     The first of ``family.pad_tokens`` the vocabulary has; else ``<unk>``; else a new ``<|pad|>`` token (the
-    caller resizes the embeddings; ``chat_templates.set_chat_template`` does).
+    caller resizes the embeddings; ``prepare_family`` does).
+
+    Args:
+        tokenizer: the model's tokenizer (changed in place). family: from ``detect_family``.
+        avoid_ids: more ids the pad must not be (the template's stop ids).
+
+    Returns:
+        The pad token's text.
     """
     avoid = {tokenizer.eos_token, family.end_of_turn, *tokenizer.convert_ids_to_tokens(list(avoid_ids))}
     vocab = tokenizer.get_vocab()
