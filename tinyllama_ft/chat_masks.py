@@ -85,7 +85,7 @@ def tokenize_conversation(tokenizer, messages, *, end_of_turn: str | None = None
 def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_length,
                            long_rows: str = DEFAULTS.long_rows,
                            assistant_only_loss: bool = DEFAULTS.assistant_only_loss,
-                           strict: bool = DEFAULTS.strict, source: str = "conversations"):
+                           strict: bool = DEFAULTS.strict, name: str = "conversations"):
     """Tokenize a ``messages`` dataset for assistant-only loss; drop (and count) rows that cannot train.
 
     Args:
@@ -99,7 +99,7 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
         assistant_only_loss: True (``DEFAULTS.assistant_only_loss``): the masks of ``tokenize_conversation``;
             False: every token supervised (mask of ones), the template's markup and user turns included.
         strict: raise on the first dropped row instead (``DEFAULTS.strict``).
-        source: name used in messages.
+        name: what the rows are, for messages.
 
     Returns:
         ``(tokenized, report)``: a ``datasets.Dataset`` with ``input_ids`` and ``assistant_masks`` (rows in order,
@@ -116,7 +116,7 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
         raise ValueError(f"long_rows={long_rows!r} is not one of {LONG_ROWS} for conversations (a conversation split "
                          "over windows loses its turns' context)")
     eot = end_of_turn_token(tokenizer)
-    report = DataReport(source=f"{source} (tokenized, max_seq_length={max_seq_length})")
+    report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
     kept: list[dict[str, Any]] = []
     for index, row in enumerate(dataset):
         report.total += 1
@@ -143,7 +143,7 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
     report.kept = len(kept)
     print(report.summary())
     if not kept:
-        raise ValueError(f"{source}: no row has a supervised assistant token (all {report.total} dropped): "
+        raise ValueError(f"{name}: no row has a supervised assistant token (all {report.total} dropped): "
                          f"nothing to train on\n{report.summary()}")
     features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
                                   "assistant_masks": datasets.Sequence(datasets.Value("int8"))})
