@@ -35,6 +35,10 @@ _EXPORTS = {
     "build_run_summary": "summary", "write_run_summary": "summary",
     "loss_curve": "plotting",
     "run_training": "pipeline",
+    "load_conversations": "conversations", "load_conversation_sources": "conversations",
+    "prepare_family": "families", "set_chat_template": "chat_templates",
+    "tokenize_conversations": "chat_masks", "assistant_supervision": "chat_masks",
+    "chat_generate": "chat_generation", "chat_stream": "chat_generation", "run_chat_training": "chat_pipeline",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -21,13 +21,18 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         hardware: injected machine facts; default ``hardware.detect_hardware()``.
 
     Returns:
-        The run summary, as written to ``<output_dir>/run_summary.json``.
+        The run summary, as written to ``<output_dir>/run_summary.json``. A ``dataset_format`` other than
+        ``"alpaca"`` runs ``chat_pipeline.run_chat_training`` instead (the chat notebook's cells).
 
     Raises:
         Whatever the helpers raise (``prepare_output_dir`` refusing an earlier run or a locked folder, a
         data error naming the row, an out-of-memory message naming the knobs), unchanged. The output
         folder's run lock is released however the run ends.
     """
+    if cfg.dataset_format != "alpaca":  # conversations: the chat notebook's run
+        from .chat_pipeline import run_chat_training
+
+        return run_chat_training(cfg, hardware=hardware)
     from accelerate.utils import release_memory
 
     from .adapters import load_adapter, save_adapter
