@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The GPU-only tests, each file in its own process (Unsloth patches transformers for the whole process it is
+# imported in, so the export and decoding files must not share one with the Unsloth ones), on a CUDA machine.
+# Usage (repo root): bash scripts/gpu_tests.sh [FILE ...]   (default: every tests/gpu/*.py, export first)
+# WHL_DIR (optional): wheels to install into /tmp/site first (../shared/tools/device-wheels.sh builds them for the
+# GPU machine, which lacks unsloth, trl, datasets, bitsandbytes); DATA_DIR: the shared data (default ../shared/data);
+# logs go to $OUT (default /tmp/gpu-tests). Exit status: the number of files that failed.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-tests}; mkdir -p "$OUT"
+DATA_DIR=$(cd "${DATA_DIR:-../shared/data}" && pwd)
+if [[ -n ${WHL_DIR:-} && ! -f /tmp/site/.done ]]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL_DIR"/*.whl
+  touch /tmp/site/.done
+fi
+[[ -d /tmp/site ]] && export PYTHONPATH=/tmp/site:$PWD || export PYTHONPATH=$PWD
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TINYLLAMA_FT_SHARED_DATA=$DATA_DIR TINYLLAMA_SHAPED=${TINYLLAMA_SHAPED:-/tmp/tinyllama-shaped}
+[[ -f $TINYLLAMA_SHAPED/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$TINYLLAMA_SHAPED"
+files=("$@")
+[[ ${#files[@]} -gt 0 ]] || files=(tests/gpu/test_gpu_export.py tests/gpu/test_gpu_decoding.py tests/gpu/test_gpu_trained_model.py tests/gpu/test_gpu_faults.py)
+failed=0
+for f in "${files[@]}"; do
+  t0=$SECONDS
+  python3 -m pytest -q -s -p no:cacheprovider "$f" > "$OUT/$(basename "$f" .py).log" 2>&1 || failed=$((failed + 1))
+  echo "$f: $(tail -1 "$OUT/$(basename "$f" .py).log") [$((SECONDS - t0)) s]"
+done
+exit $failed
