@@ -51,5 +51,8 @@ rows, _ = load_instruction_data(cfg.dataset)
 train = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
 clock = Clock()
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg, plan=plan, callbacks=[clock])
-train_and_report(trainer, clock, "package_default_t4" if a.t4 else "package_default", cfg.max_seq_length,
+name = "package_default_t4" if a.t4 else "package_default"
+if plan.world_size > 1:  # accelerate launch (train_throughput.py's package_ddp2): the same script on each GPU
+    name = f"package_ddp{plan.world_size}"
+train_and_report(trainer, clock, name, cfg.max_seq_length,
                  plan.per_device_train_batch_size, plan.gradient_accumulation_steps)

@@ -1,0 +1,57 @@
+"""The execution plan under a multi-process launch: the configured effective batch split over the processes."""
+
+from __future__ import annotations
+
+import pytest
+
+from tinyllama_ft.config import FinetuneConfig
+from tinyllama_ft.distributed import is_main_process, local_process_index, world_size
+from tinyllama_ft.plan import plan_run, split_over_processes
+
+
+@pytest.mark.parametrize("split, processes, expected", [
+    ((2, 4), 2, (2, 2)),  # the article's 2 x 4: micro-batches kept, accumulation halved
+    ((2, 4), 4, (2, 1)),
+    ((2, 4), 8, (1, 1)),
+    ((8, 1), 2, (4, 1)),  # no accumulation to halve: the micro-batch is
+    ((2, 3), 2, (1, 3)),
+    ((3, 2), 2, (3, 1)),
+])
+def test_each_process_takes_its_share_of_the_configured_effective_batch(split, processes, expected):
+    cfg = split_over_processes(FinetuneConfig(per_device_train_batch_size=split[0],
+                                              gradient_accumulation_steps=split[1]), processes)
+    assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == expected
+    assert cfg.effective_batch_size * processes == split[0] * split[1]
+
+
+def test_an_effective_batch_that_does_not_divide_names_the_fields(cpu):
+    cfg = FinetuneConfig(per_device_train_batch_size=3, gradient_accumulation_steps=3)
+    with pytest.raises(ValueError, match=r"per_device_train_batch_size=3 x gradient_accumulation_steps=3 = 9 .* 2 processes"):
+        plan_run(cfg, cpu, world_size=2)
+
+
+def test_the_plan_records_the_processes_and_keeps_the_effective_batch(cpu, tinyllama_dir):
+    cfg = FinetuneConfig(model_name=str(tinyllama_dir))
+    one, two = plan_run(cfg, cpu, world_size=1), plan_run(cfg, cpu, world_size=2)
+    assert (one.world_size, one.gradient_accumulation_steps) == (1, 4)
+    assert (two.world_size, two.per_device_train_batch_size, two.gradient_accumulation_steps) == (2, 2, 2)
+    assert one.effective_batch_size == two.effective_batch_size == 8
+    assert two.to_dict()["world_size"] == 2 and "2 processes (DDP)" in two.summary()
+
+
+def test_unsloth_is_left_for_transformers_under_ddp_and_refused_when_asked(t4, tinyllama_dir):
+    auto = plan_run(FinetuneConfig(model_name=str(tinyllama_dir)), t4, world_size=2, budget_gib=14,
+                    importable=lambda name: True)
+    assert auto.backend == "transformers" and auto.world_size == 2
+    with pytest.raises(ValueError, match="backend='unsloth' trains on one GPU"):
+        plan_run(FinetuneConfig(model_name=str(tinyllama_dir), backend="unsloth"), t4, world_size=2, budget_gib=14,
+                 importable=lambda name: True)
+
+
+def test_the_launchers_variables_decide_world_size_rank_and_device():
+    assert (world_size({}), is_main_process({}), local_process_index({})) == (1, True, 0)
+    launched = {"WORLD_SIZE": "2", "RANK": "1", "LOCAL_RANK": "1"}
+    assert (world_size(launched), is_main_process(launched), local_process_index(launched)) == (2, False, 1)
+    assert is_main_process({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
+    with pytest.raises(ValueError, match="WORLD_SIZE='two'"):
+        world_size({"WORLD_SIZE": "two"})
