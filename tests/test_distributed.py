@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+
 import pytest
+
+from conftest import REPO
 
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.distributed import is_main_process, local_process_index, world_size
@@ -55,3 +61,29 @@ def test_the_launchers_variables_decide_world_size_rank_and_device():
     assert is_main_process({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_RANK": "0"})
     with pytest.raises(ValueError, match="WORLD_SIZE='two'"):
         world_size({"WORLD_SIZE": "two"})
+
+
+def _launch_command(text: str) -> str:
+    """The ``accelerate launch ... -m tinyllama_ft.cli train ...`` command in ``text``, continuation lines joined."""
+    found = re.search(r"accelerate launch --config_file .*?--config article", re.sub(r"\\\n#?", " ", text), re.S)
+    assert found, "no accelerate launch command"
+    return " ".join(found.group(0).split())
+
+
+def test_the_readme_launch_command_finds_the_shipped_accelerate_configuration():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    yaml_path = REPO / "tinyllama_ft" / "recipes" / "accelerate" / "multi_gpu.yaml"
+    command = _launch_command(readme)
+    assert command == _launch_command(yaml_path.read_text(encoding="utf-8"))
+    assert "-m tinyllama_ft.cli train --config article" in command
+    code = re.search(r"python -c '([^']*)'", command).group(1)
+    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/",
+                             env={"PYTHONPATH": str(REPO)}).stdout.strip()
+    assert printed == str(yaml_path)
+
+    from accelerate.commands.config.config_args import load_config_from_file
+    from accelerate.utils import DistributedType
+
+    launch = load_config_from_file(printed)
+    assert (launch.distributed_type, launch.num_processes, launch.mixed_precision, launch.use_cpu) == (
+        DistributedType.MULTI_GPU, 2, "no", False)
