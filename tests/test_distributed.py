@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -43,6 +44,18 @@ def test_the_plan_records_the_processes_and_keeps_the_effective_batch(cpu, tinyl
     assert (two.world_size, two.per_device_train_batch_size, two.gradient_accumulation_steps) == (2, 2, 2)
     assert one.effective_batch_size == two.effective_batch_size == 8
     assert two.to_dict()["world_size"] == 2 and "2 processes (DDP)" in two.summary()
+
+
+def test_under_ddp_the_trainer_averages_the_loss_over_all_processes_tokens(cpu, tinyllama_dir):
+    from tinyllama_ft.trainer import sft_config_kwargs
+
+    cfg = FinetuneConfig(model_name=str(tinyllama_dir))
+    two = sft_config_kwargs(cfg, plan_run(cfg, cpu, world_size=2), has_eval=True)
+    assert (two["per_device_train_batch_size"], two["gradient_accumulation_steps"]) == (2, 2)
+    assert two["average_tokens_across_devices"] is True and two["ddp_find_unused_parameters"] is False
+    assert "eval_on_start" not in two  # decided by train_and_evaluate, which knows whether it resumes
+    one = sft_config_kwargs(cfg, plan_run(cfg, cpu, world_size=1), has_eval=True)
+    assert "ddp_find_unused_parameters" not in one
 
 
 def test_unsloth_is_left_for_transformers_under_ddp_and_refused_when_asked(t4, tinyllama_dir):
@@ -87,3 +100,44 @@ def test_the_readme_launch_command_finds_the_shipped_accelerate_configuration():
     launch = load_config_from_file(printed)
     assert (launch.distributed_type, launch.num_processes, launch.mixed_precision, launch.use_cpu) == (
         DistributedType.MULTI_GPU, 2, "no", False)
+
+
+PROCESSES_SCRIPT = """
+import os
+from tinyllama_ft.distributed import MainProcessError, main_process_first, same_on_all_processes
+
+rank = int(os.environ["RANK"])
+assert same_on_all_processes((2, 2, False), what="the split") == (2, 2, False)
+try:
+    same_on_all_processes((2 + rank, 2), what="the split")
+except ValueError as e:
+    print(f"rank {rank} differs: {e}", flush=True)
+with main_process_first("writing") as main:  # the others run the block after the main process
+    print(f"rank {rank} block main={main}", flush=True)
+try:
+    with main_process_first("preparing output_dir") as main:
+        if main:
+            raise FileExistsError("output_dir='x' holds an earlier run")
+        print(f"rank {rank} ran the block after a failure", flush=True)
+except (FileExistsError, MainProcessError) as e:
+    print(f"rank {rank} stopped: {type(e).__name__}: {e}", flush=True)
+"""
+
+
+def test_two_launched_processes_agree_on_the_plan_and_share_the_main_process_failure(tmp_path):
+    """Two gloo processes (torchrun, as accelerate launch starts them): a split that differs between them is
+    an error on both, naming each; a block the main process fails in stops the other with that error."""
+    script = tmp_path / "processes.py"
+    script.write_text(PROCESSES_SCRIPT, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                           str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = set(done.stdout.splitlines())
+    differs = "the split differs between the launched processes (process 0: (2, 2), process 1: (3, 2))"
+    assert {f"rank 0 differs: {differs}", f"rank 1 differs: {differs}"} <= lines
+    assert {"rank 0 block main=True", "rank 1 block main=False"} <= lines
+    assert "rank 0 stopped: FileExistsError: output_dir='x' holds an earlier run" in lines
+    assert ("rank 1 stopped: MainProcessError: preparing output_dir failed on the main process: "
+            "FileExistsError: output_dir='x' holds an earlier run") in lines
+    assert not any("after a failure" in line for line in lines)

@@ -102,6 +102,31 @@ def main_process_first(what: str) -> Iterator[bool]:
     broadcast_object_list([None], from_process=0)
 
 
+def same_on_all_processes(value, *, what: str):
+    """Check that every launched process computed the same ``value``; returns it (at once without a launch).
+
+    DDP needs every process to run the same micro-batches and accumulation: a plan sized to each GPU's
+    own free memory could differ between them, and the processes would then wait on each other forever.
+
+    Args:
+        value: anything picklable and comparable with ``==`` (e.g. the plan's batch split).
+        what: what ``value`` is, for the message.
+
+    Raises:
+        ValueError: on every process, when the values differ; names each process's.
+    """
+    if world_size() == 1:
+        return value
+    from accelerate.utils import gather_object
+
+    _state()
+    values = gather_object([value])
+    if any(v != values[0] for v in values):
+        raise ValueError(f"{what} differs between the launched processes ("
+                         + ", ".join(f"process {i}: {v!r}" for i, v in enumerate(values)) + ")")
+    return value
+
+
 def wait_for_everyone() -> None:
     """A barrier between the launched processes (e.g. the adapter written before anyone reads it); no-op alone."""
     if world_size() > 1:

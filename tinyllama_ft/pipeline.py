@@ -40,7 +40,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .adapters import load_adapter, save_adapter
     from .credentials import export_secrets
     from .data import load_instruction_data, split_train_eval
-    from .distributed import is_main_process, main_process_first
+    from .distributed import is_main_process, main_process_first, same_on_all_processes
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
     from .generation import as_samples, format_answers, generate, stream
@@ -66,6 +66,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
     plan = plan_run(cfg, hardware)
     print(plan.summary())
+    same_on_all_processes((plan.per_device_train_batch_size, plan.gradient_accumulation_steps,
+                           plan.gradient_checkpointing), what="the plan's batch x accumulation and checkpointing "
+                          "(each process sizes them to its GPU's free memory: gpu_memory_cap_gib plans all for the same)")
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
     with main_process_first("loading the dataset"):  # a Hub dataset is downloaded into the cache once
         rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,

@@ -116,7 +116,7 @@ def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budg
         hardware: the machine (``hardware.detect_hardware()``).
         model_config: the base model's config (transformers object or dict); None = read ``config.json``
             from ``cfg.model_name`` (on failure the fast recipe keeps the configured split, checkpointed).
-        budget_gib: GPU memory to plan for, in GiB; None = free memory on device 0, within
+        budget_gib: GPU memory to plan for, in GiB; None = free memory on this process's device, within
             ``cfg.gpu_memory_cap_gib`` when set.
         importable: ``hardware.is_importable``-like probe (tests inject which optional packages exist).
         world_size: processes training together; None = ``distributed.world_size()`` (``WORLD_SIZE``, set
