@@ -1,8 +1,11 @@
-"""One streaming-decode configuration: batch 1, greedy, ``--new`` tokens, the Alpaca prompt of the notebook.
+"""One decoding configuration: greedy, ``--new`` tokens, the Alpaca prompt of the notebook; batch 1
+streamed, then left-padded batches of ``--batches`` different prompts.
 
-Prints one ``RESULT {json}`` line: ``warmup_s`` (the first call's wall time minus a warm call's: loading
-excluded, compilation and CUDA-graph capture included), ``first_call_s``, ``decode_tokens_per_s`` (new
-tokens / wall time of a warm call, median of ``--repeats``), ``new_tokens`` and the first 16 generated ids.
+Prints one ``RESULT {json}`` line: ``warmup_s`` (the first batch-1 call's wall time minus a warm call's:
+loading excluded, compilation and CUDA-graph capture included), ``first_call_s``, ``decode_tokens_per_s``
+(new tokens / wall time of a warm batch-1 call, median of ``--repeats``), ``new_tokens``, the first 16
+generated ids, and ``batches``: per batch size, ``tokens_per_s`` (rows x new tokens / a warm call's wall
+time, after one untimed call at that size) and that first call's seconds.
 
 Modes (``--mode``):
 
@@ -12,10 +15,15 @@ Modes (``--mode``):
   ``for_inference``, ``generate`` + ``TextStreamer``;
 * ``hf_static``: transformers bf16 base with the adapter merged, ``generate(cache_implementation="static")``
   (transformers compiles the decode step) + ``TextStreamer``;
-* ``package``: this package's reload and ``stream`` helpers, as the notebook's cells 9-10 call them:
-  ``load_adapter(merged=True)`` (4-bit base dequantized to bf16, adapter merged) and ``stream`` with
-  ``decode="inductor"`` (a static KV cache and the one-token step compiled by inductor with CUDA graphs;
-  what ``decode="auto"`` picks for requests of 1,000+ new tokens or once compiled).
+* ``package``: this package's reload and ``stream``/``generate`` helpers, as the notebook's cells 9-10 call
+  them: ``load_adapter(merged=True)`` (4-bit base dequantized to bf16, adapter merged) and the default
+  ``decode="auto"``: the fused CUDA-graph decoder (``graph_decoding.py``: q/k/v and gate/up fused, static
+  cache, Liger's kernels, batch-1 projections through the Triton matrix-vector kernel, one captured graph
+  per step; no compilation);
+* ``package_inductor``: the same with ``decode="inductor"`` (the first round's compiled static decoder; batch 1 only);
+* ``package_cublas``: ``package`` with the batch-1 projections through cuBLAS (``graph_decoding.MATMUL =
+  "cublas"``: the default before 2026-12-01; results of that day name it ``package`` and the default
+  ``package_triton``). ``--gemv-configs``: Triton block shapes to use (decode_probe.py writes them).
 
     python3 benchmarks/generate_one.py --adapter /tmp/gen-adapter --mode plain [--new 256]
 """
@@ -29,10 +37,13 @@ from pathlib import Path
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (its base model path inside)")
-ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package"))
+ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor",
+                                                        "package_cublas"))
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
 ap.add_argument("--repeats", type=int, default=3, help="warm calls timed after the first")
+ap.add_argument("--gemv-configs", default="/tmp/gemv_configs.json", help="package: Triton block shapes to add (decode_probe.py)")
+ap.add_argument("--batches", default="4,16", help="left-padded batch sizes timed after batch 1 ('' for none)")
 a = ap.parse_args()
 
 if a.mode == "unsloth":
@@ -42,6 +53,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, f
 import torch
 
 INSTRUCTION = "Give three tips for staying healthy."
+#: Instructions of different lengths for the batches (left padding), cycled.
+MANY = [INSTRUCTION, "What is the capital of France?", "Write a short poem about the sea and the wind at night.",
+        "Explain photosynthesis.", "List five fruits that are rich in vitamin C and say why each is good for you.",
+        "Translate 'good morning' into Spanish.", "Summarize the plot of Romeo and Juliet in two sentences.",
+        "Why is the sky blue?"]
 PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
           "Write a response that appropriately completes the request.\n\n"
           f"### Instruction:\n{INSTRUCTION}\n\n### Input:\n\n\n### Response:\n")
@@ -55,35 +71,47 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
-def hf_answer(model, tokenizer, **extra):
+def prompt(instruction):
+    return PROMPT.replace(INSTRUCTION, instruction)
+
+
+def hf_answer(model, tokenizer, rows=1, **extra):
     from transformers import TextStreamer
 
-    batch = tokenizer([PROMPT], return_tensors="pt").to(model.device)
+    tokenizer.padding_side = "left"
+    batch = tokenizer([prompt(MANY[i % len(MANY)]) for i in range(rows)], return_tensors="pt",
+                      padding=True).to(model.device)
 
     def run():
         with torch.inference_mode():
             out = model.generate(**batch, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False,
-                                 streamer=TextStreamer(tokenizer, skip_prompt=True), use_cache=True,
-                                 pad_token_id=tokenizer.pad_token_id, **extra)
+                                 streamer=TextStreamer(tokenizer, skip_prompt=True) if rows == 1 else None,
+                                 use_cache=True, pad_token_id=tokenizer.pad_token_id, **extra)
         return out[0, batch["input_ids"].shape[1]:].tolist()
 
     return run
 
 
+loading = time.perf_counter()
 if a.mode in ("plain", "hf_static"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from tinyllama_ft.adapters import adapter_base_model
 
+    from tinyllama_ft.modeling import ensure_pad_token
+
     tokenizer = AutoTokenizer.from_pretrained(a.adapter)
+    ensure_pad_token(tokenizer)  # <unk>, as the package and Unsloth pick (the batches pad on the left)
     base = AutoModelForCausalLM.from_pretrained(adapter_base_model(a.adapter), dtype=torch.bfloat16,
                                                 device_map={"": 0})
     model = PeftModel.from_pretrained(base, a.adapter)
     if a.mode != "plain":
         model = model.merge_and_unload()
     model.eval()
-    answer = hf_answer(model, tokenizer, **({"cache_implementation": "static"} if a.mode == "hf_static" else {}))
+    extra = {"cache_implementation": "static"} if a.mode == "hf_static" else {}
+    answer = hf_answer(model, tokenizer, **extra)
+    batched = lambda rows: hf_answer(model, tokenizer, rows, **extra)  # noqa: E731
 elif a.mode == "unsloth":
     from unsloth import FastLanguageModel
 
@@ -91,20 +119,46 @@ elif a.mode == "unsloth":
                                                          load_in_4bit=True)
     FastLanguageModel.for_inference(model)
     answer = hf_answer(model, tokenizer)
+    batched = lambda rows: hf_answer(model, tokenizer, rows)  # noqa: E731
 else:
     from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.generation import stream
+    from tinyllama_ft.generation import generate, stream
 
+    from tinyllama_ft import graph_decoding, triton_gemv
+
+    if a.mode == "package_cublas":
+        graph_decoding.MATMUL = "cublas"
+    elif Path(a.gemv_configs).is_file():
+        triton_gemv.use_configs(a.gemv_configs)
     model, tokenizer = load_adapter(a.adapter, max_seq_length=a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
+    decode = "inductor" if a.mode == "package_inductor" else "auto"
+
     def answer():
         return stream(model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True,
-                      decode="inductor")[0]
+                      decode=decode)[0]
 
+    def batched(rows):
+        instructions = [MANY[i % len(MANY)] for i in range(rows)]
+        return lambda: generate(model, tokenizer, instructions, max_new_tokens=a.new, ignore_eos=True)
+
+load_s = time.perf_counter() - loading
 ids, first = timed(answer)
 warm = [timed(answer) for _ in range(a.repeats)]
 steady = statistics.median(t for _, t in warm)
-result = dict(name=a.mode, new_tokens=len(ids), first_call_s=round(first, 3), warm_call_s=round(steady, 4),
+batches = {}
+for rows in [int(b) for b in a.batches.split(",") if b.strip()]:
+    if a.mode == "package_inductor":
+        break
+    run = batched(rows)
+    _, first_b = timed(run)
+    _, warm_b = timed(run)
+    batches[str(rows)] = dict(tokens_per_s=round(rows * a.new / warm_b, 1), first_call_s=round(first_b, 2),
+                              warm_call_s=round(warm_b, 3))
+result = dict(name=a.mode, load_s=round(load_s, 2), new_tokens=len(ids), first_call_s=round(first, 3), warm_call_s=round(steady, 4),
               warmup_s=round(first - steady, 3), decode_tokens_per_s=round(len(ids) / steady, 1),
-              first_ids=ids[:16], same_ids_every_call=all(w == ids for w, _ in warm),
+              first_ids=ids[:16], same_ids_every_call=all(w == ids for w, _ in warm), batches=batches,
+              decoder_failed=getattr(model, "_tinyllama_ft_graph_failed", None),
+              decoder_attention_ms={str(b): d.attention_ms for b, d in
+                                    getattr(model, "_tinyllama_ft_fused_decoders", {}).items()},
               peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3))
 print("\nRESULT " + json.dumps(result), flush=True)

@@ -27,14 +27,16 @@ def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
             del keep[: len(keep) - limit]
 
 
-def run_configuration(name: str, script: str, argv: list[str], workdir: str, launcher: list[str] = ()) -> dict:
-    """Run one configuration's script; its RESULT dict, or ``{"name", "failed": last stderr lines}``.
+def run_configuration(name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None,
+                      launcher: list[str] = ()) -> dict:
+    """Run one configuration's script (with ``extra_env`` added to its environment); its RESULT dict, or
+    ``{"name", "failed": last stderr lines}``.
 
     ``launcher``: arguments between the interpreter and the script, e.g. ``["-m", "accelerate.commands.launch",
     "--config_file", ..., "--num_processes", "2"]`` (the script then runs once per GPU; rank 0 prints RESULT).
     """
     print(f"\n===== {name}: {script} =====", flush=True)
-    env = {**os.environ, **CHILD_ENV}
+    env = {**os.environ, **CHILD_ENV, **(extra_env or {})}
     proc = subprocess.Popen([sys.executable, *launcher, str(HERE / script), *argv], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = bytearray(), bytearray()
@@ -79,7 +81,7 @@ def write_results(kind: str, packages, **fields) -> Path:
     from tinyllama_ft.summary import library_versions
 
     record = {"date": datetime.date.today().isoformat(), "gpu": gpu_name(),
-              "versions": {k: v for k, v in library_versions().items() if k in packages}, **fields}
+              "versions": library_versions(tuple(packages)), **fields}
     path = HERE / "results" / f"{record['date']}-{kind}.json"
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

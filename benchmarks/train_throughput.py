@@ -105,7 +105,8 @@ def main() -> None:
         for n in names:
             print(dry_run(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1]))
         return
-    rows = [run_configuration(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1], str(workdir), launcher(n))
+    rows = [run_configuration(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1], str(workdir),
+                              launcher=launcher(n))
             for n in names]
 
     done = {r["name"]: r for r in rows if "failed" not in r}

@@ -77,6 +77,10 @@ test_size = 0.004  # @param {type:"number"}
 long_rows = 'drop'  # @param ['drop', 'truncate', 'split']
 strict = False  # @param {type:"boolean"}
 dataset_num_proc = 2  # @param {type:"raw"}
+dataset_format = 'alpaca'  # @param ['alpaca', 'auto', 'messages', 'sharegpt']
+extra_datasets = []  # @param {type:"raw"}
+chat_template = 'auto'  # @param {type:"string"}
+assistant_only_loss = True  # @param {type:"boolean"}
 # training
 learning_rate = 2e-05  # @param {type:"number"}
 lr_scheduler_type = 'linear'  # @param {type:"string"}
@@ -90,6 +94,7 @@ max_steps = 60  # @param {type:"integer"}
 num_train_epochs = 1.0  # @param {type:"number"}
 packing = True  # @param {type:"boolean"}
 packing_strategy = 'bfd'  # @param ['bfd', 'bfd_split', 'wrapped']
+completion_only_loss = False  # @param {type:"boolean"}
 eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 save_total_limit = 2  # @param {type:"integer"}
@@ -104,6 +109,7 @@ adapter_dir = ''  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
 overwrite_output_dir = False  # @param {type:"boolean"}
 mount_drive = False  # @param {type:"boolean"}
+export_formats = []  # @param {type:"raw"}
 # generation
 prompts = ['What is the capital of France?']  # @param {type:"raw"}
 max_new_tokens = 64  # @param {type:"integer"}
@@ -233,13 +239,15 @@ print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
 # ## 4. Data
-# Alpaca prompts with the tokenizer's EOS appended exactly once, in a `text` column (the rows above already carry
-# the columns `instruction`, `input`, `output`, whatever your file calls them).
+# Alpaca prompts tokenized here, not by TRL: text from the data stays text (a literal `</s>` in a response is not an
+# EOS), the template's EOS is appended once as an id, and `completion_mask` marks the response + EOS (the tokens
+# `completion_only_loss` trains on). The rows above already carry the columns `instruction`, `input`, `output`,
+# whatever your file calls them.
 
 # %%
-from tinyllama_ft.prompts import make_formatting_func
+from tinyllama_ft.tokenization import tokenize_dataset
 
-rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
+rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
 
 # %% [markdown]
 # Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training.
@@ -268,7 +276,7 @@ from tinyllama_ft.data import split_train_eval
 
 train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
-print(train_dataset[0]["text"])
+print(tokenizer.decode(train_dataset[0]["input_ids"]))
 
 # %% [markdown]
 # ## 5. Weights & Biases
@@ -340,6 +348,21 @@ from tinyllama_ft.adapters import save_adapter
 
 adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
 print(f"adapter saved to {adapter_dir}")
+
+# %% [markdown]
+# ## Export (when `export_formats` asks)
+# Each format to `<output_dir>/export/<format>/`: `merged_16bit` (plain transformers / vLLM folder with the Alpaca chat
+# template), `gguf_f16` / `gguf_bf16` / `gguf_q8_0` (llama.cpp's own converter, an Ollama `Modelfile` beside each),
+# `gguf_q4_k_m` (needs llama.cpp's quantizer), `gguf_lora`. Empty (the default): nothing happens. Disk space is
+# checked first; each folder appears only when complete.
+
+# %%
+from tinyllama_ft.export import describe_exports, export_adapter
+
+exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                         template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                         load_in_4bit=plan.load_in_4bit, hardware=hardware, trust_remote_code=cfg.trust_remote_code)
+print(describe_exports(exports))
 
 # %% [markdown]
 # ## 9. Reload the adapter and answer

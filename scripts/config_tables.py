@@ -17,12 +17,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tinyllama_ft.config import (BACKENDS, DEFAULTS, DTYPES, PACKING_STRATEGIES, RECIPES, REPORT_TO,  # noqa: E402
-                                 TEMPLATES, FinetuneConfig, field_docs)
+from tinyllama_ft.config import (BACKENDS, DATASET_FORMATS, DEFAULTS, DTYPES, PACKING_STRATEGIES,  # noqa: E402
+                                 RECIPES, REPORT_TO, TEMPLATES, FinetuneConfig, field_docs)
 from tinyllama_ft.packing import LONG_ROWS  # noqa: E402
 
 CHOICES = {"template": TEMPLATES, "recipe": RECIPES, "backend": BACKENDS, "dtype": DTYPES, "report_to": REPORT_TO,
-           "long_rows": LONG_ROWS, "packing_strategy": PACKING_STRATEGIES, "lora_bias": ("none", "all", "lora_only")}
+           "long_rows": LONG_ROWS, "packing_strategy": PACKING_STRATEGIES, "lora_bias": ("none", "all", "lora_only"),
+           "dataset_format": DATASET_FORMATS}
 FORM_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
 SECTION_TITLES = {"model": "model", "lora": "LoRA", "data": "data", "training": "training",
                   "logging": "logging and output", "generation": "generation"}

@@ -16,8 +16,8 @@ from tinyllama_ft.config import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_doc
 from tinyllama_ft.params import RECIPES_DIR, config_from_recipe, load_recipe, recipe_names
 
 
-def test_the_three_recipes_ship_inside_the_package_and_validate():
-    assert recipe_names() == ["article", "default", "offline_cpu"]
+def test_the_recipes_ship_inside_the_package_and_validate():
+    assert recipe_names() == ["article", "chat_offline", "default", "offline_cpu"]
     for name in recipe_names():
         config_from_recipe(name)  # raises on any unknown key or wrong type
     assert config_from_recipe("default") == DEFAULTS  # default.yaml is the package's defaults, every field
@@ -58,7 +58,7 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
     bad.write_text("max_steps: ten\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="max_steps='ten'"):
         config_from_recipe(str(bad))
-    with pytest.raises(FileNotFoundError, match="article, default, offline_cpu"):
+    with pytest.raises(FileNotFoundError, match="article, chat_offline, default, offline_cpu"):
         config_from_recipe("artcle")
 
 
@@ -81,6 +81,9 @@ def test_help_documents_every_field(capsys):
     with pytest.raises(SystemExit):
         main(["generate", "--help"])
     assert "--adapter" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["export", "--help"])
+    assert "--format" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -89,6 +92,8 @@ def test_help_documents_every_field(capsys):
     (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
     (["train", "--max_steps", "ten"], "max_steps"),
     (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
+    (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not a format"),
+    (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
 ])
 def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, capsys):
     with pytest.raises(SystemExit) as done:

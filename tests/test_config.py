@@ -20,6 +20,7 @@ def test_helper_defaults_are_the_config_defaults():
     import inspect
 
     from tinyllama_ft import adapters, data, generation, lengths, lora, modeling, prompts, tracking
+    from tinyllama_ft import chat_generation, chat_masks, chat_templates, conversations, families
     from tinyllama_ft.config import DEFAULTS, FIELD_NAMES
 
     aliases = {"seed": "seed", "source": "dataset", "split": "dataset_split", "config": "dataset_config",
@@ -27,10 +28,17 @@ def test_helper_defaults_are_the_config_defaults():
     checked = 0
     for fn in (modeling.load_model, lora.add_lora, lora.lora_config, adapters.load_adapter, data.load_instruction_data,
                data.split_train_eval, lengths.length_report, lengths.apply_long_rows, prompts.make_formatting_func,
-               generation.generate, generation.stream, tracking.start_tracking):
+               generation.generate, generation.stream, tracking.start_tracking,
+               conversations.load_conversations,
+               conversations.load_conversation_sources, chat_masks.tokenize_conversations,
+               chat_templates.set_chat_template, families.prepare_family, families.rope_limits,
+               chat_generation.chat_generate, chat_generation.chat_stream):
         for name, p in inspect.signature(fn).parameters.items():
             field_name = aliases.get(name, name)
             if (fn.__name__, name) == ("add_lora", "backend"):  # None: detect from the process, not the plan's "auto"
+                continue
+            if name == "dataset_format" and fn.__module__.endswith("conversations"):  # conversation loaders read
+                assert p.default == "auto"  # each source's layout; the field's "alpaca" picks the Alpaca prompt path
                 continue
             if field_name in FIELD_NAMES and p.default is not inspect.Parameter.empty:
                 assert p.default == getattr(DEFAULTS, field_name), (fn.__name__, name)
@@ -127,3 +135,14 @@ def test_to_dict_is_json_ready():
     d = FinetuneConfig().to_dict()
     assert d["target_modules"] == ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     assert json.loads(json.dumps(d)) == d
+
+
+def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
+    from tinyllama_ft.config import EXPORT_FORMATS
+
+    assert FinetuneConfig().export_formats == ()
+    assert FinetuneConfig(export_formats="merged_16bit,gguf_q8_0").export_formats == ("merged_16bit", "gguf_q8_0")
+    assert FinetuneConfig(export_formats=list(EXPORT_FORMATS)).export_formats == EXPORT_FORMATS
+    with pytest.raises(ValueError, match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not a format; allowed: "
+                                         r"\['merged_16bit', 'gguf_f16'"):
+        FinetuneConfig(export_formats=["merged_16bit", "gguf_q5"])

@@ -107,20 +107,21 @@ import os
 from tinyllama_ft.distributed import MainProcessError, main_process_first, same_on_all_processes
 
 rank = int(os.environ["RANK"])
+out = open(f"rank{rank}.txt", "w", encoding="utf-8", buffering=1)  # one file each: stdout lines interleave
 assert same_on_all_processes((2, 2, False), what="the split") == (2, 2, False)
 try:
     same_on_all_processes((2 + rank, 2), what="the split")
 except ValueError as e:
-    print(f"rank {rank} differs: {e}", flush=True)
+    print(f"rank {rank} differs: {e}", file=out)
 with main_process_first("writing") as main:  # the others run the block after the main process
-    print(f"rank {rank} block main={main}", flush=True)
+    print(f"rank {rank} block main={main}", file=out)
 try:
     with main_process_first("preparing output_dir") as main:
         if main:
             raise FileExistsError("output_dir='x' holds an earlier run")
-        print(f"rank {rank} ran the block after a failure", flush=True)
+        print(f"rank {rank} ran the block after a failure", file=out)
 except (FileExistsError, MainProcessError) as e:
-    print(f"rank {rank} stopped: {type(e).__name__}: {e}", flush=True)
+    print(f"rank {rank} stopped: {type(e).__name__}: {e}", file=out)
 """
 
 
@@ -133,7 +134,7 @@ def test_two_launched_processes_agree_on_the_plan_and_share_the_main_process_fai
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = set(done.stdout.splitlines())
+    lines = {line for rank in (0, 1) for line in (tmp_path / f"rank{rank}.txt").read_text(encoding="utf-8").splitlines()}
     differs = "the split differs between the launched processes (process 0: (2, 2), process 1: (3, 2))"
     assert {f"rank 0 differs: {differs}", f"rank 1 differs: {differs}"} <= lines
     assert {"rank 0 block main=True", "rank 1 block main=False"} <= lines

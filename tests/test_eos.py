@@ -25,11 +25,13 @@ def fitting(tokenizer, rows, n=40):
     return kept.select(range(n))
 
 
-def trainer_for(stories_dir, rows, tmp_path, prepare_tokenizer=None, **fields):
+def trainer_for(stories_dir, rows, tmp_path, prepare_tokenizer=None, text_only=False, **fields):
     model, tokenizer = stories_lora(stories_dir, Hardware())
     if prepare_tokenizer:
         prepare_tokenizer(tokenizer)
     ds = fitting(tokenizer, rows)
+    if text_only:  # only the rendered text: TRL tokenizes it (special-token text parsed)
+        ds = ds.select_columns(["text"])
     fields.setdefault("per_device_train_batch_size", 4)
     fields.setdefault("per_device_eval_batch_size", 4)
     return sft_trainer(model, tokenizer, ds.select(range(32)), tmp_path, eval_dataset=ds.select(range(32, 40)),
@@ -98,7 +100,10 @@ def test_a_tokenizer_adding_its_own_eos_is_caught_as_doubled(stories_dir, rows, 
     def add_eos(tokenizer):
         tokenizer.add_eos_token = True  # the Llama tokenizer then appends EOS to text already ending in "</s>"
 
-    trainer = trainer_for(stories_dir, rows, tmp_path, add_eos, packing=packing)
+    # rows we tokenize: the template's EOS id replaces the one the tokenizer adds
+    assert eos_supervision(trainer_for(stories_dir, rows, tmp_path / "ours", add_eos, packing=packing),
+                           batches=None) == all_ok(32)
+    trainer = trainer_for(stories_dir, rows, tmp_path, add_eos, text_only=True, packing=packing)
     counts = eos_supervision(trainer, batches=None)
     assert counts["samples"] == 32
     assert counts["samples_with_several_eos"] == 32 and counts["samples_ok"] == 0 and counts["eos_tokens"] == 64
@@ -144,8 +149,14 @@ def test_an_eos_string_inside_the_text_is_caught(stories_dir, rows, tmp_path):
     ds = text_dataset([row, *rows[2:6]], tokenizer)
     full = tokenizer(ds[0]["text"])["input_ids"]
     assert full.count(tokenizer.eos_token_id) == 2
-    counts = eos_supervision(sft_trainer(model, tokenizer, ds, tmp_path / "whole", max_seq_length=WINDOW), None)
+    # Alpaca rows are tokenized by us: the "</s>" text stays text, one EOS per sample
+    ours = eos_supervision(sft_trainer(model, tokenizer, ds, tmp_path / "ours", max_seq_length=WINDOW), None)
+    assert ours["samples"] == 5 and ours["samples_with_several_eos"] == 0 and ours["eos_not_last"] == 0
+    # a dataset of only rendered text goes through TRL's tokenization: the doubled EOS is caught
+    counts = eos_supervision(sft_trainer(model, tokenizer, ds.select_columns(["text"]), tmp_path / "whole",
+                                         max_seq_length=WINDOW), None)
     assert counts["samples"] == 5 and counts["samples_with_several_eos"] == 1 and counts["eos_not_last"] == 0
+    assert counts["eos_tokens"] == ours["eos_tokens"] + 1  # the rows rows[2:6] cut by "bfd" lose theirs in both
     # cut after the inner EOS: the sample holds an EOS that is not its last token
     cut = full.index(tokenizer.eos_token_id) + 3
     one = datasets.Dataset.from_dict({"text": [ds[0]["text"]]})

@@ -23,6 +23,7 @@ _EXPORTS = {
     "format_prompt": "prompts", "make_formatting_func": "prompts",
     "load_instruction_data": "data", "split_train_eval": "data",
     "length_report": "lengths", "apply_long_rows": "lengths",
+    "tokenize_dataset": "tokenization",
     "ensure_drive": "runs", "prepare_output_dir": "runs", "release_run_lock": "lock",
     "data_fingerprint": "fingerprint", "last_checkpoint": "checkpoints", "expand_path": "paths",
     "start_tracking": "tracking", "finish_tracking": "tracking", "export_secrets": "credentials",
@@ -34,6 +35,10 @@ _EXPORTS = {
     "build_run_summary": "summary", "write_run_summary": "summary",
     "loss_curve": "plotting",
     "run_training": "pipeline",
+    "load_conversations": "conversations", "load_conversation_sources": "conversations",
+    "prepare_family": "families", "set_chat_template": "chat_templates",
+    "tokenize_conversations": "chat_masks", "assistant_supervision": "chat_masks",
+    "chat_generate": "chat_generation", "chat_stream": "chat_generation", "run_chat_training": "chat_pipeline",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -2,6 +2,7 @@
 
     tinyllama-ft train --config article [--NAME VALUE ...]    # a shipped recipe by name, or any YAML path
     tinyllama-ft generate --adapter DIR --prompt TEXT [--max_new_tokens N ...]
+    tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
     tinyllama-ft train --help                                  # every field, with its meaning and default
 
 Flags are ``FinetuneConfig``'s flat field names, as the recipes' YAML keys and the notebook's parameters.
@@ -103,9 +104,48 @@ def _run_generate(values: dict, given: set) -> list[str]:
     return stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 
 
+#: Fields the ``export`` command takes (how the base is loaded for the merge), with their flag types; unset: the run's.
+EXPORT_FIELDS = {"template": str, "max_seq_length": int, "dtype": str, "load_in_4bit": bool}
+
+
+def _add_export_arguments(parser) -> None:
+    from .config import EXPORT_FORMATS
+
+    parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
+    parser.add_argument("--format", type=str, required=True, action="append",
+                        help=f"an export format, repeatable: {', '.join(EXPORT_FORMATS)}")
+    parser.add_argument("--base_model", type=Optional[str], default=None,
+                        help="base model to merge into instead of the one recorded in the adapter (a local copy)")
+    parser.add_argument("--output_dir", type=Optional[str], default=None,
+                        help="the run folder; exports go to <output_dir>/export/<format>/ (default: the adapter's "
+                             "parent folder, the run's output_dir)")
+    docs = field_docs()
+    for name, kind in EXPORT_FIELDS.items():
+        parser.add_argument(f"--{name}", type=Optional[kind], default=None,
+                            help=f"{docs[name]} Default: the run's value in run_config.json beside the adapter")
+    parser.add_argument("--trust_remote_code", type=bool, default=DEFAULTS.trust_remote_code,
+                        help=docs["trust_remote_code"])
+
+
+def _run_export(values: dict, given: set) -> dict:
+    import os
+
+    from .export import describe_exports, export_adapter
+
+    formats = FinetuneConfig.from_mapping({"export_formats": values["format"]},
+                                          where="tinyllama-ft export --format").export_formats
+    results = export_adapter(adapter_dir=values["adapter"], formats=formats, base_model=values["base_model"],
+                             output_dir=values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"])),
+                             trust_remote_code=values["trust_remote_code"], **{k: values[k] for k in EXPORT_FIELDS})
+    print(describe_exports(results))
+    return results
+
+
 COMMANDS: dict[str, Command] = {
     "train": Command("fine-tune with a recipe and overrides (the notebook's run)", _add_train_arguments, _run_train),
     "generate": Command("answer prompts with a saved adapter, streaming", _add_generate_arguments, _run_generate),
+    "export": Command("export a saved adapter: merged 16-bit, GGUF (+ Ollama Modelfile), GGUF LoRA",
+                      _add_export_arguments, _run_export),
 }
 
 
@@ -135,6 +175,8 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
         ConfigError: a flag the command does not take; the message names it and the closest one.
     """
     known = {"help", "config"} | set(FIELD_NAMES) if command == "train" else \
+        {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(EXPORT_FIELDS) \
+        if command == "export" else \
         {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS)
     given = _given_flags(argv)
     unknown = [g for g in given if g not in known]
@@ -147,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> Any:
     """Entry point of the ``tinyllama-ft`` console script.
 
     Returns:
-        What the command's ``run`` returns (the run summary for ``train``, the answers for ``generate``).
+        What the command's ``run`` returns (the run summary for ``train``, the answers for ``generate``,
+        ``{format: export.ExportResult}`` for ``export``).
 
     Raises:
         SystemExit: bad arguments (jsonargparse's usage message), or a configuration error (its message,

@@ -37,6 +37,12 @@ TEMPLATES = ("alpaca", "alpaca_no_input")
 REPORT_TO = ("wandb", "none")
 PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
 RECIPES = ("fast", "article")
+#: Export formats (``export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
+EXPORT_FORMATS = ("merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora")
+#: ``dataset_format`` values: "alpaca" is the article's prompt path; the others are conversations (chat notebook).
+DATASET_FORMATS = ("alpaca", "auto", "messages", "sharegpt")
+#: Named ``chat_template`` values (``chat_templates.NAMED_TEMPLATES``), besides "auto" and a Jinja string.
+NAMED_CHAT_TEMPLATES = ("chatml", "zephyr", "llama-3")
 SECTIONS = ("model", "lora", "data", "training", "logging", "generation")
 #: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
 PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir")
@@ -128,6 +134,21 @@ class FinetuneConfig:
     """Raise on the first bad row instead of dropping and counting bad rows (this package)."""
     dataset_num_proc: int | None = _field(2, "data", identity=False)
     """Processes TRL tokenizes with; the article's 2, None = in this process."""
+    dataset_format: str = _field("alpaca", "data", identity=True)
+    """Layout of the rows: "alpaca" (instruction/input/output with the Alpaca prompt: the article's notebook), or
+    conversations for the chat notebook: "messages" (OpenAI-style role/content turns), "sharegpt"
+    (a conversations column of from/value turns), "auto" (each source's layout read from its first row; Alpaca rows become
+    one-turn conversations) (this package)."""
+    extra_datasets: tuple[str, ...] = _field((), "data", identity=True, comma_separated=True)
+    """Conversations only: more sources (Hub ids or local files) appended to dataset, each read with
+    dataset_format (this package)."""
+    chat_template: str = _field("auto", "data", identity=True)
+    """Conversations only: "auto" (the tokenizer's own; a base model without one gets its family's: Zephyr for
+    Llama-2/TinyLlama, Llama-3's, ChatML for Qwen/SmolLM2), "chatml", "zephyr", "llama-3", or a Jinja string;
+    EOS and stop tokens follow it (this package)."""
+    assistant_only_loss: bool = _field(True, "data", identity=True)
+    """Conversations only: loss on every assistant turn and its end-of-turn token, label -100 on system/user
+    turns and the template's markup; False: every token (this package; TRL's assistant_only_loss, from our own masks)."""
 
     # --- training (article cells 6-7) ---
     learning_rate: float = _field(2e-5, "training", identity=True)
@@ -158,6 +179,9 @@ class FinetuneConfig:
     packing_strategy: str = _field("bfd", "training", identity=True)
     """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
     (rows cut at window edges)."""
+    completion_only_loss: bool = _field(False, "training", identity=True)
+    """Loss on the response tokens and the EOS after them only (TRL's name; what TRL's prompt/completion
+    format, Axolotl and LLaMA-Factory default to). False: on the whole text, prompt included (the article's)."""
     eval_steps: int = _field(20, "training", identity=False)
     """Evaluate every N optimizer steps (this package)."""
     save_steps: int = _field(20, "training", identity=False)
@@ -186,6 +210,9 @@ class FinetuneConfig:
     """Delete an earlier run's checkpoints, summary, loss curve and adapter in output_dir first (this package)."""
     mount_drive: bool = _field(False, "logging", identity=False)
     """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
+    export_formats: tuple[str, ...] = _field((), "logging", identity=False, comma_separated=True)
+    """Formats exported after the adapter is saved, each to <output_dir>/export/<format>/: merged_16bit,
+    gguf_f16, gguf_bf16, gguf_q8_0, gguf_q4_k_m (needs llama.cpp's quantizer), gguf_lora; empty = none (this package)."""
 
     # --- generation (article cells 9-10) ---
     prompts: tuple[str, ...] = _field(("What is the capital of France?",), "generation", identity=False)
@@ -212,6 +239,8 @@ class FinetuneConfig:
             "report_to": self.report_to in REPORT_TO,
             "packing_strategy": self.packing_strategy in PACKING_STRATEGIES,
             "long_rows": self.long_rows in LONG_ROWS,
+            "dataset_format": self.dataset_format in DATASET_FORMATS,
+            "chat_template": self.chat_template in ("auto", *NAMED_CHAT_TEMPLATES) or "{%" in self.chat_template,
             "lora_bias": self.lora_bias in ("none", "all", "lora_only"),
             "max_seq_length": self.max_seq_length > 0,
             "lora_r": self.lora_r > 0,
@@ -239,6 +268,10 @@ class FinetuneConfig:
         if bad:
             name = bad[0]
             raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
+        wrong_formats = [f for f in self.export_formats if f not in EXPORT_FORMATS]
+        if wrong_formats:
+            raise ConfigError(f"FinetuneConfig.export_formats: {wrong_formats[0]!r} is not a format; "
+                              f"allowed: {list(EXPORT_FORMATS)}")
         self.packing_strategy = resolve_packing_strategy(self.long_rows, self.packing, self.packing_strategy,
                                                          "FinetuneConfig.")
 
@@ -322,6 +355,8 @@ _ALLOWED = {
     "report_to": f"one of {REPORT_TO}",
     "packing_strategy": f"one of {PACKING_STRATEGIES}",
     "long_rows": f"one of {LONG_ROWS}",
+    "dataset_format": f"one of {DATASET_FORMATS}",
+    "chat_template": f"'auto', one of {NAMED_CHAT_TEMPLATES}, or a Jinja template string (holding '{{%')",
     "lora_bias": "one of ('none', 'all', 'lora_only')",
     "max_seq_length": "a positive number of tokens",
     "lora_r": "a positive rank",

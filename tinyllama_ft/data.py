@@ -65,6 +65,16 @@ class DataReport:
     kept: int = 0
     bad: list[BadRow] = field(default_factory=list)
 
+    def reject(self, bad: BadRow, *, strict: bool) -> None:
+        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once.
+
+        Raises:
+            ValueError: ``strict`` is True; the message names ``source``, the 0-based row index and the field.
+        """
+        if strict:
+            raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
+        self.bad.append(bad)
+
     @property
     def dropped(self) -> int:
         """How many rows were rejected."""
@@ -263,10 +273,7 @@ def check_rows(
                 problem = "<row>", earlier, "duplicate"
             first_index.setdefault(key, index)
         if problem is not None:
-            bad = BadRow(index, *problem)
-            if strict:
-                raise ValueError(f"{source}: {bad} (row index is 0-based; strict=True)")
-            report.bad.append(bad)
+            report.reject(BadRow(index, *problem), strict=strict)
             continue
         clean.append(item)
     report.kept = len(clean)

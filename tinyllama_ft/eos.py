@@ -15,7 +15,10 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
     or one row of a padded batch (no packing), its padding (``attention_mask`` 0; trailing pad ids at
     ``position_ids`` 0 when a padding-free batch is padded to a multiple) left out. So a pad token equal to
     EOS is never counted as an EOS. An EOS is supervised when ``labels`` holds the EOS id at its position
-    (not -100, as a collator that masks every pad id would leave it when pad == EOS).
+    (not -100, as a collator that masks every pad id would leave it when pad == EOS). Labels of -100 on other
+    tokens (the prompt under ``completion_only_loss``, each packed sample's first token) are expected and not
+    counted; since our rows keep special-token text as text (``tokenization.py``), an EOS id inside a sample
+    means a row TRL tokenized from text, or a tokenizer adding its own EOS to such text.
 
     Args:
         trainer: from ``build_trainer``.

@@ -3,13 +3,16 @@
 The article's cells 9-10: the Alpaca prompt with an empty response, ``generate(max_new_tokens=64,
 use_cache=True)``, ``batch_decode``; then the same with a ``TextStreamer``. Generation stops at the
 tokenizer's EOS (the token every training sample ends with); answers are returned without the prompt
-and without special-token text. On the Unsloth backend, Unsloth's fast inference mode is switched on.
+and without special-token text. Prompts are tokenized as training rows are: special-token text typed by
+the user (``</s>``, ``<|im_end|>``) stays text. On the Unsloth backend, Unsloth's fast inference mode is
+switched on.
 
-``stream`` answers one prompt at a time. With greedy decoding on a plain 16-bit model
-(``load_adapter(..., merged=True)``, the notebook's reload default) on a CUDA GPU, it can decode with a
-static KV cache and a compiled step (``decoding.py``): 506 tokens/s instead of ``generate``'s 35 on an
-H200, after ~27 s of compilation. ``decode="auto"`` compiles only when the request is long enough to win
-that time back (``AUTO_COMPILE_MIN_TOKENS``) or the model already holds a compiled decoder.
+``stream`` answers one prompt at a time. With greedy decoding on a plain 16/32-bit Llama
+(``load_adapter(..., merged=True)``, the notebook's reload default) on a CUDA GPU, both helpers decode
+with fused projections, a static KV cache and a captured CUDA graph (``graph_decoding.py``; no compiler,
+so it is the default for every request length); a non-Llama 16-bit model can still use the
+inductor-compiled step (``decoding.py``, ~27 s to compile), which ``decode="auto"`` picks only for long
+requests. A model that trains with flex attention generates with SDPA (``inference_attention.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 from typing import Sequence
 
 from .config import DEFAULTS
+from .inference_attention import sdpa_while_generating
 from .prompts import format_prompt
+from .tokenization import encode_prompts
 
 
 def prepare_for_inference(model) -> None:
@@ -41,9 +46,9 @@ def _as_list(value, n: int, name: str) -> list[str]:
     return value
 
 
-#: ``decode`` choices of ``stream``: "auto" (see ``decode_mode``), "plain" (always ``generate``), or one of
-#: ``decoding.MODES`` (the static decoder, forced).
-DECODE_CHOICES = ("auto", "plain", "eager", "inductor")
+#: ``decode`` choices: "auto" (see ``decode_mode``), "plain" (always transformers' ``generate``), "graph"
+#: (``graph_decoding.FusedLlamaDecoder``, forced), or one of ``decoding.MODES`` (stream's static decoder, forced).
+DECODE_CHOICES = ("auto", "plain", "graph", "eager", "inductor")
 #: What "auto" compiles on a CUDA GPU.
 AUTO_DECODE_MODE = "inductor"
 #: New tokens (answers x max_new_tokens) from which "auto" compiles: compilation took 27 s on the H200,
@@ -53,17 +58,19 @@ AUTO_COMPILE_MIN_TOKENS = 1000
 
 def decode_mode(model, decode: str, do_sample: bool, repetition_penalty: float, logits_processor,
                 new_tokens: int = 0) -> str:
-    """``"plain"`` or the static decoder's mode that ``stream`` will use.
+    """``"plain"``, ``"graph"`` or the static decoder's mode that ``stream``/``generate`` will use.
 
-    "auto" picks the compiled decoder on a CUDA GPU when it applies and pays: ``new_tokens`` (answers x
-    ``max_new_tokens``) reaches ``AUTO_COMPILE_MIN_TOKENS``, or the model already holds a compiled decoder;
-    otherwise ``generate``.
+    "auto" on a CUDA GPU, where a static decoder applies: "graph" for a Llama model (no compilation, so
+    for every request length, unless it failed on this model before); for other models the compiled
+    decoder when it pays (``new_tokens`` = answers x ``max_new_tokens`` reaches
+    ``AUTO_COMPILE_MIN_TOKENS``, or the model already holds one); otherwise ``generate``.
 
     Raises:
         ValueError: ``decode`` is not one of ``DECODE_CHOICES``, or a static mode is forced where it cannot
             apply (sampling, a repetition penalty, logits processors, a 4-bit, PEFT-wrapped or Unsloth model).
     """
     from .decoding import can_decode_static
+    from .llama_ops import why_not_fusable
 
     if decode not in DECODE_CHOICES:
         raise ValueError(f"decode={decode!r}: choose one of {DECODE_CHOICES}")
@@ -75,11 +82,37 @@ def decode_mode(model, decode: str, do_sample: bool, repetition_penalty: float, 
     if decode == "auto":
         from .decoding import has_decoder
 
+        if why_not is not None or model.device.type != "cuda":
+            return "plain"
+        if why_not_fusable(model) is None and not getattr(model, "_tinyllama_ft_graph_failed", None):
+            return "graph"
         pays = new_tokens >= AUTO_COMPILE_MIN_TOKENS or has_decoder(model, AUTO_DECODE_MODE)
-        return AUTO_DECODE_MODE if why_not is None and model.device.type == "cuda" and pays else "plain"
+        return AUTO_DECODE_MODE if pays else "plain"
+    if why_not is None and decode == "graph":
+        why_not = why_not_fusable(model)
     if why_not is not None:
         raise ValueError(f"decode={decode!r} needs greedy decoding on a plain 16/32-bit model: {why_not}")
     return decode
+
+
+def _fused_answers(model, batch, max_new_tokens, eos_token_id, forced: bool, on_tokens=None):
+    """``FusedLlamaDecoder`` answers (new ids per row, EOS cut), or None after a failure when not ``forced``
+    (the failure is said once and remembered on the model; the caller then uses ``generate``)."""
+    import warnings
+
+    from .graph_decoding import fused_decoder_for
+
+    ids, mask = batch["input_ids"], batch.get("attention_mask")
+    try:
+        decoder = fused_decoder_for(model, ids.shape[0], ids.shape[1] + max_new_tokens)
+        return decoder.decode(ids, mask, max_new_tokens, eos_token_id, on_tokens=on_tokens)
+    except Exception as e:  # noqa: BLE001  a kernel or graph capture that fails here: generate still works
+        if forced:
+            raise
+        model._tinyllama_ft_graph_failed = f"{type(e).__name__}: {e}"
+        warnings.warn(f"the CUDA-graph decoder failed on this model ({type(e).__name__}: {str(e)[:200]}); "
+                      "answering with transformers' generate", stacklevel=3)
+        return None
 
 
 def _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty) -> dict:
@@ -109,6 +142,8 @@ def generate(
     repetition_penalty: float = 1.0,
     template: str = DEFAULTS.template,
     logits_processor=None,
+    decode: str = "auto",
+    ignore_eos: bool = False,
 ) -> list[str]:
     """Answer one or many instructions in one batch.
 
@@ -123,13 +158,17 @@ def generate(
         repetition_penalty: >= 1.0 discourages repeats (1.0 = off).
         template: prompt template, as ``prompts.format_prompt``.
         logits_processor: optional ``transformers.LogitsProcessorList``.
+        decode: "auto" (the CUDA-graph decoder for the whole batch where ``decode_mode`` picks "graph",
+            else transformers' ``generate``), "plain" or "graph" (forced); stream's static modes
+            ("eager", "inductor") answer here with ``generate``.
+        ignore_eos: generate exactly ``max_new_tokens`` tokens per answer (benchmarks).
 
     Returns:
         One answer string per instruction: the generated text up to (not including) EOS, special tokens
         removed; ``[]`` for no instructions (as ``stream``).
 
     Raises:
-        ValueError: ``inputs`` does not match ``instructions`` in length.
+        ValueError: ``inputs`` does not match ``instructions`` in length; ``decode`` as ``decode_mode``.
     """
     import torch
 
@@ -143,15 +182,19 @@ def generate(
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # decoder-only batches pad on the left so answers start aligned
     try:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True).to(model.device)
+        batch = encode_prompts(tokenizer, prompts, return_tensors="pt", padding=True).to(model.device)
     finally:
         tokenizer.padding_side = side
-    with torch.inference_mode():
-        out = model.generate(
-            **batch,
-            logits_processor=logits_processor,
-            **_generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty),
-        )
+    if decode_mode(model, decode, do_sample, repetition_penalty, logits_processor) == "graph":
+        answers = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
+                                 forced=decode == "graph")
+        if answers is not None:
+            return tokenizer.batch_decode(answers, skip_special_tokens=True)
+    kwargs = _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty)
+    if ignore_eos:
+        kwargs["min_new_tokens"] = max_new_tokens
+    with torch.inference_mode(), sdpa_while_generating(model):
+        out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
     new_tokens = out[:, batch["input_ids"].shape[1]:]
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
 
@@ -179,9 +222,8 @@ def stream(
     Args:
         model, tokenizer, instructions, inputs, max_new_tokens, do_sample, temperature, top_p,
             repetition_penalty, template, logits_processor: as ``generate``.
-        decode: one of ``DECODE_CHOICES`` (``decode_mode``); "auto" uses the compiled static-cache decoder
-            on a CUDA GPU when it applies and the request is long enough to pay for compiling it (~27 s);
-            "inductor" forces it.
+        decode: one of ``DECODE_CHOICES`` (``decode_mode``); "auto" uses the CUDA-graph decoder on a CUDA
+            GPU where it applies (a merged 16/32-bit Llama, greedy), and ``generate`` otherwise.
         ignore_eos: generate exactly ``max_new_tokens`` tokens (benchmarks).
         return_ids: return each answer's new token ids instead of its text.
 
@@ -205,26 +247,34 @@ def stream(
     mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor,
                        new_tokens=len(instructions) * max_new_tokens)
     prompts = [format_prompt(instruction, context, "", template) for instruction, context in zip(instructions, inputs)]
-    if mode != "plain":  # one cache for the longest prompt: no recompilation between the answers
-        longest = max(len(tokenizer(p).input_ids) for p in prompts)
+    if mode in ("eager", "inductor"):  # one cache for the longest prompt: no recompilation between the answers
+        longest = max(len(ids) for ids in encode_prompts(tokenizer, prompts).input_ids)
         decoder_for(model, longest + max_new_tokens, mode)
     answers = []
     for instruction, prompt in zip(instructions, prompts):
         print(f"### Instruction: {instruction}")
-        batch = tokenizer([prompt], return_tensors="pt").to(model.device)
+        batch = encode_prompts(tokenizer, [prompt], return_tensors="pt").to(model.device)
         n = batch["input_ids"].shape[1]
-        if mode != "plain":
+        ids = None
+        if mode == "graph":
+            streamer = TextStreamer(tokenizer, skip_special_tokens=True)
+            found = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
+                                   forced=decode == "graph", on_tokens=lambda rows: streamer.put(torch.tensor(rows[0])))
+            streamer.end()
+            ids = found[0] if found is not None else None
+            mode = mode if found is not None else "plain"
+        if mode in ("eager", "inductor"):
             streamer = TextStreamer(tokenizer, skip_special_tokens=True)
             decoder = decoder_for(model, n + max_new_tokens, mode)
             ids = decoder.decode(batch["input_ids"], max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
                                  on_tokens=lambda chunk: streamer.put(torch.tensor(chunk)))
             streamer.end()
-        else:
+        elif ids is None:
             streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
             kwargs = _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty)
             if ignore_eos:
                 kwargs["min_new_tokens"] = max_new_tokens
-            with torch.inference_mode():
+            with torch.inference_mode(), sdpa_while_generating(model):
                 out = model.generate(**batch, streamer=streamer, logits_processor=logits_processor, **kwargs)
             ids = out[0, n:].tolist()
             if tokenizer.eos_token_id in ids and not ignore_eos:

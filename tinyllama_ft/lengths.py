@@ -1,8 +1,10 @@
 """Rows longer than ``max_seq_length`` tokens: counted and reported before training, then handled by a policy.
 
-A row's length is the token count of its whole training text (formatted prompt + response + EOS), tokenized
-as TRL's ``SFTTrainer`` tokenizes it: ``tokenizer(text=...)`` with the tokenizer's own special tokens (BOS for
-Llama), after TRL's "append EOS unless the text already ends with it" step.
+A row's length is the token count of its whole training row (formatted prompt + response + EOS) as the
+trainer gets it: ``tokenization.tokenize_dataset``'s ``input_ids`` (the tokenizer's own special tokens, BOS for
+Llama, special-token text kept as text, the EOS id appended), the prompt being where ``completion_mask`` is 0.
+A dataset holding only a ``text`` column is measured as TRL's ``SFTTrainer`` tokenizes it:
+``tokenizer(text=...)`` after TRL's "append EOS unless the text already ends with it" step.
 
 What TRL does with a row longer than ``max_seq_length`` (read in TRL 1.15.0 and 1.16.0, identical in both):
 
@@ -33,6 +35,7 @@ from typing import Any, Sequence
 from .config import DEFAULTS
 from .packing import LONG_ROWS, resolve_packing_strategy  # noqa: F401  (re-exported: their home until this split)
 from .prompts import RESPONSE_MARKER, add_eos
+from .tokenization import training_rows
 
 #: How many row indices a summary names.
 SHOW_ROWS = 5
@@ -197,13 +200,15 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_length,
                   packing: bool = DEFAULTS.packing, packing_strategy: str = DEFAULTS.packing_strategy,
                   data_report=None, text_column: str = "text",
-                  output_column: str = DEFAULTS.output_column) -> LengthReport:
-    """Measure every row of a formatted dataset against ``max_seq_length``, before training.
+                  output_column: str = DEFAULTS.output_column, template: str = DEFAULTS.template) -> LengthReport:
+    """Measure every row of a dataset against ``max_seq_length``, before training, as the trainer gets it.
 
     Args:
-        dataset: ``datasets.Dataset`` with a ``text_column`` (``prompts.make_formatting_func`` output) and,
-            ideally, the ``output_column`` it was built from (it marks where the response starts; without
-            it the last ``"### Response:\\n"`` does).
+        dataset: ``datasets.Dataset`` of tokenized rows (``input_ids`` + ``completion_mask``,
+            ``tokenization.tokenize_dataset`` output: the prompt is where the mask is 0), or of Alpaca rows
+            (tokenized the same way here, as ``build_trainer`` does), or with only a ``text_column`` (measured
+            as TRL tokenizes it; the ``output_column`` it was built from, when there, marks where the
+            response starts; without it the last ``"### Response:\\n"`` does).
         tokenizer: the run's tokenizer (the one passed to ``build_trainer``).
         max_seq_length: the trainer's window, in tokens.
         packing: whether the trainer packs.
@@ -212,6 +217,7 @@ def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_
         data_report: the ``data.DataReport`` of ``load_instruction_data``: messages then give the row's
             index in the source (0-based, as the data report's), not in ``dataset``.
         text_column, output_column: column names.
+        template: as ``prompts.format_prompt``, for Alpaca rows.
 
     Returns:
         A ``LengthReport`` (no policy applied yet; ``summary()`` says what the trainer would do).
@@ -224,6 +230,27 @@ def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_
         raise ValueError(f"max_seq_length={max_seq_length!r} is not allowed: a positive number of tokens")
     if packing and packing_strategy not in ("bfd", "bfd_split", "wrapped"):
         raise ValueError(f"packing_strategy={packing_strategy!r} is not one of 'bfd', 'bfd_split', 'wrapped'")
+    rows = training_rows(dataset, tokenizer, template=template)
+    if "completion_mask" in rows.column_names:  # our tokenization: the prompt is where the mask is 0
+        masks = rows["completion_mask"]
+        lengths = [len(m) for m in masks]
+        long = [i for i, n in enumerate(lengths) if n > max_seq_length]
+        overflow = [i for i in long if 1 not in masks[i][:max_seq_length]]
+    else:
+        lengths, long, overflow = _text_lengths(dataset, tokenizer, max_seq_length, text_column, output_column)
+    row_ids = None
+    if data_report is not None:
+        bad = {b.index for b in data_report.bad}
+        row_ids = [i for i in range(data_report.total) if i not in bad]
+        if len(row_ids) != len(lengths):
+            raise ValueError(f"data_report kept {len(row_ids)} rows but the dataset has {len(lengths)}: pass the "
+                             "report of the rows this dataset was built from, or data_report=None")
+    return LengthReport(max_seq_length, packing, packing_strategy if packing else None, lengths, long, overflow,
+                        row_ids)
+
+
+def _text_lengths(dataset, tokenizer, max_seq_length, text_column, output_column):
+    """``(lengths, long, prompt_overflow)`` of a ``text`` dataset, tokenized as TRL tokenizes it."""
     texts = dataset[text_column]
     ids = token_ids(texts, tokenizer)
     lengths = [len(x) for x in ids]
@@ -234,15 +261,7 @@ def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_
     prompt_ids = token_ids([prompts[i] for i in measurable], tokenizer, append_eos=False)
     # the response starts where the prompt's tokens stop matching the full text's (they may merge at the edge)
     overflow = [i for i, p in zip(measurable, prompt_ids) if _common_prefix(p, ids[i]) >= max_seq_length]
-    row_ids = None
-    if data_report is not None:
-        bad = {b.index for b in data_report.bad}
-        row_ids = [i for i in range(data_report.total) if i not in bad]
-        if len(row_ids) != len(lengths):
-            raise ValueError(f"data_report kept {len(row_ids)} rows but the dataset has {len(lengths)}: pass the "
-                             "report of the rows this dataset was built from, or data_report=None")
-    return LengthReport(max_seq_length, packing, packing_strategy if packing else None, lengths, long, overflow,
-                        row_ids)
+    return lengths, long, overflow
 
 
 def apply_long_rows(dataset, report: LengthReport, *, policy: str = DEFAULTS.long_rows):

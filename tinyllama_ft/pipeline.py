@@ -27,7 +27,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
 
     Returns:
         The run summary, as written to ``<output_dir>/run_summary.json``; in a non-main process of a
-        multi-process launch, ``{"process_index", "global_step", "train_loss"}`` (it writes nothing).
+        multi-process launch, ``{"process_index", "global_step", "train_loss"}`` (it writes nothing). A
+        ``dataset_format`` other than ``"alpaca"`` runs ``chat_pipeline.run_chat_training`` instead (the chat
+        notebook's cells).
 
     Raises:
         Whatever the helpers raise (``prepare_output_dir`` refusing an earlier run or a locked folder, a
@@ -35,6 +37,10 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         folder's run lock is released however the run ends. A non-main process of a launch raises
         ``distributed.MainProcessError`` when the main process failed to install or prepare the folder.
     """
+    if cfg.dataset_format != "alpaca":  # conversations: the chat notebook's run
+        from .chat_pipeline import run_chat_training
+
+        return run_chat_training(cfg, hardware=hardware)
     from accelerate.utils import release_memory
 
     from .adapters import load_adapter, save_adapter
@@ -43,6 +49,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .distributed import is_main_process, main_process_first, same_on_all_processes
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
+    from .export import describe_exports, export_adapter
     from .generation import as_samples, format_answers, generate, stream
     from .hardware import cap_gpu_memory, detect_hardware
     from .install import install
@@ -52,9 +59,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .modeling import load_model
     from .plan import plan_run
     from .plotting import loss_curve
-    from .prompts import make_formatting_func
     from .runs import ensure_drive, prepare_output_dir
     from .summary import build_run_summary, write_run_summary
+    from .tokenization import tokenize_dataset
     from .tracking import finish_tracking, start_tracking
     from .trainer import build_trainer, training_plan
     from .training import train_and_evaluate
@@ -89,7 +96,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                          gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
-        rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
+        rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
         lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
                                 packing_strategy=cfg.packing_strategy, data_report=data_report)
         rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
@@ -112,6 +119,11 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         finish_tracking(tracking)
         adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
         print(f"adapter saved to {adapter_dir}")
+        exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                                 template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                                 load_in_4bit=plan.load_in_4bit, hardware=hardware,
+                                 trust_remote_code=cfg.trust_remote_code)
+        print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
         model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                                         load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,

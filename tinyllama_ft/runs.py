@@ -42,8 +42,8 @@ from .paths import expand_path
 DRIVE_MOUNT_POINT = "/content/drive"
 #: The run's identity, written in ``output_dir`` when a run starts.
 RUN_CONFIG = "run_config.json"
-#: Files the notebook writes in ``output_dir`` at the end of a run.
-RUN_OUTPUTS = ("run_summary.json", "loss_curve.png")
+#: What the notebook writes in ``output_dir`` at the end of a run (``export``: the ``export_formats`` folder).
+RUN_OUTPUTS = ("run_summary.json", "loss_curve.png", "export")
 #: Fields that do not change what is computed (where things go, what is logged or asked afterwards, how
 #: it executes, how far it trains): left out of ``run_config.json``, free to change on resume. Derived from
 #: the ``identity`` marks in ``config.py``.

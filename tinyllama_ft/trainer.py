@@ -23,6 +23,7 @@ from .config import FinetuneConfig
 from .paths import expand_path
 from .plan import RunPlan
 from .precision import trainer_precision_flags
+from .tokenization import prepare_training_rows
 
 
 #: Arguments whose name changed across TRL / transformers releases: our name -> spellings, newest first.
@@ -78,6 +79,7 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
         run_name=cfg.wandb_run_name,
         gradient_checkpointing=plan.gradient_checkpointing,
         dataset_text_field="text",
+        completion_only_loss=cfg.completion_only_loss,  # explicit: None enables it only for prompt/completion columns
         packing=cfg.packing,
         dataset_num_proc=cfg.dataset_num_proc,
         include_num_input_tokens_seen="non_padding",
@@ -114,7 +116,7 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
 
 def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: FinetuneConfig, plan: RunPlan,
                   callbacks=None, progress: bool = True):
-    """A TRL ``SFTTrainer`` for a ``"text"`` dataset (``prompts.make_formatting_func`` output).
+    """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output).
 
     Unlike the other helpers it takes the whole configuration and plan (it needs some 25 of their values);
     ``sft_config_kwargs(cfg, plan, has_eval=...)`` shows exactly which ``SFTConfig`` arguments they become.
@@ -122,17 +124,26 @@ def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: Fi
     Args:
         model: the LoRA model (``lora.add_lora``).
         tokenizer: its tokenizer (passed as ``processing_class``, or ``tokenizer`` on old TRL).
-        train_dataset, eval_dataset: ``datasets.Dataset`` with a ``"text"`` column; eval may be None.
+        train_dataset, eval_dataset: ``datasets.Dataset`` with ``input_ids`` + ``completion_mask``, or Alpaca
+            columns (tokenized here, ``cfg.template``), or only ``"text"`` (TRL tokenizes it, special-token text
+            parsed); eval may be None. Rows with no token to train on are dropped and counted
+            (``tokenization.prepare_training_rows``).
         cfg, plan: as ``sft_config_kwargs``.
         callbacks: extra ``transformers.TrainerCallback`` objects.
         progress: add ``progress.ProgressPrinter`` (one printed line per logging step: step, loss, tokens/s).
 
     Returns:
         The trainer; its ``train_dataset`` is already tokenized and packed.
+
+    Raises:
+        ValueError: no row of a dataset has a token to train on.
     """
     from trl import SFTConfig, SFTTrainer
 
     from .progress import ProgressPrinter
+
+    train_dataset, eval_dataset = prepare_training_rows(train_dataset=train_dataset, eval_dataset=eval_dataset,
+                                                        tokenizer=tokenizer, cfg=cfg)
 
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))

@@ -40,3 +40,24 @@ def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_
     fast = stream(merged, tokenizer, questions, max_new_tokens=200, decode="inductor", ignore_eos=True, return_ids=True)
     plain = stream(merged, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
     assert fast == plain
+
+
+def test_graph_decoder_gives_generates_greedy_tokens_on_a_real_model_and_batches(stories_dir, tmp_path):
+    """The fused CUDA-graph decoder (Liger kernels where installed), float32: generate's greedy tokens, one
+    prompt at a time and in a left-padded batch."""
+    from tinyllama_ft.generation import generate, stream
+    from tinyllama_ft.graph_decoding import fused_decoder_for
+    from tinyllama_ft.modeling import load_model
+
+    model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype="float32", load_in_4bit=False, backend="transformers",
+                                  hardware=detect_hardware())
+    questions = ["Tell me a story about a cat.", "What is the capital of France?", "Write a haiku about the sea."]
+    fast = stream(model, tokenizer, questions, max_new_tokens=200, decode="auto", ignore_eos=True, return_ids=True)
+    decoder = fused_decoder_for(model, 1, 300)
+    assert decoder.graph is not None, "auto did not use the CUDA-graph decoder"
+    print("kernels:", decoder.kernels, "matmul:", decoder.matmul)
+    plain = stream(model, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
+    assert fast == plain
+    together = generate(model, tokenizer, questions, max_new_tokens=120)
+    assert together == generate(model, tokenizer, questions, max_new_tokens=120, decode="plain")
+    assert fused_decoder_for(model, 3, 200).graph is not None

@@ -1,0 +1,49 @@
+"""The chat run through the command line's function (``pipeline.run_training`` hands a conversation
+``dataset_format`` to ``chat_pipeline.run_chat_training``): a tiny random Llama with SmolLM2-135M-Instruct's real
+tokenizer and ChatML template, saved as a model folder, on the hand-written multi-turn fixture set plus real
+Alpaca rows as one-turn conversations. Every step runs: rows, family setup, masks, training, save, merged reload,
+generation through the template, the run summary."""
+
+import json
+
+import pytest
+
+from chat_fixtures import MULTITURN, cpu_trl_cannot_train, smollm2_tokenizer, tiny_model
+
+
+@pytest.fixture(scope="module")
+def tiny_chat_model_dir(tmp_path_factory, shared_data):
+    tokenizer = smollm2_tokenizer(shared_data)
+    model = tiny_model("llama", tokenizer)
+    folder = tmp_path_factory.mktemp("tiny-chat-model")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
+def test_run_training_takes_the_chat_path_for_conversations(tiny_chat_model_dir, alpaca_jsonl, tmp_path):
+    from tinyllama_ft.config import FinetuneConfig
+    from tinyllama_ft.pipeline import run_training
+
+    small = tmp_path / "alpaca_40.jsonl"
+    with open(alpaca_jsonl, encoding="utf-8") as f:
+        small.write_text("".join(next(f) for _ in range(40)), encoding="utf-8")
+    cfg = FinetuneConfig(model_name=tiny_chat_model_dir, dataset=str(small), extra_datasets=[str(MULTITURN)],
+                         dataset_format="auto", max_seq_length=256, load_in_4bit=False, backend="transformers",
+                         lora_r=4, lora_alpha=8, learning_rate=1e-3, per_device_train_batch_size=4,
+                         gradient_accumulation_steps=1, per_device_eval_batch_size=4, max_steps=2, test_size=0.2,
+                         gradient_checkpointing=False, eval_steps=1000, save_steps=1000, report_to="none",
+                         dataset_num_proc=None, output_dir=str(tmp_path / "out"), prompts=["Hi", "Name a color."],
+                         max_new_tokens=4)
+    summary = run_training(cfg)
+    written = json.loads((tmp_path / "out" / "run_summary.json").read_text(encoding="utf-8"))
+    assert written["chat"] == summary["chat"]
+    chat = summary["chat"]
+    assert (chat["family"], chat["end_of_turn"], chat["pad_token"]) == ("smollm2", "<|im_end|>", "<|endoftext|>")
+    assert chat["rows_tokenized"] == 52 and chat["rows_kept"] + sum(chat["rows_dropped"].values()) == 52
+    assert chat["supervision"]["samples"] == chat["supervision"]["samples_ok"] > 0
+    assert summary["data"]["rows_read"] == 52 and summary["global_step"] == 2
+    assert [s["instruction"] for s in summary["samples"]] == ["Hi", "Name a color."]
+    assert (tmp_path / "out" / "lora_model" / "adapter_config.json").is_file()
+    assert (tmp_path / "out" / "loss_curve.png").is_file()

@@ -1,0 +1,92 @@
+"""One-token projections (``x @ W.T`` for a single row) as a Triton kernel, a lever for the fused decoder.
+
+At batch 1 every decode-step projection is a matrix-vector product that reads the whole weight once;
+cuBLAS runs them as GEMM-shaped kernels (``nvjet`` + a split-K reduction) at ~2.4 TB/s of the H200's
+~4.3 measured (benchmarks/README.md). This kernel gives each program ``BLOCK_N`` weight rows, reads them
+along K in ``BLOCK_K`` columns (coalesced), accumulates in float32 and writes one bf16/fp16/fp32 value
+per row: one kernel per projection, no reduction pass. ``FusedLlamaDecoder(matmul="triton")`` uses it;
+``benchmarks/decode_probe.py`` times it against cuBLAS on TinyLlama's shapes.
+"""
+
+from __future__ import annotations
+
+#: ``(BLOCK_N, BLOCK_K, num_warps)`` used when no shape-specific entry is in ``CONFIGS``: the sweep's best
+#: for three of TinyLlama's five shapes.
+DEFAULT_CONFIG = (4, 1024, 8)
+#: ``(N, K) -> (BLOCK_N, BLOCK_K, num_warps)``: per-shape choices, the fastest of 18 block shapes on the H200
+#: (benchmarks/decode_probe.py, results/2026-12-01-decode-probe.json): TinyLlama's q|k|v, o, gate|up,
+#: down and lm_head; 22 layers' projections 0.655 ms (2.96 TB/s) against cuBLAS's 0.828 (2.34 TB/s).
+CONFIGS: dict[tuple[int, int], tuple[int, int, int]] = {
+    (2560, 2048): (4, 1024, 8), (2048, 2048): (4, 1024, 8), (11264, 2048): (16, 256, 4),
+    (2048, 5632): (4, 1024, 8), (32000, 2048): (4, 512, 4),
+}
+
+_kernel = None
+
+
+def _compiled():
+    """The ``triton.jit`` kernel, defined on first use (Triton is imported only here)."""
+    global _kernel
+    if _kernel is None:
+        import triton
+        import triton.language as tl
+
+        @triton.jit
+        def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+            rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+            row_ok = rows < N
+            acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+            for k0 in range(0, K, BLOCK_K):
+                cols = k0 + tl.arange(0, BLOCK_K)
+                col_ok = cols < K
+                w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+                x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
+                acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+            tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
+
+        _kernel = gemv_kernel
+    return _kernel
+
+
+def gemv(x, weight, out=None, config: tuple[int, int, int] | None = None):
+    """``weight @ x``: x ``(K,)``, weight ``(N, K)`` row-major (a ``nn.Linear`` weight), same dtype, on CUDA.
+
+    Args:
+        x: the one row of activations, contiguous.
+        weight: the projection's weight, contiguous.
+        out: optional ``(N,)`` output tensor (else a new one).
+        config: ``(BLOCK_N, BLOCK_K, num_warps)``; None: ``CONFIGS[(N, K)]`` or ``DEFAULT_CONFIG``.
+
+    Returns:
+        ``(N,)`` tensor in ``x``'s dtype (float32 accumulation).
+
+    Raises:
+        ValueError: shapes that do not match, or tensors that are not contiguous.
+    """
+    import torch
+
+    if x.dim() != 1 or weight.dim() != 2 or weight.shape[1] != x.shape[0]:
+        raise ValueError(f"gemv: x {tuple(x.shape)} and weight {tuple(weight.shape)} do not make weight @ x")
+    if not (x.is_contiguous() and weight.is_contiguous()):
+        raise ValueError("gemv: x and weight must be contiguous")
+    n, k = weight.shape
+    block_n, block_k, warps = config or CONFIGS.get((n, k), DEFAULT_CONFIG)
+    if out is None:
+        out = torch.empty(n, dtype=x.dtype, device=x.device)
+    _compiled()[(-(-n // block_n),)](weight, x, out, n, k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
+    return out
+
+
+def use_configs(path: str) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """Add the block shapes in a JSON file (``{"N,K": [BLOCK_N, BLOCK_K, num_warps]}``, as
+    benchmarks/decode_probe.py writes them) to ``CONFIGS``; returns what was added.
+
+    Raises:
+        OSError / ValueError: the file cannot be read or is not that JSON.
+    """
+    import json
+
+    with open(path, encoding="utf-8") as f:
+        added = {tuple(int(v) for v in key.split(",")): tuple(int(v) for v in cfg) for key, cfg in json.load(f).items()}
+    CONFIGS.update(added)
+    return added
