@@ -33,7 +33,8 @@ def test_each_process_takes_its_share_of_the_configured_effective_batch(split, p
 
 def test_an_effective_batch_that_does_not_divide_names_the_fields(cpu):
     cfg = FinetuneConfig(per_device_train_batch_size=3, gradient_accumulation_steps=3)
-    with pytest.raises(ValueError, match=r"per_device_train_batch_size=3 x gradient_accumulation_steps=3 = 9 .* 2 processes"):
+    with pytest.raises(ValueError,
+                       match=r"per_device_train_batch_size=3 x gradient_accumulation_steps=3 = 9 .* 2 processes"):
         plan_run(cfg, cpu, world_size=2)
 
 
@@ -134,7 +135,8 @@ def test_two_launched_processes_agree_on_the_plan_and_share_the_main_process_fai
     done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                            str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = {line for rank in (0, 1) for line in (tmp_path / f"rank{rank}.txt").read_text(encoding="utf-8").splitlines()}
+    lines = {line for rank in (0, 1)
+             for line in (tmp_path / f"rank{rank}.txt").read_text(encoding="utf-8").splitlines()}
     differs = "the split differs between the launched processes (process 0: (2, 2), process 1: (3, 2))"
     assert {f"rank 0 differs: {differs}", f"rank 1 differs: {differs}"} <= lines
     assert {"rank 0 block main=True", "rank 1 block main=False"} <= lines
@@ -142,3 +144,13 @@ def test_two_launched_processes_agree_on_the_plan_and_share_the_main_process_fai
     assert ("rank 1 stopped: MainProcessError: preparing output_dir failed on the main process: "
             "FileExistsError: output_dir='x' holds an earlier run") in lines
     assert not any("after a failure" in line for line in lines)
+
+
+def test_chat_training_refuses_a_multi_process_launch_before_doing_anything(monkeypatch, tmp_path):
+    from tinyllama_ft.chat_pipeline import run_chat_training
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    cfg = FinetuneConfig(dataset_format="messages", output_dir=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=r"dataset_format='messages': chat training runs in one process only"):
+        run_chat_training(cfg)
+    assert not (tmp_path / "run").exists()

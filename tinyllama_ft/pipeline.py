@@ -73,9 +73,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
     plan = plan_run(cfg, hardware)
     print(plan.summary())
-    same_on_all_processes((plan.per_device_train_batch_size, plan.gradient_accumulation_steps,
-                           plan.gradient_checkpointing), what="the plan's batch x accumulation and checkpointing "
-                          "(each process sizes them to its GPU's free memory: gpu_memory_cap_gib plans all for the same)")
+    split = (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing)
+    same_on_all_processes(split, what="the plan's batch x accumulation and checkpointing (each process sizes them "
+                          "to its GPU's free memory: gpu_memory_cap_gib plans all for the same)")
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
     with main_process_first("loading the dataset"):  # a Hub dataset is downloaded into the cache once
         rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
@@ -84,7 +84,8 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                                                   strict=cfg.strict)
     with main_process_first("preparing output_dir") as main:  # the lock, the check, the clearing: main only
         if main:
-            print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))}")
+            prepared = prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))
+            print(f"output_dir {cfg.output_dir!r}: {prepared}")
     try:
         cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
         model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
