@@ -136,5 +136,10 @@ def train_and_report(trainer, clock: Clock, name: str, seq: int, bs: int, ga: in
         steps=len(clock.t), seq=seq, bs=bs, ga=ga,
         train_wall_s=round(wall, 1),
     )
+    if trainer.args.world_size > 1:  # DDP: tokens above are all processes'; memory is per GPU, rank 0 reports
+        peaks = trainer.accelerator.gather(torch.tensor([result["peak_gib"]], device=trainer.args.device)).tolist()
+        result.update(processes=trainer.args.world_size, peak_gib_per_gpu=peaks, peak_gib=max(peaks))
+        if not trainer.is_world_process_zero():
+            return result
     print("RESULT " + json.dumps(result), flush=True)
     return result

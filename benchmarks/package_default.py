@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: t
 
 from tinyllama_ft.config import FinetuneConfig
 from tinyllama_ft.data import load_instruction_data
+from tinyllama_ft.distributed import same_on_all_processes
 from tinyllama_ft.hardware import cap_gpu_memory, detect_hardware
 from tinyllama_ft.lora import add_lora
 from tinyllama_ft.modeling import load_model
@@ -38,6 +39,7 @@ hardware = detect_hardware()
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
 plan = plan_run(cfg, hardware)  # the notebook's "How it will run" cell
 print(plan.summary(), flush=True)
+same_on_all_processes((plan.per_device_train_batch_size, plan.gradient_accumulation_steps), what="the batch split")
 if plan.backend == "unsloth":
     import unsloth  # noqa: F401  before transformers is imported below (common.py)
 model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
@@ -51,5 +53,8 @@ rows, _ = load_instruction_data(cfg.dataset)
 train = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
 clock = Clock()
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg, plan=plan, callbacks=[clock])
-train_and_report(trainer, clock, "package_default_t4" if a.t4 else "package_default", cfg.max_seq_length,
+name = "package_default_t4" if a.t4 else "package_default"
+if plan.world_size > 1:  # accelerate launch (train_throughput.py's package_ddp2): the same script on each GPU
+    name = f"package_ddp{plan.world_size}"
+train_and_report(trainer, clock, name, cfg.max_seq_length,
                  plan.per_device_train_batch_size, plan.gradient_accumulation_steps)

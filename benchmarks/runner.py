@@ -27,12 +27,17 @@ def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
             del keep[: len(keep) - limit]
 
 
-def run_configuration(name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None) -> dict:
+def run_configuration(name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None,
+                      launcher: list[str] = ()) -> dict:
     """Run one configuration's script (with ``extra_env`` added to its environment); its RESULT dict, or
-    ``{"name", "failed": last stderr lines}``."""
+    ``{"name", "failed": last stderr lines}``.
+
+    ``launcher``: arguments between the interpreter and the script, e.g. ``["-m", "accelerate.commands.launch",
+    "--config_file", ..., "--num_processes", "2"]`` (the script then runs once per GPU; rank 0 prints RESULT).
+    """
     print(f"\n===== {name}: {script} =====", flush=True)
     env = {**os.environ, **CHILD_ENV, **(extra_env or {})}
-    proc = subprocess.Popen([sys.executable, str(HERE / script), *argv], cwd=workdir, env=env,
+    proc = subprocess.Popen([sys.executable, *launcher, str(HERE / script), *argv], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     out, err = bytearray(), bytearray()
     pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),

@@ -32,7 +32,14 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         Whatever the helpers raise, unchanged (a bad row in strict mode, a template whose end-of-turn token the
         model does not stop on, every row left without a supervised token). The run lock is released however
         the run ends.
+        ValueError: under a multi-process launch (``accelerate launch``): the chat run has no main-process-only
+            rules yet (``pipeline.run_training`` has them), so every process would write the folder.
     """
+    from .distributed import world_size
+
+    if world_size() > 1:
+        raise ValueError(f"dataset_format={cfg.dataset_format!r}: chat training runs in one process only, not "
+                         f"under accelerate launch ({world_size()} processes); run tinyllama-ft train directly")
     from accelerate.utils import release_memory
 
     from .adapters import load_adapter, save_adapter

@@ -162,7 +162,9 @@ class FinetuneConfig:
     optim: str | None = _field(None, "training", identity=True)
     """Optimizer; None: the article's "adamw_8bit" on CUDA, "adamw_torch" on a CPU (bitsandbytes needs CUDA)."""
     per_device_train_batch_size: int = _field(2, "training", identity=False)
-    """Sequences per micro-batch; the article's 2 (the fast recipe re-splits the effective batch)."""
+    """Sequences per micro-batch; the article's 2 (the fast recipe re-splits the effective batch). Under
+    accelerate launch with N processes, this x gradient_accumulation_steps is the global batch: each process
+    takes 1/N of it."""
     gradient_accumulation_steps: int = _field(4, "training", identity=False)
     """Micro-batches per optimizer step; the article's 4: effective batch 2 x 4 = 8 sequences."""
     per_device_eval_batch_size: int = _field(2, "training", identity=False)

@@ -110,7 +110,8 @@ def is_importable(module: str) -> bool:
 def cap_gpu_memory(cap_gib: float, hardware: Hardware | None = None) -> float | None:
     """Limit this process's CUDA memory to ``cap_gib`` GiB (a T4 stand-in on a bigger GPU).
 
-    Applied with ``torch.cuda.set_per_process_memory_fraction``. Returns the fraction applied, or
+    Applied with ``torch.cuda.set_per_process_memory_fraction`` on this process's device (0 alone, its
+    ``LOCAL_RANK`` under ``accelerate launch``). Returns the fraction applied, or
     ``None`` when ``cap_gib`` is 0 or there is no CUDA device.
 
     Raises:
@@ -127,7 +128,9 @@ def cap_gpu_memory(cap_gib: float, hardware: Hardware | None = None) -> float | 
         )
     import torch
 
+    from .distributed import local_process_index
+
     fraction = cap_gib / hardware.total_memory_gib
-    torch.cuda.set_per_process_memory_fraction(fraction, 0)
+    torch.cuda.set_per_process_memory_fraction(fraction, local_process_index())
     print(f"GPU memory capped at {cap_gib} GiB ({fraction:.3f} of {hardware.total_memory_gib} GiB)")
     return fraction

@@ -35,6 +35,8 @@ import time
 import uuid
 from datetime import datetime, timezone
 
+from .distributed import is_main_process  # the one rule for "main process only" (re-exported)
+
 #: The lock file's name inside ``output_dir``.
 LOCK_FILE = "run.lock"
 #: Seconds between heartbeats of a live run.
@@ -52,24 +54,6 @@ class RunLockedError(RuntimeError):
 
 def _utc(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def is_main_process(env=None) -> bool:
-    """True unless this is a non-main process of a multi-process launch.
-
-    Reads ``RANK`` (global rank), else ``LOCAL_RANK``, else accelerate's ``PartialState`` when it is
-    already set up (never initialised here); a plain process is the main one.
-    """
-    env = os.environ if env is None else env
-    for name in ("RANK", "LOCAL_RANK"):
-        if env.get(name, "").strip():
-            return int(env[name]) == 0
-    if "accelerate" in sys.modules:
-        from accelerate.state import PartialState
-
-        if PartialState._shared_state:
-            return PartialState().is_main_process
-    return True
 
 
 def _pid_alive(pid: int) -> bool:

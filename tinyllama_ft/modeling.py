@@ -195,8 +195,10 @@ def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, har
     kwargs = {}
     if load_in_4bit:
         kwargs["quantization_config"] = bnb_4bit_config(dtype_name)
-    if hardware.cuda:
-        kwargs["device_map"] = {"": 0}
+    if hardware.cuda:  # this process's GPU: under accelerate launch each process holds its own copy (DDP)
+        from .distributed import local_process_index
+
+        kwargs["device_map"] = {"": local_process_index()}
     model = AutoModelForCausalLM.from_pretrained(
         model_name,
         config=config,

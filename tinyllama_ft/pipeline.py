@@ -3,6 +3,11 @@
 ``run_training`` calls the same helpers, with the same arguments, in the same order as the notebook's
 cells (the notebook keeps one call per cell, so that it reads as documentation and each cell can be
 copied); tests/test_cli.py checks that both give the same eval losses on the same inputs.
+
+Under ``accelerate launch --num_processes N`` every process runs this function and trains (DDP); the main
+process alone takes the output folder's lock and prepares it (the others wait, and fail with its error if
+it fails), starts W&B, and after training saves the adapter, answers the prompts, writes the summary and
+releases the lock, while the others return (``distributed.py``; tests/test_ddp.py).
 """
 
 from __future__ import annotations
@@ -21,13 +26,16 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         hardware: injected machine facts; default ``hardware.detect_hardware()``.
 
     Returns:
-        The run summary, as written to ``<output_dir>/run_summary.json``. A ``dataset_format`` other than
-        ``"alpaca"`` runs ``chat_pipeline.run_chat_training`` instead (the chat notebook's cells).
+        The run summary, as written to ``<output_dir>/run_summary.json``; in a non-main process of a
+        multi-process launch, ``{"process_index", "global_step", "train_loss"}`` (it writes nothing). A
+        ``dataset_format`` other than ``"alpaca"`` runs ``chat_pipeline.run_chat_training`` instead (the chat
+        notebook's cells).
 
     Raises:
         Whatever the helpers raise (``prepare_output_dir`` refusing an earlier run or a locked folder, a
         data error naming the row, an out-of-memory message naming the knobs), unchanged. The output
-        folder's run lock is released however the run ends.
+        folder's run lock is released however the run ends. A non-main process of a launch raises
+        ``distributed.MainProcessError`` when the main process failed to install or prepare the folder.
     """
     if cfg.dataset_format != "alpaca":  # conversations: the chat notebook's run
         from .chat_pipeline import run_chat_training
@@ -38,6 +46,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .adapters import load_adapter, save_adapter
     from .credentials import export_secrets
     from .data import load_instruction_data, split_train_eval
+    from .distributed import is_main_process, main_process_first, same_on_all_processes
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
     from .export import describe_exports, export_adapter
@@ -60,15 +69,23 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     print("secrets:", export_secrets())
     hardware = hardware or detect_hardware()
     print(hardware)
-    install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
+    with main_process_first("install"):  # one pip at a time
+        install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
     plan = plan_run(cfg, hardware)
     print(plan.summary())
+    split = (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing)
+    same_on_all_processes(split, what="the plan's batch x accumulation and checkpointing (each process sizes them "
+                          "to its GPU's free memory: gpu_memory_cap_gib plans all for the same)")
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
-    rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
-                                              instruction_column=cfg.instruction_column,
-                                              input_column=cfg.input_column, output_column=cfg.output_column,
-                                              strict=cfg.strict)
-    print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))}")
+    with main_process_first("loading the dataset"):  # a Hub dataset is downloaded into the cache once
+        rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
+                                                  instruction_column=cfg.instruction_column,
+                                                  input_column=cfg.input_column, output_column=cfg.output_column,
+                                                  strict=cfg.strict)
+    with main_process_first("preparing output_dir") as main:  # the lock, the check, the clearing: main only
+        if main:
+            prepared = prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))
+            print(f"output_dir {cfg.output_dir!r}: {prepared}")
     try:
         cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
         model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
@@ -87,7 +104,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(lengths.summary())
         train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
         print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
-        tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project,
+        tracking = start_tracking(report_to=cfg.report_to if main else "none", wandb_project=cfg.wandb_project,
                                   wandb_run_name=cfg.wandb_run_name, output_dir=cfg.output_dir, config=cfg.to_dict())
         print(tracking)
         trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset,
@@ -97,6 +114,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         eos = eos_first_batch(trainer)
         print(describe_eos(eos))
         results = train_and_evaluate(trainer, resume=cfg.resume)
+        if not is_main_process():
+            return {"process_index": trainer.args.process_index, "global_step": results["global_step"],
+                    "train_loss": results["train_loss"]}
         finish_tracking(tracking)
         adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
         print(f"adapter saved to {adapter_dir}")

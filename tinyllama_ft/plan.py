@@ -14,11 +14,16 @@ effective batch, schedule, optimizer, LoRA and 4-bit base) and changes only how 
 * every GPU: the largest micro-batch that memory allows (``speed.estimate_peak_gib``), accumulation
   shrinking to keep the effective batch, checkpointing only when the activations do not fit;
 * CPU: transformers with SDPA, checkpointing off (it only costs time there), the configured split.
+
+Under ``accelerate launch --num_processes N`` (DDP, ``distributed.world_size()``) the effective batch stays
+the configuration's: each process takes 1/N of it, ``per_device_train_batch_size`` x
+``gradient_accumulation_steps`` of the plan being one process's share (``split_over_processes``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +48,8 @@ class RunPlan:
             the matmuls run under bf16 autocast (TRL's default).
         attn_implementation: transformers' attention kernel, or None for the backend's own.
         use_liger_kernel: Liger's fused kernels through the trainer.
-        per_device_train_batch_size, gradient_accumulation_steps: the split of the effective batch.
+        per_device_train_batch_size, gradient_accumulation_steps: the split of the effective batch, per
+            process: sequences per micro-batch in each process, micro-batches per optimizer step.
         gradient_checkpointing: recompute activations in the backward pass.
         optim: the trainer's optimizer name.
         rope_scaling_factor: linear RoPE factor the load applies (None: the model's positions suffice,
@@ -51,6 +57,7 @@ class RunPlan:
         estimated_peak_gib, budget_gib: estimated peak CUDA memory and the memory planned for, in GiB
             (None on a CPU or without the model config).
         reasons: one line per decision.
+        world_size: processes training together (``accelerate launch --num_processes``); 1 alone.
     """
 
     recipe: str
@@ -69,11 +76,12 @@ class RunPlan:
     estimated_peak_gib: float | None = None
     budget_gib: float | None = None
     reasons: tuple[str, ...] = ()
+    world_size: int = 1
 
     @property
     def effective_batch_size(self) -> int:
-        """Sequences per optimizer step (the configuration's, whatever the split)."""
-        return self.per_device_train_batch_size * self.gradient_accumulation_steps
+        """Sequences per optimizer step, all processes together (the configuration's, whatever the split)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.world_size
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready fields (recorded in ``run_summary.json`` under ``"execution"``)."""
@@ -85,7 +93,8 @@ class RunPlan:
                 f"{' (bf16 autocast)' if self.cpu_autocast_bf16 else ''}, 4-bit {self.load_in_4bit}, attention "
                 f"{self.attn_implementation or 'backend default'}, liger {self.use_liger_kernel}, batch "
                 f"{self.per_device_train_batch_size} x accumulation {self.gradient_accumulation_steps}, gradient "
-                f"checkpointing {self.gradient_checkpointing}, optimizer {self.optim}")
+                f"checkpointing {self.gradient_checkpointing}, optimizer {self.optim}"
+                f"{f', x {self.world_size} processes' if self.world_size > 1 else ''}")
         if self.estimated_peak_gib is not None:
             head += f", estimated peak {self.estimated_peak_gib:.1f} of {self.budget_gib:.1f} GiB"
         return "\n".join([head, *(f"  {r}" for r in self.reasons)])
@@ -98,7 +107,7 @@ def _text_config(model_config):
 
 
 def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budget_gib: float | None = None,
-             importable=is_importable) -> RunPlan:
+             importable=is_importable, world_size: int | None = None) -> RunPlan:
     """Decide how ``cfg`` runs on ``hardware``; the configuration itself is not changed.
 
     Args:
@@ -107,17 +116,30 @@ def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budg
         hardware: the machine (``hardware.detect_hardware()``).
         model_config: the base model's config (transformers object or dict); None = read ``config.json``
             from ``cfg.model_name`` (on failure the fast recipe keeps the configured split, checkpointed).
-        budget_gib: GPU memory to plan for, in GiB; None = free memory on device 0, within
+        budget_gib: GPU memory to plan for, in GiB; None = free memory on this process's device, within
             ``cfg.gpu_memory_cap_gib`` when set.
         importable: ``hardware.is_importable``-like probe (tests inject which optional packages exist).
+        world_size: processes training together; None = ``distributed.world_size()`` (``WORLD_SIZE``, set
+            by ``accelerate launch`` / ``torchrun``; 1 in a plain process).
 
     Returns:
-        The frozen ``RunPlan``.
+        The frozen ``RunPlan`` (its split is one process's share of the effective batch).
 
     Raises:
         ValueError / ImportError: as ``precision.resolve_dtype`` and ``modeling.choose_backend`` (e.g.
-            ``dtype="bfloat16"`` on a T4, ``backend="unsloth"`` on a CPU).
+            ``dtype="bfloat16"`` on a T4, ``backend="unsloth"`` on a CPU); ``split_over_processes`` (the
+            effective batch does not divide over the processes); ``backend="unsloth"`` with several
+            processes (Unsloth trains on one GPU).
     """
+    from .distributed import world_size as launched_world_size
+
+    world = launched_world_size() if world_size is None else world_size
+    if world > 1:
+        share = split_over_processes(cfg, world)
+        if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
+            share = dataclasses.replace(share, backend="transformers")
+        return _per_process(plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable,
+                                     world_size=1), cfg, world)
     dtype = resolve_dtype(cfg.dtype, hardware)
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
     cuda = hardware.cuda
@@ -189,3 +211,36 @@ def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budg
     return RunPlan("fast", per_device_train_batch_size=micro, gradient_accumulation_steps=effective // micro,
                    gradient_checkpointing=gc, estimated_peak_gib=round(peak, 2), budget_gib=round(budget, 2),
                    reasons=tuple(reasons), **execution, **common)
+
+
+def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
+    """``cfg`` with one process's share of the effective batch, for planning (never shown as the run's config).
+
+    Micro-batches stay as configured where they can (``gradient_accumulation_steps`` divided by the
+    processes), else the largest micro-batch that divides the share: every optimizer step then holds the
+    same rows, in the same order, as the single-process run (accelerate hands process ``r`` the micro-batches
+    ``r, r + N, r + 2N, ...`` of the one seeded permutation).
+
+    Raises:
+        ValueError: the effective batch does not divide over ``world_size`` processes (names the fields).
+    """
+    effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+    if effective % world_size:
+        raise ValueError(
+            f"per_device_train_batch_size={cfg.per_device_train_batch_size} x gradient_accumulation_steps="
+            f"{cfg.gradient_accumulation_steps} = {effective} sequences per optimizer step do not divide over "
+            f"{world_size} processes: make their product a multiple of {world_size} (or launch "
+            f"{math.gcd(effective, world_size)} process(es))")
+    share = effective // world_size
+    micro = math.gcd(cfg.per_device_train_batch_size, share)
+    return dataclasses.replace(cfg, per_device_train_batch_size=micro, gradient_accumulation_steps=share // micro)
+
+
+def _per_process(plan: RunPlan, cfg: FinetuneConfig, world_size: int) -> RunPlan:
+    if plan.backend == "unsloth":
+        raise ValueError(f"backend='unsloth' trains on one GPU only, not {world_size} processes: set "
+                         f"backend='transformers' (or 'auto') for accelerate launch")
+    line = (f"{world_size} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
+            f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
+            f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes")
+    return dataclasses.replace(plan, world_size=world_size, reasons=(*plan.reasons, line))

@@ -124,9 +124,14 @@ def read_model_config(model_name: str) -> dict:
 
 
 def gpu_budget_gib(cap_gib: float) -> float:
-    """Free memory on CUDA device 0 in GiB, at most ``cap_gib`` when that is set (> 0)."""
+    """Free memory on this process's CUDA device in GiB, at most ``cap_gib`` when that is set (> 0).
+
+    The device is 0 alone, ``LOCAL_RANK`` under ``accelerate launch`` (``distributed.local_process_index``).
+    """
     import torch
 
-    free, _ = torch.cuda.mem_get_info(0)
+    from .distributed import local_process_index
+
+    free, _ = torch.cuda.mem_get_info(local_process_index())
     free_gib = free / 2**30
     return min(free_gib, cap_gib) if cap_gib else free_gib

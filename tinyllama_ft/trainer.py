@@ -46,7 +46,8 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
         cfg: the run's configuration (the article's values by default): schedule, optimizer settings,
             packing, steps, saving, logging.
         plan: the run's ``RunPlan``: micro-batch split, checkpointing, optimizer name, Liger, the
-            mixed-precision flags (``plan.dtype``, ``plan.cpu_autocast_bf16``) and the device.
+            mixed-precision flags (``plan.dtype``, ``plan.cpu_autocast_bf16``), the device and the number
+            of processes (``world_size`` > 1: the loss averaged over all processes' tokens).
         has_eval: an eval set exists (evaluation every ``eval_steps`` steps, else none).
         config_cls: the class whose signature decides the spelling; default ``trl.SFTConfig``.
 
@@ -84,6 +85,8 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
         include_num_input_tokens_seen="non_padding",
         **trainer_precision_flags(plan.dtype, cpu_autocast_bf16=plan.cpu_autocast_bf16),
     )
+    if plan.world_size > 1:  # DDP: one loss over the tokens of all processes; every LoRA weight gets a gradient
+        kwargs.update(average_tokens_across_devices=True, ddp_find_unused_parameters=False)
     if plan.device == "cpu":  # transformers accepts bf16 autocast on a CPU only when told it trains there
         kwargs["use_cpu"] = True
     if plan.use_liger_kernel:  # TRL applies Liger to the model and skips the logits-based metrics

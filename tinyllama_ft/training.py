@@ -16,6 +16,10 @@ from .checkpoints import last_checkpoint
 def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     """Evaluate, train, evaluate again; measure tokens, time and peak GPU memory.
 
+    With several processes (``trainer.args.world_size`` > 1, DDP) the first evaluation runs inside
+    ``trainer.train`` (``eval_on_start``): an ``evaluate()`` before it would leave the model without its DDP
+    wrapper (see the comment in the code); ``eval_loss_before`` and the timings mean the same either way.
+
     Args:
         trainer: from ``build_trainer``.
         resume: continue from the newest checkpoint in ``args.output_dir`` when there is one.
@@ -23,7 +27,8 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     Returns:
         ``{"eval_loss_before", "eval_loss_after"`` (None without an eval set), ``"train_runtime_s"``
         (seconds in ``trainer.train``), ``"eval_in_train_s"`` (seconds of it spent in the evaluations every
-        ``eval_steps``), ``"train_tokens"`` (non-padding tokens fed in this process), ``"tokens_per_s"``
+        ``eval_steps``), ``"train_tokens"`` (non-padding tokens fed in this run: all processes'
+        under DDP, the trainer gathers them), ``"tokens_per_s"``
         (train_tokens over the training time, evaluations excluded, checkpoint saves included),
         ``"peak_memory_gib"`` (``torch.cuda.max_memory_allocated``; None on CPU),
         ``"peak_reserved_gib"``, ``"peak_host_rss_gib"`` (this process's peak resident memory), ``"global_step"``, ``"resumed_from"``, ``"train_loss"``,
@@ -39,7 +44,14 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     checkpoint = last_checkpoint(trainer.args.output_dir, required=True) if resume else None
     if resume and checkpoint is None:
         print(f"resume: no checkpoint in {trainer.args.output_dir}; starting from step 0")
-    eval_before = trainer.evaluate()["eval_loss"] if has_eval and checkpoint is None else None
+    # Several processes: evaluate() before train() marks the model as prepared by accelerate (evaluation mode,
+    # no DDP wrapper), so train() then skips the DDP wrap (transformers 5.24, accelerate 1.15): no gradient
+    # all-reduce, the processes drift apart while each logs a plausible loss. The eval before training then
+    # runs inside train(), on the wrapped model (eval_on_start), and only when training starts from step 0.
+    eval_on_start = trainer.args.world_size > 1 and has_eval and checkpoint is None
+    if eval_on_start:
+        trainer.args.eval_on_start = True
+    eval_before = trainer.evaluate()["eval_loss"] if has_eval and checkpoint is None and not eval_on_start else None
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process
@@ -52,7 +64,11 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
         raise torch.OutOfMemoryError(out_of_memory_advice(trainer)) from e
     runtime = time.perf_counter() - start
     # evaluations every eval_steps in this process (a resumed state also holds the earlier process's)
-    eval_in_train = sum(h.get("eval_runtime", 0.0) for h in trainer.state.log_history if h.get("step", 0) > first_step)
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    eval_in_train = sum(h.get("eval_runtime", 0.0) for h in evals if h.get("step", 0) > first_step)
+    if eval_on_start:  # logged at step 0, inside train()'s time
+        eval_before = evals[0]["eval_loss"]
+        eval_in_train += evals[0].get("eval_runtime", 0.0)
     tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
     eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
     cuda = torch.cuda.is_available()

@@ -1,0 +1,144 @@
+"""Several processes, one run: what ``accelerate launch`` / ``torchrun`` tell each process, in one place.
+
+``tinyllama-ft train`` runs unchanged under ``accelerate launch --num_processes N`` (DDP: one process per
+GPU, or per CPU slot with ``--cpu`` on gloo). The launcher sets ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``
+in each process's environment; transformers' ``Trainer`` then splits every optimizer step's rows over the
+processes and averages the gradients. This module reads those variables (without starting anything),
+so that the plan splits the configured effective batch over ``world_size()``, each process loads the base
+on its own GPU (``local_process_index()``), and only the main process writes the run's files
+(``is_main_process()``: the output folder's lock and run config, the adapter, W&B, ``run_summary.json``;
+the Trainer itself already saves checkpoints on the main process only).
+
+A plain ``python``/notebook process has none of the variables: world size 1, main process, device 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Iterator, Mapping
+
+
+def world_size(env: Mapping[str, str] | None = None) -> int:
+    """Processes training together (``WORLD_SIZE``, set by ``accelerate launch`` / ``torchrun``); 1 when unset.
+
+    Raises:
+        ValueError: ``WORLD_SIZE`` is set but not a positive integer.
+    """
+    env = os.environ if env is None else env
+    value = env.get("WORLD_SIZE", "").strip() or "1"
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError(f"WORLD_SIZE={value!r} in the environment is not a positive integer")
+    return int(value)
+
+
+def local_process_index(env: Mapping[str, str] | None = None) -> int:
+    """This process's index on its machine (``LOCAL_RANK``): the CUDA device it trains on; 0 when unset."""
+    env = os.environ if env is None else env
+    return int(env.get("LOCAL_RANK", "").strip() or 0)
+
+
+def is_main_process(env: Mapping[str, str] | None = None) -> bool:
+    """True unless this is a non-main process of a multi-process launch.
+
+    Reads ``RANK`` (global rank), else ``LOCAL_RANK``, else accelerate's ``PartialState`` when something
+    already set it up (never initialised here); a plain process is the main one. The one check
+    every "main process only" step uses, ``lock.acquire_run_lock`` included.
+    """
+    env = os.environ if env is None else env
+    for name in ("RANK", "LOCAL_RANK"):
+        if env.get(name, "").strip():
+            return int(env[name]) == 0
+    if "accelerate" in sys.modules:
+        from accelerate.state import PartialState
+
+        if PartialState._shared_state:
+            return PartialState().is_main_process
+    return True
+
+
+class MainProcessError(RuntimeError):
+    """In a non-main process: the step the main process runs first failed there (its error is in the message)."""
+
+
+@contextlib.contextmanager
+def main_process_first(what: str) -> Iterator[bool]:
+    """Run the block on the main process first, then on the others; plain (yields True) without a launch.
+
+    Under a launch this sets up accelerate's ``PartialState`` (the process group: gloo on a CPU, NCCL on
+    GPUs, transformers' 1800 s ``ddp_timeout``), which the Trainer reuses. The others wait until the main
+    process has left the block; if the block raised there, each of them raises ``MainProcessError``
+    naming ``what`` and that error instead of running the block (none waits forever or goes on alone).
+    Yields ``is_main_process()``, so the block can do main-only work:
+
+        with main_process_first("preparing output_dir") as main:
+            if main:
+                prepare_output_dir(cfg)
+
+    Args:
+        what: the step, for the others' error message (e.g. ``"preparing output_dir"``).
+
+    Raises:
+        MainProcessError: in a non-main process, when the block failed on the main process.
+    """
+    if world_size() == 1:
+        yield True
+        return
+    from accelerate.utils import broadcast_object_list
+
+    state = _state()
+    if not state.is_main_process:
+        (failure,) = broadcast_object_list([None], from_process=0)  # waits for the main process's outcome
+        if failure is not None:
+            raise MainProcessError(f"{what} failed on the main process: {failure}")
+        yield False
+        return
+    try:
+        yield True
+    except BaseException as e:
+        broadcast_object_list([f"{type(e).__name__}: {e}"], from_process=0)
+        raise
+    broadcast_object_list([None], from_process=0)
+
+
+def same_on_all_processes(value, *, what: str):
+    """Check that every launched process computed the same ``value``; returns it (at once without a launch).
+
+    DDP needs every process to run the same micro-batches and accumulation: a plan sized to each GPU's
+    own free memory could differ between them, and the processes would then wait on each other forever.
+
+    Args:
+        value: anything picklable and comparable with ``==`` (e.g. the plan's batch split).
+        what: what ``value`` is, for the message.
+
+    Raises:
+        ValueError: on every process, when the values differ; names each process's.
+    """
+    if world_size() == 1:
+        return value
+    from accelerate.utils import gather_object
+
+    _state()
+    values = gather_object([value])
+    if any(v != values[0] for v in values):
+        raise ValueError(f"{what} differs between the launched processes ("
+                         + ", ".join(f"process {i}: {v!r}" for i, v in enumerate(values)) + ")")
+    return value
+
+
+def wait_for_everyone() -> None:
+    """A barrier between the launched processes (e.g. the adapter written before anyone reads it); no-op alone."""
+    if world_size() > 1:
+        _state().wait_for_everyone()
+
+
+def _state():
+    import datetime
+
+    import torch
+    from accelerate import PartialState
+
+    # without cpu=True, a torchrun launch on a machine without CUDA is not seen as distributed (no barrier);
+    # the timeout is transformers' ddp_timeout default (the Trainer reuses this process group)
+    return PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(seconds=1800))
