@@ -110,3 +110,26 @@ def test_compare_answers_uses_the_disabled_adapter(stories_peft, rows):
     assert "<table>" in answers_html(table) and rows[0]["instruction"][:10] in text
     with pytest.raises(TypeError, match="merge"):
         compare_answers(model.get_base_model(), tokenizer, rows[:1])
+
+
+def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows, stories_tokenizer, capsys):
+    import datasets
+
+    model, tokenizer = stories_peft
+    split = datasets.Dataset.from_list(rows[:6])
+    held = evaluation.held_out_rows(split)
+    assert held == [{k: r[k] for k in ("instruction", "input", "output")} for r in rows[:6]]
+    assert evaluation.held_out_rows(None) == []
+    assert evaluation.held_out_check(model, tokenizer, []) is None
+    assert "held-out check skipped" in capsys.readouterr().out
+    lengths = sorted(len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids) for r in held)
+    check = evaluation.held_out_check(model, tokenizer, held, max_seq_length=512, max_new_tokens=4)
+    short = [r for r in held if len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids)
+             <= evaluation.SHORT_ANSWER_TOKENS]
+    assert check.stopping.total == len(short) == sum(n <= evaluation.SHORT_ANSWER_TOKENS for n in lengths)
+    assert check.scores == evaluation.held_out_scores(model, tokenizer, held, max_seq_length=512)
+    assert str(check).startswith("response loss ") and "answers ended with EOS within 4 new tokens" in str(check)
+    fields = evaluation.heldout_summary(check, check, [{"instruction": "x"}])
+    assert fields["heldout_before"] == check.scores.as_dict() and fields["stop_total"] == len(short)
+    assert fields["stopped_after"] == check.stopping.stopped and fields["side_by_side"] == [{"instruction": "x"}]
+    assert evaluation.heldout_summary(None, None)["heldout_after"] is None
