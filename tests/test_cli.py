@@ -125,6 +125,11 @@ def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(noteboo
     assert cli["eval_loss_after"] == pytest.approx(notebook["eval_loss_after"], rel=1e-6)
     assert evals(cli) == pytest.approx(evals(notebook), rel=1e-6)
     assert cli["execution"] == notebook["execution"] and cli["plan"] == notebook["plan"]
+    for key in ("heldout_before", "heldout_after"):  # the held-out checks run in the notebook's order too
+        assert cli[key]["response_loss"] == pytest.approx(notebook[key]["response_loss"], rel=1e-5), key
+    assert [cli[k] for k in ("stopped_before", "stopped_after", "stop_total")] == [
+        notebook[k] for k in ("stopped_before", "stopped_after", "stop_total")]
+    assert [r["tuned"] for r in cli["side_by_side"]] == [r["tuned"] for r in notebook["side_by_side"]]
     answer = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", "generate", "--adapter", cli["adapter_dir"],
                              "--prompt", "Name three colors.", "--max_new_tokens", "8", "--max_seq_length", "512"],
                             capture_output=True, text=True, timeout=600)
