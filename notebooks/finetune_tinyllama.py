@@ -94,7 +94,7 @@ max_steps = 60  # @param {type:"integer"}
 num_train_epochs = 1.0  # @param {type:"number"}
 packing = True  # @param {type:"boolean"}
 packing_strategy = 'bfd'  # @param ['bfd', 'bfd_split', 'wrapped']
-completion_only_loss = False  # @param {type:"boolean"}
+completion_only_loss = True  # @param {type:"boolean"}
 eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 save_total_limit = 2  # @param {type:"integer"}
@@ -322,6 +322,19 @@ eos = eos_first_batch(trainer)
 print(describe_eos(eos))
 
 # %% [markdown]
+# Held-out checks before training (the LoRA adapter starts at zero, so this is the base model): the response loss
+# (what an answer costs), the full-text loss, perplexity, the probability of EOS right after each reference response
+# (does the model know when to stop?), and how many of 20 short-answer instructions it answers with an EOS within
+# 128 new tokens.
+
+# %%
+from tinyllama_ft.evaluation import held_out_check, held_out_rows
+
+held_out = held_out_rows(eval_dataset)
+before = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}")
+
+# %% [markdown]
 # ## 7. Train
 # Eval loss before and after; tokens (non-padding, fed to the model), tokens/s, peak memory.
 
@@ -331,6 +344,23 @@ from tinyllama_ft.training import train_and_evaluate
 results = train_and_evaluate(trainer, resume=cfg.resume)
 print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s",
                                "peak_memory_gib")})
+
+# %% [markdown]
+# The same held-out checks after training.
+
+# %%
+after = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}\nafter:  {after}")
+
+# %% [markdown]
+# The base model's answers (the same weights with the adapter switched off, before any merge: no second model load)
+# beside the fine-tuned model's, for a few held-out instructions. "[no EOS]": the answer did not stop within 128 tokens.
+
+# %%
+from tinyllama_ft.comparison import compare_answers, show_answers
+
+side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
+show_answers(side_by_side)
 
 # %% [markdown]
 # Close the W&B run (the article's `wandb.finish()`).
@@ -406,16 +436,26 @@ from tinyllama_ft.generation import stream
 streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 
 # %% [markdown]
+# Try it: type an instruction and watch the answer stream (sliders for `max_new_tokens` and temperature; 0 is greedy).
+# A headless run (papermill, a script) skips the box.
+
+# %%
+from tinyllama_ft.tryout import tryout_box
+
+box = tryout_box(model, tokenizer, template=cfg.template)
+
+# %% [markdown]
 # ## Run summary and loss curve
 # `run_summary.json` records the configuration, the plan, the data and length reports, the results and the answers.
 
 # %%
+from tinyllama_ft.evaluation import heldout_summary
 from tinyllama_ft.generation import as_samples
 from tinyllama_ft.summary import build_run_summary
 
 summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
                             trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
-                            length_report=lengths, eos=eos)
+                            length_report=lengths, eos=eos, heldout=heldout_summary(before, after, side_by_side))
 
 # %% [markdown]
 # Written atomically, with the library versions and the git commit.

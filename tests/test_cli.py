@@ -47,7 +47,10 @@ def test_offline_cpu_recipe_is_what_the_offline_script_passes():
             continue
         assert getattr(config_from_recipe("offline_cpu"), name) == getattr(from_script, name), name
     assert {k for k in passed if k not in ("model_name", "dataset", "overwrite_output_dir")} <= set(recipe)
-    assert recipe["model_name"].endswith("stories260k/hf") and recipe["dataset"].endswith("alpaca_cleaned_5k.jsonl")
+    assert recipe["model_name"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # the script's defaults: the demo model
+    assert recipe["dataset"] == "data/alpaca_demo/alpaca_demo.jsonl" and (REPO / recipe["dataset"]).is_file()
+    assert 'MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}' in script
+    assert 'DATASET=${DATASET:-data/alpaca_demo/alpaca_demo.jsonl}' in script
 
 
 def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
@@ -103,13 +106,17 @@ def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, cap
 
 
 @pytest.mark.slow
-def test_train_with_the_offline_recipe_gives_the_notebooks_eval_losses(notebook_run, stories_dir, alpaca_jsonl,
-                                                                       tmp_path):
-    """Same inputs as the session's notebook run (offline_cpu's values, 40 steps): the same eval losses."""
+def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(notebook_run, stories_dir, alpaca_jsonl,
+                                                                         tmp_path):
+    """Same inputs as the session's notebook run (the toy fast path, 40 steps), as a recipe file: the same eval
+    losses."""
+    import yaml
+
     _, _, notebook = notebook_run
     params = notebook_parameters(stories_dir, alpaca_jsonl)
-    overrides = {k: params[k] for k in ("model_name", "dataset", "max_steps", "eval_steps", "save_steps")}
-    argv = ["train", "--config", "offline_cpu", *[a for k, v in overrides.items() for a in (f"--{k}", str(v))],
+    recipe = {k: v for k, v in params.items() if k not in ("report_to", "prompts", "max_new_tokens")}
+    (tmp_path / "toy.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
+    argv = ["train", "--config", str(tmp_path / "toy.yaml"),
             "--output_dir", str(tmp_path / "cli"), "--report_to", "none", "--max_new_tokens", "8"]
     done = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", *argv], cwd=tmp_path, capture_output=True,
                           text=True, timeout=1200)
@@ -123,6 +130,11 @@ def test_train_with_the_offline_recipe_gives_the_notebooks_eval_losses(notebook_
     assert cli["eval_loss_after"] == pytest.approx(notebook["eval_loss_after"], rel=1e-6)
     assert evals(cli) == pytest.approx(evals(notebook), rel=1e-6)
     assert cli["execution"] == notebook["execution"] and cli["plan"] == notebook["plan"]
+    for key in ("heldout_before", "heldout_after"):  # the held-out checks run in the notebook's order too
+        assert cli[key]["response_loss"] == pytest.approx(notebook[key]["response_loss"], rel=1e-5), key
+    assert [cli[k] for k in ("stopped_before", "stopped_after", "stop_total")] == [
+        notebook[k] for k in ("stopped_before", "stopped_after", "stop_total")]
+    assert [r["tuned"] for r in cli["side_by_side"]] == [r["tuned"] for r in notebook["side_by_side"]]
     answer = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", "generate", "--adapter", cli["adapter_dir"],
                              "--prompt", "Name three colors.", "--max_new_tokens", "8", "--max_seq_length", "512"],
                             capture_output=True, text=True, timeout=600)

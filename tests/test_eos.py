@@ -149,8 +149,10 @@ def test_an_eos_string_inside_the_text_is_caught(stories_dir, rows, tmp_path):
     ds = text_dataset([row, *rows[2:6]], tokenizer)
     full = tokenizer(ds[0]["text"])["input_ids"]
     assert full.count(tokenizer.eos_token_id) == 2
-    # Alpaca rows are tokenized by us: the "</s>" text stays text, one EOS per sample
-    ours = eos_supervision(sft_trainer(model, tokenizer, ds, tmp_path / "ours", max_seq_length=WINDOW), None)
+    # Alpaca rows are tokenized by us: the "</s>" text stays text, one EOS per sample (the article's loss on the
+    # whole text keeps rows[5], whose prompt alone fills the window; the response-only loss would drop it)
+    ours = eos_supervision(sft_trainer(model, tokenizer, ds, tmp_path / "ours", max_seq_length=WINDOW,
+                                       completion_only_loss=False), None)
     assert ours["samples"] == 5 and ours["samples_with_several_eos"] == 0 and ours["eos_not_last"] == 0
     # a dataset of only rendered text goes through TRL's tokenization: the doubled EOS is caught
     counts = eos_supervision(sft_trainer(model, tokenizer, ds.select_columns(["text"]), tmp_path / "whole",

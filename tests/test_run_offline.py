@@ -15,7 +15,9 @@ from conftest import REPO
 from helpers import alpaca_rows
 
 pytestmark = pytest.mark.slow  # real papermill runs of the script: the slow tier (pyproject.toml)
-QUICK = ["-p", "save_steps", "2", "-p", "eval_steps", "2", "-p", "report_to", "none", "-p", "max_new_tokens", "8"]
+#: The toy fast path as the README gives it (stories260K has 512 positions), few steps, few tokens.
+QUICK = ["-p", "save_steps", "2", "-p", "eval_steps", "2", "-p", "report_to", "none", "-p", "max_new_tokens", "8",
+         "-p", "max_seq_length", "512"]
 
 
 def _script(out, dataset, stories_dir, *args):

@@ -117,7 +117,7 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .modeling import ensure_pad_token
+    from .pad_token import ensure_pad_token
 
     folder, name = str(gguf_file.parent), gguf_file.name
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))

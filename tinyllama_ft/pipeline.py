@@ -44,12 +44,14 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from accelerate.utils import release_memory
 
     from .adapters import load_adapter, save_adapter
+    from .comparison import answers_table, compare_answers
     from .credentials import export_secrets
     from .data import load_instruction_data, split_train_eval
     from .distributed import is_main_process, main_process_first, same_on_all_processes
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
     from .export import describe_exports, export_adapter
+    from .evaluation import held_out_check, held_out_rows, heldout_summary
     from .generation import as_samples, format_answers, generate, stream
     from .hardware import cap_gpu_memory, detect_hardware
     from .install import install
@@ -113,10 +115,18 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
         eos = eos_first_batch(trainer)
         print(describe_eos(eos))
+        held_out = held_out_rows(eval_dataset)
+        if main:  # the held-out checks and answers are the main process's (the other processes return after training)
+            before = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+            print(f"before: {before}")
         results = train_and_evaluate(trainer, resume=cfg.resume)
         if not is_main_process():
             return {"process_index": trainer.args.process_index, "global_step": results["global_step"],
                     "train_loss": results["train_loss"]}
+        after = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+        print(f"after:  {after}")
+        side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
+        print(answers_table(side_by_side))
         finish_tracking(tracking)
         adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
         print(f"adapter saved to {adapter_dir}")
@@ -134,7 +144,8 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
         summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work,
                                     data_report=data_report, trainable=trainable, adapter_dir=adapter_dir,
-                                    samples=as_samples(cfg.prompts, streamed), length_report=lengths, eos=eos)
+                                    samples=as_samples(cfg.prompts, streamed), length_report=lengths, eos=eos,
+                                    heldout=heldout_summary(before, after, side_by_side))
         print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
         loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
     finally:

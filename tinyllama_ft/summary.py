@@ -39,7 +39,8 @@ def git_commit(path: str | None = None) -> str | None:
 
 def build_run_summary(*, cfg, plan, hardware, results: dict, work: dict | None = None, data_report=None,
                       trainable: tuple[int, int] | None = None, adapter_dir: str | None = None,
-                      samples: list[dict] | None = None, length_report=None, eos: dict | None = None) -> dict[str, Any]:
+                      samples: list[dict] | None = None, length_report=None, eos: dict | None = None,
+                      heldout: dict | None = None) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
     Args:
@@ -57,6 +58,8 @@ def build_run_summary(*, cfg, plan, hardware, results: dict, work: dict | None =
         length_report: ``lengths.LengthReport`` of the rows against ``max_seq_length`` (after
             ``apply_long_rows``): recorded under ``"lengths"`` (counts in rows and tokens).
         eos: ``eos.eos_first_batch`` counts, recorded as ``plan["eos_first_batch"]``.
+        heldout: ``evaluation.heldout_summary`` output (held-out scores and stopping counts before/after
+            training, the side-by-side answers), recorded at the top level.
 
     Returns:
         A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
@@ -81,6 +84,7 @@ def build_run_summary(*, cfg, plan, hardware, results: dict, work: dict | None =
         lengths=length_report.to_dict() if length_report is not None else None,
         config=cfg.to_dict(),
     )
+    summary.update(heldout or {})
     return summary
 
 
