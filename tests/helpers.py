@@ -19,6 +19,22 @@ def stories_lora(stories_dir: Path, hardware, max_seq_length: int = 512, seed: i
     return add_lora(model, gradient_checkpointing=False, seed=seed), tokenizer
 
 
+def trained_stories_adapter(stories_dir: Path, out_dir: Path, hardware=None) -> str:
+    """A saved stories260K adapter whose LoRA B matrices are non-zero (as after training), so merging matters."""
+    import torch
+
+    from tinyllama_ft.adapters import save_adapter
+    from tinyllama_ft.hardware import Hardware
+
+    model, tokenizer = stories_lora(stories_dir, hardware or Hardware())
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    return save_adapter(model, tokenizer, str(out_dir / "lora_model"))
+
+
 def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
     import datasets
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from helpers import stories_lora
+from helpers import stories_lora, trained_stories_adapter
 from tinyllama_ft.generation import generate, stream
 from tinyllama_ft.prompts import format_prompt
 
@@ -82,18 +82,7 @@ def test_inputs_must_match_instructions(model_and_tokenizer):
 @pytest.fixture(scope="module")
 def trained_adapter(stories_dir, tmp_path_factory):
     """A saved stories260K adapter whose LoRA B matrices are non-zero (as after training), so merging matters."""
-    import torch
-
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.hardware import Hardware
-
-    model, tokenizer = stories_lora(stories_dir, Hardware())
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
-    return save_adapter(model, tokenizer, str(tmp_path_factory.mktemp("adapter") / "lora_model"))
+    return trained_stories_adapter(stories_dir, tmp_path_factory.mktemp("adapter"))
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@ or a left-padded batch, on the real stories260K model in float32 with a merged a
 
 import pytest
 
-from helpers import stories_lora
+from helpers import trained_stories_adapter
 from tinyllama_ft.generation import decode_mode, generate, stream
 from tinyllama_ft.prompts import format_prompt
 
@@ -12,18 +12,11 @@ QUESTIONS = ["Tell me a story about a cat.", "What is the capital of France?", "
 
 @pytest.fixture(scope="module")
 def merged_and_adapter(stories_dir, tmp_path_factory):
-    import torch
-
-    from tinyllama_ft.adapters import load_adapter, save_adapter
+    from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.hardware import Hardware
 
-    model, tokenizer = stories_lora(stories_dir, Hardware())
-    torch.manual_seed(0)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "lora_B" in name:
-                p.normal_(0, 0.05)
-    adapter = save_adapter(model, tokenizer, str(tmp_path_factory.mktemp("adapter") / "lora_model"))
+    adapter = trained_stories_adapter(stories_dir, tmp_path_factory.mktemp("adapter"))
+    model, tokenizer = load_adapter(adapter, max_seq_length=512, backend="transformers", hardware=Hardware())
     merged = load_adapter(adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True)
     return merged, (model, tokenizer)
 
