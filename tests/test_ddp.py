@@ -38,7 +38,10 @@ def _argv(data, model, output_dir, processes: int, *extra):
     argv = [*launch, "-m", "tinyllama_ft.cli", "train", "--config", "offline_cpu", "--model_name", str(model),
             "--dataset", str(data), "--output_dir", str(output_dir), "--max_steps", "4", "--save_steps", "2",
             "--test_size", "0.05", "--eval_steps", "100", "--max_new_tokens", "4", "--dataset_num_proc", "null",
-            "--dtype", "float32", "--report_to", "none", *extra]
+            "--dtype", "float32", "--report_to", "none",
+            # the toy path's values, as this test was measured with (offline_cpu now trains SmolLM2 at 4 x 1, seq 256)
+            "--max_seq_length", "512", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
+            "--completion_only_loss", "false", *extra]
     return argv, env
 
 
