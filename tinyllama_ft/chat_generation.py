@@ -14,6 +14,7 @@ from typing import Sequence
 from .chat_templates import chat_prompt, stop_token_ids as template_stop_ids
 from .config import DEFAULTS
 from .generation import prepare_for_inference
+from .inference_attention import sdpa_outside_training
 
 
 def _conversations(conversations) -> list:
@@ -64,7 +65,7 @@ def chat_generate(model, tokenizer, conversations, *, max_new_tokens: int = DEFA
                   pad_token_id=tokenizer.pad_token_id, use_cache=True)
     if do_sample:
         kwargs.update(temperature=temperature, top_p=top_p)
-    with torch.inference_mode():
+    with torch.inference_mode(), sdpa_outside_training(model):
         out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
     answers = [_cut(row.tolist(), stops) for row in out[:, batch["input_ids"].shape[1]:]]
     return answers if return_ids else [tokenizer.decode(a, skip_special_tokens=True) for a in answers]
@@ -90,7 +91,7 @@ def chat_stream(model, tokenizer, conversations, *, max_new_tokens: int = DEFAUL
         prompt = chat_prompt(tokenizer, conversation)
         batch = tokenizer([prompt], return_tensors="pt", add_special_tokens=False).to(model.device)
         streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-        with torch.inference_mode():
+        with torch.inference_mode(), sdpa_outside_training(model):
             out = model.generate(**batch, streamer=streamer, max_new_tokens=max_new_tokens, do_sample=False,
                                  eos_token_id=stops, pad_token_id=tokenizer.pad_token_id, use_cache=True)
         answers.append(tokenizer.decode(_cut(out[0, batch["input_ids"].shape[1]:].tolist(), stops),

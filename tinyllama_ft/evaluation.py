@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from .config import DEFAULTS
+from .inference_attention import sdpa_outside_training
 #: Held-out instructions with short reference answers in the notebook's stopping count.
 STOP_ROWS = 20
 from .prompts import format_prompt
@@ -77,11 +78,12 @@ class HeldOutScores:
 
 @contextmanager
 def eval_mode(model):
-    """``model.eval()`` inside the block, the previous mode restored after."""
+    """``model.eval()`` on SDPA attention inside the block (``inference_attention``), both restored after."""
     was_training = model.training
     model.eval()
     try:
-        yield model
+        with sdpa_outside_training(model):
+            yield model
     finally:
         model.train(was_training)
 

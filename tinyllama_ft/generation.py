@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .config import DEFAULTS
-from .inference_attention import sdpa_while_generating
+from .inference_attention import sdpa_outside_training
 from .prompts import format_prompt
 from .tokenization import encode_prompts
 
@@ -193,7 +193,7 @@ def generate(
     kwargs = _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty)
     if ignore_eos:
         kwargs["min_new_tokens"] = max_new_tokens
-    with torch.inference_mode(), sdpa_while_generating(model):
+    with torch.inference_mode(), sdpa_outside_training(model):
         out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
     new_tokens = out[:, batch["input_ids"].shape[1]:]
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
@@ -247,39 +247,40 @@ def stream(
     mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor,
                        new_tokens=len(instructions) * max_new_tokens)
     prompts = [format_prompt(instruction, context, "", template) for instruction, context in zip(instructions, inputs)]
-    if mode in ("eager", "inductor"):  # one cache for the longest prompt: no recompilation between the answers
-        longest = max(len(ids) for ids in encode_prompts(tokenizer, prompts).input_ids)
-        decoder_for(model, longest + max_new_tokens, mode)
-    answers = []
-    for instruction, prompt in zip(instructions, prompts):
-        print(f"### Instruction: {instruction}")
-        batch = encode_prompts(tokenizer, [prompt], return_tensors="pt").to(model.device)
-        n = batch["input_ids"].shape[1]
-        ids = None
-        if mode == "graph":
-            streamer = TextStreamer(tokenizer, skip_special_tokens=True)
-            found = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
-                                   forced=decode == "graph", on_tokens=lambda rows: streamer.put(torch.tensor(rows[0])))
-            streamer.end()
-            ids = found[0] if found is not None else None
-            mode = mode if found is not None else "plain"
-        if mode in ("eager", "inductor"):
-            streamer = TextStreamer(tokenizer, skip_special_tokens=True)
-            decoder = decoder_for(model, n + max_new_tokens, mode)
-            ids = decoder.decode(batch["input_ids"], max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
-                                 on_tokens=lambda chunk: streamer.put(torch.tensor(chunk)))
-            streamer.end()
-        elif ids is None:
-            streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-            kwargs = _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty)
-            if ignore_eos:
-                kwargs["min_new_tokens"] = max_new_tokens
-            with torch.inference_mode(), sdpa_while_generating(model):
-                out = model.generate(**batch, streamer=streamer, logits_processor=logits_processor, **kwargs)
-            ids = out[0, n:].tolist()
-            if tokenizer.eos_token_id in ids and not ignore_eos:
-                ids = ids[: ids.index(tokenizer.eos_token_id)]
-        answers.append(ids if return_ids else tokenizer.decode(ids, skip_special_tokens=True))
+    with sdpa_outside_training(model):  # the static decoders call the model's own attention too
+        if mode in ("eager", "inductor"):  # one cache for the longest prompt: no recompilation between the answers
+            longest = max(len(ids) for ids in encode_prompts(tokenizer, prompts).input_ids)
+            decoder_for(model, longest + max_new_tokens, mode)
+        answers = []
+        for instruction, prompt in zip(instructions, prompts):
+            print(f"### Instruction: {instruction}")
+            batch = encode_prompts(tokenizer, [prompt], return_tensors="pt").to(model.device)
+            n = batch["input_ids"].shape[1]
+            ids = None
+            if mode == "graph":
+                streamer = TextStreamer(tokenizer, skip_special_tokens=True)
+                found = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
+                                       forced=decode == "graph", on_tokens=lambda rows: streamer.put(torch.tensor(rows[0])))
+                streamer.end()
+                ids = found[0] if found is not None else None
+                mode = mode if found is not None else "plain"
+            if mode in ("eager", "inductor"):
+                streamer = TextStreamer(tokenizer, skip_special_tokens=True)
+                decoder = decoder_for(model, n + max_new_tokens, mode)
+                ids = decoder.decode(batch["input_ids"], max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
+                                     on_tokens=lambda chunk: streamer.put(torch.tensor(chunk)))
+                streamer.end()
+            elif ids is None:
+                streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+                kwargs = _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty)
+                if ignore_eos:
+                    kwargs["min_new_tokens"] = max_new_tokens
+                with torch.inference_mode():
+                    out = model.generate(**batch, streamer=streamer, logits_processor=logits_processor, **kwargs)
+                ids = out[0, n:].tolist()
+                if tokenizer.eos_token_id in ids and not ignore_eos:
+                    ids = ids[: ids.index(tokenizer.eos_token_id)]
+            answers.append(ids if return_ids else tokenizer.decode(ids, skip_special_tokens=True))
     return answers
 
 

@@ -20,6 +20,7 @@ import math
 from typing import Any
 
 from .config import FinetuneConfig
+from .inference_attention import sdpa_outside_training
 from .paths import expand_path
 from .plan import RunPlan
 from .precision import trainer_precision_flags
@@ -148,7 +149,7 @@ def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: Fi
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     tok_arg = "processing_class" if _accepts(SFTTrainer, "processing_class") else "tokenizer"
-    return SFTTrainer(
+    return sdpa_evaluating(SFTTrainer)(
         model=model,
         args=args,
         train_dataset=train_dataset,
@@ -156,6 +157,25 @@ def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: Fi
         callbacks=callbacks,
         **{tok_arg: tokenizer},
     )
+
+
+def sdpa_evaluating(trainer_cls):
+    """``trainer_cls`` (TRL's ``SFTTrainer``, Unsloth's patched one too) evaluating on SDPA attention.
+
+    A model that trains with flex attention is switched to SDPA for each evaluation loop (``eval_loss``
+    every ``eval_steps``) and back for training: inductor's no-grad recompile of flex attention found no
+    kernel on the GPU (``inference_attention.py``). Packed eval rows stay apart: transformers builds SDPA's
+    mask from the rows' ``position_ids`` (each packed row restarts at 0), the documents flex attention
+    separates (tests/test_trained_model.py compares the two eval losses).
+    """
+
+    class Trainer(trainer_cls):
+        def evaluation_loop(self, *args, **kwargs):
+            with sdpa_outside_training(self.model):
+                return super().evaluation_loop(*args, **kwargs)
+
+    Trainer.__name__ = Trainer.__qualname__ = trainer_cls.__name__
+    return Trainer
 
 
 def training_plan(trainer) -> dict[str, int]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 from .config import DEFAULTS
+from .inference_attention import sdpa_outside_training
 
 #: Slider ranges: (min, max, step, default).
 MAX_NEW_TOKENS_SLIDER = (16, 512, 16, 128)
@@ -90,7 +91,7 @@ def answer_into(output, model, tokenizer, instruction: str, *, input: str = "", 
                   pad_token_id=tokenizer.pad_token_id, use_cache=True, do_sample=temperature > 0)
     if temperature > 0:
         kwargs.update(temperature=float(temperature), top_p=1.0)
-    with torch.inference_mode():
+    with torch.inference_mode(), sdpa_outside_training(model):
         out = model.generate(**batch, streamer=_widget_streamer(tokenizer, output), **kwargs)
     ids = out[0, batch["input_ids"].shape[1]:].tolist()
     if tokenizer.eos_token_id in ids:

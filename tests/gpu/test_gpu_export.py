@@ -40,6 +40,7 @@ PROBE = "Below is an instruction that describes a task.\n\n### Instruction:\nNam
 @pytest.fixture(scope="module")
 def adapter_4bit(alpaca_jsonl, tmp_path_factory):
     from tinyllama_ft.adapters import save_adapter
+    from tinyllama_ft.inference_attention import sdpa_outside_training
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
     from tinyllama_ft.plan import plan_run
@@ -61,7 +62,9 @@ def adapter_4bit(alpaca_jsonl, tmp_path_factory):
     build_trainer(model=model, tokenizer=tokenizer, train_dataset=text_dataset(alpaca_rows(alpaca_jsonl, 64), tokenizer),
                   cfg=cfg, plan=plan).train()
     adapter = save_adapter(model.eval(), tokenizer, str(out / "lora_model"))
-    with torch.no_grad():
+    # on SDPA, as the package's scoring runs it: a no-grad call under flex attention failed to compile here
+    # (NoValidChoicesError, 2026-12-01; inference_attention.py)
+    with torch.no_grad(), sdpa_outside_training(model):
         logits = model(**tokenizer([PROBE], return_tensors="pt").to(model.device)).logits.float().cpu()
     return out, adapter, logits
 
