@@ -14,6 +14,7 @@ A plain ``python``/notebook process has none of the variables: world size 1, mai
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import sys
@@ -141,4 +142,21 @@ def _state():
 
     # without cpu=True, a torchrun launch on a machine without CUDA is not seen as distributed (no barrier);
     # the timeout is transformers' ddp_timeout default (the Trainer reuses this process group)
-    return PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(seconds=1800))
+    state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(seconds=1800))
+    if not _state.__dict__.get("ends_at_exit"):
+        atexit.register(end_process_group)
+        _state.ends_at_exit = True
+    return state
+
+
+def end_process_group() -> None:
+    """Destroy the launch's process group, if one is up (run at exit once ``_state`` set one up).
+
+    A process that exits with its gloo group still up aborts in C++ at interpreter shutdown ("terminate
+    called without an active exception", SIGABRT; torch 2.13 on a CPU, seen 2026-12-01), after its work is
+    done: the launcher then reports the run as failed. Neither accelerate nor the Trainer destroys the group.
+    """
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
