@@ -13,6 +13,11 @@ base cannot embed). ``adapter_fit_problems`` compares, without loading the adapt
 * each tensor in ``adapter_model.safetensors`` (its header only): the module it adapts must exist in the
   base, with the input/output sizes the LoRA matrices were trained for; a full tensor saved with the
   adapter (``modules_to_save``, e.g. resized embeddings) must have the base parameter's shape.
+
+An adapter trained after a chat template added tokens (``chat_templates.set_chat_template``) holds the
+resized embedding matrices (``lora.add_lora``'s ``train_embeddings``): ``saved_embedding_rows`` gives the size
+``adapters.load_adapter`` resizes the base to first; the base's ``vocab_size`` may then differ from the
+recorded base's by exactly that resize.
 """
 
 from __future__ import annotations
@@ -42,6 +47,23 @@ def _safetensors_shapes(path: str) -> dict[str, list[int]]:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n).decode("utf-8"))
     return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def _saved_tensors(adapter_dir: str) -> dict[str, list[int]]:
+    """Shapes of the adapter's tensors by base-model name (PEFT's prefix dropped)."""
+    return {key[len(_PREFIX):] if key.startswith(_PREFIX) else key: shape
+            for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items()}
+
+
+def saved_embedding_rows(adapter_dir: str, base_model) -> int | None:
+    """Rows of the input embedding matrix saved with the adapter, or None when it saved none.
+
+    PEFT saves the whole matrix when the vocabulary was resized before training (new tokens of a chat
+    template); the base must be resized to this many rows before the adapter loads onto it.
+    """
+    names = {id(module): name for name, module in base_model.named_modules()}
+    shape = _saved_tensors(adapter_dir).get(names.get(id(base_model.get_input_embeddings()), "") + ".weight")
+    return shape[0] if shape else None
 
 
 def _module_sizes(module) -> tuple[int | None, int | None]:
@@ -86,10 +108,13 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
     problems = []
     recorded = _recorded_base_config(adapter_config.get("base_model_name_or_path"))
     base_config = base_model.config.to_dict()
+    resized = saved_embedding_rows(adapter_dir, base_model)
     other_type = None
     if recorded is not None:
         for field in CONFIG_FIELDS:
             then, now = recorded.get(field), base_config.get(field)
+            if field == "vocab_size" and now == resized:  # the base resized for the adapter's added tokens
+                continue
             if then is not None and now is not None and then != now:
                 said = f"{field}: {then!r} in the adapter's base, {now!r} in this base"
                 if field == "model_type":
@@ -106,8 +131,7 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
                         f"{embeddings} (ids from {embeddings} on would fail with IndexError at generation)")
     modules = dict(base_model.named_modules())
     missing, wrong = [], []
-    for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items():
-        name = key[len(_PREFIX):] if key.startswith(_PREFIX) else key
+    for name, shape in _saved_tensors(adapter_dir).items():
         suffix = next((s for s in _LORA if name.endswith(s)), None)
         if suffix is None:  # a full tensor saved with the adapter (modules_to_save)
             try:

@@ -12,6 +12,7 @@ complete, so an interrupted save never leaves a half-written adapter behind.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -106,6 +107,9 @@ def load_adapter(
             to the compute dtype, and the LoRA update added (``merge_and_unload``). The weights the
             adapter was trained against, in one matrix each: what ``generation.stream``'s compiled decoder
             needs (the notebook's reload default). False: the article's base + adapter on top.
+            An adapter trained after a chat template added tokens (``lora.add_lora``'s ``train_embeddings``) saved
+            the resized embeddings: the base is resized to them first (``adapter_fit.saved_embedding_rows``),
+            on the transformers backend.
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode (a peft model, or the merged transformers model)
@@ -134,6 +138,10 @@ def load_adapter(
                       "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)", stacklevel=2)
         merged = False
     chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
+    if chosen == "unsloth" and _saves_modules(adapter_dir):
+        warnings.warn("this adapter trained whole modules (the embeddings of a chat template's added tokens), which "
+                      "Unsloth's loader does not resize for: loading it with transformers + PEFT", stacklevel=2)
+        chosen = "transformers"
     load = dict(max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit, hardware=hardware,
                 trust_remote_code=trust_remote_code)
     if chosen == "unsloth" and base_model is None:
@@ -143,11 +151,14 @@ def load_adapter(
         from peft import PeftModel
         from transformers import AutoTokenizer
 
-        from .adapter_fit import check_adapter_fits
+        from .adapter_fit import check_adapter_fits, saved_embedding_rows
 
         base_model_obj, _ = load_model(base, backend=chosen, **load)
         if merged and getattr(base_model_obj, "hf_quantizer", None) is not None:
             base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(resolve_dtype(dtype, hardware)))
+        rows = saved_embedding_rows(adapter_dir, base_model_obj)
+        if rows and rows > base_model_obj.get_input_embeddings().num_embeddings:  # a chat template's added tokens
+            base_model_obj.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
         check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
         model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
@@ -158,3 +169,9 @@ def load_adapter(
         ensure_pad_token(tokenizer)
     model.eval()
     return model, tokenizer
+
+
+def _saves_modules(adapter_dir: str) -> bool:
+    """The adapter saved whole modules beside its LoRA matrices (peft's ``modules_to_save``)."""
+    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+        return bool(json.load(f).get("modules_to_save"))

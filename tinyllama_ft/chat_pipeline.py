@@ -85,7 +85,8 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(family)
         model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                          lora_bias=cfg.lora_bias, target_modules=family.target_modules, use_rslora=cfg.use_rslora,
-                         gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
+                         gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend,
+                         train_embeddings=bool(family.added_token_ids))  # a named template's new tokens
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
         tokenized, token_report = tokenize_conversations(rows, tokenizer, max_seq_length=cfg.max_seq_length,
