@@ -96,6 +96,14 @@ def test_collated_batches_supervise_exactly_the_assistant_turns(tokenizer, conve
     assert seen == 60
 
 
+def test_wrapped_packing_is_refused_before_it_cuts_turns_at_window_edges(tokenizer, conversations, tmp_path):
+    train, _ = tokenize_conversations(conversations.select(range(12)), tokenizer, max_seq_length=512)
+    trainer = sft_trainer(tiny_model("llama", tokenizer), tokenizer, train, tmp_path, max_seq_length=512,
+                          packing_strategy="wrapped")
+    with pytest.raises(ValueError, match="assistant_supervision: packing_strategy='wrapped' concatenates rows"):
+        assistant_supervision(trainer, tokenizer.convert_tokens_to_ids("<|im_end|>"))
+
+
 def test_truncation_and_long_rows_drop_count_or_fail(tokenizer, conversations):
     # the system header alone is ~20 tokens: a 24-token window leaves no assistant token in any row
     with pytest.raises(ValueError, match="no row has a supervised assistant token"):

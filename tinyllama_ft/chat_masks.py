@@ -172,12 +172,13 @@ def assistant_supervision(trainer, end_of_turn_id: int, *, batches: int | None =
         system/user turns). All is well when ``samples_ok == samples``.
 
     Raises:
-        ValueError: ``split`` is not "train"/"eval", or "eval" without an eval set.
+        ValueError: as ``eos.require_row_samples``: a bad ``split``, or ``packing_strategy="wrapped"``, which
+            concatenates conversations and cuts their turns at window edges (the chat path refuses it here,
+            before training).
     """
-    from .eos import _samples
+    from .eos import _samples, require_row_samples
 
-    if split not in ("train", "eval") or split == "eval" and trainer.eval_dataset is None:
-        raise ValueError(f"assistant_supervision: split={split!r} must be 'train', or 'eval' with an eval set")
+    require_row_samples(trainer, split, what="assistant_supervision")  # a wrapped pack cuts turns at window edges
     keys = ("samples", "samples_ok", "samples_unsupervised", "runs", "runs_ending_in_eot", "supervised_tokens",
             "masked_tokens", "eot_supervised", "eot_masked")
     counts = dict.fromkeys(keys, 0)

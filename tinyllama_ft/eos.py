@@ -38,13 +38,7 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
         ValueError: ``split`` is not "train"/"eval", there is no eval set, or the trainer packs with
             ``packing_strategy="wrapped"`` (rows are concatenated and cut at window edges: no per-row samples).
     """
-    args = trainer.args
-    packing = args.packing if split == "train" or getattr(args, "eval_packing", None) is None else args.eval_packing
-    if packing and getattr(args, "packing_strategy", "bfd") == "wrapped":
-        raise ValueError("eos_supervision: packing_strategy='wrapped' concatenates rows and cuts them at window "
-                         "edges, so a batch has no per-row samples to check; use 'bfd' or 'bfd_split'")
-    if split not in ("train", "eval") or split == "eval" and trainer.eval_dataset is None:
-        raise ValueError(f"eos_supervision: split={split!r} must be 'train', or 'eval' with an eval set")
+    require_row_samples(trainer, split, what="eos_supervision")
     tokenizer = trainer.processing_class
     eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     keys = ("samples", "samples_ok", "samples_without_eos", "samples_with_several_eos", "eos_not_last",
@@ -87,6 +81,27 @@ def _samples(batch, pad_id):
         for s, e in zip(starts, starts[1:] + [hi]):
             if e > s:
                 yield ids[r, s:e], labels[r, s:e]
+
+
+def require_row_samples(trainer, split: str, *, what: str) -> None:
+    """Check that ``split``'s collated batches can be cut into rows (``_samples``) for a supervision check.
+
+    Args:
+        trainer: a TRL ``SFTTrainer``.
+        split: ``"train"`` or ``"eval"``.
+        what: the check's name, for the message.
+
+    Raises:
+        ValueError: ``split`` is not "train"/"eval", or "eval" without an eval set; or the split is packed with
+            ``packing_strategy="wrapped"`` (rows are concatenated and cut at window edges: no per-row samples).
+    """
+    if split not in ("train", "eval") or split == "eval" and trainer.eval_dataset is None:
+        raise ValueError(f"{what}: split={split!r} must be 'train', or 'eval' with an eval set")
+    args = trainer.args
+    packing = args.packing if split == "train" or getattr(args, "eval_packing", None) is None else args.eval_packing
+    if packing and getattr(args, "packing_strategy", "bfd") == "wrapped":
+        raise ValueError(f"{what}: packing_strategy='wrapped' concatenates rows and cuts them at window edges, so a "
+                         "batch has no per-row samples to check; use 'bfd' or 'bfd_split'")
 
 
 def eos_first_batch(trainer) -> dict[str, int] | None:
