@@ -6,7 +6,7 @@ document masks skip the blocks packed rows never see. transformers runs flex att
 step) then depends on inductor, which is where issue 10 saw ``stream`` on the just-trained model fail
 (``NoValidChoicesError`` in inductor's kernel selection; on 2026-12-01, 3 training steps at 1,024 tokens,
 plain ``generate`` under flex attention did not fail: tests/gpu/test_gpu_trained_model.py records it). The
-same error came back on 2026-12-01 from a plain no-grad forward (logits of one 40-token prompt) of a 4-bit
+same error came back on 2026-12-01 from a plain no-grad forward (logits of one 29-token prompt) of a 4-bit
 PEFT TinyLlama just trained for 2 steps under flex attention (tests/gpu/test_gpu_export.py's fixture):
 inductor recompiles flex attention with dynamic shapes for the new, inference-mode call and finds no
 kernel. Scoring and generation have no packed rows, so SDPA (with the padding mask) computes the same
