@@ -25,7 +25,8 @@ from __future__ import annotations
 from typing import Any, Iterable, Sequence
 
 from .config import DATASET_FORMATS, DEFAULTS  # dataset_format values; "auto" reads the first object's columns
-from .data import BadRow, DataReport, _Unreadable, check_rows, read_rows
+from .data import BadRow, DataReport, check_rows
+from .row_files import UnreadableRow, read_rows
 
 #: Roles of the normalised ``messages``.
 ROLES = ("system", "user", "assistant")
@@ -110,7 +111,7 @@ def conversation_problem(row: Any, *, dataset_format: str = "messages", column: 
     """Check one conversation row and normalise it.
 
     Args:
-        row: a raw row (a dict, or what ``data.read_rows`` left for a line it could not parse).
+        row: a raw row (a dict, or what ``row_files.read_rows`` left for a line it could not parse).
         dataset_format: ``"messages"`` or ``"sharegpt"``.
         column: the column holding the turns; default ``"messages"`` / ``"conversations"``.
 
@@ -120,7 +121,7 @@ def conversation_problem(row: Any, *, dataset_format: str = "messages", column: 
     """
     sharegpt = dataset_format == "sharegpt"
     column = column or ("conversations" if sharegpt else "messages")
-    if isinstance(row, _Unreadable):
+    if isinstance(row, UnreadableRow):
         return (row.field, row.reason, row.kind), None
     if not isinstance(row, dict):
         return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
@@ -152,7 +153,7 @@ def check_conversations(
     """Keep well-formed conversations, normalised to ``{"messages": [...]}``, once each.
 
     Args:
-        rows: raw rows, e.g. from ``data.read_rows`` (a list; ``auto`` reads the first object's columns).
+        rows: raw rows, e.g. from ``row_files.read_rows`` (a list; ``auto`` reads the first object's columns).
         dataset_format: one of ``DATASET_FORMATS`` (default "auto": the first object's columns decide). ``"alpaca"`` checks the rows with ``data.check_rows`` and turns
             each kept row into a one-turn conversation (``alpaca_to_messages``).
         strict: raise on the first bad row instead of dropping it (default ``DEFAULTS.strict``).
@@ -215,7 +216,7 @@ def load_conversations(
     """Read and check conversation rows (or Alpaca rows, as one-turn conversations) into a ``datasets.Dataset``.
 
     Args:
-        source, split, config: as ``data.read_rows`` (a local ``.json``/``.jsonl``/``.parquet`` file, a folder or
+        source, split, config: as ``row_files.read_rows`` (a local ``.json``/``.jsonl``/``.parquet`` file, a folder or
             a Hub id); defaults from ``config.DEFAULTS``.
         dataset_format, strict, column: as ``check_conversations``.
 
@@ -224,7 +225,7 @@ def load_conversations(
 
     Raises:
         ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped (the message
-            gives the first reasons); or as ``data.read_rows`` / ``check_conversations``.
+            gives the first reasons); or as ``row_files.read_rows`` / ``check_conversations``.
     """
     import datasets
 

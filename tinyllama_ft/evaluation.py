@@ -26,10 +26,11 @@ from typing import Sequence
 
 from .config import DEFAULTS
 from .inference_attention import sdpa_outside_training
-#: Held-out instructions with short reference answers in the notebook's stopping count.
-STOP_ROWS = 20
 from .prompts import format_prompt
 from .tokenization import alpaca_segments, encode_prompts, tokenize_segments
+
+#: Held-out instructions with short reference answers in the notebook's stopping count.
+STOP_ROWS = 20
 
 #: ``max_new_tokens`` of the stopping count: twice the article's 64, room for a short answer to end.
 STOP_MAX_NEW_TOKENS = 128
