@@ -176,30 +176,25 @@ def assistant_supervision(trainer, end_of_turn_id: int, *, batches: int | None =
             concatenates conversations and cuts their turns at window edges (the chat path refuses it here,
             before training).
     """
-    from .eos import _samples, require_row_samples
+    from .eos import collated_samples
 
-    require_row_samples(trainer, split, what="assistant_supervision")  # a wrapped pack cuts turns at window edges
     keys = ("samples", "samples_ok", "samples_unsupervised", "runs", "runs_ending_in_eot", "supervised_tokens",
             "masked_tokens", "eot_supervised", "eot_masked")
     counts = dict.fromkeys(keys, 0)
-    loader = trainer.get_train_dataloader() if split == "train" else trainer.get_eval_dataloader()
-    for i, batch in enumerate(loader):
-        if batches is not None and i >= batches:
-            break
-        for ids, labels in _samples(batch, trainer.processing_class.pad_token_id):
-            ids, labels = ids.tolist(), labels.tolist()
-            sup = [label != -100 for label in labels]
-            ends = [j for j in range(len(sup)) if sup[j] and (j + 1 == len(sup) or not sup[j + 1])]
-            good_ends = sum(ids[j] == end_of_turn_id for j in ends)
-            counts["samples"] += 1
-            counts["samples_ok"] += bool(ends) and good_ends == len(ends)
-            counts["samples_unsupervised"] += not ends
-            counts["runs"] += len(ends)
-            counts["runs_ending_in_eot"] += good_ends
-            counts["supervised_tokens"] += sum(sup)
-            counts["masked_tokens"] += len(sup) - sum(sup)
-            counts["eot_supervised"] += sum(t == end_of_turn_id and s for t, s in zip(ids, sup))
-            counts["eot_masked"] += sum(t == end_of_turn_id and not s for t, s in zip(ids, sup))
+    for ids, labels in collated_samples(trainer, split, batches, what="assistant_supervision"):
+        ids, labels = ids.tolist(), labels.tolist()
+        sup = [label != -100 for label in labels]
+        ends = [j for j in range(len(sup)) if sup[j] and (j + 1 == len(sup) or not sup[j + 1])]
+        good_ends = sum(ids[j] == end_of_turn_id for j in ends)
+        counts["samples"] += 1
+        counts["samples_ok"] += bool(ends) and good_ends == len(ends)
+        counts["samples_unsupervised"] += not ends
+        counts["runs"] += len(ends)
+        counts["runs_ending_in_eot"] += good_ends
+        counts["supervised_tokens"] += sum(sup)
+        counts["masked_tokens"] += len(sup) - sum(sup)
+        counts["eot_supervised"] += sum(t == end_of_turn_id and s for t, s in zip(ids, sup))
+        counts["eot_masked"] += sum(t == end_of_turn_id and not s for t, s in zip(ids, sup))
     return {k: int(v) for k, v in counts.items()}
 
 

@@ -38,29 +38,45 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
         ValueError: ``split`` is not "train"/"eval", there is no eval set, or the trainer packs with
             ``packing_strategy="wrapped"`` (rows are concatenated and cut at window edges: no per-row samples).
     """
-    require_row_samples(trainer, split, what="eos_supervision")
-    tokenizer = trainer.processing_class
-    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    eos = trainer.processing_class.eos_token_id
     keys = ("samples", "samples_ok", "samples_without_eos", "samples_with_several_eos", "eos_not_last",
             "eos_tokens", "eos_supervised", "eos_masked")
     counts = dict.fromkeys(keys, 0)
+    for ids, labels in collated_samples(trainer, split, batches, what="eos_supervision"):
+        at = (ids == eos).nonzero().flatten().tolist()
+        supervised = sum(int(labels[j]) == eos for j in at)
+        last = bool(at) and at[-1] == len(ids) - 1
+        counts["samples"] += 1
+        counts["samples_ok"] += len(at) == 1 and last and supervised == 1
+        counts["samples_without_eos"] += not at
+        counts["samples_with_several_eos"] += len(at) > 1
+        counts["eos_not_last"] += bool(at) and not last
+        counts["eos_tokens"] += len(at)
+        counts["eos_supervised"] += supervised
+        counts["eos_masked"] += len(at) - supervised
+    return {k: int(v) for k, v in counts.items()}
+
+
+def collated_samples(trainer, split: str, batches: int | None, *, what: str):
+    """``(input_ids, labels)`` of each sample in the first ``batches`` collated batches of ``split`` (None: one
+    epoch), as the trainer feeds them: packed rows cut at ``position_ids`` resets, padding left out.
+
+    Args:
+        trainer: a TRL ``SFTTrainer``.
+        split: ``"train"`` or ``"eval"``.
+        batches: how many batches to read; None: all.
+        what: the calling check's name, for ``require_row_samples``'s message.
+
+    Raises:
+        ValueError: as ``require_row_samples`` (before any batch is read).
+    """
+    require_row_samples(trainer, split, what=what)
+    pad = trainer.processing_class.pad_token_id
     loader = trainer.get_train_dataloader() if split == "train" else trainer.get_eval_dataloader()
     for i, batch in enumerate(loader):
         if batches is not None and i >= batches:
-            break
-        for ids, labels in _samples(batch, pad):
-            at = (ids == eos).nonzero().flatten().tolist()
-            supervised = sum(int(labels[j]) == eos for j in at)
-            last = bool(at) and at[-1] == len(ids) - 1
-            counts["samples"] += 1
-            counts["samples_ok"] += len(at) == 1 and last and supervised == 1
-            counts["samples_without_eos"] += not at
-            counts["samples_with_several_eos"] += len(at) > 1
-            counts["eos_not_last"] += bool(at) and not last
-            counts["eos_tokens"] += len(at)
-            counts["eos_supervised"] += supervised
-            counts["eos_masked"] += len(at) - supervised
-    return {k: int(v) for k, v in counts.items()}
+            return
+        yield from _samples(batch, pad)
 
 
 def _samples(batch, pad_id):
