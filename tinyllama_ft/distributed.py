@@ -143,9 +143,8 @@ def _state():
     # without cpu=True, a torchrun launch on a machine without CUDA is not seen as distributed (no barrier);
     # the timeout is transformers' ddp_timeout default (the Trainer reuses this process group)
     state = PartialState(cpu=not torch.cuda.is_available(), timeout=datetime.timedelta(seconds=1800))
-    if not _state.__dict__.get("ends_at_exit"):
-        atexit.register(end_process_group)
-        _state.ends_at_exit = True
+    atexit.unregister(end_process_group)  # registered once, however often the state is asked for
+    atexit.register(end_process_group)
     return state
 
 
