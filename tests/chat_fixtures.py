@@ -40,6 +40,11 @@ def smollm2_tokenizer(shared_data):
     return copy.deepcopy(_base_tokenizer("bpe", str(shared_data)))
 
 
+def tinyllama_tokenizer(shared_data):
+    """The real TinyLlama (Llama-2 SentencePiece) tokenizer, a fresh copy (free to add tokens to)."""
+    return copy.deepcopy(_base_tokenizer("sp", str(shared_data)))
+
+
 def family_tokenizer(name: str, shared_data):
     """A tokenizer with family ``name``'s special tokens and real (TRL) template on a real base vocabulary."""
     spec = json.loads((FIXTURES / "families" / f"{name}.json").read_text(encoding="utf-8"))

@@ -3,12 +3,10 @@ embeddings and LM head train beside the adapter (lora.add_lora's train_embedding
 load_adapter resizes the base to them and reloads what was trained (before this, the new rows stayed untrained
 and the reload failed with "the adapter's tokenizer has 32002 tokens, this base embeds 32000")."""
 
-import copy
-
 import datasets
 import pytest
 
-from chat_fixtures import _base_tokenizer, cpu_trl_cannot_train, multiturn_rows, tiny_model
+from chat_fixtures import cpu_trl_cannot_train, multiturn_rows, tiny_model, tinyllama_tokenizer
 from helpers import sft_trainer
 
 
@@ -56,7 +54,7 @@ def chatml_tinyllama(shared_data, tmp_path_factory):
     from tinyllama_ft.families import prepare_family
     from tinyllama_ft.lora import add_lora
 
-    tokenizer = copy.deepcopy(_base_tokenizer("sp", str(shared_data)))
+    tokenizer = tinyllama_tokenizer(shared_data)
     model = tiny_model("llama", tokenizer)
     assert not model.config.tie_word_embeddings
     setup = prepare_family(model, tokenizer, chat_template="chatml", max_seq_length=256)
@@ -87,9 +85,9 @@ def test_load_adapter_resizes_the_base_and_reloads_what_was_trained(chatml_tinyl
     model, tokenizer, _, _, adapter = chatml_tinyllama
     # the adapter's recorded base is the in-memory tiny model: save it (un-resized, as a user's base is) beside
     base_dir = str(adapter) + "-base"
-    plain = tiny_model("llama", _base_tokenizer("sp", str(shared_data)))
-    plain.save_pretrained(base_dir)
-    _base_tokenizer("sp", str(shared_data)).save_pretrained(base_dir)
+    base_tokenizer = tinyllama_tokenizer(shared_data)
+    tiny_model("llama", base_tokenizer).save_pretrained(base_dir)
+    base_tokenizer.save_pretrained(base_dir)
     prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
                                            add_generation_prompt=True)
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
