@@ -70,9 +70,11 @@ def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alp
     before = sorted(os.listdir(checkpoint))
     del trainer, model
     torch.cuda.empty_cache()
+    # recipe="article" runs the split as configured; the fast recipe would size the micro-batch to the free memory
+    # (plan.plan_run) and never run out
     huge = FinetuneConfig(model_name=shaped, backend="transformers", max_seq_length=4096, report_to="none",
-                          per_device_train_batch_size=256, gradient_accumulation_steps=1, max_steps=4, save_steps=2,
-                          gradient_checkpointing=False, output_dir=out, dataset_num_proc=None)
+                          recipe="article", per_device_train_batch_size=256, gradient_accumulation_steps=1, max_steps=4,
+                          save_steps=2, gradient_checkpointing=False, output_dir=out, dataset_num_proc=None)
     trainer, model = _trainer(shaped, rows * 8, huge, hardware)
     with pytest.raises(torch.OutOfMemoryError) as err:
         train_and_evaluate(trainer, resume=True)
