@@ -30,8 +30,11 @@ QUESTIONS = ["Give three tips for staying healthy.", "What is the capital of Fra
 
 
 def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: int = 240, max_seq_length: int = 512,
-        repro: bool = False) -> dict:
-    """Train ``steps`` steps on ``plan``, call the helpers, return the record (see the module docstring)."""
+        repro: bool = False, eval_rows: int = 0) -> dict:
+    """Train ``steps`` steps on ``plan``, call the helpers, return the record (see the module docstring).
+
+    ``eval_rows`` > 0: that many further rows are an eval set, evaluated before training, after every step
+    (``eval_steps=1``: the Trainer's own eval loop between training steps) and after training."""
     from tinyllama_ft.config import FinetuneConfig
     from tinyllama_ft.hardware import Hardware, cap_gpu_memory, detect_hardware
     from tinyllama_ft.plan import plan_run
@@ -43,7 +46,7 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
     cfg = FinetuneConfig(model_name=model_dir, max_seq_length=max_seq_length, report_to="none", max_steps=steps,
                          save_steps=10**6, output_dir=os.path.join(out, "run"), dataset_num_proc=None,
                          long_rows="truncate", gpu_memory_cap_gib=15 if plan == "t4_unsloth" else 0,
-                         dtype="float32" if plan == "cpu" else None)
+                         dtype="float32" if plan == "cpu" else None, eval_steps=1)
     run_plan = plan_run(cfg, hardware, budget_gib=15 if plan == "t4_unsloth" else None)
     record: dict = {"plan": plan, "run_plan": run_plan.summary(), "backend": run_plan.backend, "dtype": run_plan.dtype,
                     "attn_implementation": run_plan.attn_implementation, "use_liger_kernel": run_plan.use_liger_kernel,
@@ -66,8 +69,10 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
                 backend=run_plan.backend, hardware=hardware)
     model, tokenizer = load_model(cfg.model_name, attn_implementation=run_plan.attn_implementation, **load)
     model = add_lora(model, gradient_checkpointing=run_plan.gradient_checkpointing, backend=run_plan.backend)
-    train = text_dataset(alpaca_rows(Path(data), rows), tokenizer)
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg,
+    every = alpaca_rows(Path(data), rows + eval_rows)
+    train = text_dataset(every[:rows], tokenizer)
+    held_out = text_dataset(every[rows:], tokenizer) if eval_rows else None
+    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=held_out, cfg=cfg,
                             plan=run_plan)
     record["train"] = {k: v for k, v in train_and_evaluate(trainer).items() if k != "log_history"}
 
@@ -156,8 +161,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--max-seq-length", type=int, default=1024)
     p.add_argument("--repro", action="store_true")
+    p.add_argument("--eval-rows", type=int, default=0)
     a = p.parse_args(argv)
-    record = run(a.plan, a.model, a.data, a.out, a.steps, max_seq_length=a.max_seq_length, repro=a.repro)
+    record = run(a.plan, a.model, a.data, a.out, a.steps, max_seq_length=a.max_seq_length, repro=a.repro,
+                 eval_rows=a.eval_rows)
     with open(a.result, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, default=str)
     print(json.dumps(record["calls"], indent=1))

@@ -1,12 +1,15 @@
 """Every helper that takes a model works on the model just trained, in the same process, on each GPU plan
 (issue 10 item 7): the bf16 fast plan (transformers 4-bit + PEFT, flex attention, Liger) and the T4
 stand-in (fp16, Unsloth). Each plan runs ``tests/trained_model_driver.py`` in its own process (Unsloth
-patches transformers for the whole process); the CPU plan is ``tests/test_trained_model.py``.
+patches transformers for the whole process); the CPU plan is ``tests/test_trained_model.py``. The bf16 fast plan
+also evaluates a held-out set before, between (every step) and after its flex-attention training steps: the
+Trainer's own eval loop runs on SDPA (``trainer.sdpa_evaluating``) and must give finite losses.
 
     TINYLLAMA_SHAPED=/tmp/tinyllama-shaped python3 -m pytest -q tests/gpu/test_gpu_trained_model.py
 """
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -34,6 +37,8 @@ def test_every_helper_works_on_the_just_trained_model(plan, alpaca_jsonl, tmp_pa
             "--steps", os.environ.get("TRAINED_MODEL_STEPS", "3")]
     if plan == "bf16_fast" and os.environ.get("TRAINED_MODEL_REPRO", "1") == "1":
         argv.append("--repro")
+    if plan == "bf16_fast":  # the Trainer's eval loop between flex-attention training steps (trainer.sdpa_evaluating)
+        argv += ["--eval-rows", "24"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900,
                           env={**os.environ, "PYTHONPATH": os.pathsep.join(
                               [str(DRIVER.parents[1]), os.environ.get("PYTHONPATH", "")])})
@@ -47,6 +52,8 @@ def test_every_helper_works_on_the_just_trained_model(plan, alpaca_jsonl, tmp_pa
         assert record["attn_implementation"] == "flex_attention"
         assert record["use_liger_kernel"], "the fast plan left Liger off: install liger-kernel (requirements-colab.txt)"
         assert record["attention_before"] == record["attention_after"] == "flex_attention"
+        losses = [record["train"]["eval_loss_before"], record["train"]["eval_loss_after"]]
+        assert all(isinstance(x, float) and math.isfinite(x) for x in losses), losses
         assert record["merged_type"] == "LlamaForCausalLM" and record["merged_graph_failed"] is None
     else:
         assert record["backend"] == "unsloth" and record["dtype"] == "float16"
