@@ -2,10 +2,11 @@
 # The GPU-only tests, each file in its own process (Unsloth patches transformers for the whole process it is
 # imported in, so the export and decoding files must not share one with the Unsloth ones), on a CUDA machine.
 # Usage (repo root): bash scripts/gpu_tests.sh [FILE ...]   (default: every tests/gpu/*.py, export first)
-# WHL_DIR (optional): wheels to install into /tmp/site first (`bash ../shared/tools/device-wheels.sh liger-kernel==0.8.5`
-# builds them for the GPU machine, which lacks unsloth, trl, datasets, bitsandbytes and liger-kernel: without
-# liger-kernel the fast plan runs without Liger and test_gpu_trained_model.py says so); DATA_DIR: the shared data (default ../shared/data);
-# logs go to $OUT (default /tmp/gpu-tests); PYTEST_ADDOPTS (pytest's own) selects tests, e.g. "-k out_of_memory". Exit status: the number of files that failed.
+# WHL_DIR (optional): wheels to install into /tmp/site first; `bash ../shared/tools/device-wheels.sh
+# liger-kernel==0.8.5` builds them for the GPU machine, which lacks unsloth, trl, datasets, bitsandbytes and
+# liger-kernel (without it the fast plan runs without Liger, and test_gpu_trained_model.py says so).
+# DATA_DIR: the shared data (default ../shared/data). Logs go to $OUT (default /tmp/gpu-tests). PYTEST_ADDOPTS
+# (pytest's own) selects tests, e.g. "-k out_of_memory". Exit status: the number of files that failed.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-tests}; mkdir -p "$OUT"
