@@ -85,6 +85,7 @@ wandb_run_name = 'smollm2-chat-sft'  # @param {type:"string"}
 output_dir = 'outputs_chat'  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
 overwrite_output_dir = False  # @param {type:"boolean"}
+export_formats = []  # @param {type:"raw"}
 # generation
 prompts = ['What is the capital of France?']  # @param {type:"raw"}
 max_new_tokens = 64  # @param {type:"integer"}
@@ -131,10 +132,12 @@ install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 # The execution plan, decided once (backend, dtype, attention kernel, micro-batch split, checkpointing, optimizer).
 
 # %%
+from tinyllama_ft.export import check_export_tools
 from tinyllama_ft.plan import plan_run
 
 plan = plan_run(cfg, hardware)
 print(plan.summary())
+check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's quantizer stops here, not after training
 
 # %% [markdown]
 # ## Output folder
@@ -174,8 +177,10 @@ print(f"output_dir {cfg.output_dir!r}: "
 # whose end-of-turn token the model's generation config does not stop on is refused here, before any training.
 
 # %%
+from tinyllama_ft.hardware import cap_gpu_memory
 from tinyllama_ft.modeling import load_model
 
+cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)  # 0 (the default): no cap
 model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                               load_in_4bit=plan.load_in_4bit, backend=plan.backend,
                               attn_implementation=plan.attn_implementation, trust_remote_code=cfg.trust_remote_code,
@@ -279,9 +284,22 @@ finish_tracking(tracking)
 
 # %%
 from tinyllama_ft.adapters import save_adapter
+from tinyllama_ft.run_record import adapter_record
 
-adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
+adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=family))
 print(f"adapter saved to {adapter_dir}")
+
+# %% [markdown]
+# ## Export (when `export_formats` asks)
+# Each format to `<output_dir>/export/<format>/`, carrying this adapter's own chat template (in the merged model's
+# tokenizer and the GGUF; the Ollama `Modelfile` stops on its end-of-turn token). Empty (the default): nothing happens.
+
+# %%
+from tinyllama_ft.export import describe_exports, export_adapter
+
+exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                         hardware=hardware, trust_remote_code=cfg.trust_remote_code)
+print(describe_exports(exports))
 
 # %% [markdown]
 # ## 9. Reload the adapter and answer through the chat template
@@ -295,8 +313,7 @@ trainer, model = release_memory(trainer, model)
 # %%
 from tinyllama_ft.adapters import load_adapter
 
-model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
 
 # %% [markdown]

@@ -159,10 +159,12 @@ install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 # `recipe="article"` runs the article's cell values as they are. The configuration is not changed.
 
 # %%
+from tinyllama_ft.export import check_export_tools
 from tinyllama_ft.plan import plan_run
 
 plan = plan_run(cfg, hardware)
 print(plan.summary())
+check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's quantizer stops here, not after training
 
 # %% [markdown]
 # ## Output folder
@@ -375,8 +377,9 @@ finish_tracking(tracking)
 
 # %%
 from tinyllama_ft.adapters import save_adapter
+from tinyllama_ft.run_record import adapter_record
 
-adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
+adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan))
 print(f"adapter saved to {adapter_dir}")
 
 # %% [markdown]
@@ -390,8 +393,7 @@ print(f"adapter saved to {adapter_dir}")
 from tinyllama_ft.export import describe_exports, export_adapter
 
 exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
-                         template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                         load_in_4bit=plan.load_in_4bit, hardware=hardware, trust_remote_code=cfg.trust_remote_code)
+                         hardware=hardware, trust_remote_code=cfg.trust_remote_code)
 print(describe_exports(exports))
 
 # %% [markdown]
@@ -412,8 +414,7 @@ trainer, model = release_memory(trainer, model)
 # %%
 from tinyllama_ft.adapters import load_adapter
 
-model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
 
 # %% [markdown]

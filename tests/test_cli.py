@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from conftest import NOTEBOOK_STEPS, REPO, notebook_parameters
-from tinyllama_ft.cli import main
+from tinyllama_ft.cli import main, run
 from tinyllama_ft.coercion import ConfigError
 from tinyllama_ft.config import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
 from tinyllama_ft.params import RECIPES_DIR, config_from_recipe, load_recipe, recipe_names
@@ -99,10 +99,12 @@ def test_help_documents_every_field(capsys):
     (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
 ])
 def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, capsys):
-    with pytest.raises(SystemExit) as done:
-        main(argv)
-    assert done.value.code == 2
-    assert expected in capsys.readouterr().err
+    assert main(argv) == 2  # a configuration error: exit status 2, one line, no traceback
+    err = capsys.readouterr().err
+    assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"tinyllama-ft {argv[0]}: error: ")
+    with pytest.raises(ConfigError):  # in-process, run() raises what main() reports
+        run(argv)
 
 
 @pytest.mark.slow

@@ -37,6 +37,9 @@ def test_helper_defaults_are_the_config_defaults():
             field_name = aliases.get(name, name)
             if (fn.__name__, name) == ("add_lora", "backend"):  # None: detect from the process, not the plan's "auto"
                 continue
+            if fn.__name__ == "load_adapter" and name in ("max_seq_length", "dtype", "load_in_4bit"):
+                assert p.default is None  # None: what the run recorded beside the adapter (run_record)
+                continue
             if name == "dataset_format" and fn.__module__.endswith("conversations"):  # conversation loaders read
                 assert p.default == "auto"  # each source's layout; the field's "alpaca" picks the Alpaca prompt path
                 continue

@@ -246,11 +246,11 @@ def test_the_export_command_writes_a_bf16_merged_model_into_the_run_folder(run_d
     import json
     import shutil
 
-    from tinyllama_ft.cli import main
+    from tinyllama_ft.cli import run
 
     shutil.copytree(run_dir / "lora_model", tmp_path / "lora_model")
     shutil.copy(run_dir / "run_config.json", tmp_path)
-    results = main(["export", "--adapter", str(tmp_path / "lora_model"), "--format", "merged_16bit"])
+    results = run(["export", "--adapter", str(tmp_path / "lora_model"), "--format", "merged_16bit"])
     folder = tmp_path / "export" / "merged_16bit"  # <output_dir>: the adapter's run folder
     assert list(results) == ["merged_16bit"] and results["merged_16bit"].path == str(folder)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))

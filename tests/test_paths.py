@@ -73,7 +73,7 @@ def test_every_path_parameter_expands_home_and_variables(lora, stories_dir, alpa
     saved = save_adapter(model, tokenizer, "$RUNS/x/adapter")
     assert saved == str(home / "runs" / "x" / "adapter")
     shutil.copytree(stories_dir, home / "stories")
-    reloaded, _ = load_adapter("~/runs/x/adapter", max_seq_length=256, dtype=None, load_in_4bit=False,
+    reloaded, _ = load_adapter("~/runs/x/adapter", dtype=None, load_in_4bit=False,  # max_seq_length: the run's record
                                backend="transformers", hardware=cpu, base_model="~/stories")
     assert reloaded is not None
     assert load_model("$MODELS/" + stories_dir.name, max_seq_length=256, dtype=None, load_in_4bit=False,

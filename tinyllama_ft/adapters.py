@@ -25,7 +25,7 @@ from .paths import expand_path
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
 
-def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True) -> str:
+def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, record: dict | None = None) -> str:
     """Write the adapter and tokenizer to ``adapter_dir`` atomically.
 
     Args:
@@ -34,6 +34,9 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True) 
         adapter_dir: destination folder (the article's ``"lora_model"``).
         overwrite: replace an existing adapter there; the old one is removed only after the new one
             is complete.
+        record: ``run_record.adapter_record(cfg, plan, family=...)``, written as ``tinyllama_ft.json`` beside the
+            adapter: how later commands (``load_adapter``, ``tinyllama-ft generate`` / ``export``) prompt and load
+            it. None writes none (they then read the run's ``run_config.json``, if any).
 
     Returns:
         The absolute path of the adapter folder.
@@ -52,6 +55,10 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True) 
     try:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
+        if record is not None:
+            from .run_record import write_record
+
+            write_record(staging, record)
         missing = [f for f in ADAPTER_FILES if not os.path.isfile(os.path.join(staging, f))]
         if missing:
             raise RuntimeError(f"saving the adapter wrote no {missing}: is the model a LoRA (peft) model?")
@@ -87,9 +94,9 @@ def adapter_base_model(adapter_dir: str) -> str:
 def load_adapter(
     adapter_dir: str,
     *,
-    max_seq_length: int = DEFAULTS.max_seq_length,
-    dtype: str | None = DEFAULTS.dtype,
-    load_in_4bit: bool = DEFAULTS.load_in_4bit,
+    max_seq_length: int | None = None,
+    dtype: str | None = None,
+    load_in_4bit: bool | None = None,
     backend: str = DEFAULTS.backend,
     hardware=None,
     base_model: str | None = None,
@@ -100,7 +107,13 @@ def load_adapter(
 
     Args:
         adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
-        max_seq_length, dtype, load_in_4bit, backend, hardware, trust_remote_code: as ``modeling.load_model``.
+        max_seq_length, dtype, load_in_4bit: as ``modeling.load_model``; None (the default): what the run recorded
+            (``run_record.read_record``: the adapter's ``tinyllama_ft.json``, else the run's ``run_config.json``),
+            else the base's trained positions (no RoPE scaling), the hardware's dtype and
+            ``DEFAULTS.load_in_4bit``. A ``max_seq_length`` other than the recorded one is refused (RoPE scaling
+            follows it, so the model would answer garbled); another ``dtype`` / ``load_in_4bit`` is used, said in
+            one line.
+        backend, hardware, trust_remote_code: as ``modeling.load_model``.
         base_model: override the base recorded in the adapter (e.g. a local copy of it).
         merged: return a plain 16-bit model with the adapter merged into the weights, on the transformers
             backend: the base is loaded as it was trained (4-bit when ``load_in_4bit`` on CUDA), dequantized
@@ -120,10 +133,16 @@ def load_adapter(
             ``adapter_model.safetensors`` (adapter weights are read as safetensors only, never a pickle).
         adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base (another model
             type, vocabulary or hidden sizes, or target modules the base lacks): names each difference.
+        coercion.ConfigError: (a ``ValueError``) ``max_seq_length`` contradicts the recorded one (names both).
+        FileNotFoundError: the adapter folder has no tokenizer files and saved resized embeddings (the base's
+            tokenizer lacks the added tokens); without resized embeddings the base's tokenizer is used, said in
+            one line.
     """
     from .hardware import detect_hardware, is_importable
     from .modeling import choose_backend, ensure_pad_token, load_model
     from .precision import resolve_dtype, torch_dtype
+
+    from .run_record import read_record, resolve_settings
 
     hardware = hardware or detect_hardware()
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
@@ -131,6 +150,12 @@ def load_adapter(
     if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
         raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
                                 f"loaded as safetensors only (re-save it with save_adapter)")
+    settings = resolve_settings(read_record(adapter_dir), {"max_seq_length": max_seq_length, "dtype": dtype,
+                                                           "load_in_4bit": load_in_4bit},
+                                defaults={"max_seq_length": None, "dtype": None, "load_in_4bit": DEFAULTS.load_in_4bit})
+    max_seq_length, dtype, load_in_4bit = settings["max_seq_length"], settings["dtype"], settings["load_in_4bit"]
+    if max_seq_length is None:  # nothing recorded: the base's own positions, never a RoPE scaling nobody trained
+        max_seq_length = base_positions(base, trust_remote_code=trust_remote_code)
     if merged and "unsloth" in sys.modules:
         # Unsloth replaces transformers' Llama forward methods for the whole process when it loads a model:
         # a plain transformers model built now would run Unsloth's code. Reload the article's way instead.
@@ -165,7 +190,8 @@ def load_adapter(
             model = model.merge_and_unload()
             if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
                 del model.peft_config
-        tokenizer = AutoTokenizer.from_pretrained(adapter_dir, trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(adapter_tokenizer_source(adapter_dir, base, resized=bool(rows)),
+                                                  trust_remote_code=trust_remote_code)
         ensure_pad_token(tokenizer)
     model.eval()
     return model, tokenizer
@@ -175,3 +201,48 @@ def _saves_modules(adapter_dir: str) -> bool:
     """The adapter saved whole modules beside its LoRA matrices (peft's ``modules_to_save``)."""
     with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
         return bool(json.load(f).get("modules_to_save"))
+
+
+#: Files of a saved tokenizer, any one of which ``AutoTokenizer`` reads a tokenizer from.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+
+
+def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = False) -> str:
+    """Where the adapter's tokenizer is read from: the adapter folder (``save_adapter`` writes it there), else the base.
+
+    Args:
+        adapter_dir: the adapter folder.
+        base: the base model's folder or Hub id.
+        resized: the adapter saved resized embeddings (a chat template's added tokens), which the base's own
+            tokenizer cannot produce.
+
+    Returns:
+        ``adapter_dir``, or ``base`` (said in one line) when the folder holds no tokenizer file (a PEFT folder saved
+        without one).
+
+    Raises:
+        FileNotFoundError: no tokenizer file in ``adapter_dir`` and ``resized``: names the folder and what to copy.
+    """
+    if any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES):
+        return adapter_dir
+    if resized:
+        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no tokenizer files ({', '.join(TOKENIZER_FILES)}), "
+                                f"and its embeddings were resized for added tokens that the base's tokenizer lacks: "
+                                f"copy the tokenizer files of the run that trained it into that folder")
+    print(f"adapter_dir={adapter_dir!r} has no tokenizer files: using the base's tokenizer ({base})")
+    return base
+
+
+def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote_code) -> int:
+    """The base model's trained positions (``max_position_embeddings``), the ``max_seq_length`` that applies no
+    RoPE scaling; ``DEFAULTS.max_seq_length`` when its config has none.
+
+    Raises:
+        OSError: as ``transformers.AutoConfig.from_pretrained`` (no such folder, not cached offline).
+    """
+    from transformers import AutoConfig
+
+    from .demo_model import resolve_model_name
+
+    config = AutoConfig.from_pretrained(resolve_model_name(base), trust_remote_code=trust_remote_code)
+    return getattr(config, "max_position_embeddings", None) or DEFAULTS.max_seq_length

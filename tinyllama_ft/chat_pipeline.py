@@ -48,16 +48,18 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .conversations import load_conversation_sources
     from .credentials import export_secrets
     from .data import split_train_eval
+    from .export import describe_exports, export_adapter
     from .families import prepare_family
     from .fingerprint import data_fingerprint
     from .generation import as_samples, format_answers
-    from .hardware import detect_hardware
+    from .hardware import cap_gpu_memory, detect_hardware
     from .install import install
     from .lock import release_run_lock
     from .lora import add_lora, trainable_parameters
     from .modeling import load_model
     from .plan import plan_run
     from .plotting import loss_curve
+    from .run_record import adapter_record
     from .runs import ensure_drive, prepare_output_dir
     from .summary import build_run_summary, write_run_summary
     from .tracking import finish_tracking, start_tracking
@@ -77,6 +79,7 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     fingerprint = data_fingerprint(rows, fields=("messages",))
     print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=fingerprint)}")
     try:
+        cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
         model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                                       load_in_4bit=plan.load_in_4bit, backend=plan.backend,
                                       attn_implementation=plan.attn_implementation,
@@ -107,11 +110,14 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(describe_supervision(check, end_of_turn=family.end_of_turn))
         results = train_and_evaluate(trainer, resume=cfg.resume)
         finish_tracking(tracking)
-        adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
+        adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir,
+                                   record=adapter_record(cfg, plan, family=family))
         print(f"adapter saved to {adapter_dir}")
+        exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                                 hardware=hardware, trust_remote_code=cfg.trust_remote_code)  # its own chat template
+        print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
-        model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                        load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+        model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,  # the rest as recorded
                                         trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
         answers = chat_generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
                                 stop_token_ids=family.stop_token_ids)

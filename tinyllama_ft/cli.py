@@ -9,12 +9,22 @@ Flags are ``FinetuneConfig``'s flat field names, as the recipes' YAML keys and t
 A flag overrides the recipe; the recipe overrides the package's defaults. An unknown flag or key stops
 with the closest field name ("did you mean lora_r?"); a wrong type names the field.
 
+``generate`` and ``export`` prompt, load and stop the adapter as its run recorded (``run_record``: the prompt
+format or chat template, ``max_seq_length``, dtype, 4-bit); a flag that contradicts the record is refused, naming
+both values, or for a precision (``--dtype``, ``--load_in_4bit``) used with a one-line notice.
+
+Exit status (``main``, the console script): 0 on success, 2 on a usage or configuration error, 1 on a failure,
+130 on Ctrl-C; an error ends with one line ``tinyllama-ft <command>: error: ...`` and no traceback (``--debug``,
+or ``TINYLLAMA_FT_DEBUG=1``, shows it). ``run`` is the same in-process, returning the command's result.
+
 Subcommands live in ``COMMANDS`` (name -> ``Command``): a new one (e.g. ``export``) is one more entry.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
@@ -22,9 +32,10 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 from .coercion import ConfigError, unknown_keys_error
 from .config import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
 
-#: Fields the ``generate`` command takes (how to load the adapter, what to generate).
-GENERATE_FIELDS = ("max_seq_length", "dtype", "load_in_4bit", "backend", "trust_remote_code", "reload_merged",
-                   "max_new_tokens", "template")
+#: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
+GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
+#: Fields ``generate`` and ``export`` take with their flag types; unset: what the run recorded (``run_record``).
+RECORDED_FIELDS = {"template": str, "max_seq_length": int, "dtype": str, "load_in_4bit": bool}
 
 
 @dataclass(frozen=True)
@@ -72,9 +83,19 @@ def _run_train(values: dict, given: set) -> dict:
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
     summary = run_training(cfg)
-    print({k: summary.get(k) for k in ("eval_loss_before", "eval_loss_after", "train_tokens", "tokens_per_s",
-                                       "adapter_dir")})
+    if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
+        print(f"tinyllama-ft train: done: eval_loss {summary.get('eval_loss_before')} -> "
+              f"{summary.get('eval_loss_after')}, adapter in {summary['adapter_dir']}, summary in "
+              f"{os.path.join(cfg.output_dir, 'run_summary.json')}")
     return summary
+
+
+def _add_recorded_arguments(parser) -> None:
+    docs = field_docs()
+    for name, kind in RECORDED_FIELDS.items():
+        parser.add_argument(f"--{name}", type=Optional[kind], default=None,
+                            help=f"{docs[name]} Default: the run's value, recorded beside the adapter; a value that "
+                                 f"contradicts it is refused (dtype, load_in_4bit: used, said once)")
 
 
 def _add_generate_arguments(parser) -> None:
@@ -84,28 +105,39 @@ def _add_generate_arguments(parser) -> None:
     parser.add_argument("--base_model", type=Optional[str], default=None,
                         help="base model to load instead of the one recorded in the adapter (e.g. a local copy)")
     add_field_arguments(parser, GENERATE_FIELDS)
+    _add_recorded_arguments(parser)
+
+
+def _recorded_flags(values: dict, given: set, where: str) -> dict:
+    """The ``RECORDED_FIELDS`` given on the command line, validated as configuration fields; None where not given."""
+    explicit = {k: values[k] for k in RECORDED_FIELDS if k in given and values[k] is not None}
+    FinetuneConfig.from_mapping(explicit, where=where)  # types and allowed values, as for train
+    return {k: explicit.get(k) for k in RECORDED_FIELDS}
 
 
 def _run_generate(values: dict, given: set) -> list[str]:
     from .adapters import adapter_base_model, load_adapter
+    from .chat_generation import chat_stream
     from .generation import stream
     from .hardware import detect_hardware
-    from .plan import plan_run
+    from .run_record import is_chat, read_record, resolve_settings
 
+    where = "tinyllama-ft generate"
     base = values["base_model"] or adapter_base_model(values["adapter"])
     cfg = FinetuneConfig.from_mapping({"model_name": base, "prompts": values["prompt"],
-                                       **{k: values[k] for k in GENERATE_FIELDS}}, where="tinyllama-ft generate")
-    hardware = detect_hardware()
-    plan = plan_run(cfg, hardware)
-    model, tokenizer = load_adapter(values["adapter"], max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                    load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+                                       **{k: values[k] for k in GENERATE_FIELDS}}, where=where)
+    flags = _recorded_flags(values, given, where)
+    record = read_record(values["adapter"])
+    template = resolve_settings(record, {"template": flags["template"]}, defaults={"template": DEFAULTS.template},
+                                where=where)["template"]
+    model, tokenizer = load_adapter(values["adapter"], max_seq_length=flags["max_seq_length"], dtype=flags["dtype"],
+                                    load_in_4bit=flags["load_in_4bit"], backend=cfg.backend, hardware=detect_hardware(),
                                     base_model=values["base_model"], trust_remote_code=cfg.trust_remote_code,
                                     merged=cfg.reload_merged)
-    return stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
-
-
-#: Fields the ``export`` command takes (how the base is loaded for the merge), with their flag types; unset: the run's.
-EXPORT_FIELDS = {"template": str, "max_seq_length": int, "dtype": str, "load_in_4bit": bool}
+    if is_chat(record):  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
+        return chat_stream(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
+                           stop_token_ids=record.get("stop_token_ids"))
+    return stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=template)
 
 
 def _add_export_arguments(parser) -> None:
@@ -119,12 +151,9 @@ def _add_export_arguments(parser) -> None:
     parser.add_argument("--output_dir", type=Optional[str], default=None,
                         help="the run folder; exports go to <output_dir>/export/<format>/ (default: the adapter's "
                              "parent folder, the run's output_dir)")
-    docs = field_docs()
-    for name, kind in EXPORT_FIELDS.items():
-        parser.add_argument(f"--{name}", type=Optional[kind], default=None,
-                            help=f"{docs[name]} Default: the run's value in run_config.json beside the adapter")
+    _add_recorded_arguments(parser)
     parser.add_argument("--trust_remote_code", type=bool, default=DEFAULTS.trust_remote_code,
-                        help=docs["trust_remote_code"])
+                        help=field_docs()["trust_remote_code"])
 
 
 def _run_export(values: dict, given: set) -> dict:
@@ -134,10 +163,12 @@ def _run_export(values: dict, given: set) -> dict:
 
     formats = FinetuneConfig.from_mapping({"export_formats": values["format"]},
                                           where="tinyllama-ft export --format").export_formats
+    flags = _recorded_flags(values, given, "tinyllama-ft export")
+    output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
     results = export_adapter(adapter_dir=values["adapter"], formats=formats, base_model=values["base_model"],
-                             output_dir=values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"])),
-                             trust_remote_code=values["trust_remote_code"], **{k: values[k] for k in EXPORT_FIELDS})
+                             output_dir=output_dir, trust_remote_code=values["trust_remote_code"], **flags)
     print(describe_exports(results))
+    print(f"tinyllama-ft export: done: {len(results)} format(s) in {os.path.join(output_dir, 'export')}")
     return results
 
 
@@ -155,10 +186,10 @@ def build_parser():
 
     parser = ArgumentParser(prog="tinyllama-ft", description="LoRA / QLoRA fine-tuning of small open LLMs "
                             "(TinyLlama first) on instruction data, and generation with the adapter.",
-                            exit_on_error=True)
+                            exit_on_error=False)  # run() turns its errors into one ConfigError line
     subcommands = parser.add_subcommands(required=True, dest="command")
     for name, command in COMMANDS.items():
-        sub = ArgumentParser(description=command.help)
+        sub = ArgumentParser(description=command.help, exit_on_error=False)
         command.add_arguments(sub)
         subcommands.add_subcommand(name, sub, help=command.help)
     return parser
@@ -175,9 +206,9 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
         ConfigError: a flag the command does not take; the message names it and the closest one.
     """
     known = {"help", "config"} | set(FIELD_NAMES) if command == "train" else \
-        {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(EXPORT_FIELDS) \
+        {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS) \
         if command == "export" else \
-        {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS)
+        {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
     given = _given_flags(argv)
     unknown = [g for g in given if g not in known]
     if unknown:
@@ -185,28 +216,83 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     return set(given) - {"help"}
 
 
-def main(argv: Sequence[str] | None = None) -> Any:
-    """Entry point of the ``tinyllama-ft`` console script.
+def run(argv: Sequence[str]) -> Any:
+    """Parse ``argv`` (after the program name) and run the command, in this process.
 
     Returns:
         What the command's ``run`` returns (the run summary for ``train``, the answers for ``generate``,
         ``{format: export.ExportResult}`` for ``export``).
 
     Raises:
-        SystemExit: bad arguments (jsonargparse's usage message), or a configuration error (its message,
-            exit status 2).
+        SystemExit: ``--help`` (status 0).
+        ConfigError: a flag the command does not take, a value of the wrong type, a missing required flag (what
+            jsonargparse reports, on one line), a bad value, a recipe or record contradiction.
+        Whatever the command raises.
+    """
+    from argparse import ArgumentError
+
+    argv = list(argv)
+    given = check_flags(argv[0], argv[1:]) if argv and argv[0] in COMMANDS else set()
+    try:
+        parsed = build_parser().parse_args(argv)
+    except ArgumentError as err:  # a wrong type, a missing required flag, no command: one line naming it
+        name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
+        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+        text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
+        raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
+    command = parsed.command
+    return COMMANDS[command].run(parsed[command].as_dict(), given)
+
+
+#: Environment variable that makes ``main`` show the traceback of an error (as ``--debug`` does).
+DEBUG_ENV = "TINYLLAMA_FT_DEBUG"
+
+
+def _one_line(err: BaseException, name: str) -> str:
+    """The error's message on one line, without a repeated ``tinyllama-ft <command>:`` prefix; an unexpected kind
+    of error keeps its type's name."""
+    text = " ".join(str(err).split()) or type(err).__name__
+    text = text[len(name) + 2:] if text.startswith(f"{name}: ") else text
+    return text if isinstance(err, (ConfigError, OSError, ValueError, RuntimeError)) else f"{type(err).__name__}: {text}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``tinyllama-ft`` console script (and ``python -m tinyllama_ft.cli``): ``run``, then an exit
+    status.
+
+    Args:
+        argv: the arguments after the program name; default ``sys.argv[1:]``. ``--debug`` anywhere (or
+            ``TINYLLAMA_FT_DEBUG=1``) shows the traceback of an error.
+
+    Returns:
+        0 on success; 2 on a usage or configuration error (``ConfigError``: a misspelt flag, a bad value, a recipe
+        or a flag that contradicts the run's record); 1 on any other failure; 130 on Ctrl-C. An error's last line
+        is ``tinyllama-ft <command>: error: <message>`` on stderr (the message names the field or file and what to
+        do); a failure's line says that ``--debug`` shows the traceback.
+
+    Raises:
+        SystemExit: ``--help`` (status 0), as jsonargparse raises it.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    argv = [a for a in argv if a != "--debug"]
+    name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
     try:
-        given = check_flags(argv[0], argv[1:]) if argv and argv[0] in COMMANDS else set()
-        parsed = build_parser().parse_args(argv)
-        command = parsed.command
-        values = parsed[command].as_dict()
-        return COMMANDS[command].run(values, given)
-    except (ConfigError, FileNotFoundError) as e:
-        print(f"tinyllama-ft: error: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
+        run(argv)
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the console script turns every error into one line and a status
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        usage = isinstance(err, ConfigError)
+        hint = "" if usage or debug else " (--debug shows the traceback)"
+        print(f"{name}: error: {_one_line(err, name)}{hint}", file=sys.stderr)
+        return 2 if usage else 1
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

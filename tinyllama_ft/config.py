@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import inspect
+import math
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -212,7 +213,9 @@ class FinetuneConfig:
     resume: bool = _field(False, "logging", identity=False)
     """Continue from the last complete checkpoint in output_dir; the identity fields must match (this package)."""
     overwrite_output_dir: bool = _field(False, "logging", identity=False)
-    """Delete an earlier run's checkpoints, summary, loss curve and adapter in output_dir first (this package)."""
+    """Delete an earlier run first: its checkpoint-* folders, run_summary.json, loss_curve.png, export/ (every exported
+    format), the adapter folder (adapter_dir, inside output_dir or not), offline W&B runs and run_config.json in
+    output_dir (this package)."""
     mount_drive: bool = _field(False, "logging", identity=False)
     """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
     export_formats: tuple[str, ...] = _field((), "logging", identity=False, comma_separated=True)
@@ -269,6 +272,12 @@ class FinetuneConfig:
             "max_new_tokens": self.max_new_tokens > 0,
             "output_dir": bool(self.output_dir),
         }
+        non_finite = [f.name for f in dataclasses.fields(self)
+                      if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))]
+        if non_finite:
+            name = non_finite[0]
+            raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: a finite number "
+                              f"({_ALLOWED.get(name, 'not inf or nan')})")
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             name = bad[0]
@@ -279,6 +288,30 @@ class FinetuneConfig:
                               f"allowed: {list(EXPORT_FORMATS)}")
         self.packing_strategy = resolve_packing_strategy(self.long_rows, self.packing, self.packing_strategy,
                                                          "FinetuneConfig.")
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        """The rules between fields, checked here so a contradiction stops before anything loads.
+
+        Raises:
+            ConfigError: naming both fields and what to change.
+        """
+        chat = self.dataset_format != "alpaca"
+        if self.extra_datasets and not chat:
+            raise ConfigError(f"FinetuneConfig.extra_datasets={list(self.extra_datasets)!r} is read for conversations "
+                              f"only, and dataset_format='alpaca': set dataset_format ('auto', 'messages' or "
+                              f"'sharegpt'), or merge the files into dataset")
+        if chat and self.long_rows == "split":
+            raise ConfigError(f"FinetuneConfig.long_rows='split' does not apply to conversations "
+                              f"(dataset_format={self.dataset_format!r}): a conversation split over windows loses its "
+                              f"turns' context; use long_rows='drop' or 'truncate'")
+        if chat and self.packing and self.packing_strategy == "wrapped":
+            raise ConfigError(f"FinetuneConfig.packing_strategy='wrapped' cuts conversations at window edges "
+                              f"(dataset_format={self.dataset_format!r}), so their assistant turns cannot be checked or "
+                              f"masked whole; use packing_strategy='bfd'")
+        if self.resume and self.overwrite_output_dir:
+            raise ConfigError("FinetuneConfig.resume=True and overwrite_output_dir=True contradict each other: set one "
+                              "of them to False")
 
     @property
     def effective_batch_size(self) -> int:

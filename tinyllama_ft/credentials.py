@@ -8,6 +8,8 @@ import os
 import re
 from typing import Callable, Mapping
 
+from .coercion import ConfigError
+
 #: Secrets this package reads: from the environment, else the Colab secret of the same name.
 SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")
 #: Names that hold a secret (case-insensitive): ``token``, ``hf_token``, ``hub_token``, ``wandb_api_key``,
@@ -84,14 +86,14 @@ def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
         where: what the mapping is, for the message.
 
     Raises:
-        ValueError: a key looks like a secret; the message names the key and where to put the secret
-            instead, never the value.
+        coercion.ConfigError: (a ValueError) a key looks like a secret; the message names the key and where to put
+            the secret instead, never the value.
     """
     found = sorted(k for k in values if isinstance(k, str) and SECRET_NAME.search(k))
     if found:
         variable = "WANDB_API_KEY" if "wandb" in found[0].lower() else "HF_TOKEN" if "token" in found[0].lower() \
             else "an environment variable"
-        raise ValueError(
+        raise ConfigError(
             f"{where}: {found[0]!r} looks like a secret, and secrets are never parameters (they would be saved "
             f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "
             f"instead and remove {found[0]!r} (value not shown)"

@@ -6,7 +6,7 @@
 * ``merged_16bit``: the base with the adapter merged (``adapters.load_adapter(merged=True)``: a 4-bit base
   is dequantized to 16 bits and merged there, never in place into 4-bit, never from another checkpoint),
   as safetensors with the tokenizer, the generation config and the chat template of the prompt format it
-  was trained on; plain ``AutoModelForCausalLM.from_pretrained`` loads it (so do vLLM and TGI).
+  was trained on (Alpaca's, rendered as Jinja; a chat adapter keeps its own, saved with its tokenizer); plain ``AutoModelForCausalLM.from_pretrained`` loads it (so do vLLM and TGI).
 * ``gguf_f16``, ``gguf_bf16``, ``gguf_q8_0``: llama.cpp's converter on the merged model
   (``gguf_export``), a ``Modelfile`` beside each; ``gguf_q4_k_m``: f16, then llama.cpp's quantizer.
 * ``gguf_lora``: the adapter alone as a GGUF LoRA (``llama-cli -m base.gguf --lora adapter-f16.gguf``).
@@ -51,17 +51,6 @@ class ExportResult:
     seconds: float
 
 
-def trained_settings(adapter_dir: str) -> dict:
-    """``run_config.json`` of the run that wrote ``adapter_dir`` (in it or its parent folder), or ``{}``."""
-    from .runs import read_run_config
-
-    for folder in (adapter_dir, os.path.dirname(os.path.abspath(adapter_dir))):
-        found = read_run_config(folder)
-        if found:
-            return found
-    return {}
-
-
 def _files(folder: Path) -> tuple[str, ...]:
     return tuple(sorted(str(p) for p in folder.rglob("*") if p.is_file()))
 
@@ -82,15 +71,17 @@ def _publish(staged: Path, target: Path) -> None:
 TOKENIZER_SOURCES = ("tokenizer.model",)
 
 
-def save_merged(*, model, tokenizer, target_dir: str | os.PathLike, template: str, dtype: str | None = None,
+def save_merged(*, model, tokenizer, target_dir: str | os.PathLike, template: str | None, dtype: str | None = None,
                 base_dir: str | None = None) -> Path:
     """Save a merged model as a plain transformers folder with the trained prompt format as chat template.
 
     Args:
         model: the merged model (``load_adapter(..., merged=True)``), cast in place to ``dtype`` when given.
-        tokenizer: its tokenizer; ``chat_template`` is set to ``chat_template.jinja_chat_template(template)``.
+        tokenizer: its tokenizer; for an Alpaca ``template`` its ``chat_template`` is set to
+            ``chat_template.jinja_chat_template(template)``; with ``template=None`` (a chat adapter) its own chat
+            template, the one it was trained with, is kept.
         target_dir: the folder to write (created; not atomic by itself, ``export_adapter`` stages it).
-        template: the prompt template the adapter was trained with.
+        template: the Alpaca prompt template the adapter was trained with, or None for a chat adapter.
         dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, or None to keep the model's.
         base_dir: the base model's local folder; its ``TOKENIZER_SOURCES`` are copied when the save lacks
             them (without ``tokenizer.model`` llama.cpp's converter rebuilds a SentencePiece vocabulary from
@@ -99,6 +90,9 @@ def save_merged(*, model, tokenizer, target_dir: str | os.PathLike, template: st
     Returns:
         ``target_dir`` as a Path (``model.safetensors``, ``config.json``, ``generation_config.json``, tokenizer
         files, ``chat_template.jinja``).
+
+    Raises:
+        ValueError: a 4-bit model; ``template=None`` and the tokenizer has no chat template.
     """
     import torch
 
@@ -108,7 +102,10 @@ def save_merged(*, model, tokenizer, target_dir: str | os.PathLike, template: st
         raise ValueError("save_merged takes a dequantized merged model (load_adapter(..., merged=True)), not a 4-bit one")
     if dtype is not None:
         model.to(getattr(torch, dtype))
-    tokenizer.chat_template = jinja_chat_template(template)
+    if template is not None:
+        tokenizer.chat_template = jinja_chat_template(template)
+    elif not tokenizer.chat_template:
+        raise ValueError("save_merged(template=None) keeps the tokenizer's own chat template, and it has none")
     if tokenizer.eos_token_id is not None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
     if tokenizer.pad_token_id is not None:
@@ -143,6 +140,22 @@ def _local_base_dir(base: str, required: bool = True) -> str | None:
                                 f"a folder nor in the Hugging Face cache (pass base_model=<local folder>)") from err
 
 
+def check_export_tools(formats) -> None:
+    """Refuse, before anything is trained or loaded, an export this machine cannot finish.
+
+    Args:
+        formats: export format names (``export_formats``).
+
+    Raises:
+        RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (``gguf_export.QUANTIZER_MISSING``: what to
+            install, and that ``gguf_q8_0`` needs neither).
+    """
+    from . import gguf_export
+
+    if "gguf_q4_k_m" in formats and gguf_export.find_quantizer() is None:
+        raise RuntimeError(gguf_export.QUANTIZER_MISSING)
+
+
 def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str | None = None,
                    base_model: str | None = None, max_seq_length: int | None = None, dtype: str | None = None,
                    load_in_4bit: bool | None = None, merged_dtype: str = "auto", converter_dir: str | None = None,
@@ -155,12 +168,15 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
         formats: names from ``config.EXPORT_FORMATS`` (the config field ``export_formats``), e.g.
             ``["merged_16bit", "gguf_q8_0"]``; empty: nothing to do (returns ``{}`` at once).
         output_dir: the run's output folder.
-        template: the prompt template trained with; None: the run's ``run_config.json`` beside the adapter,
-            else ``DEFAULTS.template`` (the article's ``"alpaca"``).
+        template: the Alpaca prompt template trained with; None: what the run recorded (``run_record.read_record``:
+            the adapter's ``tinyllama_ft.json``, else the run's ``run_config.json``), else ``DEFAULTS.template`` (the
+            article's ``"alpaca"``). A chat adapter (recorded ``dataset_format`` other than ``"alpaca"``) keeps its
+            own chat template in the merged model, the GGUF and the Modelfile; a template given for it is refused.
         base_model: a local copy of the base (default: the adapter's recorded base).
         max_seq_length, load_in_4bit, dtype: how the base is loaded for the merge (``load_adapter``); None:
             the run's recorded values, else the base's trained positions (no RoPE scaling), 4-bit as the
             article's recipe (dequantized before the merge; full precision on a CPU), the hardware's dtype.
+            A ``max_seq_length`` other than the recorded one is refused (``run_record.resolve_settings``).
         merged_dtype: dtype of ``merged_16bit``'s safetensors: ``"auto"`` (the merge dtype when it is 16-bit,
             else bfloat16), ``"bfloat16"``, ``"float16"`` or ``"float32"`` (a full-precision reference).
         converter_dir, cache_dir, sdist: llama.cpp's converter folder, or where/how to fetch it
@@ -172,14 +188,15 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
         ``{format: ExportResult}`` in the order asked.
 
     Raises:
-        ValueError: an unknown format name (before anything runs).
+        ValueError: an unknown format name (before anything runs); coercion.ConfigError (a ValueError): a
+            ``template`` or ``max_seq_length`` that contradicts the record.
         RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (checked first; the message names what to
             install), no converter (offline and not cached), or a conversion failed.
         OSError: ``errno.ENOSPC`` when the estimated size does not fit (nothing written).
         FileNotFoundError: as ``adapters.load_adapter``.
     """
     from . import gguf_export
-    from .adapters import adapter_base_model
+    from .adapters import adapter_base_model, load_adapter
 
     formats = list(dict.fromkeys(formats))
     unknown = [f for f in formats if f not in EXPORT_FORMATS]
@@ -187,11 +204,14 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
         raise ValueError(f"formats: {unknown} not among {list(EXPORT_FORMATS)}")
     if not formats:
         return {}
-    if "gguf_q4_k_m" in formats and gguf_export.find_quantizer() is None:
-        raise RuntimeError(gguf_export.QUANTIZER_MISSING)
+    check_export_tools(formats)
     adapter_base_model(adapter_dir)  # raises early when adapter_dir is not an adapter
-    settings = trained_settings(adapter_dir)
-    template = template or settings.get("template") or DEFAULTS.template
+    from .run_record import is_chat, read_record, resolve_settings
+
+    record = read_record(adapter_dir)
+    settings = resolve_settings(record, {"template": template}, defaults={"template": DEFAULTS.template},
+                                where="export")  # the loading settings: load_adapter resolves them the same way
+    template = None if is_chat(record) else settings["template"]  # None: the chat adapter's own template
     converter = None
     if any(f.startswith("gguf_") for f in formats):
         converter = Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
@@ -209,8 +229,9 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
     try:
         merged_formats = [f for f in formats if f != "gguf_lora"]
         if merged_formats:
-            model, tokenizer = _merged_model(adapter_dir, settings, base_model, max_seq_length, dtype, load_in_4bit,
-                                             hardware, trust_remote_code)
+            model, tokenizer = load_adapter(adapter_dir, max_seq_length=max_seq_length, dtype=dtype,
+                                            load_in_4bit=load_in_4bit, backend="transformers", hardware=hardware,
+                                            base_model=base_model, trust_remote_code=trust_remote_code, merged=True)
             if hasattr(model, "peft_config"):  # load_adapter fell back to base + adapter: Unsloth patched this process
                 raise RuntimeError("export needs the merged 16-bit model, which cannot be built after Unsloth was used "
                                    "in this process: restart the runtime and run the export first")
@@ -242,7 +263,8 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
                                                     converter=converter)
                     from .ollama import write_modelfile
 
-                    write_modelfile(gguf_path=gguf, eos_token=tokenizer.eos_token, template=template)
+                    write_modelfile(gguf_path=gguf, eos_token=tokenizer.eos_token, template=template,
+                                    stop_tokens=_chat_stop_tokens(tokenizer, record) if template is None else ())
                 done(fmt, folder, time.perf_counter() - start)
         if "gguf_lora" in formats:
             start, folder = time.perf_counter(), staging / "gguf_lora"
@@ -257,24 +279,14 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
     return {f: results[f] for f in formats}
 
 
-def _merged_model(adapter_dir, settings, base_model, max_seq_length, dtype, load_in_4bit, hardware, trust_remote_code):
-    """``load_adapter(merged=True)`` with the run's recorded loading settings where not given."""
-    from transformers import AutoConfig
+def _chat_stop_tokens(tokenizer, record) -> list[str]:
+    """A chat adapter's stop strings: the recorded stop ids' tokens (end-of-turn first), else the template's."""
+    ids = record.get("stop_token_ids")
+    if not ids:
+        from .chat_templates import stop_token_ids
 
-    from .adapters import adapter_base_model, load_adapter
-    from .demo_model import resolve_model_name
-
-    base = base_model or adapter_base_model(adapter_dir)
-    if max_seq_length is None:
-        max_seq_length = settings.get("max_seq_length") or AutoConfig.from_pretrained(
-            resolve_model_name(base), trust_remote_code=trust_remote_code).max_position_embeddings
-    if load_in_4bit is None:
-        load_in_4bit = settings.get("load_in_4bit", DEFAULTS.load_in_4bit)
-    if dtype is None:
-        dtype = settings.get("dtype")
-    return load_adapter(adapter_dir, max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit,
-                        backend="transformers", hardware=hardware, base_model=base_model,
-                        trust_remote_code=trust_remote_code, merged=True)
+        ids = stop_token_ids(tokenizer)
+    return [t for t in dict.fromkeys(tokenizer.convert_ids_to_tokens(list(ids))) if t]
 
 
 def describe_exports(results: dict[str, ExportResult]) -> str:

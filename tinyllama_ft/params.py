@@ -30,6 +30,10 @@ _LITERALS = (str, int, float, bool, type(None), list, tuple, dict)
 RECIPES_DIR = Path(__file__).resolve().parent / "recipes"
 
 
+class RecipeNotFound(ConfigError, FileNotFoundError):
+    """``--config`` names neither a file nor a shipped recipe (a configuration error: exit status 2)."""
+
+
 def notebook_parameters(namespace: Mapping[str, Any], *, names_before: set[str] | frozenset[str]) -> dict[str, Any]:
     """The parameters of a notebook run: the fields the parameters cell defined, plus the names added after it.
 
@@ -71,7 +75,8 @@ def recipe_path(name_or_path: str) -> Path:
     """The YAML file for a shipped recipe's name (``"article"``) or a path.
 
     Raises:
-        FileNotFoundError: neither an existing file nor a shipped recipe (the message lists those).
+        RecipeNotFound: (a FileNotFoundError and a ConfigError) neither an existing file nor a shipped recipe (the
+            message lists those).
     """
     path = Path(expand_path(name_or_path))
     if path.is_file():
@@ -79,22 +84,51 @@ def recipe_path(name_or_path: str) -> Path:
     shipped = RECIPES_DIR / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
-    raise FileNotFoundError(f"--config {name_or_path!r}: no such file, and not a shipped recipe "
-                            f"(one of {', '.join(recipe_names())})")
+    raise RecipeNotFound(f"--config {name_or_path!r}: no such file, and not a shipped recipe "
+                         f"(one of {', '.join(recipe_names())})")
+
+
+def _read_yaml(path: Path) -> Any:
+    """A YAML file's content, refusing a key given twice in one mapping (PyYAML would keep the last silently).
+
+    Raises:
+        ConfigError: a YAML syntax error (line and column), or a duplicated key (the key and both lines).
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                line = key_node.start_mark.line + 1
+                if key in seen:
+                    raise ConfigError(f"recipe {path}: {key!r} is given twice, on line {seen[key]} and on line "
+                                      f"{line}: keep one")
+                seen[key] = line
+            return super().construct_mapping(node, deep=deep)
+
+    text = path.read_text(encoding="utf-8")
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ConfigError(f"recipe {path}: not valid YAML:{where} {problem} (a recipe is lines of `field: value`)") \
+            from None
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:
     """The key -> value mapping of a recipe, keys checked (values are checked by ``FinetuneConfig``).
 
     Raises:
-        FileNotFoundError: as ``recipe_path``. ConfigError: the file is not a YAML mapping, or a key is
-            not a field (named, with the closest field).
+        FileNotFoundError (``RecipeNotFound``, also a ConfigError): as ``recipe_path``. ConfigError: the file is
+            not valid YAML (line and column), gives a key twice (both lines), is not a mapping, holds a
+            secret-looking key (value not shown), or a key is not a field (named, with the closest field).
     """
-    import yaml
-
     path = recipe_path(name_or_path)
-    with open(path, encoding="utf-8") as f:
-        values = yaml.safe_load(f) or {}
+    values = _read_yaml(path) or {}
     if not isinstance(values, dict):
         raise ConfigError(f"recipe {path}: expected a mapping of parameter: value, got {type(values).__name__}")
     refuse_secret_names(values, f"recipe {path}")

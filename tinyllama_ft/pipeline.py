@@ -37,6 +37,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         folder's run lock is released however the run ends. A non-main process of a launch raises
         ``distributed.MainProcessError`` when the main process failed to install or prepare the folder.
     """
+    from .export import check_export_tools, describe_exports, export_adapter
+
+    check_export_tools(cfg.export_formats)  # a quantizer missing for gguf_q4_k_m stops before training, not after
     if cfg.dataset_format != "alpaca":  # conversations: the chat notebook's run
         from .chat_pipeline import run_chat_training
 
@@ -50,7 +53,6 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .distributed import is_main_process, main_process_first, same_on_all_processes
     from .fingerprint import data_fingerprint
     from .eos import describe_eos, eos_first_batch
-    from .export import describe_exports, export_adapter
     from .evaluation import held_out_check, held_out_rows, heldout_summary
     from .generation import as_samples, format_answers, generate, stream
     from .hardware import cap_gpu_memory, detect_hardware
@@ -61,6 +63,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .modeling import load_model
     from .plan import plan_run
     from .plotting import loss_curve
+    from .run_record import adapter_record
     from .runs import ensure_drive, prepare_output_dir
     from .summary import build_run_summary, write_run_summary
     from .tokenization import tokenize_dataset
@@ -128,16 +131,13 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
         print(answers_table(side_by_side))
         finish_tracking(tracking)
-        adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir)
+        adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan))
         print(f"adapter saved to {adapter_dir}")
         exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
-                                 template=cfg.template, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                 load_in_4bit=plan.load_in_4bit, hardware=hardware,
-                                 trust_remote_code=cfg.trust_remote_code)
+                                 hardware=hardware, trust_remote_code=cfg.trust_remote_code)  # as recorded
         print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
-        model, tokenizer = load_adapter(adapter_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                        load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
+        model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,  # the rest as recorded
                                         trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
         answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
         print(format_answers(cfg.prompts, answers))

@@ -12,11 +12,13 @@ change what is trained) and refuses to mix runs:
 
 * empty or new ``output_dir``, or one holding only ``run_config.json`` (a run killed before its first
   checkpoint: nothing to lose): fine;
-* checkpoints, a run summary or an adapter there and neither ``resume`` nor ``overwrite_output_dir``:
+* checkpoints, a run summary, exports or an adapter there (or an adapter at an ``adapter_dir`` outside
+  ``output_dir``: the new run's save would replace it) and neither ``resume`` nor ``overwrite_output_dir``:
   ``FileExistsError`` naming both;
 * ``resume=True`` and the recorded identity differs: ``ValueError`` naming the differing fields;
 * ``overwrite_output_dir=True``: the old run's ``checkpoint-*`` folders, ``run_summary.json``,
-  ``loss_curve.png``, adapter folder (when inside ``output_dir``) and ``run_config.json`` are deleted,
+  ``loss_curve.png``, ``export/`` (every exported format: merged models, GGUFs, Modelfiles), the adapter folder
+  (``adapter_dir``, inside ``output_dir`` or not) and ``run_config.json`` are deleted (``DELETED_BY_OVERWRITE``),
   not moved aside: the flag is the explicit consent, a kept copy would silently fill a 15 GB Drive, and
   transformers would otherwise rotate or resume from the old checkpoints. Its offline W&B runs
   (``wandb/offline-run-*``, which ``wandb sync`` would upload as if current) go too. Other files stay
@@ -162,19 +164,44 @@ def identity_differences(recorded: dict[str, Any], identity: dict[str, Any]) -> 
     return {k: (recorded[k], now[k]) for k in sorted(recorded.keys() & now.keys()) if recorded[k] != now[k]}
 
 
+#: What ``overwrite_output_dir=True`` deletes of an earlier run (the config field's docstring, the README and the
+#: message it prints name the same).
+DELETED_BY_OVERWRITE = ("checkpoint-* folders", "run_summary.json", "loss_curve.png",
+                        "export/ (every exported format)", "the adapter folder (adapter_dir, inside output_dir or not)",
+                        "offline W&B runs (wandb/offline-run-*)", "run_config.json")
+
+
 def previous_run(cfg: FinetuneConfig) -> list[str]:
-    """What in ``cfg.output_dir`` belongs to an earlier run and would be lost or mixed by a new one.
+    """What belongs to an earlier run and would be lost or mixed by a new one.
 
     Returns:
-        Paths of ``checkpoint-*`` folders (complete or not), run summary / loss curve, and the adapter
-        folder when it lies inside ``output_dir``; ``[]`` for a new or empty folder.
+        Paths of ``checkpoint-*`` folders (complete or not), run summary / loss curve, ``export/`` in
+        ``cfg.output_dir``, and the adapter folder wherever ``adapter_dir`` puts it (a new run's save would
+        replace it); ``[]`` for a new or empty folder.
     """
     found = [path for _, path in checkpoint_dirs(cfg.output_dir)]
     found += [p for p in (os.path.join(cfg.output_dir, n) for n in RUN_OUTPUTS) if os.path.exists(p)]
     adapter = cfg.resolved_adapter_dir
-    if _under(adapter, cfg.output_dir) and os.path.exists(adapter):
+    if os.path.exists(adapter):
         found.append(adapter)
     return found
+
+
+def _shown(path: str, out: str) -> str:
+    return os.path.relpath(path, out) if _under(path, out) else path
+
+
+def check_folders(cfg: FinetuneConfig) -> None:
+    """Refuse an ``output_dir`` or ``adapter_dir`` that is a file (before a lock or a model is touched).
+
+    Raises:
+        NotADirectoryError: names the field, the path and what to do.
+    """
+    for name, path in (("output_dir", cfg.output_dir), ("adapter_dir", cfg.resolved_adapter_dir)):
+        path = expand_path(path)
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotADirectoryError(f"{name}={path!r} is a file, not a folder: choose another {name}, or move the "
+                                     f"file away")
 
 
 def wandb_offline_runs(output_dir: str) -> list[str]:
@@ -203,6 +230,7 @@ def _holding_run_lock(prepare):
     def wrapper(cfg, *args, **kwargs):
         paths = {"output_dir": expand_path(cfg.output_dir), "adapter_dir": expand_path(cfg.adapter_dir)}
         cfg = dataclasses.replace(cfg, **paths)  # "~/runs/x" is no folder named "~" (FinetuneConfig expands it too)
+        check_folders(cfg)
         lock = acquire_run_lock(cfg.output_dir)
         try:
             return prepare(cfg, *args, **kwargs)
@@ -235,9 +263,10 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
         ValueError: ``resume`` and ``overwrite_output_dir`` are both True; or ``resume=True`` and the
             recorded configuration differs (the message names the fields: ``data_fingerprint`` when the
             training rows changed).
-        FileExistsError: ``output_dir`` holds an earlier run and neither ``resume`` nor
-            ``overwrite_output_dir`` is True; or ``resume=True`` but it holds a finished run without a
-            checkpoint to resume from.
+        FileExistsError: ``output_dir`` holds an earlier run (or ``adapter_dir``, inside ``output_dir`` or not,
+            holds an adapter) and neither ``resume`` nor ``overwrite_output_dir`` is True; or ``resume=True`` but it
+            holds a finished run without a checkpoint to resume from.
+        NotADirectoryError: ``output_dir`` or ``adapter_dir`` is a file (``check_folders``).
         lock.RunLockedError: another live run holds ``output_dir``'s lock (names its host and process).
         checkpoints.DamagedCheckpointError: ``resume=True`` and every checkpoint holds a truncated or
             garbled file (the message names each file and why).
@@ -250,9 +279,10 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
     if not earlier:
         write_run_config(out, identity)
         return "new"
-    names = ", ".join(os.path.relpath(p, out) for p in earlier)
+    names = ", ".join(_shown(p, out) for p in earlier)
     if cfg.overwrite_output_dir:
-        for path in earlier + wandb_offline_runs(out):  # an unsynced W&B run of the deleted run would upload later
+        deleted = earlier + wandb_offline_runs(out)
+        for path in deleted:  # an unsynced W&B run of the deleted run would upload later
             if os.path.islink(path):
                 os.remove(path)
             elif os.path.isdir(path):
@@ -260,7 +290,8 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
             else:
                 os.remove(path)
         write_run_config(out, identity)  # replaces the old record last: a kill before this keeps it with its checkpoints
-        print(f"overwrite_output_dir=True: deleted the earlier run in {out!r} ({names})")
+        print(f"overwrite_output_dir=True: deleted the earlier run in {out!r}: "
+              f"{', '.join(_shown(p, out) for p in deleted)} (it deletes {', '.join(DELETED_BY_OVERWRITE)})")
         return "overwrite"
     if not cfg.resume:
         raise FileExistsError(
