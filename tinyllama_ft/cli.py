@@ -128,8 +128,8 @@ def _run_generate(values: dict, given: set) -> list[str]:
                                        **{k: values[k] for k in GENERATE_FIELDS}}, where=where)
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
-    template = resolve_settings(record, {"template": flags["template"]}, defaults={"template": DEFAULTS.template},
-                                where=where)["template"]
+    template = resolve_settings(record, {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
+                                defaults={"template": DEFAULTS.template}, where=where)["template"]
     model, tokenizer = load_adapter(values["adapter"], max_seq_length=flags["max_seq_length"], dtype=flags["dtype"],
                                     load_in_4bit=flags["load_in_4bit"], backend=cfg.backend, hardware=detect_hardware(),
                                     base_model=values["base_model"], trust_remote_code=cfg.trust_remote_code,
