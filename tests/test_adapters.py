@@ -116,3 +116,25 @@ def test_a_model_without_adapter_is_not_saved_as_one(stories_dir, cpu, tmp_path)
 def test_loading_a_folder_that_is_not_an_adapter_says_so(tmp_path):
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         load_adapter(str(tmp_path))
+
+
+def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_to_copy(trained, tmp_path, stories_dir,
+                                                                                        cpu, capsys):
+    """A PEFT folder saved without its tokenizer: before, transformers said "You need to have sentencepiece or tiktoken
+    installed" (untrue, and naming no folder). Now the base's tokenizer is used, said in one line; an adapter that
+    resized the embeddings (a chat template's added tokens) cannot use it, and the error names the folder."""
+    import torch
+
+    from tinyllama_ft.adapters import TOKENIZER_FILES, adapter_tokenizer_source
+
+    model, tokenizer = trained
+    path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    for name in os.listdir(path):
+        if name.startswith("tokenizer") or name in TOKENIZER_FILES or name == "special_tokens_map.json":
+            os.remove(os.path.join(path, name))
+    reloaded, tok = load_adapter(path, max_seq_length=512, load_in_4bit=False, backend="transformers", hardware=cpu)
+    assert f"adapter_dir={path!r} has no tokenizer files: using the base's tokenizer ({stories_dir})" in \
+        capsys.readouterr().out
+    torch.testing.assert_close(_logits(reloaded, tok), _logits(model, tokenizer), atol=1e-5, rtol=0)
+    with pytest.raises(FileNotFoundError, match=rf"adapter_dir={path!r} has no tokenizer files .*copy the tokenizer"):
+        adapter_tokenizer_source(path, str(stories_dir), resized=True)

@@ -65,6 +65,75 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
         config_from_recipe("artcle")
 
 
+def test_a_recipe_key_given_twice_or_a_yaml_syntax_error_is_one_line_naming_the_lines(tmp_path, capsys):
+    """PyYAML keeps the last of two equal keys silently; a recipe refuses it, naming the key and both lines."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("max_steps: 10\nlora_r: 8\nmax_steps: 20\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"twice\.yaml: 'max_steps' is given twice, on line 1 and on line 3"):
+        config_from_recipe(str(twice))
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("max_steps: 10\nlora_r: [8\n", encoding="utf-8")
+    for path, named in ((twice, "given twice"), (broken, "broken.yaml: not valid YAML: line 3, column 1")):
+        assert main(["train", "--config", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert named in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_secret_looking_key_in_a_recipe_is_one_line_without_its_value(tmp_path, capsys):
+    recipe = tmp_path / "leak.yaml"
+    recipe.write_text("wandb_api_key: 0123456789abcdef\nmax_steps: 3\n", encoding="utf-8")
+    assert main(["train", "--config", str(recipe)]) == 2
+    err = capsys.readouterr().err
+    assert "'wandb_api_key' looks like a secret" in err and "WANDB_API_KEY" in err and "0123456789abcdef" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def _toy_recipe(tmp_path, stories_dir, alpaca_jsonl, **more) -> str:
+    import yaml
+
+    values = {"model_name": str(stories_dir), "dataset": str(alpaca_jsonl), "max_seq_length": 512, "max_steps": 1,
+              "report_to": "none", "output_dir": str(tmp_path / "out"), **more}
+    path = tmp_path / "toy.yaml"
+    path.write_text(yaml.safe_dump(values), encoding="utf-8")
+    return str(path)
+
+
+def test_an_output_dir_that_is_a_file_stops_with_one_line(tmp_path, stories_dir, alpaca_jsonl, capsys):
+    (tmp_path / "out").write_text("notes", encoding="utf-8")
+    assert main(["train", "--config", _toy_recipe(tmp_path, stories_dir, alpaca_jsonl)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"tinyllama-ft train: error: output_dir={str(tmp_path / 'out')!r} is a file, not a folder")
+    assert (tmp_path / "out").read_text(encoding="utf-8") == "notes"  # untouched
+
+
+def test_q4_k_m_without_a_quantizer_stops_before_training(tmp_path, stories_dir, alpaca_jsonl, capsys):
+    from tinyllama_ft.gguf_export import find_quantizer
+
+    if find_quantizer() is not None:
+        pytest.skip("llama.cpp's quantizer is installed here")
+    recipe = _toy_recipe(tmp_path, stories_dir, alpaca_jsonl, export_formats=["gguf_q4_k_m"])
+    assert main(["train", "--config", recipe]) == 1
+    out, err = capsys.readouterr()
+    assert "gguf_q4_k_m needs llama.cpp's quantizer" in err.strip().splitlines()[-1]
+    assert not (tmp_path / "out").exists() and "step 1/1" not in out  # nothing trained, nothing written
+
+
+def test_too_little_disk_for_an_export_is_one_line(tmp_path, stories_dir, monkeypatch, capsys):
+    """The free space the export needs is checked before anything is written (the disk is reported nearly full)."""
+    import collections
+
+    import tinyllama_ft.disk_space as disk_space
+    from helpers import trained_stories_adapter
+
+    adapter = trained_stories_adapter(stories_dir, tmp_path / "run")
+    usage = collections.namedtuple("usage", "total used free")
+    monkeypatch.setattr(disk_space.shutil, "disk_usage", lambda path: usage(10**9, 10**9 - 4096, 4096))
+    assert main(["export", "--adapter", adapter, "--format", "merged_16bit"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert "GiB" in err[-1] and err[-1].startswith("tinyllama-ft export: error: ")
+    assert not (tmp_path / "run" / "export" / "merged_16bit").exists()
+
+
 def test_relative_paths_in_a_recipe_resolve_against_the_working_directory(tmp_path, monkeypatch):
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "r.yaml").write_text("dataset: rows.jsonl\nlearning_rate: 2e-4\n", encoding="utf-8")

@@ -149,3 +149,24 @@ def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
     with pytest.raises(ValueError, match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not a format; allowed: "
                                          r"\['merged_16bit', 'gguf_f16'"):
         FinetuneConfig(export_formats=["merged_16bit", "gguf_q5"])
+
+
+@pytest.mark.parametrize("values, named", [
+    ({"extra_datasets": "more.jsonl"}, r"extra_datasets=\['more.jsonl'\] is read for conversations only"),
+    ({"dataset_format": "messages", "long_rows": "split"}, r"long_rows='split' does not apply to conversations"),
+    ({"dataset_format": "auto", "packing_strategy": "wrapped"}, r"packing_strategy='wrapped' cuts conversations"),
+    ({"learning_rate": "inf"}, r"learning_rate=inf is not allowed: a finite number"),
+    ({"learning_rate": float("nan")}, r"learning_rate=nan is not allowed: a finite number"),
+    ({"warmup_ratio": "nan"}, r"warmup_ratio=nan is not allowed"),
+    ({"gpu_memory_cap_gib": "inf"}, r"gpu_memory_cap_gib=inf is not allowed"),
+    ({"resume": True, "overwrite_output_dir": True}, r"resume=True and overwrite_output_dir=True contradict"),
+])
+def test_contradictions_stop_where_the_config_is_built(values, named):
+    """Each rule between fields (and a non-finite number) is refused by FinetuneConfig itself, before anything
+    loads: before, extra_datasets with Alpaca rows was never read, long_rows='split' with conversations failed
+    only after the model had loaded, and learning_rate=inf trained."""
+    from tinyllama_ft.coercion import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        FinetuneConfig.from_mapping(values)
+    FinetuneConfig.from_mapping({"dataset_format": "auto", "extra_datasets": "more.jsonl"})  # the valid pairing

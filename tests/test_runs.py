@@ -8,6 +8,7 @@ from tinyllama_ft.plan import plan_run
 import json
 import os
 import shutil
+from pathlib import Path
 from dataclasses import replace
 
 import pytest
@@ -253,3 +254,35 @@ def test_output_dir_on_drive_outside_colab_is_an_error(tmp_path):
     assert not os.path.exists(point)
     with pytest.raises(RuntimeError, match="output_dir='/content/drive/MyDrive/run1'"):
         ensure_drive("/content/drive/MyDrive/run1", colab=False)
+
+
+def test_an_adapter_outside_output_dir_is_an_earlier_run_too(stories_dir, alpaca_jsonl, tmp_path, capsys):
+    """A new run's save would replace an adapter at an adapter_dir outside output_dir: refused as an earlier run in
+    output_dir is; overwrite_output_dir deletes it, and the message names everything it deletes."""
+    adapter = tmp_path / "elsewhere" / "my_adapter"
+    adapter.mkdir(parents=True)
+    (adapter / "adapter_config.json").write_text("{}")
+    cfg = _cfg(stories_dir, alpaca_jsonl, tmp_path / "new_run", adapter_dir=str(adapter))
+    with pytest.raises(FileExistsError, match=rf"{adapter}.*resume=True.*overwrite_output_dir=True"):
+        prepare_output_dir(cfg)
+    assert (adapter / "adapter_config.json").exists()  # kept
+    (tmp_path / "new_run" / "export" / "gguf_q8_0").mkdir(parents=True)
+    assert prepare_output_dir(replace(cfg, overwrite_output_dir=True)) == "overwrite"
+    said = capsys.readouterr().out
+    assert not adapter.exists() and not (tmp_path / "new_run" / "export").exists()
+    assert f"export, {adapter}" in said
+    for listed in ("export/ (every exported format)", "the adapter folder (adapter_dir, inside output_dir or not)",
+                   "offline W&B runs", "checkpoint-* folders", "run_summary.json", "loss_curve.png"):
+        assert listed in said, listed
+
+
+def test_overwrite_output_dir_documents_everything_it_deletes():
+    from tinyllama_ft.config import field_docs
+    from tinyllama_ft.runs import DELETED_BY_OVERWRITE
+
+    doc = field_docs()["overwrite_output_dir"]
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    assert doc in readme  # the parameter table
+    for name in ("checkpoint-*", "run_summary.json", "loss_curve.png", "export/", "adapter_dir", "W&B", "run_config.json"):
+        assert name in doc, name
+        assert any(name in item for item in DELETED_BY_OVERWRITE), name
