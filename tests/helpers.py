@@ -53,3 +53,20 @@ def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, 
 
     cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
     return build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset, cfg=cfg, plan=plan_run(cfg, Hardware()))
+
+
+#: Answer prefixes that meet the header's / prompt's last characters at a turn boundary: with SmolLM2's byte-level
+#: BPE "\n" + " " becomes one token 'ĊĠ', "\n" + "\n" 'ĊĊ'; after a header ending in a space every vocabulary
+#: merges that space with the answer's first word ('ĠThe', '▁The').
+LEADING_WHITESPACE = ("\n", " \n", "  ", "\n\n", "   ", "\t", " ", "\n \n ", "")
+
+
+def expected_boundary_mask(offsets, regions) -> list[int]:
+    """Independent reader of the turn-boundary rule: 1 for each token whose ``(start, end)`` span overlaps one of
+    the supervised character ``regions`` ``[(lo, hi), ...]`` (a zero-width span counts as the character at its
+    start), so a token holding the prompt's end and the answer's start is supervised."""
+    out = []
+    for s, e in offsets:
+        e = max(e, s + 1)
+        out.append(int(any(s < hi and e > lo for lo, hi in regions)))
+    return out

@@ -9,7 +9,7 @@ import datasets
 import pytest
 
 from chat_fixtures import multiturn_rows, smollm2_tokenizer, tiny_model
-from helpers import alpaca_rows, sft_trainer
+from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer
 from tinyllama_ft.chat_masks import assistant_supervision, show_supervision, tokenize_conversation, tokenize_conversations
 from tinyllama_ft.chat_templates import check_stop_tokens, set_chat_template
 from tinyllama_ft.conversations import check_conversations
@@ -156,3 +156,53 @@ def test_full_loss_split_refused_and_the_supervision_line(tokenizer, conversatio
     assert describe_supervision(counts, end_of_turn="<|im_end|>").startswith("2 of 2 samples: 3 supervised stretches")
     line = describe_supervision({**counts, "samples_ok": 1, "samples_unsupervised": 1}, end_of_turn="<|im_end|>")
     assert line.startswith("WARNING: 1 of 2 samples are not supervised") and "(1 with no supervised token)" in line
+
+
+#: A plain-text template whose assistant header (and generation prompt) ends in a space, as hand-written
+#: ``User: ... Assistant: ...`` templates for base models do: every answer's first word merges with that space.
+SPACED_HEADER_TEMPLATE = (
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ 'Assistant: ' + m['content'] + eos_token + '\n' }}"
+    "{% else %}{{ m['role'] | capitalize + ': ' + m['content'] + '\n' }}{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}")
+
+
+@pytest.mark.parametrize("family", ["smollm2-own", "smollm2-spaced-header", "tinyllama-zephyr", "tinyllama-chatml",
+                                    "tinyllama-spaced-header"])
+def test_every_answer_character_is_supervised_at_the_header_boundary(family, shared_data, alpaca_jsonl):
+    """The turn-boundary rule (issue 22 item 7), as the Alpaca path's: the ids are the rendered conversation's, and
+    a token holding the header's end and the answer's start is supervised. Expected masks come from an independent
+    reader (``expected_boundary_mask``): supervised from the end of each assistant turn's generation prompt through
+    its end-of-turn token. Answers begin with whitespace (SmolLM2: 'ĊĠ', 'ĊĊ' across the header's newline)."""
+    from chat_fixtures import tinyllama_tokenizer
+    from tinyllama_ft.chat_templates import end_of_turn_token, render
+
+    base, template = family.split("-", 1)
+    tok = smollm2_tokenizer(shared_data) if base == "smollm2" else tinyllama_tokenizer(shared_data)
+    if template == "spaced-header":
+        tok.chat_template = SPACED_HEADER_TEMPLATE
+    elif template != "own":
+        set_chat_template(tok, chat_template=template)
+    eot = end_of_turn_token(tok)
+    alpaca, _ = check_conversations(alpaca_rows(alpaca_jsonl, 2 * len(LEADING_WHITESPACE)), dataset_format="alpaca")
+    multiturn, _ = check_conversations(multiturn_rows()[:4], dataset_format="messages")
+    rows = [r["messages"] for r in alpaca + multiturn]
+    straddling = 0
+    for k, messages in enumerate(rows):
+        messages = [{**m, "content": LEADING_WHITESPACE[(k + j) % len(LEADING_WHITESPACE)] + m["content"]}
+                    if m["role"] == "assistant" else m for j, m in enumerate(messages)]
+        enc = tokenize_conversation(tok, messages)
+        text = render(tok, messages)
+        ref = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        assert enc["input_ids"] == ref["input_ids"] == tok.apply_chat_template(messages, tokenize=True,
+                                                                              return_dict=False)
+        regions, starts = [], []
+        for i, m in enumerate(messages):
+            if m["role"] == "assistant":
+                prompt = render(tok, messages[:i], add_generation_prompt=True)
+                assert text.startswith(prompt)
+                regions.append((len(prompt), text.index(eot, len(prompt)) + len(eot)))
+                starts.append(text.index(m["content"], len(prompt)))
+        assert enc["assistant_masks"] == expected_boundary_mask(ref["offset_mapping"], regions), (k, family)
+        straddling += sum(s < lo < e for s, e in ref["offset_mapping"] for lo in starts)
+    if base == "smollm2" or template == "spaced-header":
+        assert straddling > 0  # the case is exercised (Llama-2 merges no "\n" with what follows)

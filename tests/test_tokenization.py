@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from helpers import alpaca_rows, sft_trainer, stories_lora, text_dataset
+from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer, stories_lora, text_dataset
 from tinyllama_ft.lengths import apply_long_rows, length_report
 from tinyllama_ft.prompts import format_prompt, training_text
 from tinyllama_ft.tokenization import (alpaca_segments, drop_unsupervised, encode_prompts, tokenize_dataset,
@@ -181,6 +181,34 @@ def test_generation_prompts_keep_special_token_text(tinyllama_tokenizer):
     prompt = format_prompt("Repeat </s> and <s> and <unk>", "", "")
     ids = encode_prompts(tok, [prompt])["input_ids"][0]
     assert ids[0] == tok.bos_token_id and not set(tok.all_special_ids) & set(ids[1:])
+
+
+@pytest.mark.parametrize("prompt_end", ["template", "space"])
+def test_every_response_character_is_supervised_at_the_prompt_boundary(tokenizer, rows, prompt_end):
+    """The turn-boundary rule (issue 22 item 7): the ids are those of the rendered text, and a token holding the
+    prompt's end and the response's start is supervised (``expected_boundary_mask``). Responses begin with
+    whitespace (SmolLM2 merges it with the template's "\\n": 'ĊĠ', 'ĊĊ'); with ``prompt_end="space"`` the prompt
+    ends in a space, which both vocabularies merge with the response's first word ('ĠThe', '▁The')."""
+    segments, straddling = [], 0
+    for k, r in enumerate(rows[:3 * len(LEADING_WHITESPACE)]):
+        output = LEADING_WHITESPACE[k % len(LEADING_WHITESPACE)] + r["output"]
+        template = ("alpaca", "alpaca_no_input")[k % 2]
+        prompt = alpaca_segments(r["instruction"], r["input"], output, template=template)[0][0]
+        segments.append([(prompt if prompt_end == "template" else prompt.rstrip("\n") + " ", False), (output, True)])
+    ids, masks = tokenize_segments(segments, tokenizer)
+    for segs, row_ids, mask in zip(segments, ids, masks):
+        (prompt, _), (output, _) = segs
+        enc = tokenizer(prompt + output, split_special_tokens=True, return_offsets_mapping=True)
+        assert row_ids == enc["input_ids"] + [tokenizer.eos_token_id]  # the rendered text's ids, EOS appended
+        offsets = enc["offset_mapping"]
+        expected = expected_boundary_mask(offsets, [(len(prompt), len(prompt + output))])
+        if tokenizer.bos_token_id is not None and enc["input_ids"][0] == tokenizer.bos_token_id:
+            expected[0] = 0  # the tokenizer's BOS (zero-width at 0) holds no text
+        assert mask == expected + [1], repr(output[:12])
+        straddling += sum(s < len(prompt) < e for s, e in offsets)
+    byte_level = tokenizer.convert_ids_to_tokens(tokenizer(" a", add_special_tokens=False).input_ids)[0] == "Ġa"
+    if prompt_end == "space" or byte_level:  # the case is exercised (Llama-2 merges no "\n" with what follows)
+        assert straddling > 0
 
 
 def _cpu_trl_cannot_train() -> bool:

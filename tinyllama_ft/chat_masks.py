@@ -10,9 +10,14 @@ template revision; ours uses the template as shipped, and a row it cannot split 
 ``"template mismatch"``, never a silently wrong mask. The rendering is tokenized in one call exactly as ``apply_chat_template`` tokenizes it
 (the template's special tokens parsed, ``add_special_tokens=False``); a special token that the tokenizer
 parsed out of a turn's *content* (a user who typed ``<|im_end|>``) is put back as text, so special-token text
-inside content stays text. A token is supervised when its first character lies in a supervised piece: every
-assistant turn's content and its end-of-turn token (``<|im_end|>``), not the newline after it; system and
-user turns and the template's markup get label -100.
+inside content stays text. Supervised pieces: every assistant turn from the end of its generation prompt
+(``render_turns``) through its end-of-turn token (``<|im_end|>``), not the newline after it; system and user
+turns and the template's markup get label -100. A token is supervised when one of its characters lies in a
+supervised piece (``tokenization.token_supervision``, the Alpaca path's turn-boundary rule, whose docstring says
+why): a token that straddles the boundary, holding the header's end and the answer's start, is supervised, so no answer
+character loses supervision and the ids stay ``apply_chat_template``'s. With SmolLM2's template an answer
+starting with ``" "`` or ``"\\n"`` merges with the header's ``"\\n"`` (``'ĊĠ'``, ``'ĊĊ'``); after a header ending
+in a space every vocabulary merges it with the answer's first word.
 
 TRL (1.15 and 1.16) turns an ``assistant_masks`` column of a tokenized dataset into ``labels`` (-100 where
 0) whatever ``assistant_only_loss`` says, before packing, so the masks survive "bfd" packing and padding.
@@ -25,6 +30,7 @@ from typing import Any
 from .chat_templates import TemplateMismatch, end_of_turn_token, render_turns, special_tokens
 from .config import DEFAULTS
 from .data import BadRow, DataReport
+from .tokenization import token_supervision
 
 #: ``long_rows`` choices for conversations: drop a conversation longer than ``max_seq_length`` (counted), or keep
 #: its start; ``"split"`` (the Alpaca path's) is refused: a conversation cut over windows loses its turns' context.
@@ -51,7 +57,8 @@ def tokenize_conversation(tokenizer, messages, *, end_of_turn: str | None = None
 
     Returns:
         ``input_ids`` equal to ``apply_chat_template(messages, tokenize=True)`` for content without special-token
-        text; ``assistant_masks`` of the same length.
+        text; ``assistant_masks`` of the same length (1 where a token holds a supervised character: a token
+        straddling an assistant header and its answer included).
 
     Raises:
         TemplateMismatch: as ``render_turns``.
@@ -71,15 +78,16 @@ def tokenize_conversation(tokenizer, messages, *, end_of_turn: str | None = None
     special_ids = set(tokenizer.convert_tokens_to_ids(special_tokens(tokenizer)))
     ids: list[int] = []
     mask: list[int] = []
-    for token_id, (s, e) in zip(enc["input_ids"], enc["offset_mapping"]):
+    token_mask = token_supervision(enc["offset_mapping"], supervised)
+    for token_id, (s, e), m in zip(enc["input_ids"], enc["offset_mapping"], token_mask):
         if token_id in special_ids and e > s and all(content[s:e]):  # parsed out of a turn's text: keep it text
             spliced = _text_ids(tokenizer, text[s:e])
             ids += spliced
-            mask += [supervised[s]] * len(spliced)
+            mask += [m] * len(spliced)
             continue
         ids.append(token_id)
-        mask.append(int(supervised[s]) if e > s else 0)
-    return {"input_ids": ids, "assistant_masks": [int(m) for m in mask]}
+        mask.append(m)
+    return {"input_ids": ids, "assistant_masks": mask}
 
 
 def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_length,

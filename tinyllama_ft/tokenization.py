@@ -6,10 +6,28 @@ text: a literal ``</s>`` in a response becomes a real, supervised EOS id with th
 Here a row is a list of segments ``(text, supervised)``; their joined text is tokenized once with
 ``split_special_tokens=True`` (special-token text stays text), the tokenizer's own special tokens added by
 its convention (Llama-2: BOS; SmolLM2: none), and the template's EOS appended as an id: the one control
-token of an Alpaca row. A token is supervised when one of its characters (``return_offsets_mapping``) lies
-in a supervised segment, so a token merging prompt and response text counts as response, as TRL's
-prompt/completion tokenization counts it. For rows without special-token text the ids equal TRL's
-tokenization of the old ``text`` column (checked on the 5,000 real rows, ``tests/test_tokenization.py``).
+token of an Alpaca row. For rows without special-token text the ids equal TRL's tokenization of the old
+``text`` column (checked on the 5,000 real rows, ``tests/test_tokenization.py``).
+
+The turn-boundary rule (``token_supervision``, shared with the chat path, ``chat_masks``): the prompt and the
+response are never tokenized apart; the whole text is tokenized once and a token is supervised when one of its
+characters (``return_offsets_mapping``) lies in a supervised segment. So a token that straddles the boundary,
+holding the prompt's last characters and the response's first, is supervised: with SmolLM2's byte-level BPE a
+response starting with ``" "`` or ``"\\n"`` merges with the template's ``"\\n"`` (``'ĊĠ'``, ``'ĊĊ'``), and after a
+prompt ending in a space every vocabulary merges that space with the first word (``'ĠThe'``, ``'▁The'``). Why
+this way: the ids trained on stay exactly the rendered text's ids (what ``tokenizer(text)`` and
+``apply_chat_template(tokenize=True)`` give, and what the model sees when a whole conversation is fed back), and
+no character of the response loses supervision; masking that token (a prompt-length mask) drops the response's
+first characters from the loss, and tokenizing the response apart trains ids that no tokenization of the text
+produces. transformers' ``return_assistant_tokens_mask`` (5.17: the token holding the span's first character;
+5.24: every token overlapping it), TRL's prompt/completion rows (1.15 and 1.16: the completion starts where the
+tokenized prompt and prompt+completion diverge, with a warning) and Axolotl's ``chat_template`` turn finder (the
+first token that differs from a dummy turn's) supervise it too. The cost, accepted: such a token also holds the
+prompt's end, and at generation the prompt, tokenized alone, ends in its own last token (``'Ċ'``) where training
+had the merged one (``'ĊĠ'``) as the first target, so that row never trains the split context generation starts
+from; every answer character after it is trained in its real context. Rare for Alpaca (none of the 5,000 shared
+real rows has a response starting with whitespace); a template whose generation prompt ends in a space puts it on
+every row, the template's fault (end the header on a token boundary, e.g. a newline).
 
 TRL (1.15.0 and 1.16.0, read in both) skips its own tokenization and EOS step when ``input_ids`` is a
 column; it turns ``completion_mask`` into ``labels`` (-100 where 0) only when ``SFTConfig.completion_only_loss``
@@ -25,6 +43,7 @@ supervised, each turn's end token appended the way the EOS is here.
 
 from __future__ import annotations
 
+from itertools import accumulate
 from typing import Callable, Sequence
 
 from .config import DEFAULTS
@@ -60,6 +79,33 @@ def _eos_id(tokenizer) -> int:
     return tokenizer.eos_token_id
 
 
+def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[int] | bytes) -> list[int]:
+    """The turn-boundary rule of the Alpaca and chat paths: a token is supervised when its span holds a
+    supervised character, so a token straddling a prompt/answer boundary is supervised (module docstring).
+
+    Args:
+        offsets: each token's ``(start, end)`` character span in the tokenized text, end exclusive
+            (``return_offsets_mapping``); a zero-width span ``(s, s)`` (a prefix such as SentencePiece's ``▁``)
+            counts as the character at ``s``, one at the text's end as none.
+        supervised: one value per character of the text, truthy where the character is supervised (a list of
+            0/1, a ``bytes`` / ``bytearray``).
+
+    Returns:
+        One 0/1 per token, in order.
+
+    Raises:
+        ValueError: a span that starts or ends outside the text.
+    """
+    n = len(supervised)
+    cum = list(accumulate((1 if c else 0 for c in supervised), initial=0))  # supervised characters before i
+    mask = []
+    for s, e in offsets:
+        if not 0 <= s <= e <= n:
+            raise ValueError(f"token span ({s}, {e}) lies outside the text of {n} characters")
+        mask.append(int(cum[max(e, min(s + 1, n))] > cum[s]))
+    return mask
+
+
 def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer, *, append_eos: bool = True
                       ) -> tuple[list[list[int]], list[list[int]]]:
     """Tokenize rows of segments in one batched call; special-token text in the segments stays text.
@@ -72,8 +118,8 @@ def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer, *, append_eo
 
     Returns:
         ``(input_ids, completion_mask)``: one list of ids and one of 0/1 per row, of equal lengths; 1 marks a
-        token holding supervised text (and the appended EOS), 0 the rest (BOS and other tokens the tokenizer
-        adds included).
+        token holding supervised text (``token_supervision``: a token straddling the prompt/response boundary
+        included) and the appended EOS, 0 the rest (BOS and other tokens the tokenizer adds included).
 
     Raises:
         ValueError: a slow tokenizer (no offsets), or no ``eos_token`` with ``append_eos``.
@@ -87,21 +133,11 @@ def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer, *, append_eo
     all_ids, all_masks = [], []
     for segments, text, ids, offsets, added in zip(rows, texts, enc["input_ids"], enc["offset_mapping"],
                                                    enc["special_tokens_mask"]):
-        # cumulative supervised characters: a token is supervised when its span holds one
-        cum = [0]
-        for seg_text, supervised in segments:
-            base = cum[-1]
-            cum.extend(range(base + 1, base + len(seg_text) + 1) if supervised else [base] * len(seg_text))
+        chars = b"".join((b"\1" if supervised else b"\0") * len(seg_text) for seg_text, supervised in segments)
         ids, offsets, added = list(ids), list(offsets), list(added)
         if eos is not None and ids and added[-1] and ids[-1] == eos:  # the tokenizer's own EOS: ours replaces it
             ids, offsets, added = ids[:-1], offsets[:-1], added[:-1]
-        mask = []
-        for (s, e), special in zip(offsets, added):
-            if special:
-                mask.append(0)
-                continue
-            e = max(e, min(s + 1, len(text)))  # a zero-width token belongs with the character after it
-            mask.append(int(cum[e] > cum[s]))
+        mask = [0 if special else m for m, special in zip(token_supervision(offsets, chars), added)]
         if eos is not None:
             ids.append(eos)
             mask.append(int(bool(segments) and segments[-1][1]))
