@@ -12,7 +12,12 @@ base cannot embed). ``adapter_fit_problems`` compares, without loading the adapt
   base's input embeddings;
 * each tensor in ``adapter_model.safetensors`` (its header only): the module it adapts must exist in the
   base, with the input/output sizes the LoRA matrices were trained for; a full tensor saved with the
-  adapter (``modules_to_save``, e.g. resized embeddings) must have the base parameter's shape.
+  adapter (``modules_to_save``, e.g. resized embeddings) must have the base parameter's shape. Tensors are
+  compared by the base parameter PEFT loads them into (``base_name``), not by their saved names: PEFT saves a
+  ``modules_to_save`` module's trained copy as ``lm_head.weight`` and, when the vocabulary was resized against a
+  base it can find, also its wrapper's ``lm_head.modules_to_save.weight`` and ``lm_head.original_module.weight``
+  (or, spelled with the adapter's name, ``lm_head.modules_to_save.default.weight``), and a targeted embedding's as
+  ``...base_layer.weight``; none of those names exists in a plain base, and all of them are ``lm_head.weight`` there.
 
 An adapter trained after a chat template added tokens (``chat_templates.set_chat_template``) holds the
 resized embedding matrices (``lora.add_lora``'s ``train_embeddings``): ``saved_embedding_rows`` gives the size
@@ -36,6 +41,8 @@ _PREFIX = "base_model.model."
 #: LoRA tensor suffix -> (which dimension of the tensor is the module's input/output size, and which size).
 _LORA = {".lora_A.weight": (1, "in"), ".lora_B.weight": (0, "out"),
          ".lora_embedding_A": (1, "in"), ".lora_embedding_B": (0, "out")}
+#: Infixes PEFT's wrappers add to the names of the modules they wrap (``ModulesToSaveWrapper``, a LoRA layer).
+_WRAPPER_INFIXES = ("modules_to_save", "original_module", "base_layer")
 
 
 class AdapterMismatchError(ValueError):
@@ -50,20 +57,72 @@ def _safetensors_shapes(path: str) -> dict[str, list[int]]:
 
 
 def _saved_tensors(adapter_dir: str) -> dict[str, list[int]]:
-    """Shapes of the adapter's tensors by base-model name (PEFT's prefix dropped)."""
+    """Shapes of the adapter's tensors by saved name (PEFT's prefix dropped)."""
     return {key[len(_PREFIX):] if key.startswith(_PREFIX) else key: shape
             for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items()}
+
+
+def base_name(saved_name: str, modules: dict) -> str:
+    """The name, in the plain base, of the parameter or module a saved adapter tensor is loaded into.
+
+    PEFT's wrappers put infixes into the names of what they wrap (``lm_head.modules_to_save.weight``,
+    ``lm_head.original_module.weight``, ``model.embed_tokens.base_layer.weight``, or with the adapter's name after
+    ``modules_to_save``): each is dropped where it follows a module of the base that has no such child
+    or attribute of its own, as PEFT maps them back (a base's own module called ``base_layer`` stays).
+
+    Args:
+        saved_name: a tensor name of ``adapter_model.safetensors`` without PEFT's ``base_model.model.`` prefix.
+        modules: the base's ``dict(named_modules())``, before any adapter wraps it.
+
+    Returns:
+        ``saved_name`` without the wrapper infixes (``"lm_head.weight"``); unchanged when it has none.
+    """
+    parts, kept, i = saved_name.split("."), [], 0
+    while i < len(parts):
+        owner = modules.get(".".join(kept)) if kept else None
+        if owner is not None and parts[i] in _WRAPPER_INFIXES and not hasattr(owner, parts[i]):
+            i += 1
+            if parts[i - 1] == "modules_to_save" and i < len(parts) - 1 and not hasattr(owner, parts[i]):
+                i += 1  # the adapter's name (``modules_to_save.default.weight``)
+            continue
+        kept.append(parts[i])
+        i += 1
+    return ".".join(kept)
+
+
+def _loaded_tensors(adapter_dir: str, base_model) -> dict[str, list[list[int]]]:
+    """The distinct shapes saved for each base name (``base_name``) of the adapter's tensors, in file order."""
+    modules = dict(base_model.named_modules())
+    loaded: dict[str, list[list[int]]] = {}
+    for name, shape in _saved_tensors(adapter_dir).items():
+        shapes = loaded.setdefault(base_name(name, modules), [])
+        if list(shape) not in shapes:
+            shapes.append(list(shape))
+    return loaded
 
 
 def saved_embedding_rows(adapter_dir: str, base_model) -> int | None:
     """Rows of the input embedding matrix saved with the adapter, or None when it saved none.
 
     PEFT saves the whole matrix when the vocabulary was resized before training (new tokens of a chat
-    template); the base must be resized to this many rows before the adapter loads onto it.
+    template); the base must be resized to this many rows before the adapter loads onto it. The matrix is found
+    under any of PEFT's names for it (``base_name``: ``model.embed_tokens.weight``,
+    ``model.embed_tokens.modules_to_save.weight``...).
+
+    Args:
+        adapter_dir: a PEFT LoRA folder (``adapter_model.safetensors``; only its header is read).
+        base_model: the base (a transformers model) before the adapter is added.
+
+    Returns:
+        The saved matrix's rows, or None.
+
+    Raises:
+        OSError: ``adapter_dir`` has no readable ``adapter_model.safetensors``.
     """
     names = {id(module): name for name, module in base_model.named_modules()}
-    shape = _saved_tensors(adapter_dir).get(names.get(id(base_model.get_input_embeddings()), "") + ".weight")
-    return shape[0] if shape else None
+    embeddings = names.get(id(base_model.get_input_embeddings()), "") + ".weight"
+    shapes = _loaded_tensors(adapter_dir, base_model).get(embeddings)
+    return shapes[0][0] if shapes else None
 
 
 def _module_sizes(module) -> tuple[int | None, int | None]:
@@ -131,7 +190,7 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
                         f"{embeddings} (ids from {embeddings} on would fail with IndexError at generation)")
     modules = dict(base_model.named_modules())
     missing, wrong = [], []
-    for name, shape in _saved_tensors(adapter_dir).items():
+    for name, shapes in _loaded_tensors(adapter_dir, base_model).items():  # by what PEFT loads them into
         suffix = next((s for s in _LORA if name.endswith(s)), None)
         if suffix is None:  # a full tensor saved with the adapter (modules_to_save)
             try:
@@ -139,8 +198,9 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
             except AttributeError:
                 missing.append(name)
                 continue
-            if have != list(shape):
-                wrong.append(f"{name}: {list(shape)} in the adapter, {have} in this base")
+            other = next((shape for shape in shapes if shape != have), None)
+            if other is not None:
+                wrong.append(f"{name}: {other} in the adapter, {have} in this base")
             continue
         module_name = name[: -len(suffix)]
         if module_name not in modules:
@@ -148,11 +208,13 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
             continue
         dim, side = _LORA[suffix]
         size = _module_sizes(modules[module_name])[0 if side == "in" else 1]
-        if size is not None and size != shape[dim]:
-            wrong.append(f"{module_name}: the adapter's LoRA {side}put size is {shape[dim]}, this base's is {size}")
+        other = next((shape for shape in shapes if size is not None and size != shape[dim]), None)
+        if other is not None:
+            wrong.append(f"{module_name}: the adapter's LoRA {side}put size is {other[dim]}, this base's is {size}")
+    missing = sorted(set(missing))
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        problems.append(f"target modules this base lacks: {', '.join(sorted(set(missing))[:3])}{more} "
+        problems.append(f"target modules this base lacks: {', '.join(missing[:3])}{more} "
                         f"(the adapter's target_modules: {adapter_config.get('target_modules')})")
     if wrong:
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
