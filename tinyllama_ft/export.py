@@ -12,7 +12,9 @@
 * ``gguf_lora``: the adapter alone as a GGUF LoRA (``llama-cli -m base.gguf --lora adapter-f16.gguf``).
 
 Each format folder is built in a hidden staging folder and moved into place only when complete; free disk
-space is checked before anything is written. Runs offline once llama.cpp's converter is cached.
+space is checked before anything is written. A killed export leaves its staging folder (named after its host
+and process); the next export into the same folder removes it, and says what it removed and how much space that
+freed. Runs offline once llama.cpp's converter is cached.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -57,13 +58,42 @@ def _files(folder: Path) -> tuple[str, ...]:
 
 def _publish(staged: Path, target: Path) -> None:
     """Move a complete staged folder to ``target``, replacing an older export only once the new one is whole."""
+    from .gguf_export import discard_temporary, make_temporary
+
     old = None
-    if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    if target.exists():  # .<fmt>.old-<host>-<pid>-<token>: if killed right here, _clean_stale_exports restores it
+        old = make_temporary(target.parent, f".{target.name}.old-", create=None)
         os.replace(target, old)
     os.replace(staged, target)
     if old:
-        shutil.rmtree(old, ignore_errors=True)
+        discard_temporary(old)
+
+
+def _clean_stale_exports(root: Path) -> list[str]:
+    """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per kind of repair.
+
+    A ``.staging-<host>-<pid>-<token>`` folder (the merged 16-bit copy and partial files: gigabytes for TinyLlama)
+    or a ``.<fmt>.old-...`` folder of a process that no longer exists is removed; an ``.old`` one whose ``<fmt>``
+    folder is missing (killed between its two renames) holds the last complete export and is renamed back. A
+    live export's folders (another process's, or a concurrent one of this process) are left alone, and so are
+    another host's (``gguf_export.stale_temporaries``).
+
+    Returns:
+        The lines printed, e.g. ``"export: removed 1 temporary left by a killed export in runs/a/export:
+        .staging-box-4242-1f2e3d4c (2.05 GiB); 2.05 GiB freed"``; ``[]`` when nothing was left.
+    """
+    from .gguf_export import clean_stale, discard_temporary, stale_temporaries
+
+    lines = []
+    for fmt in EXPORT_FORMATS:
+        for old in stale_temporaries(root, f".{fmt}.old-")[0]:
+            if not os.path.lexists(root / fmt):
+                os.replace(old, root / fmt)
+                discard_temporary(old)
+                lines.append(f"export: restored {root / fmt} from {old.name} (an export killed while replacing it)")
+                print(lines[-1], flush=True)
+    patterns = [(".staging-", "")] + [(f".{fmt}.old-", "") for fmt in EXPORT_FORMATS]
+    return lines + clean_stale(root, patterns, label="export", left_by="a killed export")
 
 
 #: Tokenizer sources that transformers' ``save_pretrained`` no longer writes (v5 saves ``tokenizer.json`` only) and
@@ -217,7 +247,8 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
         converter = Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
     root = Path(output_dir) / "export"
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=root))
+    _clean_stale_exports(root)
+    staging = gguf_export.make_temporary(root, ".staging-")  # .staging-<host>-<pid>-<token>: whose it is, if killed
     results: dict[str, ExportResult] = {}
 
     def done(fmt: str, folder: Path, seconds: float) -> None:
@@ -275,7 +306,7 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
                                              base_dir=_local_base_dir(base_model or adapter_base_model(adapter_dir)))
             done("gguf_lora", folder, time.perf_counter() - start)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        gguf_export.discard_temporary(staging)
     return {f: results[f] for f in formats}
 
 
