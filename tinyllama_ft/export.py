@@ -239,8 +239,8 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
     from .run_record import is_chat, read_record, resolve_settings
 
     record = read_record(adapter_dir)
-    settings = resolve_settings(record, {"template": template}, defaults={"template": DEFAULTS.template},
-                                where="export")  # the loading settings: load_adapter resolves them the same way
+    settings = resolve_settings(record, {"template": template, "max_seq_length": max_seq_length},
+                                defaults={"template": DEFAULTS.template}, where="export")  # load_adapter: the rest
     template = None if is_chat(record) else settings["template"]  # None: the chat adapter's own template
     converter = None
     if any(f.startswith("gguf_") for f in formats):
