@@ -26,7 +26,6 @@
 import argparse
 import copy
 import json
-import math
 import statistics
 import sys
 import time

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyllama_ft import gguf_export
+from tinyllama_ft import sdist_download
 from tinyllama_ft.gguf_export import LLAMA_CPP_PYTHON_URL, LLAMA_CPP_PYTHON_VERSION, llama_cpp_converter
 
 NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
@@ -98,7 +98,7 @@ def commands(monkeypatch):
         seen.append([str(c) for c in cmd])
         return real(cmd, *args, **kwargs)
 
-    monkeypatch.setattr(gguf_export.subprocess, "run", recording)
+    monkeypatch.setattr(sdist_download.subprocess, "run", recording)
     return seen
 
 

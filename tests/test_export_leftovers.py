@@ -2,7 +2,7 @@
 
 A real export of a stories260K adapter is SIGKILLed in a subprocess once its staging folder holds the full
 merged copy; the next export into the same folder removes that folder and prints one line naming it and the
-space freed. Around it, with folders named as ``gguf_export.make_temporary`` names them: a dead process's are
+space freed. Around it, with folders named as ``temporaries.make_temporary`` names them: a dead process's are
 removed; a live process's, this process's own and another host's are kept; a folder left between
 ``_publish``'s two renames is put back; a fetch folder of a killed converter download and a ``.partial``
 GGUF of a killed conversion are removed by the next fetch and conversion.
@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from helpers import trained_stories_adapter
-from tinyllama_ft import gguf_export
+from tinyllama_ft import gguf_export, temporaries
 from tinyllama_ft.export import _clean_stale_exports, export_adapter
 
-HOST = gguf_export._host()
+HOST = temporaries._host()
 
 
 def dead_pid() -> int:
@@ -82,7 +82,7 @@ def test_a_killed_exports_staging_folder_is_removed_by_the_next_export(adapter, 
     printed = capsys.readouterr().out
     print(printed)
     assert f"export: removed 1 temporary left by a killed export in {out / 'export'}: {left[0].name} " \
-           f"({gguf_export.format_bytes(size)}); {gguf_export.format_bytes(size)} freed\n" in printed
+           f"({temporaries.format_bytes(size)}); {temporaries.format_bytes(size)} freed\n" in printed
     assert sorted(p.name for p in (out / "export").iterdir()) == ["merged_16bit"]
     assert (Path(results["merged_16bit"].path) / "model.safetensors").is_file()
 
@@ -101,7 +101,7 @@ def test_only_the_leftovers_of_dead_processes_on_this_host_are_removed(tmp_path,
         os.utime(unowned_old / "model.safetensors", (time.time() - 7200,) * 2)
         os.utime(unowned_old, (time.time() - 7200,) * 2)
         kept = [folder_of(root / f".staging-{HOST}-{live.pid}-6e7f8a9b"),  # a live export's
-                gguf_export.make_temporary(root, ".staging-"),  # this process's, in use
+                temporaries.make_temporary(root, ".staging-"),  # this process's, in use
                 folder_of(root / ".staging-q7w_2e4r"),  # unowned and written a moment ago
                 folder_of(root / ".staging-notes"),  # not a name we make
                 folder_of(root / f".staging-otherbox-{dead}-3c4d5e6f")]  # another host's: its pids mean nothing here
@@ -120,7 +120,7 @@ def test_only_the_leftovers_of_dead_processes_on_this_host_are_removed(tmp_path,
     assert not any(p.exists() for p in removed) and all(p.exists() for p in kept)
     assert (root / "gguf_f16" / "model.safetensors").is_file() and not unfinished.exists()
     assert (root / "merged_16bit" / "model.safetensors").is_file()
-    gguf_export.discard_temporary(kept[1])
+    temporaries.discard_temporary(kept[1])
     capsys.readouterr()
     again = _clean_stale_exports(root)  # the "live" export's process has ended since: its folder goes now
     assert again[0].startswith(f"export: removed 1 temporary left by a killed export in {root}: {kept[0].name} (")
@@ -132,16 +132,16 @@ def test_a_pid_reused_by_a_later_process_does_not_keep_a_leftover(tmp_path, monk
     root = tmp_path / "export"
     later = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
-        assert gguf_export._started_after(later.pid, time.time() - 3600)
-        assert not gguf_export._started_after(later.pid, time.time())
-        assert not gguf_export._started_after(os.getpid(), time.time() - 1)
+        assert temporaries._started_after(later.pid, time.time() - 3600)
+        assert not temporaries._started_after(later.pid, time.time())
+        assert not temporaries._started_after(os.getpid(), time.time() - 1)
         reused = folder_of(root / f".staging-{HOST}-{later.pid}-1a2b3c4d")
         recent = folder_of(root / f".staging-{HOST}-{later.pid}-5e6f7a8b")
-        assert gguf_export.stale_temporaries(root, ".staging-") == ([], [])  # both changed after it began: its own
+        assert temporaries.stale_temporaries(root, ".staging-") == ([], [])  # both changed after it began: its own
         # a folder last changed (ctime: renames included) an hour before that process began was not made by it
-        real = gguf_export._changed
-        monkeypatch.setattr(gguf_export, "_changed", lambda p: time.time() - 3600 if p == reused else real(p))
-        assert gguf_export.stale_temporaries(root, ".staging-") == ([reused], [])
+        real = temporaries._changed
+        monkeypatch.setattr(temporaries, "_changed", lambda p: time.time() - 3600 if p == reused else real(p))
+        assert temporaries.stale_temporaries(root, ".staging-") == ([reused], [])
     finally:
         later.kill()
         later.wait()

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer, stories_lora, text_dataset
+from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer, stories_lora
 from tinyllama_ft.lengths import apply_long_rows, length_report
 from tinyllama_ft.prompts import format_prompt, training_text
 from tinyllama_ft.tokenization import (alpaca_segments, drop_unsupervised, encode_prompts, tokenize_dataset,

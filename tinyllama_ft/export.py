@@ -27,6 +27,7 @@ from pathlib import Path
 
 from .config import DEFAULTS, EXPORT_FORMATS
 from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
+from .temporaries import clean_stale, discard_temporary, make_temporary, stale_temporaries
 
 #: GGUF file names inside each format folder.
 GGUF_NAMES = {"gguf_f16": "model-f16.gguf", "gguf_bf16": "model-bf16.gguf", "gguf_q8_0": "model-q8_0.gguf",
@@ -58,8 +59,6 @@ def _files(folder: Path) -> tuple[str, ...]:
 
 def _publish(staged: Path, target: Path) -> None:
     """Move a complete staged folder to ``target``, replacing an older export only once the new one is whole."""
-    from .gguf_export import discard_temporary, make_temporary
-
     old = None
     if target.exists():  # .<fmt>.old-<host>-<pid>-<token>: if killed right here, _clean_stale_exports restores it
         old = make_temporary(target.parent, f".{target.name}.old-", create=None)
@@ -76,14 +75,12 @@ def _clean_stale_exports(root: Path) -> list[str]:
     or a ``.<fmt>.old-...`` folder of a process that no longer exists is removed; an ``.old`` one whose ``<fmt>``
     folder is missing (killed between its two renames) holds the last complete export and is renamed back. A
     live export's folders (another process's, or a concurrent one of this process) are left alone, and so are
-    another host's (``gguf_export.stale_temporaries``).
+    another host's (``temporaries.stale_temporaries``).
 
     Returns:
         The lines printed, e.g. ``"export: removed 1 temporary left by a killed export in runs/a/export:
         .staging-box-4242-1f2e3d4c (2.05 GiB); 2.05 GiB freed"``; ``[]`` when nothing was left.
     """
-    from .gguf_export import clean_stale, discard_temporary, stale_temporaries
-
     lines = []
     for fmt in EXPORT_FORMATS:
         for old in stale_temporaries(root, f".{fmt}.old-")[0]:
@@ -248,7 +245,7 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
     root = Path(output_dir) / "export"
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_exports(root)
-    staging = gguf_export.make_temporary(root, ".staging-")  # .staging-<host>-<pid>-<token>: whose it is, if killed
+    staging = make_temporary(root, ".staging-")  # .staging-<host>-<pid>-<token>: whose it is, if killed
     results: dict[str, ExportResult] = {}
 
     def done(fmt: str, folder: Path, seconds: float) -> None:
@@ -306,7 +303,7 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
                                              base_dir=_local_base_dir(base_model or adapter_base_model(adapter_dir)))
             done("gguf_lora", folder, time.perf_counter() - start)
     finally:
-        gguf_export.discard_temporary(staging)
+        discard_temporary(staging)
     return {f: results[f] for f in formats}
 
 

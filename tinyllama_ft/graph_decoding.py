@@ -145,7 +145,6 @@ class FusedLlamaDecoder:
     def _forward(self, ids, slots, rope_pos, mask):
         """Logits of the last position: ids (B, T) written at cache columns ``slots`` (T,), RoPE positions
         ``rope_pos`` (B, T), boolean ``mask`` (B, 1, T, keys) over the first ``keys`` cache columns."""
-        import torch
         import torch.nn.functional as F
 
         B, T = ids.shape
