@@ -169,3 +169,48 @@ def test_merged_reload_after_unsloth_in_the_process_reloads_unmerged_and_says_so
     with pytest.warns(UserWarning, match="after Unsloth was used in this process"):
         model, _ = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True)
     assert getattr(model, "peft_config", None)  # base + adapter, not merged
+
+
+def test_the_backend_that_loaded_a_model_is_known_to_generation(model_and_tokenizer, merged_and_adapter, stories_dir):
+    """``prepare_for_inference`` runs Unsloth's ``for_inference`` on a model Unsloth loaded. Before, it read a
+    ``model.tinyllama_ft`` attribute that nothing set any more, so it never ran (the Unsloth side is checked on the
+    GPU: tests/gpu/test_gpu_trained_model.py counts the calls); the backend is now held by ``modeling`` itself,
+    keyed by the model, never set on a Hugging Face model."""
+    from transformers import AutoModelForCausalLM
+
+    from tinyllama_ft.modeling import loaded_backend
+
+    model, _ = model_and_tokenizer  # load_model + add_lora (a PEFT model wrapping the loaded one)
+    assert loaded_backend(model) == "transformers" and loaded_backend(model.get_base_model()) == "transformers"
+    merged, on_top = merged_and_adapter
+    assert loaded_backend(merged[0]) == loaded_backend(on_top[0]) == "transformers"
+    assert not hasattr(model, "tinyllama_ft") and not hasattr(merged[0], "tinyllama_ft")
+    assert loaded_backend(AutoModelForCausalLM.from_pretrained(str(stories_dir))) is None  # loaded elsewhere
+
+
+def test_batches_pad_with_the_pad_token_never_eos(stories_dir):
+    """Every generation loop pads left with the package's pad token: a tokenizer left without one (or padding with
+    EOS) gets ``<unk>`` first. Before, ``evaluation.greedy_answers`` padded such a batch with EOS itself."""
+    from tinyllama_ft.evaluation import greedy_answers
+    from tinyllama_ft.hardware import Hardware
+
+    model, tokenizer = stories_lora(stories_dir, Hardware())
+    rows = [{"instruction": "Name a color.", "input": "", "output": ""},
+            {"instruction": "Write a very long and detailed story about a dog and a cat who live in a house.",
+             "input": "", "output": ""}]
+    seen = []
+    real_generate = model.generate
+
+    def recording(**kwargs):  # the real generate runs; the call's padding is recorded
+        seen.append((kwargs["input_ids"][0].tolist(), kwargs["pad_token_id"]))
+        return real_generate(**kwargs)
+
+    model.generate = recording
+    tokenizer.pad_token = None
+    batched = greedy_answers(model, tokenizer, rows, max_new_tokens=6, batch_size=2)
+    assert tokenizer.pad_token == "<unk>" and tokenizer.pad_token_id != tokenizer.eos_token_id
+    ids, pad = seen[0]
+    assert pad == tokenizer.pad_token_id and ids[0] == tokenizer.pad_token_id  # the shorter prompt, left-padded
+    assert tokenizer.eos_token_id not in ids
+    assert batched == greedy_answers(model, tokenizer, rows[:1], max_new_tokens=6) + \
+        greedy_answers(model, tokenizer, rows[1:], max_new_tokens=6)  # padding changes no answer

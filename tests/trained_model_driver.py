@@ -89,6 +89,20 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
             return None
 
     record["attention_before"] = attention_implementation(model)
+    from tinyllama_ft.modeling import loaded_backend
+
+    record["loaded_backend"] = loaded_backend(model)  # what prepare_for_inference reads
+    record["for_inference_calls"] = 0
+    if run_plan.backend == "unsloth":  # count Unsloth's own for_inference calls (the real one still runs)
+        from unsloth import FastLanguageModel
+
+        real_for_inference = FastLanguageModel.for_inference
+
+        def counted(*args, **kwargs):
+            record["for_inference_calls"] += 1
+            return real_for_inference(*args, **kwargs)
+
+        FastLanguageModel.for_inference = counted
     if repro:  # what stream() did before the fix: transformers' generate on the model as trained
         import torch
         from transformers import TextStreamer

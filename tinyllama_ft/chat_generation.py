@@ -15,6 +15,7 @@ from .chat_templates import chat_prompt, stop_token_ids as template_stop_ids
 from .config import DEFAULTS
 from .generation import prepare_for_inference
 from .inference_attention import sdpa_outside_training
+from .pad_token import encode_left_padded
 
 
 def _conversations(conversations) -> list:
@@ -55,12 +56,7 @@ def chat_generate(model, tokenizer, conversations, *, max_new_tokens: int = DEFA
     stops = list(stop_token_ids or template_stop_ids(tokenizer, model))
     prompts = [chat_prompt(tokenizer, c) for c in _conversations(conversations)]
     prepare_for_inference(model)
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        batch = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
-    finally:
-        tokenizer.padding_side = side
+    batch = encode_left_padded(tokenizer, prompts, model=model, add_special_tokens=False)
     kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, eos_token_id=stops,
                   pad_token_id=tokenizer.pad_token_id, use_cache=True)
     if do_sample:

@@ -134,8 +134,9 @@ def can_decode_static(model) -> bool:
     not bitsandbytes-quantized, not an Unsloth model (Unsloth has its own inference path)."""
     from transformers import PreTrainedModel
 
-    info = getattr(model, "tinyllama_ft", None)
-    if info is not None and info.backend == "unsloth":
+    from .modeling import loaded_backend
+
+    if loaded_backend(model) == "unsloth":
         return False
     if not isinstance(model, PreTrainedModel) or getattr(model, "hf_quantizer", None) is not None:
         return False

@@ -27,7 +27,8 @@ from typing import Sequence
 from .config import DEFAULTS
 from .inference_attention import sdpa_outside_training
 from .prompts import format_prompt
-from .tokenization import alpaca_segments, encode_prompts, tokenize_segments
+from .pad_token import encode_left_padded
+from .tokenization import alpaca_segments, tokenize_segments
 
 #: Held-out instructions with short reference answers in the notebook's stopping count.
 STOP_ROWS = 20
@@ -222,22 +223,15 @@ def greedy_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: in
 
     prompts = [format_prompt(*_fields(r)[:2], "", template) for r in rows]
     eos_id = tokenizer.eos_token_id
-    pad_id = eos_id if tokenizer.pad_token_id is None else tokenizer.pad_token_id
-    device = next(model.parameters()).device
     result = []
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        with eval_mode(model), torch.inference_mode():
-            for start in range(0, len(prompts), batch_size):
-                batch = encode_prompts(tokenizer, prompts[start:start + batch_size], return_tensors="pt",
-                                       padding=True).to(device)
-                out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_id,
-                                     pad_token_id=pad_id, use_cache=True)
-                for row in out[:, batch["input_ids"].shape[1]:].tolist():
-                    result.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
-    finally:
-        tokenizer.padding_side = side
+    with eval_mode(model), torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):  # padded with the package's pad token, never EOS
+            batch = encode_left_padded(tokenizer, prompts[start:start + batch_size], model=model,
+                                       split_special_tokens=True)  # as tokenization.encode_prompts
+            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_id,
+                                 pad_token_id=tokenizer.pad_token_id, use_cache=True)
+            for row in out[:, batch["input_ids"].shape[1]:].tolist():
+                result.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
     return result
 
 

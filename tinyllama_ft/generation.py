@@ -21,14 +21,17 @@ from typing import Sequence
 
 from .config import DEFAULTS
 from .inference_attention import sdpa_outside_training
+from .pad_token import encode_left_padded
 from .prompts import format_prompt
 from .tokenization import encode_prompts
 
 
 def prepare_for_inference(model) -> None:
-    """Eval mode, plus ``FastLanguageModel.for_inference`` on the Unsloth backend (in place)."""
-    info = getattr(model, "tinyllama_ft", None)
-    if info is not None and info.backend == "unsloth":
+    """Eval mode, plus ``FastLanguageModel.for_inference`` on a model Unsloth loaded (``modeling.loaded_backend``;
+    in place)."""
+    from .modeling import loaded_backend
+
+    if loaded_backend(model) == "unsloth":
         from unsloth import FastLanguageModel  # GPU extra
 
         FastLanguageModel.for_inference(model)
@@ -179,12 +182,7 @@ def generate(
         return []
     prompts = [format_prompt(i, x, "", template) for i, x in zip(instructions, inputs)]
     prepare_for_inference(model)
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"  # decoder-only batches pad on the left so answers start aligned
-    try:
-        batch = encode_prompts(tokenizer, prompts, return_tensors="pt", padding=True).to(model.device)
-    finally:
-        tokenizer.padding_side = side
+    batch = encode_left_padded(tokenizer, prompts, model=model, split_special_tokens=True)  # as encode_prompts
     if decode_mode(model, decode, do_sample, repetition_penalty, logits_processor) == "graph":
         answers = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
                                  forced=decode == "graph")

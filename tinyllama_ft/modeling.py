@@ -15,12 +15,28 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 
 from .config import BACKENDS, DEFAULTS
 from .hardware import Hardware, detect_hardware, is_importable
 from .pad_token import ensure_pad_token
 from .paths import expand_path
 from .precision import resolve_dtype, torch_dtype
+
+#: Which backend loaded each model (``load_model``), keyed weakly by the model object: a Hugging Face model carries
+#: no attribute of ours. ``loaded_backend`` reads it (``generation.prepare_for_inference`` runs Unsloth's
+#: ``for_inference`` on Unsloth's models).
+_LOADED_BY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def loaded_backend(model) -> str | None:
+    """``"unsloth"`` or ``"transformers"``: the backend ``load_model`` loaded ``model`` (or the base a PEFT model
+    wraps) with; None for a model loaded elsewhere."""
+    base = getattr(model, "get_base_model", None)
+    for candidate in (model, base() if callable(base) else None):
+        if candidate is not None and candidate in _LOADED_BY:
+            return _LOADED_BY[candidate]
+    return None
 
 
 def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) -> str:
@@ -146,6 +162,7 @@ def load_model(
             f"linear RoPE scaling x{factor:g} applied ({chosen} backend)"
         )
     ensure_pad_token(tokenizer, model)
+    _LOADED_BY[model] = chosen
     return model, tokenizer
 
 

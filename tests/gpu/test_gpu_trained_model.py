@@ -57,4 +57,5 @@ def test_every_helper_works_on_the_just_trained_model(plan, alpaca_jsonl, tmp_pa
         assert record["merged_type"] == "LlamaForCausalLM" and record["merged_graph_failed"] is None
     else:
         assert record["backend"] == "unsloth" and record["dtype"] == "float16"
+        assert record["loaded_backend"] == "unsloth" and record["for_inference_calls"] > 0  # Unsloth's inference mode
     assert all(len(a) == 2 for k, a in record["answers"].items() if k.endswith("generate_batch"))
