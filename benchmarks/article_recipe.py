@@ -32,7 +32,10 @@ if a.t4:  # the T4 stand-in: what dtype=None picks on a T4 (fp16), in a T4's mem
 
 # cell 2: load
 model, tokenizer = FastLanguageModel.from_pretrained(
-    model_name=a.model, max_seq_length=a.seq, dtype=torch.float16 if a.t4 else None, load_in_4bit=True,
+    model_name=a.model,
+    max_seq_length=a.seq,
+    dtype=torch.float16 if a.t4 else None,
+    load_in_4bit=True,
 )
 # cell 3: LoRA
 model = FastLanguageModel.get_peft_model(
@@ -55,5 +58,4 @@ name = "article_recipe_t4" if a.t4 else "article_recipe"
 args = recipe_sft_config(name, a.steps, a.seq, bf16=unsloth.is_bf16_supported() and not a.t4)
 clock = Clock()
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[clock])
-train_and_report(trainer, clock, name, a.seq, args.per_device_train_batch_size,
-                 args.gradient_accumulation_steps)
+train_and_report(trainer, clock, name, a.seq, args.per_device_train_batch_size, args.gradient_accumulation_steps)

@@ -21,9 +21,17 @@ if os.path.isfile(os.path.join(a.out, "adapter_config.json")):
 else:
     base = AutoModelForCausalLM.from_pretrained(a.model, dtype=torch.bfloat16)
     torch.manual_seed(3407)
-    model = get_peft_model(base, LoraConfig(
-        r=32, lora_alpha=32, lora_dropout=0.0, init_lora_weights=False, task_type="CAUSAL_LM",
-        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]))
+    model = get_peft_model(
+        base,
+        LoraConfig(
+            r=32,
+            lora_alpha=32,
+            lora_dropout=0.0,
+            init_lora_weights=False,
+            task_type="CAUSAL_LM",
+            target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        ),
+    )
     with torch.no_grad():  # small random B: the adapter moves the logits without swamping the base
         for name, p in model.named_parameters():
             if "lora_B" in name:

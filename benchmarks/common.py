@@ -44,8 +44,11 @@ def recipe_sft_config(name: str, steps: int, seq: int, bf16: bool, **overrides):
     """
     from trl import SFTConfig
 
-    warmup = ({"warmup_ratio": 0.1} if "warmup_ratio" in inspect.signature(SFTConfig.__init__).parameters
-              else {"warmup_steps": 0.1})
+    warmup = (
+        {"warmup_ratio": 0.1}
+        if "warmup_ratio" in inspect.signature(SFTConfig.__init__).parameters
+        else {"warmup_steps": 0.1}
+    )
     values = dict(
         per_device_train_batch_size=2,
         gradient_accumulation_steps=4,
@@ -133,7 +136,10 @@ def train_and_report(trainer, clock: Clock, name: str, seq: int, bs: int, ga: in
         peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3),
         loss_first=clock.loss[0] if clock.loss else None,
         loss_last=clock.loss[-1] if clock.loss else None,
-        steps=len(clock.t), seq=seq, bs=bs, ga=ga,
+        steps=len(clock.t),
+        seq=seq,
+        bs=bs,
+        ga=ga,
         train_wall_s=round(wall, 1),
     )
     if trainer.args.world_size > 1:  # DDP: tokens above are all processes'; memory is per GPU, rank 0 reports

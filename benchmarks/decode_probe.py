@@ -81,8 +81,13 @@ if "gemv" in parts:
     dev, bf = "cuda", torch.bfloat16
     x = torch.randn(hid, device=dev, dtype=bf)
     xi = torch.randn(inter, device=dev, dtype=bf)
-    sep = [[torch.randn(o, i, device=dev, dtype=bf) * 0.02 for o, i in
-            ((hid, hid), (kv, hid), (kv, hid), (hid, hid), (inter, hid), (inter, hid), (hid, inter))] for _ in range(layers)]
+    sep = [
+        [
+            torch.randn(o, i, device=dev, dtype=bf) * 0.02
+            for o, i in ((hid, hid), (kv, hid), (kv, hid), (hid, hid), (inter, hid), (inter, hid), (hid, inter))
+        ]
+        for _ in range(layers)
+    ]
     fused = [[torch.cat(w[:3]), w[3], torch.cat(w[4:6]), w[6]] for w in sep]
     heads = [torch.randn(vocab, hid, device=dev, dtype=bf) * 0.02 for _ in range(3)]
     nbytes = sum(t.numel() * 2 for w in sep for t in w)
@@ -96,15 +101,20 @@ if "gemv" in parts:
             x @ qkv.T, x @ o.T, x @ gu.T, xi @ d.T
 
     t_sep, t_fused = graph_time(run_sep), graph_time(run_fused)
-    kinds = {"qkv": ([w[0] for w in fused], x), "o": ([w[1] for w in fused], x), "gate_up": ([w[2] for w in fused], x),
-             "down": ([w[3] for w in fused], xi), "lm_head": (heads, x)}
+    kinds = {
+        "qkv": ([w[0] for w in fused], x),
+        "o": ([w[1] for w in fused], x),
+        "gate_up": ([w[2] for w in fused], x),
+        "down": ([w[3] for w in fused], xi),
+        "lm_head": (heads, x),
+    }
     per_kind, sweep, best = {}, {}, {}
     configs = [(bn, bk, nw) for bn in (4, 8, 16) for bk in (256, 512, 1024) for nw in (4, 8)]
     for name, (ws, inp) in kinds.items():
         nb = ws[0].numel() * 2
         ms = graph_time(lambda: [inp @ w.T for w in ws]) / len(ws)
         entry = dict(cublas_us=round(ms * 1000, 2), cublas_tb_per_s=round(nb / ms / 1e9, 2))
-        ref = (ws[0].double() @ inp.double())
+        ref = ws[0].double() @ inp.double()
         trials = {}
         for cfg in configs:
             try:
@@ -117,9 +127,13 @@ if "gemv" in parts:
         pick = min(timed_ok, key=timed_ok.get)
         cfg = tuple(json.loads(pick.replace("(", "[").replace(")", "]")))
         y = gemv(inp, ws[0], config=cfg)
-        entry.update(triton_best=pick, triton_us=timed_ok[pick], triton_tb_per_s=round(nb / timed_ok[pick] / 1e6, 2),
-                     triton_rel_err=float((y.double() - ref).norm() / ref.norm()),
-                     cublas_rel_err=float(((inp @ ws[0].T).double() - ref).norm() / ref.norm()))
+        entry.update(
+            triton_best=pick,
+            triton_us=timed_ok[pick],
+            triton_tb_per_s=round(nb / timed_ok[pick] / 1e6, 2),
+            triton_rel_err=float((y.double() - ref).norm() / ref.norm()),
+            cublas_rel_err=float(((inp @ ws[0].T).double() - ref).norm() / ref.norm()),
+        )
         per_kind[name], sweep[name] = entry, trials
         best[f"{ws[0].shape[0]},{ws[0].shape[1]}"] = list(cfg)
         print(name, entry, flush=True)
@@ -130,26 +144,43 @@ if "gemv" in parts:
                 gemv(inp, w, config=tuple(best[f"{w.shape[0]},{w.shape[1]}"]))
 
     t_triton = graph_time(run_triton)
-    result["gemv"] = dict(layers_bytes_gb=round(nbytes / 1e9, 3), separate_ms=round(t_sep, 4), fused_ms=round(t_fused, 4),
-                          triton_fused_ms=round(t_triton, 4), separate_tb_per_s=round(nbytes / t_sep / 1e9, 2),
-                          fused_tb_per_s=round(nbytes / t_fused / 1e9, 2), triton_tb_per_s=round(nbytes / t_triton / 1e9, 2),
-                          per_kind=per_kind, triton_configs=best, triton_sweep_us=sweep)
+    result["gemv"] = dict(
+        layers_bytes_gb=round(nbytes / 1e9, 3),
+        separate_ms=round(t_sep, 4),
+        fused_ms=round(t_fused, 4),
+        triton_fused_ms=round(t_triton, 4),
+        separate_tb_per_s=round(nbytes / t_sep / 1e9, 2),
+        fused_tb_per_s=round(nbytes / t_fused / 1e9, 2),
+        triton_tb_per_s=round(nbytes / t_triton / 1e9, 2),
+        per_kind=per_kind,
+        triton_configs=best,
+        triton_sweep_us=sweep,
+    )
     Path(a.configs_out).write_text(json.dumps(best), encoding="utf-8")
-    print("gemv", json.dumps({k: v for k, v in result["gemv"].items() if k not in ("per_kind", "triton_sweep_us")}), flush=True)
+    print(
+        "gemv",
+        json.dumps({k: v for k, v in result["gemv"].items() if k not in ("per_kind", "triton_sweep_us")}),
+        flush=True,
+    )
     del sep, fused, heads, kinds
     save()
 
 # 2. decoder variants on the merged model
-from tinyllama_ft import triton_gemv  # noqa: E402
 from tinyllama_ft.adapters import load_adapter  # noqa: E402
 from tinyllama_ft.graph_decoding import FusedLlamaDecoder  # noqa: E402
 from tinyllama_ft.prompts import format_prompt  # noqa: E402
 
 if Path(a.configs_out).is_file():
-    triton_gemv.use_configs(a.configs_out)
+    from gemv_configs import use_configs
+
+    use_configs(a.configs_out)
 model, tok = load_adapter(a.adapter, max_seq_length=4096, merged=True)
-prompts = ["Give three tips for staying healthy.", "What is the capital of France?", "Explain photosynthesis.",
-           "Write a short poem about the sea."]
+prompts = [
+    "Give three tips for staying healthy.",
+    "What is the capital of France?",
+    "Explain photosynthesis.",
+    "Write a short poem about the sea.",
+]
 ids = tok([format_prompt(prompts[0])], return_tensors="pt").input_ids.to(DEV)
 
 
@@ -161,10 +192,12 @@ def timed(fn):
     return out, time.perf_counter() - t
 
 
-VARIANTS = {"graph_liger": dict(graph=True, kernels="liger", matmul="cublas"),
-            "graph_liger_triton": dict(graph=True, kernels="liger", matmul="triton"),  # the default since 2026-12-01
-            "graph_torch": dict(graph=True, kernels="torch", matmul="cublas"),
-            "eager_liger": dict(graph=False, kernels="liger", matmul="cublas")}
+VARIANTS = {
+    "graph_liger": dict(graph=True, kernels="liger", matmul="cublas"),
+    "graph_liger_triton": dict(graph=True, kernels="liger", matmul="triton"),  # the default since 2026-12-01
+    "graph_torch": dict(graph=True, kernels="torch", matmul="cublas"),
+    "eager_liger": dict(graph=False, kernels="liger", matmul="cublas"),
+}
 decoders = {}
 if "variants" in parts or "agreement" in parts:
     variants = {}
@@ -173,9 +206,14 @@ if "variants" in parts or "agreement" in parts:
             dec, t_build = timed(lambda: FusedLlamaDecoder(model, 512, 1, **kw))
             out, t_first = timed(lambda: dec.decode(ids, None, a.new, None))
             warm = [timed(lambda: dec.decode(ids, None, a.new, None))[1] for _ in range(3 if kw["graph"] else 1)]
-            variants[name] = dict(build_s=round(t_build, 3), first_s=round(t_first, 3),
-                                  tokens_per_s=round(a.new / statistics.median(warm), 1), first_ids=out[0][:8],
-                                  attention_ms=dec.attention_ms, backend=str(dec.backend))
+            variants[name] = dict(
+                build_s=round(t_build, 3),
+                first_s=round(t_first, 3),
+                tokens_per_s=round(a.new / statistics.median(warm), 1),
+                first_ids=out[0][:8],
+                attention_ms=dec.attention_ms,
+                backend=str(dec.backend),
+            )
             if kw["graph"]:
                 decoders[name] = dec
             else:
@@ -207,19 +245,28 @@ def bf16_units(top):
 def agreement_study(model, tok, prompts, new, decs, fp32_model=None):
     """Teacher-forced argmax agreement with ``generate`` (see the module docstring), overall and by margin."""
     rows = {name: [] for name in decs}
-    ref_all, raw_all, margin_all, unit_all, full_all, fp32_all, fp32_margin_all, top_all, free = tuple([] for _ in range(8)) + ({},)
+    ref_all, raw_all, margin_all, unit_all, full_all, fp32_all, fp32_margin_all, top_all, free = tuple(
+        [] for _ in range(8)
+    ) + ({},)
     for p in prompts:
         pid = tok([format_prompt(p)], return_tensors="pt").input_ids.to(DEV)
         n = pid.shape[1]
         with torch.no_grad():
-            out = model.generate(pid, max_new_tokens=new, min_new_tokens=new, do_sample=False, output_logits=True,
-                                 return_dict_in_generate=True, pad_token_id=tok.pad_token_id)
+            out = model.generate(
+                pid,
+                max_new_tokens=new,
+                min_new_tokens=new,
+                do_sample=False,
+                output_logits=True,
+                return_dict_in_generate=True,
+                pad_token_id=tok.pad_token_id,
+            )
             ref = out.sequences[0, n:].cpu()
             logits = torch.stack(out.logits)[:, 0].float().cpu()  # generate's raw logits at each step
             full = torch.cat([pid[0], ref.to(DEV)])[None]
-            full_pred = model(full).logits[0, n - 1:n - 1 + new].argmax(-1).cpu()
+            full_pred = model(full).logits[0, n - 1 : n - 1 + new].argmax(-1).cpu()
             if fp32_model is not None:
-                lg32 = fp32_model(full).logits[0, n - 1:n - 1 + new].float().cpu()
+                lg32 = fp32_model(full).logits[0, n - 1 : n - 1 + new].float().cpu()
                 fp32_all.append(lg32.argmax(-1))
                 top2 = lg32.topk(2, -1).values
                 fp32_margin_all.append(top2[:, 0] - top2[:, 1])
@@ -229,7 +276,9 @@ def agreement_study(model, tok, prompts, new, decs, fp32_model=None):
         for name, dec in decs.items():
             rows[name].append(teacher_forced(dec, pid, ref))
             fast = dec.decode(pid, None, new, None)[0]
-            free.setdefault(name, []).append(next((i for i, (u, v) in enumerate(zip(fast, ref.tolist())) if u != v), new))
+            free.setdefault(name, []).append(
+                next((i for i, (u, v) in enumerate(zip(fast, ref.tolist())) if u != v), new)
+            )
     ref, margin, unit, full = (torch.cat(t) for t in (ref_all, margin_all, unit_all, full_all))
     preds = {name: torch.cat(r) for name, r in rows.items()}
     fp32 = torch.cat(fp32_all) if fp32_all else None
@@ -239,8 +288,11 @@ def agreement_study(model, tok, prompts, new, decs, fp32_model=None):
         return round(float((a_[mask] == b_[mask]).float().mean()), 4) if int(mask.sum()) else None
 
     def table(keep):
-        row = dict(positions=int(keep.sum()), share_of_positions=round(float(keep.float().mean()), 4),
-                   hf_full_forward_vs_generate=share(keep, full, ref))
+        row = dict(
+            positions=int(keep.sum()),
+            share_of_positions=round(float(keep.float().mean()), 4),
+            hf_full_forward_vs_generate=share(keep, full, ref),
+        )
         for name, pr in preds.items():
             row[f"{name}_vs_generate"] = share(keep, pr, ref)
             if fp32 is not None:
@@ -250,10 +302,18 @@ def agreement_study(model, tok, prompts, new, decs, fp32_model=None):
         return row
 
     every = torch.ones_like(ref, dtype=torch.bool)
-    study = dict(all=table(every), raw_argmax_equals_generate_choice=round(float((torch.cat(raw_all) == ref).float().mean()), 4),
-                 reference_margin=dict(median=round(float(margin.median()), 5),
-                                       median_abs_top_logit=round(float(torch.cat(top_all).abs().median()), 4)),
-                 by_margin={}, by_margin_in_bf16_units={}, by_fp32_margin={}, free_running_identical_prefix=free)
+    study = dict(
+        all=table(every),
+        raw_argmax_equals_generate_choice=round(float((torch.cat(raw_all) == ref).float().mean()), 4),
+        reference_margin=dict(
+            median=round(float(margin.median()), 5),
+            median_abs_top_logit=round(float(torch.cat(top_all).abs().median()), 4),
+        ),
+        by_margin={},
+        by_margin_in_bf16_units={},
+        by_fp32_margin={},
+        free_running_identical_prefix=free,
+    )
     study["reference_margin"]["median_bf16_unit"] = round(float(unit.median()), 5)
     for t in (0.01, 0.03, 0.1, 0.3):
         study["by_margin"][f">={t}"] = table(margin >= t)
@@ -285,12 +345,19 @@ if "agreement" in parts:
         small32 = AutoModelForCausalLM.from_pretrained(a.stories, dtype=torch.float32).to(DEV).eval()
         stok = AutoTokenizer.from_pretrained(a.stories)
         stok.pad_token = stok.pad_token or stok.unk_token
-        sdecs = {"graph_liger": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger", matmul="cublas"),
-                 "graph_liger_triton": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger", matmul="triton"),
-                 "graph_torch": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="torch", matmul="cublas")}
+        sdecs = {
+            "graph_liger": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger", matmul="cublas"),
+            "graph_liger_triton": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="liger", matmul="triton"),
+            "graph_torch": FusedLlamaDecoder(small, 512, 1, graph=True, kernels="torch", matmul="cublas"),
+        }
         result["agreement_stories260k_bf16"] = agreement_study(
-            small, stok, ["Once upon a time, there was a cat", "Tom went to the park", "Lily had a red ball",
-                          "The sun was shining"], 200, sdecs, small32)
+            small,
+            stok,
+            ["Once upon a time, there was a cat", "Tom went to the park", "Lily had a red ball", "The sun was shining"],
+            200,
+            sdecs,
+            small32,
+        )
         print("stories260K bf16 agreement", json.dumps(result["agreement_stories260k_bf16"]["all"]), flush=True)
         del small, small32, sdecs
     except Exception as e:  # noqa: BLE001
@@ -313,16 +380,26 @@ if "profile" in parts:
             if getattr(e, "self_device_time_total", 0) <= 0:  # host-side events: no kernel time
                 continue
             name = e.key.lower()
-            kind = ("gemm" if any(s in name for s in ("gemm", "gemv", "cutlass", "sm90", "xmma", "splitk", "nvjet")) else
-                    "attention" if any(s in name for s in ("attention", "fmha", "flash", "cudnn", "sdpa")) else
-                    "liger/triton" if any(s in name for s in ("_kernel", "triton")) else "other pointwise")
+            kind = (
+                "gemm"
+                if any(s in name for s in ("gemm", "gemv", "cutlass", "sm90", "xmma", "splitk", "nvjet"))
+                else "attention"
+                if any(s in name for s in ("attention", "fmha", "flash", "cudnn", "sdpa"))
+                else "liger/triton"
+                if any(s in name for s in ("_kernel", "triton"))
+                else "other pointwise"
+            )
             d = kinds.setdefault(kind, dict(us_per_step=0.0, kernels_per_step=0))
             d["us_per_step"] += e.self_device_time_total / 20
             d["kernels_per_step"] += e.count / 20
-        result["profile"] = {k: dict(us_per_step=round(v["us_per_step"], 1), kernels_per_step=round(v["kernels_per_step"], 1))
-                             for k, v in kinds.items()}
-        result["profile_top"] = [(e.key[:80], round(e.self_device_time_total / 20, 1), e.count)
-                                 for e in sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)[:14]]
+        result["profile"] = {
+            k: dict(us_per_step=round(v["us_per_step"], 1), kernels_per_step=round(v["kernels_per_step"], 1))
+            for k, v in kinds.items()
+        }
+        result["profile_top"] = [
+            (e.key[:80], round(e.self_device_time_total / 20, 1), e.count)
+            for e in sorted(prof.key_averages(), key=lambda e: -e.self_device_time_total)[:14]
+        ]
         if "graph_liger" in decoders:
             dec = decoders["graph_liger"]
             dec.decode(ids, None, 2, None)
@@ -339,8 +416,14 @@ if "profile" in parts:
         del eager
     except Exception as e:  # noqa: BLE001
         result["profile"] = f"{type(e).__name__}: {e}"
-    print("profile", json.dumps(result.get("profile")), "graph step ms", result.get("graph_step_ms"),
-          json.dumps(result.get("profile_top")), flush=True)
+    print(
+        "profile",
+        json.dumps(result.get("profile")),
+        "graph step ms",
+        result.get("graph_step_ms"),
+        json.dumps(result.get("profile_top")),
+        flush=True,
+    )
     save()
 
 # 5. stories260K fp32
@@ -355,8 +438,9 @@ if "fp32" in parts:
         for p in ["Once upon a time, there was a cat", "Tom went to the park"]:
             pid = stok([p], return_tensors="pt").input_ids.to(DEV)
             with torch.no_grad():
-                ref = small.generate(pid, max_new_tokens=200, min_new_tokens=200, do_sample=False,
-                                     pad_token_id=stok.eos_token_id)[0, pid.shape[1]:].tolist()
+                ref = small.generate(
+                    pid, max_new_tokens=200, min_new_tokens=200, do_sample=False, pad_token_id=stok.eos_token_id
+                )[0, pid.shape[1] :].tolist()
             fast = FusedLlamaDecoder(small, 512, 1, matmul=matmul).decode(pid, None, 200, None)[0]
             same[matmul].append(fast == ref)
     result["fp32_stories_identical"] = same

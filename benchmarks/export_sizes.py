@@ -54,17 +54,28 @@ if not (adapter / "adapter_model.safetensors").is_file():
     from tinyllama_ft.prompts import make_formatting_func
 
     cpu = Hardware()
-    model, tokenizer = load_model(model_dir, max_seq_length=seq, dtype=None, load_in_4bit=False, backend="transformers",
-                                  hardware=cpu)
+    model, tokenizer = load_model(
+        model_dir, max_seq_length=seq, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     model = add_lora(model, gradient_checkpointing=False)
     with open(os.path.join(a.data, "alpaca", "alpaca_cleaned_5k.jsonl"), encoding="utf-8") as f:
         rows = [json.loads(line) for _, line in zip(range(64), f)]
     ds = datasets.Dataset.from_list([{k: r[k] for k in ("instruction", "input", "output")} for r in rows])
     ds = ds.map(make_formatting_func(tokenizer.eos_token, template=a.template), batched=True)
-    cfg = FinetuneConfig(model_name=model_dir, max_seq_length=seq, report_to="none", max_steps=a.steps,
-                         learning_rate=2e-3 if a.model == "stories" else 1e-3, warmup_ratio=0.0,
-                         per_device_train_batch_size=1, gradient_accumulation_steps=1, dataset_num_proc=None,
-                         output_dir=str(out), template=a.template, load_in_4bit=False)
+    cfg = FinetuneConfig(
+        model_name=model_dir,
+        max_seq_length=seq,
+        report_to="none",
+        max_steps=a.steps,
+        learning_rate=2e-3 if a.model == "stories" else 1e-3,
+        warmup_ratio=0.0,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=1,
+        dataset_num_proc=None,
+        output_dir=str(out),
+        template=a.template,
+        load_in_4bit=False,
+    )
     start = time.perf_counter()
     build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds, cfg=cfg, plan=plan_run(cfg, cpu)).train()
     print(f"trained {a.steps} steps in {time.perf_counter() - start:.0f} s")

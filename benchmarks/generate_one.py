@@ -37,12 +37,15 @@ from pathlib import Path
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (its base model path inside)")
-ap.add_argument("--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor",
-                                                        "package_cublas"))
+ap.add_argument(
+    "--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor", "package_cublas")
+)
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
 ap.add_argument("--repeats", type=int, default=3, help="warm calls timed after the first")
-ap.add_argument("--gemv-configs", default="/tmp/gemv_configs.json", help="package: Triton block shapes to add (decode_probe.py)")
+ap.add_argument(
+    "--gemv-configs", default="/tmp/gemv_configs.json", help="package: Triton block shapes to add (decode_probe.py)"
+)
 ap.add_argument("--batches", default="4,16", help="left-padded batch sizes timed after batch 1 ('' for none)")
 a = ap.parse_args()
 
@@ -54,13 +57,21 @@ import torch
 
 INSTRUCTION = "Give three tips for staying healthy."
 #: Instructions of different lengths for the batches (left padding), cycled.
-MANY = [INSTRUCTION, "What is the capital of France?", "Write a short poem about the sea and the wind at night.",
-        "Explain photosynthesis.", "List five fruits that are rich in vitamin C and say why each is good for you.",
-        "Translate 'good morning' into Spanish.", "Summarize the plot of Romeo and Juliet in two sentences.",
-        "Why is the sky blue?"]
-PROMPT = ("Below is an instruction that describes a task, paired with an input that provides further context. "
-          "Write a response that appropriately completes the request.\n\n"
-          f"### Instruction:\n{INSTRUCTION}\n\n### Input:\n\n\n### Response:\n")
+MANY = [
+    INSTRUCTION,
+    "What is the capital of France?",
+    "Write a short poem about the sea and the wind at night.",
+    "Explain photosynthesis.",
+    "List five fruits that are rich in vitamin C and say why each is good for you.",
+    "Translate 'good morning' into Spanish.",
+    "Summarize the plot of Romeo and Juliet in two sentences.",
+    "Why is the sky blue?",
+]
+PROMPT = (
+    "Below is an instruction that describes a task, paired with an input that provides further context. "
+    "Write a response that appropriately completes the request.\n\n"
+    f"### Instruction:\n{INSTRUCTION}\n\n### Input:\n\n\n### Response:\n"
+)
 
 
 def timed(fn):
@@ -79,15 +90,23 @@ def hf_answer(model, tokenizer, rows=1, **extra):
     from transformers import TextStreamer
 
     tokenizer.padding_side = "left"
-    batch = tokenizer([prompt(MANY[i % len(MANY)]) for i in range(rows)], return_tensors="pt",
-                      padding=True).to(model.device)
+    batch = tokenizer([prompt(MANY[i % len(MANY)]) for i in range(rows)], return_tensors="pt", padding=True).to(
+        model.device
+    )
 
     def run():
         with torch.inference_mode():
-            out = model.generate(**batch, max_new_tokens=a.new, min_new_tokens=a.new, do_sample=False,
-                                 streamer=TextStreamer(tokenizer, skip_prompt=True) if rows == 1 else None,
-                                 use_cache=True, pad_token_id=tokenizer.pad_token_id, **extra)
-        return out[0, batch["input_ids"].shape[1]:].tolist()
+            out = model.generate(
+                **batch,
+                max_new_tokens=a.new,
+                min_new_tokens=a.new,
+                do_sample=False,
+                streamer=TextStreamer(tokenizer, skip_prompt=True) if rows == 1 else None,
+                use_cache=True,
+                pad_token_id=tokenizer.pad_token_id,
+                **extra,
+            )
+        return out[0, batch["input_ids"].shape[1] :].tolist()
 
     return run
 
@@ -103,8 +122,7 @@ if a.mode in ("plain", "hf_static"):
 
     tokenizer = AutoTokenizer.from_pretrained(a.adapter)
     ensure_pad_token(tokenizer)  # <unk>, as the package and Unsloth pick (the batches pad on the left)
-    base = AutoModelForCausalLM.from_pretrained(adapter_base_model(a.adapter), dtype=torch.bfloat16,
-                                                device_map={"": 0})
+    base = AutoModelForCausalLM.from_pretrained(adapter_base_model(a.adapter), dtype=torch.bfloat16, device_map={"": 0})
     model = PeftModel.from_pretrained(base, a.adapter)
     if a.mode != "plain":
         model = model.merge_and_unload()
@@ -115,8 +133,7 @@ if a.mode in ("plain", "hf_static"):
 elif a.mode == "unsloth":
     from unsloth import FastLanguageModel
 
-    model, tokenizer = FastLanguageModel.from_pretrained(a.adapter, max_seq_length=a.seq, dtype=None,
-                                                         load_in_4bit=True)
+    model, tokenizer = FastLanguageModel.from_pretrained(a.adapter, max_seq_length=a.seq, dtype=None, load_in_4bit=True)
     FastLanguageModel.for_inference(model)
     answer = hf_answer(model, tokenizer)
     batched = lambda rows: hf_answer(model, tokenizer, rows)  # noqa: E731
@@ -124,22 +141,28 @@ else:
     from tinyllama_ft.adapters import load_adapter
     from tinyllama_ft.generation import generate, stream
 
-    from tinyllama_ft import graph_decoding, triton_gemv
+    from tinyllama_ft import graph_decoding
 
     if a.mode == "package_cublas":
         graph_decoding.MATMUL = "cublas"
     elif Path(a.gemv_configs).is_file():
-        triton_gemv.use_configs(a.gemv_configs)
-    model, tokenizer = load_adapter(a.adapter, max_seq_length=a.seq, merged=True)  # the notebook's reload cell (reload_merged=True)
+        from gemv_configs import use_configs
+
+        use_configs(a.gemv_configs)
+    model, tokenizer = load_adapter(
+        a.adapter, max_seq_length=a.seq, merged=True
+    )  # the notebook's reload cell (reload_merged=True)
     decode = "inductor" if a.mode == "package_inductor" else "auto"
 
     def answer():
-        return stream(model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True,
-                      decode=decode)[0]
+        return stream(
+            model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True, decode=decode
+        )[0]
 
     def batched(rows):
         instructions = [MANY[i % len(MANY)] for i in range(rows)]
         return lambda: generate(model, tokenizer, instructions, max_new_tokens=a.new, ignore_eos=True)
+
 
 load_s = time.perf_counter() - loading
 ids, first = timed(answer)
@@ -152,13 +175,24 @@ for rows in [int(b) for b in a.batches.split(",") if b.strip()]:
     run = batched(rows)
     _, first_b = timed(run)
     _, warm_b = timed(run)
-    batches[str(rows)] = dict(tokens_per_s=round(rows * a.new / warm_b, 1), first_call_s=round(first_b, 2),
-                              warm_call_s=round(warm_b, 3))
-result = dict(name=a.mode, load_s=round(load_s, 2), new_tokens=len(ids), first_call_s=round(first, 3), warm_call_s=round(steady, 4),
-              warmup_s=round(first - steady, 3), decode_tokens_per_s=round(len(ids) / steady, 1),
-              first_ids=ids[:16], same_ids_every_call=all(w == ids for w, _ in warm), batches=batches,
-              decoder_failed=getattr(model, "_tinyllama_ft_graph_failed", None),
-              decoder_attention_ms={str(b): d.attention_ms for b, d in
-                                    getattr(model, "_tinyllama_ft_fused_decoders", {}).items()},
-              peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3))
+    batches[str(rows)] = dict(
+        tokens_per_s=round(rows * a.new / warm_b, 1), first_call_s=round(first_b, 2), warm_call_s=round(warm_b, 3)
+    )
+result = dict(
+    name=a.mode,
+    load_s=round(load_s, 2),
+    new_tokens=len(ids),
+    first_call_s=round(first, 3),
+    warm_call_s=round(steady, 4),
+    warmup_s=round(first - steady, 3),
+    decode_tokens_per_s=round(len(ids) / steady, 1),
+    first_ids=ids[:16],
+    same_ids_every_call=all(w == ids for w, _ in warm),
+    batches=batches,
+    decoder_failed=getattr(model, "_tinyllama_ft_graph_failed", None),
+    decoder_attention_ms={
+        str(b): d.attention_ms for b, d in getattr(model, "_tinyllama_ft_fused_decoders", {}).items()
+    },
+    peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3),
+)
 print("\nRESULT " + json.dumps(result), flush=True)

@@ -27,18 +27,23 @@ PACKAGES = ("torch", "transformers", "peft", "unsloth", "bitsandbytes", "liger-k
 def table(rows: list[dict]) -> str:
     """Markdown: name | decode tokens/s | warm-up s | first answer s | ratio to plain | tokens/s per batch size."""
     sizes = sorted({int(b) for r in rows for b in r.get("batches", {})})
-    lines = ["| name | decode tokens/s | warm-up s | first answer s | ratio to plain | "
-             + "".join(f"batch {b} tokens/s | " for b in sizes),
-             "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(sizes)]
+    lines = [
+        "| name | decode tokens/s | warm-up s | first answer s | ratio to plain | "
+        + "".join(f"batch {b} tokens/s | " for b in sizes),
+        "| --- | ---: | ---: | ---: | ---: |" + " ---: |" * len(sizes),
+    ]
     for r in rows:
         if "failed" in r:
             lines.append(f"| {r['name']} | failed | | | |" + " |" * len(sizes))
             continue
         ratio = "-" if r.get("ratio_to_plain") is None else f"{r['ratio_to_plain']:.2f}"
-        per_batch = "".join(f" {r['batches'][str(b)]['tokens_per_s']:,.0f} |" if str(b) in r.get("batches", {})
-                            else " |" for b in sizes)
-        lines.append(f"| {r['name']} | {r['decode_tokens_per_s']:,.1f} | {r['warmup_s']:.1f} | "
-                     f"{r['first_call_s']:.1f} | {ratio} |" + per_batch)
+        per_batch = "".join(
+            f" {r['batches'][str(b)]['tokens_per_s']:,.0f} |" if str(b) in r.get("batches", {}) else " |" for b in sizes
+        )
+        lines.append(
+            f"| {r['name']} | {r['decode_tokens_per_s']:,.1f} | {r['warmup_s']:.1f} | "
+            f"{r['first_call_s']:.1f} | {ratio} |" + per_batch
+        )
     return "\n".join(lines)
 
 
@@ -48,7 +53,9 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
     ap.add_argument("--repeats", type=int, default=3, help="warm answers timed after the first")
     ap.add_argument("--batches", default="4,16", help="left-padded batch sizes timed after batch 1")
-    ap.add_argument("--only", help=f"comma-separated modes among {', '.join(CONFIGURATIONS)} (default: {', '.join(DEFAULT)})")
+    ap.add_argument(
+        "--only", help=f"comma-separated modes among {', '.join(CONFIGURATIONS)} (default: {', '.join(DEFAULT)})"
+    )
     a = ap.parse_args()
     names = chosen_names(ap, a.only, CONFIGURATIONS, DEFAULT)
     if not (Path(a.adapter) / "adapter_config.json").is_file():
@@ -58,8 +65,18 @@ def main() -> None:
     workdir.mkdir(exist_ok=True)
     rows = []
     for name in names:
-        argv = ["--adapter", str(Path(a.adapter).resolve()), "--mode", name, "--new", str(a.new),
-                "--repeats", str(a.repeats), "--batches", a.batches]
+        argv = [
+            "--adapter",
+            str(Path(a.adapter).resolve()),
+            "--mode",
+            name,
+            "--new",
+            str(a.new),
+            "--repeats",
+            str(a.repeats),
+            "--batches",
+            a.batches,
+        ]
         # an empty compile cache for each, as on a new Colab runtime (Triton's, inductor's)
         caches = Path(tempfile.mkdtemp(prefix=f"cache-{name}-", dir=workdir))
         fresh = {"TRITON_CACHE_DIR": str(caches / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
@@ -69,8 +86,10 @@ def main() -> None:
         ok = base is not None and "failed" not in r
         r["ratio_to_plain"] = round(r["decode_tokens_per_s"] / base["decode_tokens_per_s"], 2) if ok else None
         r["first_answer_vs_plain_s"] = round(r["first_call_s"] - base["first_call_s"], 2) if ok else None
-    print(f"\nbatch 1, greedy, {a.new} new tokens; decode tokens/s = new tokens / a warm answer's wall time "
-          f"(median of {a.repeats}); warm-up = first answer - warm answer (compilation, graph capture)\n")
+    print(
+        f"\nbatch 1, greedy, {a.new} new tokens; decode tokens/s = new tokens / a warm answer's wall time "
+        f"(median of {a.repeats}); warm-up = first answer - warm answer (compilation, graph capture)\n"
+    )
     print(table(rows))
     for r in rows:
         if "failed" in r:

@@ -28,7 +28,10 @@ tokenizer.pad_token = tokenizer.unk_token
 model = AutoModelForCausalLM.from_pretrained(
     a.model,
     quantization_config=BitsAndBytesConfig(
-        load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype,
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=dtype,
     ),
     dtype=dtype,
     attn_implementation="sdpa",
@@ -36,18 +39,22 @@ model = AutoModelForCausalLM.from_pretrained(
 )
 model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=True)
 torch.manual_seed(3407)  # the article's random_state, for the adapter init
-model = get_peft_model(model, LoraConfig(
-    r=32,
-    lora_alpha=32,
-    lora_dropout=0.0,
-    bias="none",
-    target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-    task_type="CAUSAL_LM",
-))
+model = get_peft_model(
+    model,
+    LoraConfig(
+        r=32,
+        lora_alpha=32,
+        lora_dropout=0.0,
+        bias="none",
+        target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        task_type="CAUSAL_LM",
+    ),
+)
 dataset = read_rows(a.data).map(alpaca_texts(tokenizer.eos_token), batched=True)
 
 args = recipe_sft_config("hf_peft_4bit", a.steps, a.seq, bf16=bf16)
 clock = Clock()
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[clock])
-train_and_report(trainer, clock, "hf_peft_4bit", a.seq, args.per_device_train_batch_size,
-                 args.gradient_accumulation_steps)
+train_and_report(
+    trainer, clock, "hf_peft_4bit", a.seq, args.per_device_train_batch_size, args.gradient_accumulation_steps
+)

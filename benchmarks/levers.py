@@ -51,30 +51,55 @@ dtype = torch.bfloat16 if bf16 else torch.float16
 if a.backend == "unsloth":
     from unsloth import FastLanguageModel
 
-    model, tokenizer = FastLanguageModel.from_pretrained(model_name=a.model, max_seq_length=a.seq, dtype=None,
-                                                         load_in_4bit=four_bit)
-    model = FastLanguageModel.get_peft_model(model, r=32, target_modules=TARGETS, lora_alpha=32, lora_dropout=0,
-                                             bias="none", use_gradient_checkpointing=gc, random_state=3407)
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=a.model, max_seq_length=a.seq, dtype=None, load_in_4bit=four_bit
+    )
+    model = FastLanguageModel.get_peft_model(
+        model,
+        r=32,
+        target_modules=TARGETS,
+        lora_alpha=32,
+        lora_dropout=0,
+        bias="none",
+        use_gradient_checkpointing=gc,
+        random_state=3407,
+    )
 else:
     from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
     from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 
     tokenizer = AutoTokenizer.from_pretrained(a.model)
     tokenizer.pad_token = tokenizer.unk_token
-    quant = (BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
-                                bnb_4bit_compute_dtype=dtype) if four_bit else None)
-    model = AutoModelForCausalLM.from_pretrained(a.model, quantization_config=quant, dtype=dtype,
-                                                 attn_implementation=a.attn, device_map={"": 0})
+    quant = (
+        BitsAndBytesConfig(
+            load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True, bnb_4bit_compute_dtype=dtype
+        )
+        if four_bit
+        else None
+    )
+    model = AutoModelForCausalLM.from_pretrained(
+        a.model, quantization_config=quant, dtype=dtype, attn_implementation=a.attn, device_map={"": 0}
+    )
     if four_bit:
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(gc))
     torch.manual_seed(3407)
-    model = get_peft_model(model, LoraConfig(r=32, lora_alpha=32, lora_dropout=0.0, bias="none",
-                                             target_modules=TARGETS, task_type="CAUSAL_LM"))
+    model = get_peft_model(
+        model,
+        LoraConfig(r=32, lora_alpha=32, lora_dropout=0.0, bias="none", target_modules=TARGETS, task_type="CAUSAL_LM"),
+    )
 
 dataset = read_rows(a.data).map(alpaca_texts(tokenizer.eos_token), batched=True)
-args = recipe_sft_config(a.name, a.steps, a.seq, bf16=bf16, per_device_train_batch_size=a.bs,
-                         gradient_accumulation_steps=a.ga, gradient_checkpointing=bool(gc),
-                         use_liger_kernel=a.liger, torch_compile=a.compile)
+args = recipe_sft_config(
+    a.name,
+    a.steps,
+    a.seq,
+    bf16=bf16,
+    per_device_train_batch_size=a.bs,
+    gradient_accumulation_steps=a.ga,
+    gradient_checkpointing=bool(gc),
+    use_liger_kernel=a.liger,
+    torch_compile=a.compile,
+)
 clock = Clock()
 trainer = SFTTrainer(model=model, processing_class=tokenizer, train_dataset=dataset, args=args, callbacks=[clock])
 
@@ -89,8 +114,9 @@ if a.profile:
 
         def on_step_begin(self, args, state, control, **kw):
             if state.global_step == 5:
-                self.prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                               torch.profiler.ProfilerActivity.CUDA])
+                self.prof = torch.profiler.profile(
+                    activities=[torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+                )
                 self.prof.__enter__()
 
         def on_step_end(self, args, state, control, **kw):

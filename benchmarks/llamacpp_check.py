@@ -50,7 +50,7 @@ a = ap.parse_args()
 run, export = Path(a.run_dir), Path(a.run_dir) / "export"
 template = trained_settings(str(run / "lora_model")).get("template", "alpaca")
 with open(os.path.join(a.data, "alpaca", "alpaca_cleaned_5k.jsonl"), encoding="utf-8") as f:
-    rows = [json.loads(line) for line in f][4900:4900 + a.prompts]
+    rows = [json.loads(line) for line in f][4900 : 4900 + a.prompts]
 prompts = [format_prompt(r["instruction"], r["input"], template=template) for r in rows]
 merged_dir = export / "merged_16bit"
 tokenizer = AutoTokenizer.from_pretrained(merged_dir)
@@ -58,9 +58,14 @@ tokenizer = AutoTokenizer.from_pretrained(merged_dir)
 
 def hf_greedy(model, ids):
     with torch.no_grad():
-        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             do_sample=False, max_new_tokens=a.max_new_tokens, pad_token_id=tokenizer.pad_token_id)
-    return out[0, len(ids):].tolist()
+        out = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=a.max_new_tokens,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    return out[0, len(ids) :].tolist()
 
 
 def llama_greedy(llm, text):
@@ -85,22 +90,32 @@ checks = [(fmt, export / fmt / name, None) for fmt, name in GGUF_NAMES.items() i
 tmp = tempfile.TemporaryDirectory()
 if (export / "gguf_lora" / GGUF_NAMES["gguf_lora"]).is_file():
     base_gguf = Path(tmp.name) / "base-f16.gguf"
-    convert_to_gguf(model_dir=adapter_base_model(str(run / "lora_model")), target=base_gguf, outtype="f16",
-                    converter=llama_cpp_converter())
+    convert_to_gguf(
+        model_dir=adapter_base_model(str(run / "lora_model")),
+        target=base_gguf,
+        outtype="f16",
+        converter=llama_cpp_converter(),
+    )
     checks.append(("gguf_lora", base_gguf, export / "gguf_lora" / GGUF_NAMES["gguf_lora"]))
 
-print(f"llama-cpp-python {llama_cpp.__version__}; template {template!r}; {len(prompts)} prompts x "
-      f"{a.max_new_tokens} greedy tokens; 'same prefix' = tokens equal before the first difference")
+print(
+    f"llama-cpp-python {llama_cpp.__version__}; template {template!r}; {len(prompts)} prompts x "
+    f"{a.max_new_tokens} greedy tokens; 'same prefix' = tokens equal before the first difference"
+)
 print(f"{'format':<13}{'MiB':>8}  {'prompt ids':<11}{'vs merged (HF)':<19}{'vs same GGUF (HF)':<20}chat template")
 for fmt, path, lora in checks:
     if not path.is_file():
         print(f"{fmt:<13}{'-':>8}  not exported")
         continue
-    llm = llama_cpp.Llama(model_path=str(path), lora_path=str(lora) if lora else None, n_ctx=1024, n_threads=2,
-                          verbose=False, seed=0)
+    llm = llama_cpp.Llama(
+        model_path=str(path), lora_path=str(lora) if lora else None, n_ctx=1024, n_threads=2, verbose=False, seed=0
+    )
     same_prompt, vs_merged, vs_file, texts = True, [0, 0], [0, 0], []
-    same_file = None if lora else AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
-                                                                       dtype=torch.float32).eval()
+    same_file = (
+        None
+        if lora
+        else AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32).eval()
+    )
     for text, ids, ref in zip(prompts, hf_ids, reference):
         l_ids, l_out = llama_greedy(llm, text)
         same_prompt &= l_ids == ids
@@ -116,15 +131,19 @@ for fmt, path, lora in checks:
     if lora:
         chat = "the base GGUF's (a LoRA has none)"
     elif meta_template:
-        render = llama_cpp.llama_chat_format.Jinja2ChatFormatter(meta_template, tokenizer.eos_token, tokenizer.bos_token)
+        render = llama_cpp.llama_chat_format.Jinja2ChatFormatter(
+            meta_template, tokenizer.eos_token, tokenizer.bos_token
+        )
         got = render(messages=[{"role": "user", "content": rows[0]["instruction"], "input": rows[0]["input"]}]).prompt
         chat = "= format_prompt" if got == tokenizer.bos_token + prompts[0] else "DIFFERS"
     else:
         chat = "MISSING"
     size = (os.path.getsize(lora) if lora else os.path.getsize(path)) / 2**20
     file_col = f"{vs_file[0]}/{vs_file[1]} same prefix" if same_file is not None else "-"
-    print(f"{fmt:<13}{size:>8.2f}  {'equal' if same_prompt else 'DIFFER':<11}{f'{vs_merged[0]}/{vs_merged[1]} same prefix':<19}"
-          f"{file_col:<20}{chat}")
+    print(
+        f"{fmt:<13}{size:>8.2f}  {'equal' if same_prompt else 'DIFFER':<11}{f'{vs_merged[0]}/{vs_merged[1]} same prefix':<19}"
+        f"{file_col:<20}{chat}"
+    )
     print(f"{'':<13}llama.cpp: {texts[0][:90]!r}")
     del llm
 print(f"{'transformers':<13}{'':>8}  merged:    {tokenizer.decode(reference[0])[:90]!r}")

@@ -52,8 +52,11 @@ def parse_args(argv=None):
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--rows", default=str(DEMO_ROWS))
     p.add_argument("--held-out", type=int, default=100, help="held-out rows scored (after the train rows)")
-    p.add_argument("--variants", default="base,tuned_full_text,tuned_completion_only",
-                   help="which to run here (one per process runs them side by side on separate cores)")
+    p.add_argument(
+        "--variants",
+        default="base,tuned_full_text,tuned_completion_only",
+        help="which to run here (one per process runs them side by side on separate cores)",
+    )
     p.add_argument("--combine", nargs="+", default=None, help="merge these JSON files into one table and --out")
     p.add_argument("--out", default=None, help="JSON path (default benchmarks/results/<date>-loss-choice.json)")
     return p.parse_args(argv)
@@ -65,8 +68,15 @@ def measure(model, tokenizer, held, short, args) -> dict:
     t = time.perf_counter()
     scores = held_out_scores(model, tokenizer, held, batch_size=4, max_seq_length=args.max_seq_length)
     stop = stopping_count(model, tokenizer, short, max_new_tokens=args.max_new_tokens, batch_size=4)
-    return {**scores.as_dict(), "stopped": stop.stopped, "stop_total": stop.total, "answers": stop.answers,
-            "ended": stop.ended, "new_tokens": stop.new_tokens, "eval_s": round(time.perf_counter() - t, 1)}
+    return {
+        **scores.as_dict(),
+        "stopped": stop.stopped,
+        "stop_total": stop.total,
+        "answers": stop.answers,
+        "ended": stop.ended,
+        "new_tokens": stop.new_tokens,
+        "eval_s": round(time.perf_counter() - t, 1),
+    }
 
 
 def train(folder, rows, completion_only_loss: bool, hardware, args) -> tuple:
@@ -79,33 +89,62 @@ def train(folder, rows, completion_only_loss: bool, hardware, args) -> tuple:
     from tinyllama_ft.trainer import build_trainer
 
     out = tempfile.mkdtemp(prefix="loss_choice_")
-    cfg = FinetuneConfig(model_name=folder, report_to="none", output_dir=out, dataset_num_proc=None,
-                         max_seq_length=args.max_seq_length, per_device_train_batch_size=args.batch,
-                         gradient_accumulation_steps=1, max_steps=args.steps, learning_rate=args.lr,
-                         gradient_checkpointing=False, save_steps=10**6, logging_steps=5, load_in_4bit=False,
-                         backend="transformers", completion_only_loss=completion_only_loss)
+    cfg = FinetuneConfig(
+        model_name=folder,
+        report_to="none",
+        output_dir=out,
+        dataset_num_proc=None,
+        max_seq_length=args.max_seq_length,
+        per_device_train_batch_size=args.batch,
+        gradient_accumulation_steps=1,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        gradient_checkpointing=False,
+        save_steps=10**6,
+        logging_steps=5,
+        load_in_4bit=False,
+        backend="transformers",
+        completion_only_loss=completion_only_loss,
+    )
     plan = plan_run(cfg, hardware)
-    model, tokenizer = load_model(folder, max_seq_length=args.max_seq_length, dtype=plan.dtype, load_in_4bit=False,
-                                  backend="transformers", hardware=hardware)
+    model, tokenizer = load_model(
+        folder,
+        max_seq_length=args.max_seq_length,
+        dtype=plan.dtype,
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=hardware,
+    )
     model = add_lora(model, gradient_checkpointing=False, seed=cfg.seed)
     dataset = datasets.Dataset.from_list(rows)
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=dataset, cfg=cfg, plan=plan,
-                            progress=False)
+    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=dataset, cfg=cfg, plan=plan, progress=False)
     t, cpu = time.perf_counter(), time.process_time()
     result = trainer.train()
     seconds, cpu = time.perf_counter() - t, time.process_time() - cpu
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    return model, tokenizer, {"train_s": round(seconds, 1), "s_per_step": round(seconds / args.steps, 2),
-                              "cpu_s_per_step": round(cpu / args.steps, 2),  # all threads; load-independent
-                              "train_loss": round(result.training_loss, 4), "logged_losses": losses,
-                              "tokens_seen": int(getattr(trainer.state, "num_input_tokens_seen", 0) or 0)}
+    return (
+        model,
+        tokenizer,
+        {
+            "train_s": round(seconds, 1),
+            "s_per_step": round(seconds / args.steps, 2),
+            "cpu_s_per_step": round(cpu / args.steps, 2),  # all threads; load-independent
+            "train_loss": round(result.training_loss, 4),
+            "logged_losses": losses,
+            "tokens_seen": int(getattr(trainer.state, "num_input_tokens_seen", 0) or 0),
+        },
+    )
 
 
 def combine(paths, args) -> dict:
     """One record from the JSON files of side-by-side processes (their ``results`` merged, walls kept)."""
     records = [json.loads(Path(p).read_text(encoding="utf-8")) for p in paths]
-    record = {**records[0], "results": {}, "wall_s": max(r["wall_s"] for r in records),
-              "parts": {str(p): r["args"]["variants"] for p, r in zip(paths, records)}}
+    record = {
+        **records[0],
+        "results": {},
+        "wall_s": max(r["wall_s"] for r in records),
+        "parts": {str(p): r["args"]["variants"] for p, r in zip(paths, records)},
+    }
     for r in records:
         record["results"].update(r["results"])
     order = ["base", "tuned_full_text", "tuned_completion_only"]
@@ -133,19 +172,28 @@ def main(argv=None) -> dict:
 
     with open(args.rows, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
-    train_rows, held = rows[: args.train_rows], rows[args.train_rows:][: args.held_out]
+    train_rows, held = rows[: args.train_rows], rows[args.train_rows :][: args.held_out]
     variants = args.variants.split(",")
     hardware = detect_hardware()
     start = time.perf_counter()
     folder = demo_model_path()
-    model, tokenizer = load_model(folder, max_seq_length=args.max_seq_length, dtype=None, load_in_4bit=False,
-                                  backend="transformers", hardware=hardware)
-    short = short_answer_rows(rows[args.train_rows:], tokenizer, n=args.stop_rows)
+    model, tokenizer = load_model(
+        folder,
+        max_seq_length=args.max_seq_length,
+        dtype=None,
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=hardware,
+    )
+    short = short_answer_rows(rows[args.train_rows :], tokenizer, n=args.stop_rows)
     results = {}
     if "base" in variants:
         results["base"] = measure(model, tokenizer, held, short, args)
-        print(f"base: {results['base']['response_loss']:.4f} {results['base']['eos_probability']:.3f} "
-              f"{results['base']['stopped']}/{results['base']['stop_total']}", flush=True)
+        print(
+            f"base: {results['base']['response_loss']:.4f} {results['base']['eos_probability']:.3f} "
+            f"{results['base']['stopped']}/{results['base']['stop_total']}",
+            flush=True,
+        )
     del model
     for name, only in (("tuned_full_text", False), ("tuned_completion_only", True)):
         if name not in variants:
@@ -153,15 +201,26 @@ def main(argv=None) -> dict:
         model, tokenizer, info = train(folder, train_rows, only, hardware, args)
         results[name] = {**info, **measure(model, tokenizer, held, short, args)}
         r = results[name]
-        print(f"{name}: {r['response_loss']:.4f} {r['eos_probability']:.3f} {r['stopped']}/{r['stop_total']} "
-              f"({r['s_per_step']} s/step)", flush=True)
+        print(
+            f"{name}: {r['response_loss']:.4f} {r['eos_probability']:.3f} {r['stopped']}/{r['stop_total']} "
+            f"({r['s_per_step']} s/step)",
+            flush=True,
+        )
         del model
     record = {
         "what": "loss choice on SmolLM2-135M-Instruct: full-text vs completion-only LoRA, same steps and prompt",
-        "date": datetime.date.today().isoformat(), "model": folder, "rows": str(args.rows),
-        "train_rows": len(train_rows), "held_out_rows": len(held), "stop_rows": [r["instruction"] for r in short],
-        "args": vars(args), "threads": torch.get_num_threads(), "cpu_bf16_autocast": bool(hardware.cpu_bf16),
-        "versions": library_versions(), "wall_s": round(time.perf_counter() - start, 1), "results": results,
+        "date": datetime.date.today().isoformat(),
+        "model": folder,
+        "rows": str(args.rows),
+        "train_rows": len(train_rows),
+        "held_out_rows": len(held),
+        "stop_rows": [r["instruction"] for r in short],
+        "args": vars(args),
+        "threads": torch.get_num_threads(),
+        "cpu_bf16_autocast": bool(hardware.cpu_bf16),
+        "versions": library_versions(),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "results": results,
     }
     return write(record, args)
 
@@ -170,12 +229,16 @@ def write(record: dict, args) -> dict:
     """Print the table of ``record["results"]`` and write the record as JSON (atomically)."""
     results = record["results"]
     print()
-    print("| model | held-out response loss | full-text loss | mean EOS prob. at response end | "
-          f"stopped (of {args.stop_rows}, <= {args.max_new_tokens} new tokens) | s/step |")
+    print(
+        "| model | held-out response loss | full-text loss | mean EOS prob. at response end | "
+        f"stopped (of {args.stop_rows}, <= {args.max_new_tokens} new tokens) | s/step |"
+    )
     print("|---|---|---|---|---|---|")
     for name, r in results.items():
-        print(f"| {name} | {r['response_loss']:.4f} | {r['full_text_loss']:.4f} | {r['eos_probability']:.3f} | "
-              f"{r['stopped']}/{r['stop_total']} | {r.get('s_per_step', '-')} |")
+        print(
+            f"| {name} | {r['response_loss']:.4f} | {r['full_text_loss']:.4f} | {r['eos_probability']:.3f} | "
+            f"{r['stopped']}/{r['stop_total']} | {r.get('s_per_step', '-')} |"
+        )
     out = Path(args.out or REPO / "benchmarks" / "results" / f"{record['date']}-loss-choice.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")

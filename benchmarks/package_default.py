@@ -31,9 +31,15 @@ from tinyllama_ft.trainer import build_trainer
 a = parse_args(__doc__)
 
 cfg = FinetuneConfig(
-    model_name=a.model, dataset=a.data, max_seq_length=a.seq, report_to="none", max_steps=a.steps,
-    output_dir=tempfile.mkdtemp(prefix="bench-package-default-"), save_steps=10**6,
-    dtype="float16" if a.t4 else None, gpu_memory_cap_gib=T4_MEMORY_GIB if a.t4 else 0,
+    model_name=a.model,
+    dataset=a.data,
+    max_seq_length=a.seq,
+    report_to="none",
+    max_steps=a.steps,
+    output_dir=tempfile.mkdtemp(prefix="bench-package-default-"),
+    save_steps=10**6,
+    dtype="float16" if a.t4 else None,
+    gpu_memory_cap_gib=T4_MEMORY_GIB if a.t4 else 0,
 )
 hardware = detect_hardware()
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
@@ -42,19 +48,30 @@ print(plan.summary(), flush=True)
 same_on_all_processes((plan.per_device_train_batch_size, plan.gradient_accumulation_steps), what="the batch split")
 if plan.backend == "unsloth":
     import unsloth  # noqa: F401  before transformers is imported below (common.py)
-model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                              load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
-                              attn_implementation=plan.attn_implementation)
+model, tokenizer = load_model(
+    cfg.model_name,
+    max_seq_length=cfg.max_seq_length,
+    dtype=plan.dtype,
+    load_in_4bit=plan.load_in_4bit,
+    backend=plan.backend,
+    hardware=hardware,
+    attn_implementation=plan.attn_implementation,
+)
 
 from common import Clock, train_and_report  # after load_model: it imports transformers
 
-model = add_lora(model, gradient_checkpointing=plan.gradient_checkpointing, backend=plan.backend)  # the article's LoRA values otherwise
+model = add_lora(
+    model, gradient_checkpointing=plan.gradient_checkpointing, backend=plan.backend
+)  # the article's LoRA values otherwise
 rows, _ = load_instruction_data(cfg.dataset)
 train = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
 clock = Clock()
-trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg, plan=plan, callbacks=[clock])
+trainer = build_trainer(
+    model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg, plan=plan, callbacks=[clock]
+)
 name = "package_default_t4" if a.t4 else "package_default"
 if plan.world_size > 1:  # accelerate launch (train_throughput.py's package_ddp2): the same script on each GPU
     name = f"package_ddp{plan.world_size}"
-train_and_report(trainer, clock, name, cfg.max_seq_length,
-                 plan.per_device_train_batch_size, plan.gradient_accumulation_steps)
+train_and_report(
+    trainer, clock, name, cfg.max_seq_length, plan.per_device_train_batch_size, plan.gradient_accumulation_steps
+)

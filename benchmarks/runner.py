@@ -12,8 +12,12 @@ import threading
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-CHILD_ENV = {"PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "UNSLOTH_DISABLE_STATISTICS": "1",
-             "WANDB_DISABLED": "true"}
+CHILD_ENV = {
+    "PYTHONUNBUFFERED": "1",
+    "HF_HUB_OFFLINE": "1",
+    "UNSLOTH_DISABLE_STATISTICS": "1",
+    "WANDB_DISABLED": "true",
+}
 STDERR_LINES = 15
 
 
@@ -27,8 +31,9 @@ def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
             del keep[: len(keep) - limit]
 
 
-def run_configuration(name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None,
-                      launcher: list[str] = ()) -> dict:
+def run_configuration(
+    name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None, launcher: list[str] = ()
+) -> dict:
     """Run one configuration's script (with ``extra_env`` added to its environment); its RESULT dict, or
     ``{"name", "failed": last stderr lines}``.
 
@@ -37,23 +42,30 @@ def run_configuration(name: str, script: str, argv: list[str], workdir: str, ext
     """
     print(f"\n===== {name}: {script} =====", flush=True)
     env = {**os.environ, **CHILD_ENV, **(extra_env or {})}
-    proc = subprocess.Popen([sys.executable, *launcher, str(HERE / script), *argv], cwd=workdir, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, *launcher, str(HERE / script), *argv],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     out, err = bytearray(), bytearray()
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),
-             threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, err, 1 << 16))]
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),
+        threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, err, 1 << 16)),
+    ]
     for t in pumps:
         t.start()
     for t in pumps:
         t.join()
     rc = proc.wait()
     stdout = out.decode(errors="replace").splitlines()
-    results = [line[len("RESULT "):] for line in stdout if line.startswith("RESULT ")]
+    results = [line[len("RESULT ") :] for line in stdout if line.startswith("RESULT ")]
     try:
         return json.loads(results[-1])
     except (IndexError, json.JSONDecodeError):
         pass
-    lines = [l for l in err.decode(errors="replace").replace("\r", "\n").splitlines() if l.strip()]
+    lines = [s for s in err.decode(errors="replace").replace("\r", "\n").splitlines() if s.strip()]
     return {"name": name, "failed": f"exit status {rc}: " + "\n".join(lines[-STDERR_LINES:])}
 
 
@@ -80,8 +92,12 @@ def write_results(kind: str, packages, **fields) -> Path:
     sys.path.insert(0, str(HERE.parent))  # the repo root, for tinyllama_ft (imports neither torch nor transformers)
     from tinyllama_ft.summary import library_versions
 
-    record = {"date": datetime.date.today().isoformat(), "gpu": gpu_name(),
-              "versions": library_versions(tuple(packages)), **fields}
+    record = {
+        "date": datetime.date.today().isoformat(),
+        "gpu": gpu_name(),
+        "versions": library_versions(tuple(packages)),
+        **fields,
+    }
     path = HERE / "results" / f"{record['date']}-{kind}.json"
     path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

@@ -43,45 +43,65 @@ def launcher(name: str) -> list[str]:
     """Interpreter arguments before the script: accelerate's launcher for the multi-GPU configurations."""
     if name not in PROCESSES:
         return []
-    return ["-m", "accelerate.commands.launch", "--config_file", str(MULTI_GPU_YAML),
-            "--num_processes", str(PROCESSES[name])]
+    return [
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        str(MULTI_GPU_YAML),
+        "--num_processes",
+        str(PROCESSES[name]),
+    ]
 
 
 def recipe_of(name: str) -> str:
     """The configuration ``name`` is compared with: the article's recipe on the same (stand-in) GPU."""
     return "article_recipe_t4" if name.endswith("_t4") else "article_recipe"
+
+
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "unsloth", "bitsandbytes")
 
 
 def table(rows: list[dict]) -> str:
     """Markdown table: name | batch | tokens/s | peak GiB | loss first (and its difference from the recipe's)
     | loss last | ratio (tokens/s / recipe's)."""
+
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
-    lines = ["| name | batch | tokens/s | peak GiB | loss first | vs recipe | loss last | ratio |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "| name | batch | tokens/s | peak GiB | loss first | vs recipe | loss last | ratio |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for r in rows:
         if "failed" in r:
             lines.append(f"| {r['name']} | | failed | | | | | |")
         else:
             delta = r.get("loss_first_vs_recipe")
             gpus = f" x {r['processes']} GPUs" if r.get("processes", 1) > 1 else ""
-            cells = [f"{r.get('bs')} x {r.get('ga')}{gpus}", num(r["tokens_per_s"], ",.0f"), num(r["peak_gib"], ".2f"),
-                     num(r["loss_first"], ".4f"), "-" if delta is None else f"{delta:+.2%}",
-                     num(r["loss_last"], ".4f"), num(r["ratio_to_recipe"], ".3f")]
+            cells = [
+                f"{r.get('bs')} x {r.get('ga')}{gpus}",
+                num(r["tokens_per_s"], ",.0f"),
+                num(r["peak_gib"], ".2f"),
+                num(r["loss_first"], ".4f"),
+                "-" if delta is None else f"{delta:+.2%}",
+                num(r["loss_last"], ".4f"),
+                num(r["ratio_to_recipe"], ".3f"),
+            ]
             lines.append(f"| {r['name']} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
-
 
 
 def main() -> None:
     shared = Path(os.environ.get("SHARED_DIR") or HERE.parents[1] / "shared")
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="/tmp/tinyllama-shaped",
-                    help="TinyLlama-shaped model folder (benchmarks/build_tinyllama_shaped.py writes it)")
-    ap.add_argument("--shared", type=Path, default=shared,
-                    help="the shared/ folder (default: $SHARED_DIR or ../shared)")
+    ap.add_argument(
+        "--model",
+        default="/tmp/tinyllama-shaped",
+        help="TinyLlama-shaped model folder (benchmarks/build_tinyllama_shaped.py writes it)",
+    )
+    ap.add_argument(
+        "--shared", type=Path, default=shared, help="the shared/ folder (default: $SHARED_DIR or ../shared)"
+    )
     ap.add_argument("--data", help="Alpaca rows, .jsonl (default: the .jsonl under SHARED/data/alpaca)")
     ap.add_argument("--steps", type=int, default=15, help="optimizer steps per configuration (the first 3 untimed)")
     ap.add_argument("--seq", type=int, default=4096, help="tokens per packed sequence")
@@ -94,41 +114,72 @@ def main() -> None:
     if data is None or not Path(data).is_file():
         ap.error(f"no data file: {data or a.shared / 'data/alpaca/*.jsonl'} (pass --data)")
     if not (Path(a.model) / "config.json").is_file():
-        ap.error(f"no model at {a.model}: build it with python3 benchmarks/build_tinyllama_shaped.py "
-                 f"--src SHARED/data/tinyllama --out {a.model}")
+        ap.error(
+            f"no model at {a.model}: build it with python3 benchmarks/build_tinyllama_shaped.py "
+            f"--src SHARED/data/tinyllama --out {a.model}"
+        )
 
-    argv = ["--model", str(Path(a.model).resolve()), "--data", str(Path(data).resolve()),
-            "--steps", str(a.steps), "--seq", str(a.seq)]
+    argv = [
+        "--model",
+        str(Path(a.model).resolve()),
+        "--data",
+        str(Path(data).resolve()),
+        "--steps",
+        str(a.steps),
+        "--seq",
+        str(a.seq),
+    ]
     workdir = Path(tempfile.gettempdir()) / "tinyllama-ft-bench"  # Unsloth's compile cache lands here, not in the repo
     workdir.mkdir(exist_ok=True)
     if a.dry_run:
         for n in names:
             print(dry_run(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1]))
         return
-    rows = [run_configuration(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1], str(workdir),
-                              launcher=launcher(n))
-            for n in names]
+    rows = [
+        run_configuration(n, CONFIGURATIONS[n][0], argv + CONFIGURATIONS[n][1], str(workdir), launcher=launcher(n))
+        for n in names
+    ]
 
     done = {r["name"]: r for r in rows if "failed" not in r}
     for r in rows:
         recipe = done.get(recipe_of(r["name"]))
         ok = recipe is not None and "failed" not in r
         r["ratio_to_recipe"] = round(r["tokens_per_s"] / recipe["tokens_per_s"], 3) if ok else None
-        r["loss_first_vs_recipe"] = (round(r["loss_first"] / recipe["loss_first"] - 1, 5)
-                                     if ok and r.get("loss_first") and recipe.get("loss_first") else None)
+        r["loss_first_vs_recipe"] = (
+            round(r["loss_first"] / recipe["loss_first"] - 1, 5)
+            if ok and r.get("loss_first") and recipe.get("loss_first")
+            else None
+        )
     first_timed = min(3, a.steps - 2) + 2  # common.WARMUP: the window opens at the end of step WARMUP + 1
-    print(f"\n{a.steps} steps, seq {a.seq}: tokens/s = non-padding tokens over steps {first_timed}..{a.steps}; "
-          "peak GiB = max allocated\n")
+    print(
+        f"\n{a.steps} steps, seq {a.seq}: tokens/s = non-padding tokens over steps {first_timed}..{a.steps}; "
+        "peak GiB = max allocated\n"
+    )
     print(table(rows))
     for r in rows:
         if "failed" in r:
             print(f"\n{r['name']} failed, {r['failed']}")
 
-    keys = ("name", "tokens_per_s", "peak_gib", "loss_first", "loss_last", "ratio_to_recipe", "loss_first_vs_recipe",
-            "bs", "ga", "processes", "peak_gib_per_gpu")
-    write_results("train", PACKAGES, steps=a.steps, seq=a.seq,
-                  configurations=[{k: r.get(k) for k in keys} | ({"failed": r["failed"]} if "failed" in r else {})
-                                  for r in rows])
+    keys = (
+        "name",
+        "tokens_per_s",
+        "peak_gib",
+        "loss_first",
+        "loss_last",
+        "ratio_to_recipe",
+        "loss_first_vs_recipe",
+        "bs",
+        "ga",
+        "processes",
+        "peak_gib_per_gpu",
+    )
+    write_results(
+        "train",
+        PACKAGES,
+        steps=a.steps,
+        seq=a.seq,
+        configurations=[{k: r.get(k) for k in keys} | ({"failed": r["failed"]} if "failed" in r else {}) for r in rows],
+    )
 
 
 def dry_run(name: str, script: str, argv: list[str]) -> str:

@@ -17,18 +17,42 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tinyllama_ft.config import (BACKENDS, DATASET_FORMATS, DEFAULTS, DTYPES, PACKING_STRATEGIES,  # noqa: E402
-                                 RECIPES, REPORT_TO, TEMPLATES, FinetuneConfig, field_docs)
+from tinyllama_ft.config import (
+    BACKENDS,
+    DATASET_FORMATS,
+    DEFAULTS,
+    DTYPES,
+    PACKING_STRATEGIES,  # noqa: E402
+    RECIPES,
+    REPORT_TO,
+    TEMPLATES,
+    FinetuneConfig,
+    field_docs,
+)
 from tinyllama_ft.packing import LONG_ROWS  # noqa: E402
 
-CHOICES = {"template": TEMPLATES, "recipe": RECIPES, "backend": BACKENDS, "dtype": DTYPES, "report_to": REPORT_TO,
-           "long_rows": LONG_ROWS, "packing_strategy": PACKING_STRATEGIES, "lora_bias": ("none", "all", "lora_only"),
-           "dataset_format": DATASET_FORMATS}
+CHOICES = {
+    "template": TEMPLATES,
+    "recipe": RECIPES,
+    "backend": BACKENDS,
+    "dtype": DTYPES,
+    "report_to": REPORT_TO,
+    "long_rows": LONG_ROWS,
+    "packing_strategy": PACKING_STRATEGIES,
+    "lora_bias": ("none", "all", "lora_only"),
+    "dataset_format": DATASET_FORMATS,
+}
 FORM_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
-SECTION_TITLES = {"model": "model", "lora": "LoRA", "data": "data", "training": "training",
-                  "logging": "logging and output", "generation": "generation"}
+SECTION_TITLES = {
+    "model": "model",
+    "lora": "LoRA",
+    "data": "data",
+    "training": "training",
+    "logging": "logging and output",
+    "generation": "generation",
+}
 README_START, README_END = "<!-- parameters:start -->", "<!-- parameters:end -->"
-CELL_START = "# %% tags=[\"parameters\"]\n"
+CELL_START = '# %% tags=["parameters"]\n'
 
 
 def _literal(value) -> str:
@@ -45,13 +69,20 @@ def parameters_cell() -> str:
             lines.append(f"# {SECTION_TITLES[section]}")
         value = getattr(DEFAULTS, f.name)
         if f.name in CHOICES:
-            form = "[" + ", ".join(_literal(c) for c in CHOICES[f.name]) + "]" + (' {type:"raw"}' if None in CHOICES[f.name] else "")
+            form = (
+                "["
+                + ", ".join(_literal(c) for c in CHOICES[f.name])
+                + "]"
+                + (' {type:"raw"}' if None in CHOICES[f.name] else "")
+            )
         elif f.type in FORM_TYPES:
             form = f'{{type:"{FORM_TYPES[f.type]}"}}'
         else:
             form = '{type:"raw"}'
         lines.append(f"{f.name} = {_literal(value)}  # @param {form}")
-    lines.append("_names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions")
+    lines.append(
+        "_names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -85,8 +116,10 @@ def main(argv: list[str]) -> int:
         readme, notebook = REPO / "README.md", REPO / "notebooks" / "finetune_tinyllama.py"
         readme.write_text(_replace_table(readme.read_text(encoding="utf-8")), encoding="utf-8")
         notebook.write_text(_replace_cell(notebook.read_text(encoding="utf-8")), encoding="utf-8")
-        print("rewrote the README table and the notebook's parameters cell; now run: "
-              "jupytext --to ipynb notebooks/finetune_tinyllama.py")
+        print(
+            "rewrote the README table and the notebook's parameters cell; now run: "
+            "jupytext --to ipynb notebooks/finetune_tinyllama.py"
+        )
         return 0
     print(parameters_cell())
     print(parameter_table())

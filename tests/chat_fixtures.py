@@ -72,9 +72,17 @@ def tiny_model(model_type: str, tokenizer, spec: dict | None = None, seed: int =
     extra.pop("max_position_embeddings", None)
     rope = extra.pop("rope_scaling", None)
     theta = extra.pop("rope_theta", None)
-    config = cls(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                 num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=spec.get("config", {}).get(
-                     "max_position_embeddings", 2048), eos_token_id=eos, **extra)
+    config = cls(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=spec.get("config", {}).get("max_position_embeddings", 2048),
+        eos_token_id=eos,
+        **extra,
+    )
     if theta is not None or rope is not None:
         params = {"rope_type": "default", "rope_theta": theta or 10000.0, **(rope or {})}
         if hasattr(config, "rope_parameters"):

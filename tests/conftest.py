@@ -91,9 +91,20 @@ NOTEBOOK_PROMPTS = ["What is the capital of France?", "Name three colors."]
 
 
 def notebook_parameters(stories_dir, alpaca_jsonl) -> dict:
-    return dict(model_name=str(stories_dir), dataset=str(alpaca_jsonl), max_seq_length=512, learning_rate=2e-4,
-                max_steps=NOTEBOOK_STEPS, eval_steps=20, save_steps=20, gradient_checkpointing=False, test_size=0.01,
-                report_to="wandb", prompts=NOTEBOOK_PROMPTS, max_new_tokens=16)
+    return dict(
+        model_name=str(stories_dir),
+        dataset=str(alpaca_jsonl),
+        max_seq_length=512,
+        learning_rate=2e-4,
+        max_steps=NOTEBOOK_STEPS,
+        eval_steps=20,
+        save_steps=20,
+        gradient_checkpointing=False,
+        test_size=0.01,
+        report_to="wandb",
+        prompts=NOTEBOOK_PROMPTS,
+        max_new_tokens=16,
+    )
 
 
 def execute_notebook(workdir: Path, env: dict, **parameters) -> Path:
@@ -107,8 +118,13 @@ def execute_notebook(workdir: Path, env: dict, **parameters) -> Path:
             else:
                 patch.setenv(name, value)
         papermill.execute_notebook(
-            str(REPO / "notebooks" / "finetune_tinyllama.ipynb"), str(workdir / "out.ipynb"), cwd=str(workdir),
-            kernel_name="python3", progress_bar=False, parameters=parameters)
+            str(REPO / "notebooks" / "finetune_tinyllama.ipynb"),
+            str(workdir / "out.ipynb"),
+            cwd=str(workdir),
+            kernel_name="python3",
+            progress_bar=False,
+            parameters=parameters,
+        )
     return workdir / "out.ipynb"
 
 
@@ -129,11 +145,22 @@ def notebook_run(tmp_path_factory, stories_dir, alpaca_jsonl):
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
     home, tmp = workdir / "home", workdir / "tmp"
     home.mkdir(), tmp.mkdir()
-    env = {"WANDB_API_KEY": FAKE_WANDB_KEY, "HF_TOKEN": FAKE_HF_TOKEN, "WANDB_BASE_URL": closed,
-           "WANDB_MODE": None, "WANDB_DISABLED": None, "WANDB_DISABLE_GIT": "true",
-           # every place a library writes to by default lands inside workdir, where it is searched
-           "HOME": str(home), "TMPDIR": str(tmp), "HF_HOME": str(home / "hf"), "XDG_CACHE_HOME": str(home / "cache"),
-           "WANDB_CONFIG_DIR": str(home / "wandb-config"), "WANDB_CACHE_DIR": str(home / "wandb-cache"),
-           "WANDB_DATA_DIR": str(home / "wandb-data"), "MPLCONFIGDIR": str(home / "mpl")}
+    env = {
+        "WANDB_API_KEY": FAKE_WANDB_KEY,
+        "HF_TOKEN": FAKE_HF_TOKEN,
+        "WANDB_BASE_URL": closed,
+        "WANDB_MODE": None,
+        "WANDB_DISABLED": None,
+        "WANDB_DISABLE_GIT": "true",
+        # every place a library writes to by default lands inside workdir, where it is searched
+        "HOME": str(home),
+        "TMPDIR": str(tmp),
+        "HF_HOME": str(home / "hf"),
+        "XDG_CACHE_HOME": str(home / "cache"),
+        "WANDB_CONFIG_DIR": str(home / "wandb-config"),
+        "WANDB_CACHE_DIR": str(home / "wandb-cache"),
+        "WANDB_DATA_DIR": str(home / "wandb-data"),
+        "MPLCONFIGDIR": str(home / "mpl"),
+    }
     out = execute_notebook(workdir, env, **notebook_parameters(stories_dir, alpaca_jsonl))
     return workdir, out, json.loads((workdir / "outputs" / "run_summary.json").read_text(encoding="utf-8"))

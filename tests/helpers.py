@@ -15,7 +15,14 @@ def stories_lora(stories_dir: Path, hardware, max_seq_length: int = 512, seed: i
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), max_seq_length=max_seq_length, dtype=None, load_in_4bit=False, backend="transformers", hardware=hardware)
+    model, tokenizer = load_model(
+        str(stories_dir),
+        max_seq_length=max_seq_length,
+        dtype=None,
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=hardware,
+    )
     return add_lora(model, gradient_checkpointing=False, seed=seed), tokenizer
 
 
@@ -52,7 +59,14 @@ def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, 
     from tinyllama_ft.trainer import build_trainer
 
     cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
-    return build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset, cfg=cfg, plan=plan_run(cfg, Hardware()))
+    return build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        cfg=cfg,
+        plan=plan_run(cfg, Hardware()),
+    )
 
 
 #: Answer prefixes that meet the header's / prompt's last characters at a turn boundary: with SmolLM2's byte-level

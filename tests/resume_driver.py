@@ -65,21 +65,59 @@ def main(argv: list[str] | None = None) -> int:
     from tinyllama_ft.training import train_and_evaluate
 
     cfg = FinetuneConfig(
-        model_name=a.model, dataset=a.data, max_seq_length=a.max_seq_length, backend="transformers",
-        load_in_4bit=False, gradient_checkpointing=False, learning_rate=a.learning_rate,
-        per_device_train_batch_size=2, per_device_eval_batch_size=4, gradient_accumulation_steps=2,
-        lora_dropout=a.lora_dropout, max_steps=a.max_steps, save_steps=a.save_steps, eval_steps=a.eval_steps, test_size=0.05,
-        report_to="none", dataset_num_proc=None, seed=a.seed, output_dir=a.output_dir, resume=a.resume,
+        model_name=a.model,
+        dataset=a.data,
+        max_seq_length=a.max_seq_length,
+        backend="transformers",
+        load_in_4bit=False,
+        gradient_checkpointing=False,
+        learning_rate=a.learning_rate,
+        per_device_train_batch_size=2,
+        per_device_eval_batch_size=4,
+        gradient_accumulation_steps=2,
+        lora_dropout=a.lora_dropout,
+        max_steps=a.max_steps,
+        save_steps=a.save_steps,
+        eval_steps=a.eval_steps,
+        test_size=0.05,
+        report_to="none",
+        dataset_num_proc=None,
+        seed=a.seed,
+        output_dir=a.output_dir,
+        resume=a.resume,
         overwrite_output_dir=a.overwrite_output_dir,
     )
-    rows, _ = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config, instruction_column=cfg.instruction_column,
-                                    input_column=cfg.input_column, output_column=cfg.output_column, strict=cfg.strict)
+    rows, _ = load_instruction_data(
+        cfg.dataset,
+        split=cfg.dataset_split,
+        config=cfg.dataset_config,
+        instruction_column=cfg.instruction_column,
+        input_column=cfg.input_column,
+        output_column=cfg.output_column,
+        strict=cfg.strict,
+    )
     rows = rows.select(range(min(a.rows, len(rows))))
     prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))  # the rows as they train
     hardware = Hardware()
-    model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=cfg.dtype, load_in_4bit=cfg.load_in_4bit, backend=cfg.backend, hardware=hardware)
-    model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout, lora_bias=cfg.lora_bias, target_modules=cfg.target_modules,
-                     use_rslora=cfg.use_rslora, gradient_checkpointing=cfg.gradient_checkpointing, seed=cfg.seed)
+    model, tokenizer = load_model(
+        cfg.model_name,
+        max_seq_length=cfg.max_seq_length,
+        dtype=cfg.dtype,
+        load_in_4bit=cfg.load_in_4bit,
+        backend=cfg.backend,
+        hardware=hardware,
+    )
+    model = add_lora(
+        model,
+        lora_r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        lora_bias=cfg.lora_bias,
+        target_modules=cfg.target_modules,
+        use_rslora=cfg.use_rslora,
+        gradient_checkpointing=cfg.gradient_checkpointing,
+        seed=cfg.seed,
+    )
     rows = rows.map(make_formatting_func(tokenizer.eos_token, template=cfg.template), batched=True)
     train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
 
@@ -93,7 +131,15 @@ def main(argv: list[str] | None = None) -> int:
             if a.step_delay and state.global_step > a.delay_after:
                 time.sleep(a.step_delay)
 
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset, cfg=cfg, callbacks=[Record()], plan=plan_run(cfg, hardware))
+    trainer = build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        cfg=cfg,
+        callbacks=[Record()],
+        plan=plan_run(cfg, hardware),
+    )
     training_plan(trainer), eos_supervision(trainer)  # as the notebook's cell 6: iterates a batch before training
     results = train_and_evaluate(trainer, resume=cfg.resume)
     release_run_lock(cfg.output_dir)  # the run's end (the notebook's last cell)

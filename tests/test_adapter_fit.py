@@ -13,8 +13,9 @@ from tinyllama_ft.adapters import load_adapter, save_adapter
 
 #: How every base here loads: CPU, fp32, transformers, 256-token windows.
 LOAD = dict(max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers")
-STORIES_SHAPE = dict(hidden_size=64, intermediate_size=172, num_hidden_layers=5, num_attention_heads=8,
-                     num_key_value_heads=4, head_dim=8)
+STORIES_SHAPE = dict(
+    hidden_size=64, intermediate_size=172, num_hidden_layers=5, num_attention_heads=8, num_key_value_heads=4, head_dim=8
+)
 
 
 def _tiny_base(config_dir, tokenizer_dir, folder, **changes):
@@ -38,13 +39,16 @@ def made(stories_dir, tinyllama_dir, tmp_path_factory, cpu):
     # TinyLlama's config (vocabulary 32000, its tokenizer) at stories260K's sizes: only the vocabulary differs
     tiny_tinyllama = _tiny_base(tinyllama_dir, tinyllama_dir, tmp / "tiny_tinyllama", **STORIES_SHAPE)
     fewer_layers = _tiny_base(stories_dir, stories_dir, tmp / "three_layers", num_hidden_layers=3)
-    return {"tmp": tmp, "stories_adapter": stories_adapter, "tiny_tinyllama": tiny_tinyllama,
-            "fewer_layers": fewer_layers}
+    return {
+        "tmp": tmp,
+        "stories_adapter": stories_adapter,
+        "tiny_tinyllama": tiny_tinyllama,
+        "fewer_layers": fewer_layers,
+    }
 
 
 def test_the_right_base_fits(made, stories_dir, cpu):
-    model, tokenizer = load_adapter(made["stories_adapter"], hardware=cpu, **LOAD,
-                                    base_model=str(stories_dir))
+    model, tokenizer = load_adapter(made["stories_adapter"], hardware=cpu, **LOAD, base_model=str(stories_dir))
     assert model.peft_config["default"].r > 0
 
 
@@ -65,14 +69,18 @@ def test_an_adapter_whose_tokenizer_outgrows_the_base_is_refused_even_without_it
     from tinyllama_ft.modeling import load_model
 
     base, tokenizer = load_model(str(made["tiny_tinyllama"]), hardware=cpu, **LOAD)
-    adapter = save_adapter(add_lora(base, gradient_checkpointing=False), tokenizer, str(made["tmp"] / "big_vocab_adapter"))
+    adapter = save_adapter(
+        add_lora(base, gradient_checkpointing=False), tokenizer, str(made["tmp"] / "big_vocab_adapter")
+    )
     config = json.loads((made["tmp"] / "big_vocab_adapter" / "adapter_config.json").read_text())
     config["base_model_name_or_path"] = "someone/base-that-is-not-here"  # the recorded base cannot be consulted
     (made["tmp"] / "big_vocab_adapter" / "adapter_config.json").write_text(json.dumps(config))
     small, _ = load_model(str(stories_dir), hardware=cpu, **LOAD)
     problems = adapter_fit_problems(adapter, small)
-    assert problems == ["vocabulary: the adapter's tokenizer has 32000 tokens, this base embeds 512 (ids from 512 "
-                        "on would fail with IndexError at generation)"]
+    assert problems == [
+        "vocabulary: the adapter's tokenizer has 32000 tokens, this base embeds 512 (ids from 512 "
+        "on would fail with IndexError at generation)"
+    ]
     with pytest.raises(AdapterMismatchError, match="32000 tokens, this base embeds 512"):
         load_adapter(adapter, hardware=cpu, **LOAD, base_model=str(stories_dir))
     # what the check prevents: PEFT loads it silently, generation fails far from the cause
@@ -101,8 +109,9 @@ def test_module_sizes_are_checked_when_the_recorded_base_is_unknown(made, storie
     wide = _tiny_base(stories_dir, stories_dir, tmp_path / "wide", intermediate_size=256)
     base, _ = load_model(str(wide), hardware=cpu, **LOAD)
     problems = adapter_fit_problems(str(adapter), base)
-    assert len(problems) == 1 and problems[0].startswith("hidden sizes differ: model.layers.0.mlp.down_proj: the "
-                                                         "adapter's LoRA input size is 172, this base's is 256")
+    assert len(problems) == 1 and problems[0].startswith(
+        "hidden sizes differ: model.layers.0.mlp.down_proj: the adapter's LoRA input size is 172, this base's is 256"
+    )
 
 
 def test_another_model_type_alone_is_no_misfit_but_is_named_beside_one(made, stories_dir, cpu, tmp_path):
@@ -117,7 +126,9 @@ def test_another_model_type_alone_is_no_misfit_but_is_named_beside_one(made, sto
     adapter = tmp_path / "adapter"
     shutil.copytree(made["stories_adapter"], adapter)
     adapter_config = json.loads((adapter / "adapter_config.json").read_text())
-    (adapter / "adapter_config.json").write_text(json.dumps({**adapter_config, "base_model_name_or_path": str(recorded)}))
+    (adapter / "adapter_config.json").write_text(
+        json.dumps({**adapter_config, "base_model_name_or_path": str(recorded)})
+    )
     same, _ = load_model(str(stories_dir), hardware=cpu, **LOAD)
     assert adapter_fit_problems(str(adapter), same) == []
     fewer, _ = load_model(str(made["fewer_layers"]), hardware=cpu, **LOAD)

@@ -31,9 +31,22 @@ def trained(stories_dir, alpaca_jsonl, tmp_path_factory):
 
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu)
-    cfg = FinetuneConfig(max_seq_length=512, report_to="none", max_steps=5, learning_rate=2e-3, dataset_num_proc=None,
-                         output_dir=str(tmp_path_factory.mktemp("train")))
-    build_trainer(model=model, tokenizer=tokenizer, train_dataset=text_dataset(alpaca_rows(alpaca_jsonl, 200), tokenizer), eval_dataset=None, cfg=cfg, plan=plan_run(cfg, cpu)).train()
+    cfg = FinetuneConfig(
+        max_seq_length=512,
+        report_to="none",
+        max_steps=5,
+        learning_rate=2e-3,
+        dataset_num_proc=None,
+        output_dir=str(tmp_path_factory.mktemp("train")),
+    )
+    build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=text_dataset(alpaca_rows(alpaca_jsonl, 200), tokenizer),
+        eval_dataset=None,
+        cfg=cfg,
+        plan=plan_run(cfg, cpu),
+    ).train()
     model.eval()
     return model, tokenizer
 
@@ -47,10 +60,15 @@ def test_trained_adapter_changes_logits_and_reload_keeps_them(trained, tmp_path,
         base = _logits(model, tokenizer)
     assert (after - base).abs().max().item() > 1e-3
     path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
-    assert sorted(f for f in os.listdir(path) if f.startswith("adapter_")) == ["adapter_config.json", "adapter_model.safetensors"]
+    assert sorted(f for f in os.listdir(path) if f.startswith("adapter_")) == [
+        "adapter_config.json",
+        "adapter_model.safetensors",
+    ]
     assert os.path.isfile(os.path.join(path, "tokenizer_config.json"))
     assert adapter_base_model(path) == str(stories_dir)
-    reloaded, tok2 = load_adapter(path, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+    reloaded, tok2 = load_adapter(
+        path, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     torch.testing.assert_close(_logits(reloaded, tok2), after, atol=1e-5, rtol=0)
 
 
@@ -107,7 +125,9 @@ def test_existing_adapter_is_kept_unless_overwrite(trained, tmp_path):
 def test_a_model_without_adapter_is_not_saved_as_one(stories_dir, cpu, tmp_path):
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+    model, tokenizer = load_model(
+        str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     with pytest.raises(RuntimeError, match="LoRA"):
         save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
     assert os.listdir(tmp_path) == []
@@ -118,8 +138,9 @@ def test_loading_a_folder_that_is_not_an_adapter_says_so(tmp_path):
         load_adapter(str(tmp_path))
 
 
-def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_to_copy(trained, tmp_path, stories_dir,
-                                                                                        cpu, capsys):
+def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_to_copy(
+    trained, tmp_path, stories_dir, cpu, capsys
+):
     """A PEFT folder saved without its tokenizer: before, transformers said "You need to have sentencepiece or tiktoken
     installed" (untrue, and naming no folder). Now the base's tokenizer is used, said in one line; an adapter that
     resized the embeddings (a chat template's added tokens) cannot use it, and the error names the folder."""
@@ -133,8 +154,10 @@ def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_t
         if name.startswith("tokenizer") or name in TOKENIZER_FILES or name == "special_tokens_map.json":
             os.remove(os.path.join(path, name))
     reloaded, tok = load_adapter(path, max_seq_length=512, load_in_4bit=False, backend="transformers", hardware=cpu)
-    assert f"adapter_dir={path!r} has no tokenizer files: using the base's tokenizer ({stories_dir})" in \
-        capsys.readouterr().out
+    assert (
+        f"adapter_dir={path!r} has no tokenizer files: using the base's tokenizer ({stories_dir})"
+        in capsys.readouterr().out
+    )
     torch.testing.assert_close(_logits(reloaded, tok), _logits(model, tokenizer), atol=1e-5, rtol=0)
     with pytest.raises(FileNotFoundError, match=rf"adapter_dir={path!r} has no tokenizer files .*copy the tokenizer"):
         adapter_tokenizer_source(path, str(stories_dir), resized=True)

@@ -17,11 +17,19 @@ def test_a_tied_model_trains_its_embeddings_and_keeps_them_tied(stories_dir, tmp
     from tinyllama_ft.families import prepare_family
     from tinyllama_ft.lora import add_lora, embedding_modules
 
-    model, tokenizer = AutoModelForCausalLM.from_pretrained(str(stories_dir)), AutoTokenizer.from_pretrained(str(stories_dir))
+    model, tokenizer = (
+        AutoModelForCausalLM.from_pretrained(str(stories_dir)),
+        AutoTokenizer.from_pretrained(str(stories_dir)),
+    )
     assert embedding_modules(model) == (["embed_tokens", "lm_head"], True)
     setup = prepare_family(model, tokenizer, chat_template="chatml", max_seq_length=256)
-    model = add_lora(model, target_modules=setup.target_modules, gradient_checkpointing=False, train_embeddings=True,
-                     backend="transformers")
+    model = add_lora(
+        model,
+        target_modules=setup.target_modules,
+        gradient_checkpointing=False,
+        train_embeddings=True,
+        backend="transformers",
+    )
     _train(model, tokenizer, tmp_path)
     assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
 
@@ -29,7 +37,9 @@ def test_a_tied_model_trains_its_embeddings_and_keeps_them_tied(stories_dir, tmp
 def test_unsloth_is_refused_trained_embeddings_by_name():
     from tinyllama_ft.lora import add_lora
 
-    with pytest.raises(ValueError, match=r"train_embeddings .* not done on the Unsloth backend: set backend='transformers'"):
+    with pytest.raises(
+        ValueError, match=r"train_embeddings .* not done on the Unsloth backend: set backend='transformers'"
+    ):
         add_lora(object(), train_embeddings=True, backend="unsloth")
 
 
@@ -38,11 +48,23 @@ def _train(model, tokenizer, out):
     from tinyllama_ft.conversations import check_conversations
 
     rows, _ = check_conversations(multiturn_rows(), dataset_format="messages")
-    tokenized, _ = tokenize_conversations(datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256,
-                                          long_rows="drop")
-    sft_trainer(model, tokenizer, tokenized, out, max_seq_length=256, max_steps=8, learning_rate=1e-2,
-                per_device_train_batch_size=2, gradient_accumulation_steps=1, gradient_checkpointing=False,
-                warmup_ratio=0.0, save_steps=1000).train()
+    tokenized, _ = tokenize_conversations(
+        datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256, long_rows="drop"
+    )
+    sft_trainer(
+        model,
+        tokenizer,
+        tokenized,
+        out,
+        max_seq_length=256,
+        max_steps=8,
+        learning_rate=1e-2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        gradient_checkpointing=False,
+        warmup_ratio=0.0,
+        save_steps=1000,
+    ).train()
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +81,16 @@ def chatml_tinyllama(shared_data, tmp_path_factory):
     assert not model.config.tie_word_embeddings
     setup = prepare_family(model, tokenizer, chat_template="chatml", max_seq_length=256)
     assert len(setup.added_token_ids) == 2 and len(tokenizer) == 32002
-    before = {name: model.get_parameter(name).detach().clone() for name in ("model.embed_tokens.weight", "lm_head.weight")}
-    model = add_lora(model, target_modules=setup.target_modules, gradient_checkpointing=False, train_embeddings=True,
-                     backend="transformers")
+    before = {
+        name: model.get_parameter(name).detach().clone() for name in ("model.embed_tokens.weight", "lm_head.weight")
+    }
+    model = add_lora(
+        model,
+        target_modules=setup.target_modules,
+        gradient_checkpointing=False,
+        train_embeddings=True,
+        backend="transformers",
+    )
     out = tmp_path_factory.mktemp("chatml")
     _train(model, tokenizer, out)
     adapter = save_adapter(model.eval(), tokenizer, str(out / "lora_model"))
@@ -71,8 +100,10 @@ def chatml_tinyllama(shared_data, tmp_path_factory):
 def test_the_added_tokens_rows_train_in_both_matrices(chatml_tinyllama):
     model, _, setup, before, _ = chatml_tinyllama
     new = setup.added_token_ids
-    for name, now in (("model.embed_tokens.weight", model.get_input_embeddings().weight),
-                      ("lm_head.weight", model.get_output_embeddings().weight)):
+    for name, now in (
+        ("model.embed_tokens.weight", model.get_input_embeddings().weight),
+        ("lm_head.weight", model.get_output_embeddings().weight),
+    ):
         assert (now.detach()[new] - before[name][new]).abs().amax(dim=1).min() > 1e-3, name  # each new row moved
 
 
@@ -88,16 +119,24 @@ def test_load_adapter_resizes_the_base_and_reloads_what_was_trained(chatml_tinyl
     base_tokenizer = tinyllama_tokenizer(shared_data)
     tiny_model("llama", base_tokenizer).save_pretrained(base_dir)
     base_tokenizer.save_pretrained(base_dir)
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Hi there"}], tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi there"}], tokenize=False, add_generation_prompt=True
+    )
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     assert set(ids["input_ids"][0].tolist()) & set(tokenizer.convert_tokens_to_ids(["<|im_start|>", "<|im_end|>"]))
     with torch.no_grad():
         want = model(**ids).logits
     for merged in (False, True):
-        reloaded, reloaded_tok = load_adapter(adapter, max_seq_length=256, dtype="float32", load_in_4bit=False,
-                                              backend="transformers", hardware=Hardware(), base_model=base_dir,
-                                              merged=merged)
+        reloaded, reloaded_tok = load_adapter(
+            adapter,
+            max_seq_length=256,
+            dtype="float32",
+            load_in_4bit=False,
+            backend="transformers",
+            hardware=Hardware(),
+            base_model=base_dir,
+            merged=merged,
+        )
         assert len(reloaded_tok) == 32002 and reloaded.get_input_embeddings().num_embeddings == 32002
         with torch.no_grad():
             got = reloaded(**ids).logits

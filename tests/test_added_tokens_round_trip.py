@@ -48,11 +48,23 @@ def _train(model, tokenizer, out):
     from tinyllama_ft.conversations import check_conversations
 
     rows, _ = check_conversations(multiturn_rows(), dataset_format="messages")
-    tokenized, _ = tokenize_conversations(datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256,
-                                          long_rows="drop")
-    sft_trainer(model, tokenizer, tokenized, out, max_seq_length=256, max_steps=6, learning_rate=1e-2,
-                per_device_train_batch_size=2, gradient_accumulation_steps=1, gradient_checkpointing=False,
-                warmup_ratio=0.0, save_steps=1000).train()
+    tokenized, _ = tokenize_conversations(
+        datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256, long_rows="drop"
+    )
+    sft_trainer(
+        model,
+        tokenizer,
+        tokenized,
+        out,
+        max_seq_length=256,
+        max_steps=6,
+        learning_rate=1e-2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        gradient_checkpointing=False,
+        warmup_ratio=0.0,
+        save_steps=1000,
+    ).train()
 
 
 def _answer(model, tokenizer, ids):
@@ -62,7 +74,7 @@ def _answer(model, tokenizer, ids):
     with torch.no_grad():
         logits = model(**ids).logits
         out = model.generate(**ids, max_new_tokens=8, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-    return logits, out[0, ids["input_ids"].shape[1]:].tolist()
+    return logits, out[0, ids["input_ids"].shape[1] :].tolist()
 
 
 @pytest.fixture(scope="module", params=["tied", "untied"])
@@ -82,20 +94,34 @@ def trained(request, stories_dir, tmp_path_factory):
     assert embedding_modules(model) == (["embed_tokens", "lm_head"], request.param == "tied")
     setup = prepare_family(model, tokenizer, chat_template="chatml", max_seq_length=256)
     assert len(setup.added_token_ids) == 2 and len(tokenizer) == 514
-    model = add_lora(model, target_modules=setup.target_modules, gradient_checkpointing=False, train_embeddings=True,
-                     backend="transformers")
+    model = add_lora(
+        model,
+        target_modules=setup.target_modules,
+        gradient_checkpointing=False,
+        train_embeddings=True,
+        backend="transformers",
+    )
     _train(model, tokenizer, tmp / "run")
     adapter = save_adapter(model.eval(), tokenizer, str(tmp / "lora_model"))
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "Tell me a story about a cat."}],
-                                           tokenize=False, add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Tell me a story about a cat."}], tokenize=False, add_generation_prompt=True
+    )
     ids = tokenizer(prompt, return_tensors="pt", add_special_tokens=False)
     assert set(ids["input_ids"][0].tolist()) & set(setup.added_token_ids)
     logits, tokens = _answer(model, tokenizer, ids)
     # peft >= 0.19 keeps a tied pair's trained copies one matrix (lora.lora_config's ensure_weight_tying); 0.18 has
     # two, trained alike: the reload must give back what training had
     shared = model.get_output_embeddings().weight is model.get_input_embeddings().weight
-    return dict(base=str(base), adapter=adapter, tmp=tmp, ids=ids, logits=logits, tokens=tokens,
-                tied=request.param == "tied", shared=shared)
+    return dict(
+        base=str(base),
+        adapter=adapter,
+        tmp=tmp,
+        ids=ids,
+        logits=logits,
+        tokens=tokens,
+        tied=request.param == "tied",
+        shared=shared,
+    )
 
 
 def test_the_fit_check_passes_on_the_resized_training_base(trained):
@@ -135,9 +161,16 @@ def test_export_merged_16bit_loads_with_transformers_and_keeps_the_added_tokens(
 
     from tinyllama_ft.export import export_adapter
 
-    results = export_adapter(adapter_dir=trained["adapter"], formats=["merged_16bit"], output_dir=str(trained["tmp"]),
-                             max_seq_length=256, dtype="float32", load_in_4bit=False, merged_dtype="float32",
-                             hardware=cpu)
+    results = export_adapter(
+        adapter_dir=trained["adapter"],
+        formats=["merged_16bit"],
+        output_dir=str(trained["tmp"]),
+        max_seq_length=256,
+        dtype="float32",
+        load_in_4bit=False,
+        merged_dtype="float32",
+        hardware=cpu,
+    )
     folder = results["merged_16bit"].path
     model, tokenizer = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
     assert model.config.vocab_size == 514 and model.config.tie_word_embeddings is trained["tied"]
@@ -157,16 +190,23 @@ def test_base_name_maps_each_peft_spelling_to_the_base_parameter(stories_dir):
     from tinyllama_ft.adapter_fit import base_name
 
     modules = dict(AutoModelForCausalLM.from_pretrained(str(stories_dir)).named_modules())
-    for saved in ("lm_head.weight", "lm_head.modules_to_save.weight", "lm_head.modules_to_save.default.weight",
-                  "lm_head.original_module.weight", "lm_head.base_layer.weight"):
+    for saved in (
+        "lm_head.weight",
+        "lm_head.modules_to_save.weight",
+        "lm_head.modules_to_save.default.weight",
+        "lm_head.original_module.weight",
+        "lm_head.base_layer.weight",
+    ):
         assert base_name(saved, modules) == "lm_head.weight", saved
     assert base_name("model.embed_tokens.modules_to_save.my_adapter.weight", modules) == "model.embed_tokens.weight"
     lora = "model.layers.0.self_attn.q_proj.lora_A.weight"
     assert base_name(lora, modules) == lora
     own = torch.nn.Module()
     own.base_layer = torch.nn.Linear(2, 2)
-    assert base_name("block.base_layer.weight", {"block": own, "block.base_layer": own.base_layer}) == \
-        "block.base_layer.weight"
+    assert (
+        base_name("block.base_layer.weight", {"block": own, "block.base_layer": own.base_layer})
+        == "block.base_layer.weight"
+    )
 
 
 def test_a_resized_adapter_on_an_unresized_base_is_still_refused_once_per_matrix(trained):
@@ -178,5 +218,7 @@ def test_a_resized_adapter_on_an_unresized_base_is_still_refused_once_per_matrix
 
     problems = adapter_fit_problems(trained["adapter"], AutoModelForCausalLM.from_pretrained(trained["base"]))
     assert problems[0].startswith("vocabulary: the adapter's tokenizer has 514 tokens, this base embeds 512")
-    assert problems[1:] == ["hidden sizes differ: lm_head.weight: [514, 64] in the adapter, [512, 64] in this base; "
-                            "model.embed_tokens.weight: [514, 64] in the adapter, [512, 64] in this base"]
+    assert problems[1:] == [
+        "hidden sizes differ: lm_head.weight: [514, 64] in the adapter, [512, 64] in this base; "
+        "model.embed_tokens.weight: [514, 64] in the adapter, [512, 64] in this base"
+    ]

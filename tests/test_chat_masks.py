@@ -10,7 +10,12 @@ import pytest
 
 from chat_fixtures import multiturn_rows, smollm2_tokenizer, tiny_model
 from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer
-from tinyllama_ft.chat_masks import assistant_supervision, show_supervision, tokenize_conversation, tokenize_conversations
+from tinyllama_ft.chat_masks import (
+    assistant_supervision,
+    show_supervision,
+    tokenize_conversation,
+    tokenize_conversations,
+)
 from tinyllama_ft.chat_templates import check_stop_tokens, set_chat_template
 from tinyllama_ft.conversations import check_conversations
 
@@ -39,10 +44,10 @@ def chatml_expected(tokenizer, ids):
         if ids[j] != start:
             j += 1
             continue
-        header_end = next(k for k in range(j + 1, len(ids)) if ids[k:k + len(newline)] == newline) + len(newline)
+        header_end = next(k for k in range(j + 1, len(ids)) if ids[k : k + len(newline)] == newline) + len(newline)
         close = next((k for k in range(header_end, len(ids)) if ids[k] == end), len(ids) - 1)
-        if tokenizer.decode(ids[j + 1:header_end]) == "assistant\n":
-            expected[header_end:close + 1] = [1] * (close + 1 - header_end)
+        if tokenizer.decode(ids[j + 1 : header_end]) == "assistant\n":
+            expected[header_end : close + 1] = [1] * (close + 1 - header_end)
         j = close + 1
     return expected
 
@@ -73,13 +78,24 @@ def test_collated_batches_supervise_exactly_the_assistant_turns(tokenizer, conve
     train, report = tokenize_conversations(conversations, tokenizer, max_seq_length=512)
     assert report.dropped == 0
     model = tiny_model("llama", tokenizer)
-    trainer = sft_trainer(model, tokenizer, train.select(range(60)), tmp_path, eval_dataset=train.select(range(60, 72)),
-                          max_seq_length=512, packing=packing, per_device_train_batch_size=4,
-                          per_device_eval_batch_size=4)
+    trainer = sft_trainer(
+        model,
+        tokenizer,
+        train.select(range(60)),
+        tmp_path,
+        eval_dataset=train.select(range(60, 72)),
+        max_seq_length=512,
+        packing=packing,
+        per_device_train_batch_size=4,
+        per_device_eval_batch_size=4,
+    )
     end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     for split, rows in (("train", 60), ("eval", 12)):
-        turns = sum(m["role"] == "assistant" for r in conversations.select(range(0, 60) if split == "train" else
-                                                                            range(60, 72))["messages"] for m in r)
+        turns = sum(
+            m["role"] == "assistant"
+            for r in conversations.select(range(0, 60) if split == "train" else range(60, 72))["messages"]
+            for m in r
+        )
         check = assistant_supervision(trainer, end, batches=None, split=split)
         assert check["samples"] == check["samples_ok"] == rows and check["runs"] == check["runs_ending_in_eot"] == turns
         assert check["eot_supervised"] == turns and check["eot_masked"] > 0  # system/user turns' <|im_end|> masked
@@ -98,8 +114,9 @@ def test_collated_batches_supervise_exactly_the_assistant_turns(tokenizer, conve
 
 def test_wrapped_packing_is_refused_before_it_cuts_turns_at_window_edges(tokenizer, conversations, tmp_path):
     train, _ = tokenize_conversations(conversations.select(range(12)), tokenizer, max_seq_length=512)
-    trainer = sft_trainer(tiny_model("llama", tokenizer), tokenizer, train, tmp_path, max_seq_length=512,
-                          packing_strategy="wrapped")
+    trainer = sft_trainer(
+        tiny_model("llama", tokenizer), tokenizer, train, tmp_path, max_seq_length=512, packing_strategy="wrapped"
+    )
     with pytest.raises(ValueError, match="assistant_supervision: packing_strategy='wrapped' concatenates rows"):
         assistant_supervision(trainer, tokenizer.convert_tokens_to_ids("<|im_end|>"))
 
@@ -151,8 +168,17 @@ def test_full_loss_split_refused_and_the_supervision_line(tokenizer, conversatio
     assert all(0 < sum(m) < len(m) for m in only["assistant_masks"])
     with pytest.raises(ValueError, match=r"long_rows='split' is not one of \('drop', 'truncate'\) for conversations"):
         tokenize_conversations(rows, tokenizer, max_seq_length=512, long_rows="split")
-    counts = dict(samples=2, samples_ok=2, samples_unsupervised=0, runs=3, runs_ending_in_eot=3, supervised_tokens=40,
-                  masked_tokens=60, eot_supervised=3, eot_masked=4)
+    counts = dict(
+        samples=2,
+        samples_ok=2,
+        samples_unsupervised=0,
+        runs=3,
+        runs_ending_in_eot=3,
+        supervised_tokens=40,
+        masked_tokens=60,
+        eot_supervised=3,
+        eot_masked=4,
+    )
     assert describe_supervision(counts, end_of_turn="<|im_end|>").startswith("2 of 2 samples: 3 supervised stretches")
     line = describe_supervision({**counts, "samples_ok": 1, "samples_unsupervised": 1}, end_of_turn="<|im_end|>")
     assert line.startswith("WARNING: 1 of 2 samples are not supervised") and "(1 with no supervised token)" in line
@@ -163,11 +189,14 @@ def test_full_loss_split_refused_and_the_supervision_line(tokenizer, conversatio
 SPACED_HEADER_TEMPLATE = (
     "{% for m in messages %}{% if m['role'] == 'assistant' %}{{ 'Assistant: ' + m['content'] + eos_token + '\n' }}"
     "{% else %}{{ m['role'] | capitalize + ': ' + m['content'] + '\n' }}{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}")
+    "{% if add_generation_prompt %}{{ 'Assistant: ' }}{% endif %}"
+)
 
 
-@pytest.mark.parametrize("family", ["smollm2-own", "smollm2-spaced-header", "tinyllama-zephyr", "tinyllama-chatml",
-                                    "tinyllama-spaced-header"])
+@pytest.mark.parametrize(
+    "family",
+    ["smollm2-own", "smollm2-spaced-header", "tinyllama-zephyr", "tinyllama-chatml", "tinyllama-spaced-header"],
+)
 def test_every_answer_character_is_supervised_at_the_header_boundary(family, shared_data, alpaca_jsonl):
     """The turn-boundary rule (issue 22 item 7), as the Alpaca path's: the ids are the rendered conversation's, and
     a token holding the header's end and the answer's start is supervised. Expected masks come from an independent
@@ -188,13 +217,18 @@ def test_every_answer_character_is_supervised_at_the_header_boundary(family, sha
     rows = [r["messages"] for r in alpaca + multiturn]
     straddling = 0
     for k, messages in enumerate(rows):
-        messages = [{**m, "content": LEADING_WHITESPACE[(k + j) % len(LEADING_WHITESPACE)] + m["content"]}
-                    if m["role"] == "assistant" else m for j, m in enumerate(messages)]
+        messages = [
+            {**m, "content": LEADING_WHITESPACE[(k + j) % len(LEADING_WHITESPACE)] + m["content"]}
+            if m["role"] == "assistant"
+            else m
+            for j, m in enumerate(messages)
+        ]
         enc = tokenize_conversation(tok, messages)
         text = render(tok, messages)
         ref = tok(text, add_special_tokens=False, return_offsets_mapping=True)
-        assert enc["input_ids"] == ref["input_ids"] == tok.apply_chat_template(messages, tokenize=True,
-                                                                              return_dict=False)
+        assert (
+            enc["input_ids"] == ref["input_ids"] == tok.apply_chat_template(messages, tokenize=True, return_dict=False)
+        )
         regions, starts = [], []
         for i, m in enumerate(messages):
             if m["role"] == "assistant":

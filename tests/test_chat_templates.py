@@ -13,8 +13,9 @@ from tinyllama_ft.chat_templates import NAMED_TEMPLATES, check_stop_tokens, set_
 from tinyllama_ft.conversations import alpaca_to_messages
 
 
-@pytest.mark.parametrize("name,eot,added", [("chatml", "<|im_end|>", 2), ("llama-3", "<|eot_id|>", 3),
-                                            ("zephyr", "</s>", 0)])
+@pytest.mark.parametrize(
+    "name,eot,added", [("chatml", "<|im_end|>", 2), ("llama-3", "<|eot_id|>", 3), ("zephyr", "</s>", 0)]
+)
 def test_named_template_on_a_llama2_base(name, eot, added, tinyllama_tokenizer, alpaca_jsonl):
     tokenizer = copy.deepcopy(tinyllama_tokenizer)
     assert not tokenizer.chat_template
@@ -38,7 +39,8 @@ def test_named_template_on_a_llama2_base(name, eot, added, tinyllama_tokenizer, 
     enc = tokenize_conversation(tokenizer, multi)
     assert sum(1 for i, m in zip(enc["input_ids"], enc["assistant_masks"]) if m and i == eot_id) == 2
     assert "[[It closes a turn: the text <|im_end|> marks where a message ends." in show_supervision(
-        tokenizer, enc["input_ids"], enc["assistant_masks"])
+        tokenizer, enc["input_ids"], enc["assistant_masks"]
+    )
 
 
 def test_named_template_sources():

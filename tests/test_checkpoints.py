@@ -17,9 +17,25 @@ MAX_STEPS, SAVE_STEPS = 8, 4
 
 
 def _driver(stories_dir, alpaca_jsonl, output_dir, result, *extra):
-    cmd = [sys.executable, str(DRIVER), "--model", str(stories_dir), "--data", str(alpaca_jsonl),
-           "--output-dir", str(output_dir), "--result", str(result), "--max-steps", str(MAX_STEPS),
-           "--save-steps", str(SAVE_STEPS), "--lora-dropout", "0.1", *extra]
+    cmd = [
+        sys.executable,
+        str(DRIVER),
+        "--model",
+        str(stories_dir),
+        "--data",
+        str(alpaca_jsonl),
+        "--output-dir",
+        str(output_dir),
+        "--result",
+        str(result),
+        "--max-steps",
+        str(MAX_STEPS),
+        "--save-steps",
+        str(SAVE_STEPS),
+        "--lora-dropout",
+        "0.1",
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -43,12 +59,18 @@ def _garble(path):
     (bytes garbled inside a tensor's data cannot be seen: safetensors stores no checksum)."""
     data = bytearray(path.read_bytes())
     at = 8 if path.suffix == ".safetensors" else len(data) // 2
-    data[at:at + 64] = b"\xff" * 64
+    data[at : at + 64] = b"\xff" * 64
     path.write_bytes(bytes(data))
 
 
-FILES = ("adapter_model.safetensors", "optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json",
-         "adapter_config.json")
+FILES = (
+    "adapter_model.safetensors",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "trainer_state.json",
+    "adapter_config.json",
+)
 
 
 @pytest.mark.parametrize("damage", [_truncate, _garble], ids=["truncated", "garbled"])
@@ -67,7 +89,9 @@ def test_a_damaged_file_is_named_and_the_checkpoint_before_is_used(run, tmp_path
     assert f"skipping {out / 'checkpoint-8'}: {out / 'checkpoint-8' / name}" in said
 
 
-def test_resume_falls_back_past_a_garbled_optimizer_and_trains_the_same_losses(run, stories_dir, alpaca_jsonl, tmp_path):
+def test_resume_falls_back_past_a_garbled_optimizer_and_trains_the_same_losses(
+    run, stories_dir, alpaca_jsonl, tmp_path
+):
     """torch.load reads a garbled optimizer.pt without a word: the CRC check catches it."""
     out = tmp_path / "out"
     shutil.copytree(run["out"], out)

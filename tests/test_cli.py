@@ -23,8 +23,13 @@ def test_the_recipes_ship_inside_the_package_and_validate():
     assert config_from_recipe("default") == DEFAULTS  # default.yaml is the package's defaults, every field
     assert set(load_recipe("default")) == set(FIELD_NAMES)
     article = config_from_recipe("article")
-    assert (article.recipe, article.max_steps, article.per_device_train_batch_size,
-            article.gradient_accumulation_steps, article.gradient_checkpointing) == ("article", -1, 2, 4, True)
+    assert (
+        article.recipe,
+        article.max_steps,
+        article.per_device_train_batch_size,
+        article.gradient_accumulation_steps,
+        article.gradient_checkpointing,
+    ) == ("article", -1, 2, 4, True)
 
 
 def test_pyproject_ships_the_recipes_as_package_data():
@@ -37,8 +42,11 @@ def test_pyproject_ships_the_recipes_as_package_data():
 
 
 def test_offline_cpu_recipe_is_what_the_offline_script_passes():
-    script = "\n".join(line for line in (REPO / "scripts" / "run_offline.sh").read_text(encoding="utf-8").splitlines()
-                       if not line.startswith("#"))
+    script = "\n".join(
+        line
+        for line in (REPO / "scripts" / "run_offline.sh").read_text(encoding="utf-8").splitlines()
+        if not line.startswith("#")
+    )
     passed = dict(re.findall(r"-p (\w+) ([^\s\\\\\"()]+)", script))
     recipe = load_recipe("offline_cpu")
     from_script = FinetuneConfig.from_mapping({k: v for k, v in passed.items() if k not in ("model_name", "dataset")})
@@ -49,8 +57,8 @@ def test_offline_cpu_recipe_is_what_the_offline_script_passes():
     assert {k for k in passed if k not in ("model_name", "dataset", "overwrite_output_dir")} <= set(recipe)
     assert recipe["model_name"] == "HuggingFaceTB/SmolLM2-135M-Instruct"  # the script's defaults: the demo model
     assert recipe["dataset"] == "data/alpaca_demo/alpaca_demo.jsonl" and (REPO / recipe["dataset"]).is_file()
-    assert 'MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}' in script
-    assert 'DATASET=${DATASET:-data/alpaca_demo/alpaca_demo.jsonl}' in script
+    assert "MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}" in script
+    assert "DATASET=${DATASET:-data/alpaca_demo/alpaca_demo.jsonl}" in script
 
 
 def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
@@ -91,8 +99,15 @@ def test_a_secret_looking_key_in_a_recipe_is_one_line_without_its_value(tmp_path
 def _toy_recipe(tmp_path, stories_dir, alpaca_jsonl, **more) -> str:
     import yaml
 
-    values = {"model_name": str(stories_dir), "dataset": str(alpaca_jsonl), "max_seq_length": 512, "max_steps": 1,
-              "report_to": "none", "output_dir": str(tmp_path / "out"), **more}
+    values = {
+        "model_name": str(stories_dir),
+        "dataset": str(alpaca_jsonl),
+        "max_seq_length": 512,
+        "max_steps": 1,
+        "report_to": "none",
+        "output_dir": str(tmp_path / "out"),
+        **more,
+    }
     path = tmp_path / "toy.yaml"
     path.write_text(yaml.safe_dump(values), encoding="utf-8")
     return str(path)
@@ -102,7 +117,9 @@ def test_an_output_dir_that_is_a_file_stops_with_one_line(tmp_path, stories_dir,
     (tmp_path / "out").write_text("notes", encoding="utf-8")
     assert main(["train", "--config", _toy_recipe(tmp_path, stories_dir, alpaca_jsonl)]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith(f"tinyllama-ft train: error: output_dir={str(tmp_path / 'out')!r} is a file, not a folder")
+    assert err[-1].startswith(
+        f"tinyllama-ft train: error: output_dir={str(tmp_path / 'out')!r} is a file, not a folder"
+    )
     assert (tmp_path / "out").read_text(encoding="utf-8") == "notes"  # untouched
 
 
@@ -158,15 +175,18 @@ def test_help_documents_every_field(capsys):
     assert "--format" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["train", "--lora_rank", "8"], "did you mean lora_r?"),
-    (["train", "--config", "offline_cpu", "--max_step=3"], "did you mean max_steps?"),
-    (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
-    (["train", "--max_steps", "ten"], "max_steps"),
-    (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
-    (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not a format"),
-    (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["train", "--lora_rank", "8"], "did you mean lora_r?"),
+        (["train", "--config", "offline_cpu", "--max_step=3"], "did you mean max_steps?"),
+        (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
+        (["train", "--max_steps", "ten"], "max_steps"),
+        (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
+        (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not a format"),
+        (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
+    ],
+)
 def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, capsys):
     assert main(argv) == 2  # a configuration error: exit status 2, one line, no traceback
     err = capsys.readouterr().err
@@ -177,8 +197,9 @@ def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, cap
 
 
 @pytest.mark.slow
-def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(notebook_run, stories_dir, alpaca_jsonl,
-                                                                         tmp_path):
+def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(
+    notebook_run, stories_dir, alpaca_jsonl, tmp_path
+):
     """Same inputs as the session's notebook run (the toy fast path, 40 steps), as a recipe file: the same eval
     losses."""
     import yaml
@@ -187,10 +208,20 @@ def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(noteboo
     params = notebook_parameters(stories_dir, alpaca_jsonl)
     recipe = {k: v for k, v in params.items() if k not in ("report_to", "prompts", "max_new_tokens")}
     (tmp_path / "toy.yaml").write_text(yaml.safe_dump(recipe), encoding="utf-8")
-    argv = ["train", "--config", str(tmp_path / "toy.yaml"),
-            "--output_dir", str(tmp_path / "cli"), "--report_to", "none", "--max_new_tokens", "8"]
-    done = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", *argv], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=1200)
+    argv = [
+        "train",
+        "--config",
+        str(tmp_path / "toy.yaml"),
+        "--output_dir",
+        str(tmp_path / "cli"),
+        "--report_to",
+        "none",
+        "--max_new_tokens",
+        "8",
+    ]
+    done = subprocess.run(
+        [sys.executable, "-m", "tinyllama_ft.cli", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=1200
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"step {NOTEBOOK_STEPS}/{NOTEBOOK_STEPS}  loss" in done.stdout  # progress lines reach the terminal
     cli = json.loads((tmp_path / "cli" / "run_summary.json").read_text(encoding="utf-8"))
@@ -204,10 +235,27 @@ def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(noteboo
     for key in ("heldout_before", "heldout_after"):  # the held-out checks run in the notebook's order too
         assert cli[key]["response_loss"] == pytest.approx(notebook[key]["response_loss"], rel=1e-5), key
     assert [cli[k] for k in ("stopped_before", "stopped_after", "stop_total")] == [
-        notebook[k] for k in ("stopped_before", "stopped_after", "stop_total")]
+        notebook[k] for k in ("stopped_before", "stopped_after", "stop_total")
+    ]
     assert [r["tuned"] for r in cli["side_by_side"]] == [r["tuned"] for r in notebook["side_by_side"]]
-    answer = subprocess.run([sys.executable, "-m", "tinyllama_ft.cli", "generate", "--adapter", cli["adapter_dir"],
-                             "--prompt", "Name three colors.", "--max_new_tokens", "8", "--max_seq_length", "512"],
-                            capture_output=True, text=True, timeout=600)
+    answer = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tinyllama_ft.cli",
+            "generate",
+            "--adapter",
+            cli["adapter_dir"],
+            "--prompt",
+            "Name three colors.",
+            "--max_new_tokens",
+            "8",
+            "--max_seq_length",
+            "512",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert answer.returncode == 0, answer.stderr[-3000:]
     assert "### Instruction: Name three colors." in answer.stdout, shlex.join(argv)

@@ -4,8 +4,11 @@ import pytest
 
 from tinyllama_ft.config import FinetuneConfig
 
+
 def test_every_field_has_a_docstring_naming_its_source_and_a_section():
-    from tinyllama_ft.config import FIELD_NAMES, SECTIONS, field_docs, section_of
+    from tinyllama_ft.config import FIELD_NAMES, SECTIONS, FinetuneConfig, field_docs
+
+    section_of = lambda name: FinetuneConfig.__dataclass_fields__[name].metadata["section"]  # noqa: E731
 
     docs = field_docs()
     assert set(docs) == set(FIELD_NAMES)
@@ -23,16 +26,36 @@ def test_helper_defaults_are_the_config_defaults():
     from tinyllama_ft import chat_generation, chat_masks, chat_templates, conversations, families
     from tinyllama_ft.config import DEFAULTS, FIELD_NAMES
 
-    aliases = {"seed": "seed", "source": "dataset", "split": "dataset_split", "config": "dataset_config",
-               "policy": "long_rows"}
+    aliases = {
+        "seed": "seed",
+        "source": "dataset",
+        "split": "dataset_split",
+        "config": "dataset_config",
+        "policy": "long_rows",
+    }
     checked = 0
-    for fn in (modeling.load_model, lora.add_lora, lora.lora_config, adapters.load_adapter, data.load_instruction_data,
-               data.split_train_eval, lengths.length_report, lengths.apply_long_rows, prompts.make_formatting_func,
-               generation.generate, generation.stream, tracking.start_tracking,
-               conversations.load_conversations,
-               conversations.load_conversation_sources, chat_masks.tokenize_conversations,
-               chat_templates.set_chat_template, families.prepare_family, families.rope_limits,
-               chat_generation.chat_generate, chat_generation.chat_stream):
+    for fn in (
+        modeling.load_model,
+        lora.add_lora,
+        lora.lora_config,
+        adapters.load_adapter,
+        data.load_instruction_data,
+        data.split_train_eval,
+        lengths.length_report,
+        lengths.apply_long_rows,
+        prompts.make_formatting_func,
+        generation.generate,
+        generation.stream,
+        tracking.start_tracking,
+        conversations.load_conversations,
+        conversations.load_conversation_sources,
+        chat_masks.tokenize_conversations,
+        chat_templates.set_chat_template,
+        families.prepare_family,
+        families.rope_limits,
+        chat_generation.chat_generate,
+        chat_generation.chat_stream,
+    ):
         for name, p in inspect.signature(fn).parameters.items():
             field_name = aliases.get(name, name)
             if (fn.__name__, name) == ("add_lora", "backend"):  # None: detect from the process, not the plan's "auto"
@@ -105,8 +128,18 @@ def test_unknown_keys_name_the_field_meant():
         FinetuneConfig.from_mapping({"colour": "blue"})
 
 
-@pytest.mark.parametrize("name, bad", [("max_steps", "ten"), ("learning_rate", "fast"), ("packing", "maybe"),
-                                       ("lora_r", 8.5), ("target_modules", 3), ("model_name", None), ("resume", 1.0)])
+@pytest.mark.parametrize(
+    "name, bad",
+    [
+        ("max_steps", "ten"),
+        ("learning_rate", "fast"),
+        ("packing", "maybe"),
+        ("lora_r", 8.5),
+        ("target_modules", 3),
+        ("model_name", None),
+        ("resume", 1.0),
+    ],
+)
 def test_wrong_types_name_the_field(name, bad):
     from tinyllama_ft.coercion import ConfigError
 
@@ -121,9 +154,18 @@ def test_secret_names_are_refused_without_their_value():
 
 
 def test_string_coercions_from_papermill_colab_yaml_and_the_command_line():
-    cfg = FinetuneConfig(target_modules=" q_proj, v_proj ,", prompts="Hi there", dtype="None",
-                         dataset_config="None", learning_rate="2e-4", max_steps="7", packing="false", seed=3.0,
-                         wandb_run_name=12, num_train_epochs=2)
+    cfg = FinetuneConfig(
+        target_modules=" q_proj, v_proj ,",
+        prompts="Hi there",
+        dtype="None",
+        dataset_config="None",
+        learning_rate="2e-4",
+        max_steps="7",
+        packing="false",
+        seed=3.0,
+        wandb_run_name=12,
+        num_train_epochs=2,
+    )
     assert cfg.target_modules == ("q_proj", "v_proj")
     assert cfg.prompts == ("Hi there",)
     assert cfg.dtype is None and cfg.dataset_config is None
@@ -146,21 +188,27 @@ def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
     assert FinetuneConfig().export_formats == ()
     assert FinetuneConfig(export_formats="merged_16bit,gguf_q8_0").export_formats == ("merged_16bit", "gguf_q8_0")
     assert FinetuneConfig(export_formats=list(EXPORT_FORMATS)).export_formats == EXPORT_FORMATS
-    with pytest.raises(ValueError, match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not a format; allowed: "
-                                         r"\['merged_16bit', 'gguf_f16'"):
+    with pytest.raises(
+        ValueError,
+        match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not a format; allowed: "
+        r"\['merged_16bit', 'gguf_f16'",
+    ):
         FinetuneConfig(export_formats=["merged_16bit", "gguf_q5"])
 
 
-@pytest.mark.parametrize("values, named", [
-    ({"extra_datasets": "more.jsonl"}, r"extra_datasets=\['more.jsonl'\] is read for conversations only"),
-    ({"dataset_format": "messages", "long_rows": "split"}, r"long_rows='split' does not apply to conversations"),
-    ({"dataset_format": "auto", "packing_strategy": "wrapped"}, r"packing_strategy='wrapped' cuts conversations"),
-    ({"learning_rate": "inf"}, r"learning_rate=inf is not allowed: a finite number"),
-    ({"learning_rate": float("nan")}, r"learning_rate=nan is not allowed: a finite number"),
-    ({"warmup_ratio": "nan"}, r"warmup_ratio=nan is not allowed"),
-    ({"gpu_memory_cap_gib": "inf"}, r"gpu_memory_cap_gib=inf is not allowed"),
-    ({"resume": True, "overwrite_output_dir": True}, r"resume=True and overwrite_output_dir=True contradict"),
-])
+@pytest.mark.parametrize(
+    "values, named",
+    [
+        ({"extra_datasets": "more.jsonl"}, r"extra_datasets=\['more.jsonl'\] is read for conversations only"),
+        ({"dataset_format": "messages", "long_rows": "split"}, r"long_rows='split' does not apply to conversations"),
+        ({"dataset_format": "auto", "packing_strategy": "wrapped"}, r"packing_strategy='wrapped' cuts conversations"),
+        ({"learning_rate": "inf"}, r"learning_rate=inf is not allowed: a finite number"),
+        ({"learning_rate": float("nan")}, r"learning_rate=nan is not allowed: a finite number"),
+        ({"warmup_ratio": "nan"}, r"warmup_ratio=nan is not allowed"),
+        ({"gpu_memory_cap_gib": "inf"}, r"gpu_memory_cap_gib=inf is not allowed"),
+        ({"resume": True, "overwrite_output_dir": True}, r"resume=True and overwrite_output_dir=True contradict"),
+    ],
+)
 def test_contradictions_stop_where_the_config_is_built(values, named):
     """Each rule between fields (and a non-finite number) is refused by FinetuneConfig itself, before anything
     loads: before, extra_datasets with Alpaca rows was never read, long_rows='split' with conversations failed

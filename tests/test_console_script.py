@@ -22,8 +22,13 @@ import pytest
 pytestmark = pytest.mark.slow
 
 SCRIPT = str(Path(sys.executable).with_name("tinyllama-ft"))
-ENV = {**os.environ, "OMP_NUM_THREADS": "2", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
-       "WANDB_DISABLED": "true"}
+ENV = {
+    **os.environ,
+    "OMP_NUM_THREADS": "2",
+    "TOKENIZERS_PARALLELISM": "false",
+    "HF_HUB_OFFLINE": "1",
+    "WANDB_DISABLED": "true",
+}
 ENV.pop("TINYLLAMA_FT_DEBUG", None)
 
 
@@ -37,10 +42,32 @@ def last_line(text: str) -> str:
 
 
 def small_run(stories_dir, alpaca_jsonl, output_dir: Path, *more: str) -> list[str]:
-    return ["train", "--model_name", str(stories_dir), "--dataset", str(alpaca_jsonl), "--max_seq_length", "512",
-            "--max_steps", "2", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1",
-            "--test_size", "0.004", "--learning_rate", "1e-3", "--report_to", "none", "--max_new_tokens", "8",
-            "--output_dir", str(output_dir), *more]
+    return [
+        "train",
+        "--model_name",
+        str(stories_dir),
+        "--dataset",
+        str(alpaca_jsonl),
+        "--max_seq_length",
+        "512",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "2",
+        "--gradient_accumulation_steps",
+        "1",
+        "--test_size",
+        "0.004",
+        "--learning_rate",
+        "1e-3",
+        "--report_to",
+        "none",
+        "--max_new_tokens",
+        "8",
+        "--output_dir",
+        str(output_dir),
+        *more,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +75,10 @@ def runs(stories_dir, alpaca_jsonl, tmp_path_factory):
     """``{"alpaca": (folder, process), "chat": (folder, process)}``: the two training runs, by the console script."""
     root = tmp_path_factory.mktemp("console")
     done = {}
-    for name, more in (("alpaca", ("--template", "alpaca_no_input")),
-                       ("chat", ("--dataset_format", "auto", "--chat_template", "zephyr",
-                                 "--export_formats", "merged_16bit"))):
+    for name, more in (
+        ("alpaca", ("--template", "alpaca_no_input")),
+        ("chat", ("--dataset_format", "auto", "--chat_template", "zephyr", "--export_formats", "merged_16bit")),
+    ):
         folder = root / name
         done[name] = folder, console(*small_run(stories_dir, alpaca_jsonl, folder, *more), cwd=root)
     return done
@@ -74,12 +102,28 @@ def test_train_exits_0_with_one_readable_last_line(runs, name):
 
 def test_generate_and_export_exit_0(runs, tmp_path):
     folder, _ = runs["alpaca"]
-    done = console("generate", "--adapter", str(folder / "lora_model"), "--prompt", "Name three colors.",
-                   "--max_new_tokens", "4", cwd=tmp_path)
+    done = console(
+        "generate",
+        "--adapter",
+        str(folder / "lora_model"),
+        "--prompt",
+        "Name three colors.",
+        "--max_new_tokens",
+        "4",
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Traceback" not in done.stderr and "[" not in last_line(done.stderr)  # no list of answers dumped
-    done = console("export", "--adapter", str(folder / "lora_model"), "--format", "merged_16bit",
-                   "--output_dir", str(tmp_path / "out"), cwd=tmp_path)
+    done = console(
+        "export",
+        "--adapter",
+        str(folder / "lora_model"),
+        "--format",
+        "merged_16bit",
+        "--output_dir",
+        str(tmp_path / "out"),
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert last_line(done.stdout) == f"tinyllama-ft export: done: 1 format(s) in {tmp_path / 'out' / 'export'}"
 
@@ -94,8 +138,9 @@ def test_errors_end_in_one_line_with_status_2_or_1(runs, tmp_path):
     assert last_line(done.stderr).startswith("tinyllama-ft generate: error: ") and "missing" in last_line(done.stderr)
     debug = console("generate", "--adapter", str(tmp_path / "missing"), "--prompt", "hi", "--debug", cwd=tmp_path)
     assert debug.returncode == 1 and "Traceback" in debug.stderr  # --debug shows where it failed
-    done = console("generate", "--adapter", str(folder / "lora_model"), "--prompt", "hi", "--max_seq_length", "4096",
-                   cwd=tmp_path)  # contradicts the record: RoPE scaling x8 would garble every answer
+    done = console(
+        "generate", "--adapter", str(folder / "lora_model"), "--prompt", "hi", "--max_seq_length", "4096", cwd=tmp_path
+    )  # contradicts the record: RoPE scaling x8 would garble every answer
     assert done.returncode == 2, done.stderr[-2000:]
     assert "max_seq_length=4096" in last_line(done.stderr) and "max_seq_length=512" in last_line(done.stderr)
 
@@ -109,9 +154,10 @@ def test_generate_prompts_as_the_run_recorded(runs, cpu):
     from tinyllama_ft.generation import generate
 
     prompts = ["Name three colors.", "Write a short poem about the sea."]
-    for name, expected in (("chat", lambda m, t: chat_generate(m, t, prompts, max_new_tokens=8, stop_token_ids=[2])),
-                           ("alpaca", lambda m, t: generate(m, t, prompts, max_new_tokens=8,
-                                                            template="alpaca_no_input"))):
+    for name, expected in (
+        ("chat", lambda m, t: chat_generate(m, t, prompts, max_new_tokens=8, stop_token_ids=[2])),
+        ("alpaca", lambda m, t: generate(m, t, prompts, max_new_tokens=8, template="alpaca_no_input")),
+    ):
         adapter = str(runs[name][0] / "lora_model")
         answers = run(["generate", "--adapter", adapter, "--prompt", json.dumps(prompts), "--max_new_tokens", "8"])
         model, tokenizer = load_adapter(adapter, backend="transformers", hardware=cpu, merged=True)
@@ -120,7 +166,9 @@ def test_generate_prompts_as_the_run_recorded(runs, cpu):
         assert answers != alpaca, name  # the article's default template would have answered otherwise
     with pytest.raises(ConfigError, match="trained on conversations"):
         run(["generate", "--adapter", str(runs["chat"][0] / "lora_model"), "--prompt", "hi", "--template", "alpaca"])
-    with pytest.raises(ConfigError, match="template='alpaca', but the adapter was trained with template='alpaca_no_input'"):
+    with pytest.raises(
+        ConfigError, match="template='alpaca', but the adapter was trained with template='alpaca_no_input'"
+    ):
         run(["generate", "--adapter", str(runs["alpaca"][0] / "lora_model"), "--prompt", "hi", "--template", "alpaca"])
 
 

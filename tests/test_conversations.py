@@ -25,7 +25,9 @@ def test_messages_and_sharegpt_layouts_give_the_same_conversations():
     sharegpt, report2 = load_conversations(str(SHAREGPT))
     assert report.kept == report2.kept == 12 and report.dropped == report2.dropped == 0
     assert messages["messages"] == sharegpt["messages"] == [r["messages"] for r in fixture_rows()]
-    assert sum(m["role"] == "assistant" for r in messages["messages"] for m in r) == 26  # 10 rows of 2 exchanges, 2 of 3
+    assert (
+        sum(m["role"] == "assistant" for r in messages["messages"] for m in r) == 26
+    )  # 10 rows of 2 exchanges, 2 of 3
 
 
 def test_alpaca_rows_become_one_turn_conversations(alpaca_jsonl):
@@ -39,19 +41,65 @@ def test_alpaca_rows_become_one_turn_conversations(alpaca_jsonl):
 
 
 BAD = [
-    ({"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]}, "messages[0].role", "unknown role"),
-    ({"messages": [{"role": "user", "content": "  "}, {"role": "assistant", "content": "y"}]}, "messages[0].content", "empty turn"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": 3}]}, "messages[1].content", "wrong type"),
+    (
+        {"messages": [{"role": "robot", "content": "x"}, {"role": "assistant", "content": "y"}]},
+        "messages[0].role",
+        "unknown role",
+    ),
+    (
+        {"messages": [{"role": "user", "content": "  "}, {"role": "assistant", "content": "y"}]},
+        "messages[0].content",
+        "empty turn",
+    ),
+    (
+        {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": 3}]},
+        "messages[1].content",
+        "wrong type",
+    ),
     ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant"}]}, "messages[1].content", "missing"),
     ({"messages": [{"role": "user", "content": "x"}, "hello"]}, "messages[1]", "wrong type"),
     ({"messages": "user: hi"}, "messages", "wrong type"),
     ({"messages": []}, "messages", "empty turn"),
     ({"messages": [{"role": "user", "content": "x"}]}, "messages", "no assistant turn"),
     ({"messages": [{"role": "system", "content": "s"}]}, "messages", "no assistant turn"),
-    ({"messages": [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]}, "messages[0]", "out of order"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "user", "content": "y"}, {"role": "assistant", "content": "z"}]}, "messages[1]", "out of order"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "system", "content": "s"}, {"role": "assistant", "content": "z"}]}, "messages[1]", "out of order"),
-    ({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}, {"role": "user", "content": "z"}]}, "messages[2]", "out of order"),
+    (
+        {"messages": [{"role": "assistant", "content": "x"}, {"role": "user", "content": "y"}]},
+        "messages[0]",
+        "out of order",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "user", "content": "y"},
+                {"role": "assistant", "content": "z"},
+            ]
+        },
+        "messages[1]",
+        "out of order",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "system", "content": "s"},
+                {"role": "assistant", "content": "z"},
+            ]
+        },
+        "messages[1]",
+        "out of order",
+    ),
+    (
+        {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "y"},
+                {"role": "user", "content": "z"},
+            ]
+        },
+        "messages[2]",
+        "out of order",
+    ),
     ({"text": "no turns"}, "messages", "missing"),
     ("a string row", "<row>", "not an object"),
 ]
@@ -75,8 +123,10 @@ def test_sharegpt_unknown_role_and_duplicates(tmp_path):
     path.write_text(json.dumps(rows), encoding="utf-8")
     ds, report = load_conversations(str(path))
     assert len(ds) == 12 and report.by_reason == {"unknown role": 1, "duplicate": 1}
-    assert str(report.bad[0]) == ("row 12: field 'conversations[1].from' is 'function_call', not one of "
-                                  "['assistant', 'gpt', 'human', 'system', 'user']")
+    assert str(report.bad[0]) == (
+        "row 12: field 'conversations[1].from' is 'function_call', not one of "
+        "['assistant', 'gpt', 'human', 'system', 'user']"
+    )
     assert "duplicates row 0" in report.bad[1].reason
 
 
@@ -108,8 +158,13 @@ def test_several_sources_concatenate_in_order_with_one_report(tmp_path, alpaca_j
     from tinyllama_ft.conversations import load_conversation_sources
 
     bad = tmp_path / "mixed.jsonl"
-    bad.write_text(MULTITURN.read_text(encoding="utf-8").splitlines()[0] + "\n"
-                   + json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n", encoding="utf-8")
+    bad.write_text(
+        MULTITURN.read_text(encoding="utf-8").splitlines()[0]
+        + "\n"
+        + json.dumps({"messages": [{"role": "user", "content": "x"}]})
+        + "\n",
+        encoding="utf-8",
+    )
     ds, report = load_conversation_sources([str(MULTITURN), str(bad)], dataset_format="auto")
     assert len(ds) == 13 and report.total == 14 and report.kept == 13
     assert report.by_reason == {"no assistant turn": 1} and report.bad[0].index == 1
@@ -125,8 +180,12 @@ def test_config_fields_for_conversations():
     from tinyllama_ft.config import NAMED_CHAT_TEMPLATES, ConfigError, FinetuneConfig
 
     assert set(NAMED_CHAT_TEMPLATES) == set(NAMED_TEMPLATES)
-    cfg = FinetuneConfig(dataset_format="sharegpt", chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}",
-                         extra_datasets="a.jsonl,b.jsonl", assistant_only_loss="false")
+    cfg = FinetuneConfig(
+        dataset_format="sharegpt",
+        chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}",
+        extra_datasets="a.jsonl,b.jsonl",
+        assistant_only_loss="false",
+    )
     assert cfg.extra_datasets == ("a.jsonl", "b.jsonl") and cfg.assistant_only_loss is False
     with pytest.raises(ConfigError, match="chat_template='vicuna' is not allowed"):
         FinetuneConfig(chat_template="vicuna")

@@ -29,9 +29,11 @@ from tinyllama_ft import sdist_download
 from tinyllama_ft.gguf_export import LLAMA_CPP_PYTHON_URL, LLAMA_CPP_PYTHON_VERSION, llama_cpp_converter
 
 NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
-TRIPWIRE_BACKEND = ("import os, pathlib\n"
-                    "pathlib.Path(os.environ['TRIPWIRE']).write_text('the build backend ran')\n"
-                    "raise SystemExit('tripwire: the sdist build backend was run')\n")
+TRIPWIRE_BACKEND = (
+    "import os, pathlib\n"
+    "pathlib.Path(os.environ['TRIPWIRE']).write_text('the build backend ran')\n"
+    "raise SystemExit('tripwire: the sdist build backend was run')\n"
+)
 
 
 def stand_in_sdist(path: Path, converter_text: str = "print('converter')\n") -> str:
@@ -70,19 +72,34 @@ def index(tmp_path, monkeypatch):
     for which, sha in (("good", good), ("bad", bad)):
         page = site / which / "llama-cpp-python" / "index.html"
         page.parent.mkdir(parents=True)
-        page.write_text(f'<html><body><a href="../../files/{which}/{NAME}.tar.gz#sha256={sha}">{NAME}.tar.gz</a>'
-                        f"</body></html>\n", encoding="utf-8")
+        page.write_text(
+            f'<html><body><a href="../../files/{which}/{NAME}.tar.gz#sha256={sha}">{NAME}.tar.gz</a></body></html>\n',
+            encoding="utf-8",
+        )
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(site)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_FIND_LINKS", "PIP_NO_INDEX", "PIP_PROXY", "http_proxy",
-                 "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+    for name in (
+        "PIP_INDEX_URL",
+        "PIP_EXTRA_INDEX_URL",
+        "PIP_FIND_LINKS",
+        "PIP_NO_INDEX",
+        "PIP_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("PIP_RETRIES", "0")
     monkeypatch.setenv("TRIPWIRE", str(tmp_path / "tripwire-ran"))
     try:
-        yield {"url": f"http://127.0.0.1:{server.server_address[1]}", "good": good, "bad": bad,
-               "tripwire": tmp_path / "tripwire-ran"}
+        yield {
+            "url": f"http://127.0.0.1:{server.server_address[1]}",
+            "good": good,
+            "bad": bad,
+            "tripwire": tmp_path / "tripwire-ran",
+        }
     finally:
         server.shutdown()
         server.server_close()
@@ -106,8 +123,9 @@ def _pip_downloads(commands):
     return [c for c in commands if c[1:4] == ["-m", "pip", "download"]]
 
 
-def test_the_converter_is_fetched_from_the_configured_index_without_building(index, commands, tmp_path, monkeypatch,
-                                                                              capsys):
+def test_the_converter_is_fetched_from_the_configured_index_without_building(
+    index, commands, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("PIP_INDEX_URL", f"{index['url']}/good")
     folder = llama_cpp_converter(cache_dir=tmp_path / "cache", sha256=index["good"])
     assert (folder / "convert_hf_to_gguf.py").read_text() == "print('converter')\n"
@@ -119,8 +137,9 @@ def test_the_converter_is_fetched_from_the_configured_index_without_building(ind
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == [folder.name]  # no fetch folder left
 
 
-def test_a_mirror_serving_another_file_is_passed_over_for_the_next_index(index, commands, tmp_path, monkeypatch,
-                                                                         capsys):
+def test_a_mirror_serving_another_file_is_passed_over_for_the_next_index(
+    index, commands, tmp_path, monkeypatch, capsys
+):
     monkeypatch.setenv("PIP_INDEX_URL", f"{index['url']}/bad")
     monkeypatch.setenv("PIP_EXTRA_INDEX_URL", f"{index['url']}/good")
     folder = llama_cpp_converter(cache_dir=tmp_path / "cache", sha256=index["good"])
@@ -148,11 +167,15 @@ def test_an_unreachable_index_names_each_source_and_the_file_to_fetch_by_hand(in
         llama_cpp_converter(cache_dir=tmp_path / "cache", timeout_s=30)
     message = str(err.value)
     print(message)
-    assert message.startswith(f"could not download llama.cpp's converter ({NAME}.tar.gz, the llama-cpp-python=="
-                              f"{LLAMA_CPP_PYTHON_VERSION} source, ~77 MB):\n  {closed}/llama-cpp-python/: ")
+    assert message.startswith(
+        f"could not download llama.cpp's converter ({NAME}.tar.gz, the llama-cpp-python=="
+        f"{LLAMA_CPP_PYTHON_VERSION} source, ~77 MB):\n  {closed}/llama-cpp-python/: "
+    )
     assert "\n  pip download --no-deps --no-binary llama-cpp-python: " in message
-    assert message.endswith(f"On a machine with internet download {LLAMA_CPP_PYTHON_URL} and pass the .tar.gz as "
-                            f"sdist=... (or put it in a pip find-links folder)")
+    assert message.endswith(
+        f"On a machine with internet download {LLAMA_CPP_PYTHON_URL} and pass the .tar.gz as "
+        f"sdist=... (or put it in a pip find-links folder)"
+    )
     assert list((tmp_path / "cache").iterdir()) == []
 
 

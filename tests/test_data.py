@@ -31,13 +31,16 @@ def test_real_5k_keeps_every_row(alpaca_5k):
 
 
 def test_jsonl_bad_rows_are_dropped_and_counted(tmp_path):
-    path = write_jsonl(tmp_path / "d.jsonl", [
-        json.dumps(GOOD),                                        # 0 ok
-        json.dumps({**GOOD, "output": None}),                    # 1 None output
-        json.dumps({"input": "", "output": "x"}),                # 2 missing instruction
-        "{not json",                                             # 3 unreadable line
-        json.dumps({"instruction": "Say hi.", "output": "hi"}),  # 4 ok, no input
-    ])
+    path = write_jsonl(
+        tmp_path / "d.jsonl",
+        [
+            json.dumps(GOOD),  # 0 ok
+            json.dumps({**GOOD, "output": None}),  # 1 None output
+            json.dumps({"input": "", "output": "x"}),  # 2 missing instruction
+            "{not json",  # 3 unreadable line
+            json.dumps({"instruction": "Say hi.", "output": "hi"}),  # 4 ok, no input
+        ],
+    )
     ds, report = load_instruction_data(path)
     assert (report.total, report.kept, report.dropped) == (5, 2, 3)
     assert [b.index for b in report.bad] == [1, 2, 3]
@@ -50,9 +53,9 @@ def test_jsonl_bad_rows_are_dropped_and_counted(tmp_path):
 
 def test_json_bad_types_and_empty_values(tmp_path):
     rows = [
-        {**GOOD, "instruction": 7},        # 0 int instruction
-        GOOD,                              # 1
-        {**GOOD, "output": ""},            # 2 empty output
+        {**GOOD, "instruction": 7},  # 0 int instruction
+        GOOD,  # 1
+        {**GOOD, "output": ""},  # 2 empty output
         {**GOOD, "instruction": "  \n "},  # 3 whitespace-only instruction
         {"instruction": "Name a shape.", "input": None, "output": "Circle"},  # 4 None input = empty
     ]
@@ -78,10 +81,12 @@ def test_csv_row_missing_a_column(tmp_path):
 
 def test_parquet_with_other_column_names(tmp_path):
     path = str(tmp_path / "d.parquet")
-    datasets.Dataset.from_list([
-        {"prompt": "Name a colour.", "answer": "Blue"},
-        {"prompt": "Say hi.", "answer": None},
-    ]).to_parquet(path)
+    datasets.Dataset.from_list(
+        [
+            {"prompt": "Name a colour.", "answer": "Blue"},
+            {"prompt": "Say hi.", "answer": None},
+        ]
+    ).to_parquet(path)
     ds, report = load_instruction_data(path, instruction_column="prompt", output_column="answer")
     assert ds.to_list() == [GOOD]
     assert [(b.index, b.field) for b in report.bad] == [(1, "answer")]
@@ -163,6 +168,7 @@ def test_home_relative_path_is_read(tmp_path, monkeypatch):
 
 # --- every kind of bad row: dropped, counted by reason, named by 0-based index and field ------------
 
+
 def bad(report):
     return [(b.index, b.field, b.kind) for b in report.bad]
 
@@ -173,24 +179,34 @@ def write_rows(path, rows):
 
 
 def test_wrong_types_are_dropped_naming_field_and_type(tmp_path):
-    path = write_rows(tmp_path / "d.jsonl", [
-        GOOD,                                           # 0
-        {**GOOD, "instruction": 3},                     # 1 number
-        {**GOOD, "output": 2.5},                        # 2 float
-        {**GOOD, "instruction": True},                  # 3 bool
-        {**GOOD, "output": False},                      # 4 falsy bool: not "missing", not "empty"
-        {**GOOD, "instruction": ["Name", "a colour."]},  # 5 list
-        {**GOOD, "output": {"text": "Blue"}},           # 6 nested object
-        {**GOOD, "input": 0},                           # 7 falsy number input: not "no input"
-        {**GOOD, "input": ["x"]},                       # 8 list input
-        {**GOOD, "input": {}},                          # 9 empty object input
-        {"instruction": "Say hi.", "input": "", "output": "hi"},  # 10
-    ])
+    path = write_rows(
+        tmp_path / "d.jsonl",
+        [
+            GOOD,  # 0
+            {**GOOD, "instruction": 3},  # 1 number
+            {**GOOD, "output": 2.5},  # 2 float
+            {**GOOD, "instruction": True},  # 3 bool
+            {**GOOD, "output": False},  # 4 falsy bool: not "missing", not "empty"
+            {**GOOD, "instruction": ["Name", "a colour."]},  # 5 list
+            {**GOOD, "output": {"text": "Blue"}},  # 6 nested object
+            {**GOOD, "input": 0},  # 7 falsy number input: not "no input"
+            {**GOOD, "input": ["x"]},  # 8 list input
+            {**GOOD, "input": {}},  # 9 empty object input
+            {"instruction": "Say hi.", "input": "", "output": "hi"},  # 10
+        ],
+    )
     ds, report = load_instruction_data(path)
-    assert bad(report) == [(1, "instruction", "wrong type"), (2, "output", "wrong type"),
-                           (3, "instruction", "wrong type"), (4, "output", "wrong type"),
-                           (5, "instruction", "wrong type"), (6, "output", "wrong type"),
-                           (7, "input", "wrong type"), (8, "input", "wrong type"), (9, "input", "wrong type")]
+    assert bad(report) == [
+        (1, "instruction", "wrong type"),
+        (2, "output", "wrong type"),
+        (3, "instruction", "wrong type"),
+        (4, "output", "wrong type"),
+        (5, "instruction", "wrong type"),
+        (6, "output", "wrong type"),
+        (7, "input", "wrong type"),
+        (8, "input", "wrong type"),
+        (9, "input", "wrong type"),
+    ]
     types = [b.reason.removeprefix("is of type ").removesuffix(", not a string") for b in report.bad]
     assert types == ["int", "float", "bool", "bool", "list", "dict", "int", "list", "dict"]
     assert (report.total, report.kept, len(ds)) == (11, 2, 2)
@@ -198,13 +214,16 @@ def test_wrong_types_are_dropped_naming_field_and_type(tmp_path):
 
 def test_whitespace_only_instruction_or_output_is_bad_but_input_becomes_empty(tmp_path):
     padded = {"instruction": "  Pad me. ", "input": " x ", "output": " kept \n"}
-    path = write_rows(tmp_path / "d.jsonl", [
-        {**GOOD, "instruction": " \t\n"},                               # 0
-        {**GOOD, "output": "\u3000\u00a0 "},                            # 1 ideographic + no-break space
-        {**GOOD, "instruction": ""},                                    # 2
-        {"instruction": "Say hi.", "input": " \n\t", "output": "hi"},   # 3 whitespace input = no input
-        padded,                                                         # 4 kept exactly, spaces and all
-    ])
+    path = write_rows(
+        tmp_path / "d.jsonl",
+        [
+            {**GOOD, "instruction": " \t\n"},  # 0
+            {**GOOD, "output": "\u3000\u00a0 "},  # 1 ideographic + no-break space
+            {**GOOD, "instruction": ""},  # 2
+            {"instruction": "Say hi.", "input": " \n\t", "output": "hi"},  # 3 whitespace input = no input
+            padded,  # 4 kept exactly, spaces and all
+        ],
+    )
     ds, report = load_instruction_data(path)
     assert bad(report) == [(0, "instruction", "empty"), (1, "output", "empty"), (2, "instruction", "empty")]
     assert [b.reason for b in report.bad] == ["is whitespace-only", "is whitespace-only", "is empty"]
@@ -213,41 +232,63 @@ def test_whitespace_only_instruction_or_output_is_bad_but_input_becomes_empty(tm
 
 def test_duplicates_keep_the_first_and_name_it(tmp_path):
     hi = {"instruction": "Say hi.", "input": "", "output": "hi"}
-    path = write_rows(tmp_path / "d.jsonl", [
-        GOOD,                                                    # 0
-        hi,                                                      # 1
-        dict(GOOD),                                              # 2 duplicate of 0
-        {**GOOD, "output": None},                                # 3 bad for another reason
-        {**GOOD, "input": None},                                 # 4 duplicate of 0: None input is ""
-        {**GOOD, "input": "  "},                                 # 5 duplicate of 0: blank input is ""
-        {**GOOD, "output": "Blue "},                             # 6 not a duplicate: one more space
-        {"output": "hi", "input": "", "instruction": "Say hi."},  # 7 duplicate of 1, other key order
-        {**GOOD, "source": "other column"},                      # 8 duplicate of 0: only the 3 fields count
-    ])
+    path = write_rows(
+        tmp_path / "d.jsonl",
+        [
+            GOOD,  # 0
+            hi,  # 1
+            dict(GOOD),  # 2 duplicate of 0
+            {**GOOD, "output": None},  # 3 bad for another reason
+            {**GOOD, "input": None},  # 4 duplicate of 0: None input is ""
+            {**GOOD, "input": "  "},  # 5 duplicate of 0: blank input is ""
+            {**GOOD, "output": "Blue "},  # 6 not a duplicate: one more space
+            {"output": "hi", "input": "", "instruction": "Say hi."},  # 7 duplicate of 1, other key order
+            {**GOOD, "source": "other column"},  # 8 duplicate of 0: only the 3 fields count
+        ],
+    )
     ds, report = load_instruction_data(path)
-    assert bad(report) == [(2, "<row>", "duplicate"), (3, "output", "null"), (4, "<row>", "duplicate"),
-                           (5, "<row>", "duplicate"), (7, "<row>", "duplicate"), (8, "<row>", "duplicate")]
+    assert bad(report) == [
+        (2, "<row>", "duplicate"),
+        (3, "output", "null"),
+        (4, "<row>", "duplicate"),
+        (5, "<row>", "duplicate"),
+        (7, "<row>", "duplicate"),
+        (8, "<row>", "duplicate"),
+    ]
     assert [b.reason.split(" (")[0] for b in report.bad if b.kind == "duplicate"] == [
-        "duplicates row 0", "duplicates row 0", "duplicates row 0", "duplicates row 1", "duplicates row 0"]
+        "duplicates row 0",
+        "duplicates row 0",
+        "duplicates row 0",
+        "duplicates row 1",
+        "duplicates row 0",
+    ]
     assert report.by_reason == {"duplicate": 5, "null": 1}
     assert ds.to_list() == [GOOD, hi, {**GOOD, "output": "Blue "}]
 
 
 def test_jsonl_bad_lines_in_the_middle(tmp_path):
-    path = write_rows(tmp_path / "d.jsonl", [
-        GOOD,                                       # line 1, row 0
-        "",                                         # line 2: blank, not a row
-        '{"instruction": "Say hi.", "output": ',    # line 3, row 1: cut off
-        "not json at all",                          # line 4, row 2
-        "[1, 2]",                                   # line 5, row 3: JSON, but not an object
-        "null",                                     # line 6, row 4
-        {"instruction": "Say hi.", "output": "hi"},  # line 7, row 5
-        "   ",                                      # line 8: blank
-        '"just a string"',                          # line 9, row 6
-    ])
+    path = write_rows(
+        tmp_path / "d.jsonl",
+        [
+            GOOD,  # line 1, row 0
+            "",  # line 2: blank, not a row
+            '{"instruction": "Say hi.", "output": ',  # line 3, row 1: cut off
+            "not json at all",  # line 4, row 2
+            "[1, 2]",  # line 5, row 3: JSON, but not an object
+            "null",  # line 6, row 4
+            {"instruction": "Say hi.", "output": "hi"},  # line 7, row 5
+            "   ",  # line 8: blank
+            '"just a string"',  # line 9, row 6
+        ],
+    )
     ds, report = load_instruction_data(path)
-    assert bad(report) == [(1, "<line>", "unparseable"), (2, "<line>", "unparseable"), (3, "<row>", "not an object"),
-                           (4, "<row>", "not an object"), (6, "<row>", "not an object")]
+    assert bad(report) == [
+        (1, "<line>", "unparseable"),
+        (2, "<line>", "unparseable"),
+        (3, "<row>", "not an object"),
+        (4, "<row>", "not an object"),
+        (6, "<row>", "not an object"),
+    ]
     assert f"{path}:3 is not valid JSON" in report.bad[0].reason and f"{path}:4 " in report.bad[1].reason
     assert [b.reason for b in report.bad[2:]] == [f"is of type {t}, not an object" for t in ("list", "NoneType", "str")]
     assert (report.total, len(ds)) == (7, 2)
@@ -257,17 +298,22 @@ def test_csv_lines_with_too_few_or_too_many_values(tmp_path):
     path = tmp_path / "d.csv"
     path.write_text(
         "instruction,input,output\n"
-        "Name a colour.,,Blue\n"            # line 2, row 0
-        "Say hi.,hi\n"                      # line 3, row 1: output missing (input got "hi")
-        "Name a fruit, please.,,Apple\n"    # line 4, row 2: unquoted comma, 4 values
+        "Name a colour.,,Blue\n"  # line 2, row 0
+        "Say hi.,hi\n"  # line 3, row 1: output missing (input got "hi")
+        "Name a fruit, please.,,Apple\n"  # line 4, row 2: unquoted comma, 4 values
         '"Name a fruit, please.",,Apple\n'  # line 5, row 3: quoted, fine
-        '"A two\nline instruction",,ok\n'   # lines 6-7, row 4: fine
-        "Only one value\n"                  # line 8, row 5
-        "a,b,c,d,e\n",                      # line 9, row 6: 5 values (the first three look fine)
-        encoding="utf-8")
+        '"A two\nline instruction",,ok\n'  # lines 6-7, row 4: fine
+        "Only one value\n"  # line 8, row 5
+        "a,b,c,d,e\n",  # line 9, row 6: 5 values (the first three look fine)
+        encoding="utf-8",
+    )
     ds, report = load_instruction_data(str(path))
-    assert bad(report) == [(1, "output", "column count"), (2, "<row>", "column count"),
-                           (5, "input", "column count"), (6, "<row>", "column count")]
+    assert bad(report) == [
+        (1, "output", "column count"),
+        (2, "<row>", "column count"),
+        (5, "input", "column count"),
+        (6, "<row>", "column count"),
+    ]
     assert [b.reason for b in report.bad] == [
         f"is missing: the line has 2 of 3 values (at {path}:3)",
         f"has 4 values for 3 columns (at {path}:4; an unquoted comma?)",
@@ -281,18 +327,31 @@ def _empty_parquet(path):
     datasets.Dataset.from_dict({k: [] for k in GOOD}).to_parquet(str(path))
 
 
-@pytest.mark.parametrize("name, content", [
-    ("d.jsonl", b""),
-    ("d.jsonl", b"\n\n  \n\t\r\n"),
-    ("d.json", b""),
-    ("d.json", b" \n"),
-    ("d.json", b"[]"),
-    ("d.csv", b""),
-    ("d.csv", b"instruction,input,output\n"),
-    ("d.parquet", b""),
-    ("d.parquet", _empty_parquet),
-], ids=["jsonl-0-bytes", "jsonl-blank-lines", "json-0-bytes", "json-blank", "json-empty-list", "csv-0-bytes",
-        "csv-header-only", "parquet-0-bytes", "parquet-0-rows"])
+@pytest.mark.parametrize(
+    "name, content",
+    [
+        ("d.jsonl", b""),
+        ("d.jsonl", b"\n\n  \n\t\r\n"),
+        ("d.json", b""),
+        ("d.json", b" \n"),
+        ("d.json", b"[]"),
+        ("d.csv", b""),
+        ("d.csv", b"instruction,input,output\n"),
+        ("d.parquet", b""),
+        ("d.parquet", _empty_parquet),
+    ],
+    ids=[
+        "jsonl-0-bytes",
+        "jsonl-blank-lines",
+        "json-0-bytes",
+        "json-blank",
+        "json-empty-list",
+        "csv-0-bytes",
+        "csv-header-only",
+        "parquet-0-bytes",
+        "parquet-0-rows",
+    ],
+)
 @pytest.mark.parametrize("strict", [False, True])
 def test_empty_sources_raise_no_usable_rows(tmp_path, name, content, strict):
     path = tmp_path / name
@@ -305,19 +364,33 @@ NONE_OUTPUT = {**GOOD, "output": None}
 CSV_HEAD = "instruction,input,output\nName a colour.,,Blue\n"
 
 
-@pytest.mark.parametrize("name, content, field", [
-    ("d.jsonl", [GOOD, {**GOOD, "output": ["Blue"]}, NONE_OUTPUT], "output"),
-    ("d.jsonl", [GOOD, {**GOOD, "input": 5}, NONE_OUTPUT], "input"),
-    ("d.jsonl", [GOOD, {"input": "", "output": "x"}, NONE_OUTPUT], "instruction"),
-    ("d.jsonl", [GOOD, {**GOOD, "instruction": None}, NONE_OUTPUT], "instruction"),
-    ("d.jsonl", [GOOD, {**GOOD, "output": " \n"}, NONE_OUTPUT], "output"),
-    ("d.jsonl", [GOOD, "[1]", NONE_OUTPUT], "<row>"),
-    ("d.jsonl", [GOOD, "{oops", NONE_OUTPUT], "<line>"),
-    ("d.jsonl", [GOOD, GOOD, NONE_OUTPUT], "<row>"),
-    ("d.csv", CSV_HEAD + "Say hi.,hi\nx,,\n", "output"),
-    ("d.csv", CSV_HEAD + "a,b,c,d\nx,,\n", "<row>"),
-], ids=["wrong-type", "wrong-type-input", "missing", "none", "whitespace", "not-object", "unparseable",
-        "duplicate", "csv-short", "csv-long"])
+@pytest.mark.parametrize(
+    "name, content, field",
+    [
+        ("d.jsonl", [GOOD, {**GOOD, "output": ["Blue"]}, NONE_OUTPUT], "output"),
+        ("d.jsonl", [GOOD, {**GOOD, "input": 5}, NONE_OUTPUT], "input"),
+        ("d.jsonl", [GOOD, {"input": "", "output": "x"}, NONE_OUTPUT], "instruction"),
+        ("d.jsonl", [GOOD, {**GOOD, "instruction": None}, NONE_OUTPUT], "instruction"),
+        ("d.jsonl", [GOOD, {**GOOD, "output": " \n"}, NONE_OUTPUT], "output"),
+        ("d.jsonl", [GOOD, "[1]", NONE_OUTPUT], "<row>"),
+        ("d.jsonl", [GOOD, "{oops", NONE_OUTPUT], "<line>"),
+        ("d.jsonl", [GOOD, GOOD, NONE_OUTPUT], "<row>"),
+        ("d.csv", CSV_HEAD + "Say hi.,hi\nx,,\n", "output"),
+        ("d.csv", CSV_HEAD + "a,b,c,d\nx,,\n", "<row>"),
+    ],
+    ids=[
+        "wrong-type",
+        "wrong-type-input",
+        "missing",
+        "none",
+        "whitespace",
+        "not-object",
+        "unparseable",
+        "duplicate",
+        "csv-short",
+        "csv-long",
+    ],
+)
 def test_strict_raises_at_the_first_bad_row_of_every_kind(tmp_path, name, content, field):
     path = tmp_path / name
     if isinstance(content, str):
@@ -334,16 +407,23 @@ def test_strict_raises_at_the_first_bad_row_of_every_kind(tmp_path, name, conten
 LINE = json.dumps(GOOD).encode() + b"\n"
 
 
-@pytest.mark.parametrize("name, content, where", [
-    ("d.json", b'[\n  {"instruction": "a", "output": "b"},\n  {"instruction": "c" "output": "d"}\n]',
-     r"line 3, column 23: not valid JSON"),
-    ("d.jsonl", LINE + '{"instruction": "café"}\n'.encode("latin-1"), rf"line 2, byte {len(LINE) + 20}: not UTF-8"),
-    ("d.csv", b"instruction,input,output\n" + "Say “hi”.,,hi\n".encode("cp1252"), r"line 2, byte 29: not UTF-8"),
-    ("d.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"line 1, byte 0: not UTF-8"),
-    ("d.jsonl", json.dumps(GOOD).encode("utf-16-le"), r"line 1, byte 1: NUL byte"),
-    ("d.csv", "instruction,input,output\n".encode("utf-16"), r"line 1, byte 0: not UTF-8"),
-    ("d.parquet", b"PAR1 not really parquet", r"not a readable parquet file"),
-], ids=["json-syntax", "jsonl-latin1", "csv-cp1252", "binary", "utf16-no-bom", "utf16-bom", "parquet"])
+@pytest.mark.parametrize(
+    "name, content, where",
+    [
+        (
+            "d.json",
+            b'[\n  {"instruction": "a", "output": "b"},\n  {"instruction": "c" "output": "d"}\n]',
+            r"line 3, column 23: not valid JSON",
+        ),
+        ("d.jsonl", LINE + '{"instruction": "café"}\n'.encode("latin-1"), rf"line 2, byte {len(LINE) + 20}: not UTF-8"),
+        ("d.csv", b"instruction,input,output\n" + "Say “hi”.,,hi\n".encode("cp1252"), r"line 2, byte 29: not UTF-8"),
+        ("d.jsonl", b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"line 1, byte 0: not UTF-8"),
+        ("d.jsonl", json.dumps(GOOD).encode("utf-16-le"), r"line 1, byte 1: NUL byte"),
+        ("d.csv", "instruction,input,output\n".encode("utf-16"), r"line 1, byte 0: not UTF-8"),
+        ("d.parquet", b"PAR1 not really parquet", r"not a readable parquet file"),
+    ],
+    ids=["json-syntax", "jsonl-latin1", "csv-cp1252", "binary", "utf16-no-bom", "utf16-bom", "parquet"],
+)
 def test_unreadable_files_raise_naming_file_and_position(tmp_path, name, content, where):
     path = tmp_path / name
     path.write_bytes(content)
@@ -357,11 +437,13 @@ def test_report_counts_by_reason_and_stays_compatible(tmp_path):
     assert report.by_reason == {"null": 1, "duplicate": 2, "unparseable": 1}
     assert (report.source, report.total, report.kept, report.dropped, len(report.bad)) == (path, 6, 2, 4, 4)
     assert report.summary().split("\n")[0] == (
-        f"{path}: 6 rows read, 2 kept, 4 dropped (null: 1, duplicate: 2, unparseable: 1)")
+        f"{path}: 6 rows read, 2 kept, 4 dropped (null: 1, duplicate: 2, unparseable: 1)"
+    )
     # the old constructor (no kind) and a clean report still work as before
     old = DataReport("x", 2, 1, [BadRow(1, "output", "is None")])
-    assert old.summary() == ("x: 2 rows read, 1 kept, 1 dropped (bad: 1)\n"
-                             "  dropped (row index from 0): row 1: field 'output' is None")
+    assert old.summary() == (
+        "x: 2 rows read, 1 kept, 1 dropped (bad: 1)\n  dropped (row index from 0): row 1: field 'output' is None"
+    )
     assert DataReport("x", 3, 3).summary() == "x: 3 rows read, 3 kept, 0 dropped"
 
 

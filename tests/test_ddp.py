@@ -31,17 +31,61 @@ pytestmark = pytest.mark.slow  # two short runs (three processes): about a minut
 
 
 def _argv(data, model, output_dir, processes: int, *extra):
-    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1",
-               TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false", WANDB_DISABLED="true")
-    launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"] \
-        if processes > 1 else [sys.executable]
-    argv = [*launch, "-m", "tinyllama_ft.cli", "train", "--config", "offline_cpu", "--model_name", str(model),
-            "--dataset", str(data), "--output_dir", str(output_dir), "--max_steps", "4", "--save_steps", "2",
-            "--test_size", "0.05", "--eval_steps", "100", "--max_new_tokens", "4", "--dataset_num_proc", "null",
-            "--dtype", "float32", "--report_to", "none",
-            # the toy path's values, as this test was measured with (offline_cpu now trains SmolLM2 at 4 x 1, seq 256)
-            "--max_seq_length", "512", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "4",
-            "--completion_only_loss", "false", *extra]
+    env = dict(
+        os.environ,
+        PYTHONPATH=str(REPO),
+        OMP_NUM_THREADS="1",
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+        WANDB_DISABLED="true",
+    )
+    launch = (
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={processes}"]
+        if processes > 1
+        else [sys.executable]
+    )
+    argv = [
+        *launch,
+        "-m",
+        "tinyllama_ft.cli",
+        "train",
+        "--config",
+        "offline_cpu",
+        "--model_name",
+        str(model),
+        "--dataset",
+        str(data),
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--test_size",
+        "0.05",
+        "--eval_steps",
+        "100",
+        "--max_new_tokens",
+        "4",
+        "--dataset_num_proc",
+        "null",
+        "--dtype",
+        "float32",
+        "--report_to",
+        "none",
+        # the toy path's values, as this test was measured with (offline_cpu now trains SmolLM2 at 4 x 1, seq 256)
+        "--max_seq_length",
+        "512",
+        "--per_device_train_batch_size",
+        "2",
+        "--gradient_accumulation_steps",
+        "4",
+        "--completion_only_loss",
+        "false",
+        *extra,
+    ]
     return argv, env
 
 
@@ -83,7 +127,7 @@ def runs(tmp_path_factory, alpaca_jsonl, stories_dir):
         time.sleep(0.05)
     workers = _descendants(victim.pid)
     for pid in [*workers, victim.pid]:  # both workers (torchrun puts them in their own sessions) and the
-        os.kill(pid, signal.SIGKILL)    # launcher, as a disconnect does
+        os.kill(pid, signal.SIGKILL)  # launcher, as a disconnect does
     victim.wait()
     finished = (tmp / "killed" / "run_summary.json").exists()
     lock = read_lock(str(tmp / "killed"))

@@ -29,8 +29,9 @@ def smollm2_dir(smollm2_cache) -> str:
 def smollm2(smollm2_dir, cpu):
     from tinyllama_ft.modeling import load_model
 
-    return load_model(smollm2_dir, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers",
-                      hardware=cpu)
+    return load_model(
+        smollm2_dir, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
 
 
 def test_folder_is_a_plain_hf_folder_with_our_tokenizer_fixes(smollm2_dir):
@@ -65,9 +66,14 @@ def test_answers_paris_and_stops_at_eos(smollm2):
     messages = [{"role": "user", "content": "What is the capital of France?"}]
     inputs = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
     with torch.no_grad():
-        out = model.generate(**inputs, max_new_tokens=40, do_sample=False, eos_token_id=tokenizer.eos_token_id,
-                             pad_token_id=tokenizer.pad_token_id)
-    new = out[0, inputs["input_ids"].shape[1]:].tolist()
+        out = model.generate(
+            **inputs,
+            max_new_tokens=40,
+            do_sample=False,
+            eos_token_id=tokenizer.eos_token_id,
+            pad_token_id=tokenizer.pad_token_id,
+        )
+    new = out[0, inputs["input_ids"].shape[1] :].tolist()
     answer = tokenizer.decode(new, skip_special_tokens=True)
     assert "Paris" in answer
     assert new[-1] == tokenizer.eos_token_id and len(new) < 40, f"did not stop: {answer!r}"
@@ -87,8 +93,9 @@ def test_load_model_accepts_the_gguf_file(smollm2_dir, smollm2_cache, cpu, monke
     gguf = demo_model.smollm2_gguf_path()
     assert gguf_source.resolve_model_name(str(gguf)) == smollm2_dir
     assert gguf_source.resolve_model_name(str(gguf.parent)) == smollm2_dir  # folder holding one GGUF file
-    model, tokenizer = load_model(str(gguf), max_seq_length=256, dtype=None, load_in_4bit=False,
-                                  backend="transformers", hardware=cpu)
+    model, tokenizer = load_model(
+        str(gguf), max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     assert model.config.vocab_size == 49152 and tokenizer.eos_token == "<|im_end|>"
 
 
@@ -148,12 +155,22 @@ def test_two_processes_converting_at_once_end_with_one_complete_folder(tmp_path)
     import subprocess
     import sys
 
-    code = ("import sys; from tinyllama_ft.gguf_source import hf_folder_from_gguf; "
-            "print(hf_folder_from_gguf(sys.argv[1], cache_dir=sys.argv[2]))")
+    code = (
+        "import sys; from tinyllama_ft.gguf_source import hf_folder_from_gguf; "
+        "print(hf_folder_from_gguf(sys.argv[1], cache_dir=sys.argv[2]))"
+    )
     gguf = str(demo_model.smollm2_gguf_path())
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", code, gguf, str(tmp_path)], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, gguf, str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
     outs = [p.communicate(timeout=600) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in outs]
     paths = {out.strip().splitlines()[-1] for out, _ in outs}

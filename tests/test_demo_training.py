@@ -41,15 +41,27 @@ def test_a_few_completion_only_steps_help_and_keep_stopping(two_threads, tmp_pat
     with open(REPO / "data" / "alpaca_demo" / "alpaca_demo.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]
     train, held = rows[:900], rows[-HELD_OUT:]
-    model, tokenizer = load_model(demo_model_path(), max_seq_length=256, dtype=None, load_in_4bit=False,
-                                  backend="transformers", hardware=cpu)
+    model, tokenizer = load_model(
+        demo_model_path(), max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     model = add_lora(model, gradient_checkpointing=False)
     with model.disable_adapter():
         base = held_out_scores(model, tokenizer, held, max_seq_length=256)
-    trainer = sft_trainer(model, tokenizer, datasets.Dataset.from_list(train), tmp_path, max_seq_length=256,
-                          per_device_train_batch_size=4, gradient_accumulation_steps=1, max_steps=STEPS,
-                          learning_rate=2e-4, gradient_checkpointing=False, save_steps=10**6, load_in_4bit=False,
-                          completion_only_loss=True)
+    trainer = sft_trainer(
+        model,
+        tokenizer,
+        datasets.Dataset.from_list(train),
+        tmp_path,
+        max_seq_length=256,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_steps=STEPS,
+        learning_rate=2e-4,
+        gradient_checkpointing=False,
+        save_steps=10**6,
+        load_in_4bit=False,
+        completion_only_loss=True,
+    )
     trainer.train()
     tuned = held_out_scores(model, tokenizer, held, max_seq_length=256)
     assert tuned.response_loss < base.response_loss, (base, tuned)

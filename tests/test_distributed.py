@@ -16,25 +16,30 @@ from tinyllama_ft.distributed import is_main_process, local_process_index, world
 from tinyllama_ft.plan import plan_run, split_over_processes
 
 
-@pytest.mark.parametrize("split, processes, expected", [
-    ((2, 4), 2, (2, 2)),  # the article's 2 x 4: micro-batches kept, accumulation halved
-    ((2, 4), 4, (2, 1)),
-    ((2, 4), 8, (1, 1)),
-    ((8, 1), 2, (4, 1)),  # no accumulation to halve: the micro-batch is
-    ((2, 3), 2, (1, 3)),
-    ((3, 2), 2, (3, 1)),
-])
+@pytest.mark.parametrize(
+    "split, processes, expected",
+    [
+        ((2, 4), 2, (2, 2)),  # the article's 2 x 4: micro-batches kept, accumulation halved
+        ((2, 4), 4, (2, 1)),
+        ((2, 4), 8, (1, 1)),
+        ((8, 1), 2, (4, 1)),  # no accumulation to halve: the micro-batch is
+        ((2, 3), 2, (1, 3)),
+        ((3, 2), 2, (3, 1)),
+    ],
+)
 def test_each_process_takes_its_share_of_the_configured_effective_batch(split, processes, expected):
-    cfg = split_over_processes(FinetuneConfig(per_device_train_batch_size=split[0],
-                                              gradient_accumulation_steps=split[1]), processes)
+    cfg = split_over_processes(
+        FinetuneConfig(per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1]), processes
+    )
     assert (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps) == expected
     assert cfg.effective_batch_size * processes == split[0] * split[1]
 
 
 def test_an_effective_batch_that_does_not_divide_names_the_fields(cpu):
     cfg = FinetuneConfig(per_device_train_batch_size=3, gradient_accumulation_steps=3)
-    with pytest.raises(ValueError,
-                       match=r"per_device_train_batch_size=3 x gradient_accumulation_steps=3 = 9 .* 2 processes"):
+    with pytest.raises(
+        ValueError, match=r"per_device_train_batch_size=3 x gradient_accumulation_steps=3 = 9 .* 2 processes"
+    ):
         plan_run(cfg, cpu, world_size=2)
 
 
@@ -60,12 +65,18 @@ def test_under_ddp_the_trainer_averages_the_loss_over_all_processes_tokens(cpu, 
 
 
 def test_unsloth_is_left_for_transformers_under_ddp_and_refused_when_asked(t4, tinyllama_dir):
-    auto = plan_run(FinetuneConfig(model_name=str(tinyllama_dir)), t4, world_size=2, budget_gib=14,
-                    importable=lambda name: True)
+    auto = plan_run(
+        FinetuneConfig(model_name=str(tinyllama_dir)), t4, world_size=2, budget_gib=14, importable=lambda name: True
+    )
     assert auto.backend == "transformers" and auto.world_size == 2
     with pytest.raises(ValueError, match="backend='unsloth' trains on one GPU"):
-        plan_run(FinetuneConfig(model_name=str(tinyllama_dir), backend="unsloth"), t4, world_size=2, budget_gib=14,
-                 importable=lambda name: True)
+        plan_run(
+            FinetuneConfig(model_name=str(tinyllama_dir), backend="unsloth"),
+            t4,
+            world_size=2,
+            budget_gib=14,
+            importable=lambda name: True,
+        )
 
 
 def test_the_launchers_variables_decide_world_size_rank_and_device():
@@ -91,8 +102,9 @@ def test_the_readme_launch_command_finds_the_shipped_accelerate_configuration():
     assert command == _launch_command(yaml_path.read_text(encoding="utf-8"))
     assert "-m tinyllama_ft.cli train --config article" in command
     code = re.search(r"python -c '([^']*)'", command).group(1)
-    printed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/",
-                             env={"PYTHONPATH": str(REPO)}).stdout.strip()
+    printed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/", env={"PYTHONPATH": str(REPO)}
+    ).stdout.strip()
     assert printed == str(yaml_path)
 
     from accelerate.commands.config.config_args import load_config_from_file
@@ -100,7 +112,11 @@ def test_the_readme_launch_command_finds_the_shipped_accelerate_configuration():
 
     launch = load_config_from_file(printed)
     assert (launch.distributed_type, launch.num_processes, launch.mixed_precision, launch.use_cpu) == (
-        DistributedType.MULTI_GPU, 2, "no", False)
+        DistributedType.MULTI_GPU,
+        2,
+        "no",
+        False,
+    )
 
 
 PROCESSES_SCRIPT = """
@@ -132,17 +148,26 @@ def test_two_launched_processes_agree_on_the_plan_and_share_the_main_process_fai
     script = tmp_path / "processes.py"
     script.write_text(PROCESSES_SCRIPT, encoding="utf-8")
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                           str(script)], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    lines = {line for rank in (0, 1)
-             for line in (tmp_path / f"rank{rank}.txt").read_text(encoding="utf-8").splitlines()}
+    lines = {
+        line for rank in (0, 1) for line in (tmp_path / f"rank{rank}.txt").read_text(encoding="utf-8").splitlines()
+    }
     differs = "the split differs between the launched processes (process 0: (2, 2), process 1: (3, 2))"
     assert {f"rank 0 differs: {differs}", f"rank 1 differs: {differs}"} <= lines
     assert {"rank 0 block main=True", "rank 1 block main=False"} <= lines
     assert "rank 0 stopped: FileExistsError: output_dir='x' holds an earlier run" in lines
-    assert ("rank 1 stopped: MainProcessError: preparing output_dir failed on the main process: "
-            "FileExistsError: output_dir='x' holds an earlier run") in lines
+    assert (
+        "rank 1 stopped: MainProcessError: preparing output_dir failed on the main process: "
+        "FileExistsError: output_dir='x' holds an earlier run"
+    ) in lines
     assert not any("after a failure" in line for line in lines)
 
 

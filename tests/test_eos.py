@@ -34,13 +34,28 @@ def trainer_for(stories_dir, rows, tmp_path, prepare_tokenizer=None, text_only=F
         ds = ds.select_columns(["text"])
     fields.setdefault("per_device_train_batch_size", 4)
     fields.setdefault("per_device_eval_batch_size", 4)
-    return sft_trainer(model, tokenizer, ds.select(range(32)), tmp_path, eval_dataset=ds.select(range(32, 40)),
-                       max_seq_length=WINDOW, **fields)
+    return sft_trainer(
+        model,
+        tokenizer,
+        ds.select(range(32)),
+        tmp_path,
+        eval_dataset=ds.select(range(32, 40)),
+        max_seq_length=WINDOW,
+        **fields,
+    )
 
 
 def all_ok(n):
-    return {"samples": n, "samples_ok": n, "samples_without_eos": 0, "samples_with_several_eos": 0,
-            "eos_not_last": 0, "eos_tokens": n, "eos_supervised": n, "eos_masked": 0}
+    return {
+        "samples": n,
+        "samples_ok": n,
+        "samples_without_eos": 0,
+        "samples_with_several_eos": 0,
+        "eos_not_last": 0,
+        "eos_tokens": n,
+        "eos_supervised": n,
+        "eos_masked": 0,
+    }
 
 
 def test_packed_bfd_every_row_one_supervised_eos_train_and_eval(stories_dir, rows, tmp_path):
@@ -101,8 +116,9 @@ def test_a_tokenizer_adding_its_own_eos_is_caught_as_doubled(stories_dir, rows, 
         tokenizer.add_eos_token = True  # the Llama tokenizer then appends EOS to text already ending in "</s>"
 
     # rows we tokenize: the template's EOS id replaces the one the tokenizer adds
-    assert eos_supervision(trainer_for(stories_dir, rows, tmp_path / "ours", add_eos, packing=packing),
-                           batches=None) == all_ok(32)
+    assert eos_supervision(
+        trainer_for(stories_dir, rows, tmp_path / "ours", add_eos, packing=packing), batches=None
+    ) == all_ok(32)
     trainer = trainer_for(stories_dir, rows, tmp_path, add_eos, text_only=True, packing=packing)
     counts = eos_supervision(trainer, batches=None)
     assert counts["samples"] == 32
@@ -151,18 +167,21 @@ def test_an_eos_string_inside_the_text_is_caught(stories_dir, rows, tmp_path):
     assert full.count(tokenizer.eos_token_id) == 2
     # Alpaca rows are tokenized by us: the "</s>" text stays text, one EOS per sample (the article's loss on the
     # whole text keeps rows[5], whose prompt alone fills the window; the response-only loss would drop it)
-    ours = eos_supervision(sft_trainer(model, tokenizer, ds, tmp_path / "ours", max_seq_length=WINDOW,
-                                       completion_only_loss=False), None)
+    ours = eos_supervision(
+        sft_trainer(model, tokenizer, ds, tmp_path / "ours", max_seq_length=WINDOW, completion_only_loss=False), None
+    )
     assert ours["samples"] == 5 and ours["samples_with_several_eos"] == 0 and ours["eos_not_last"] == 0
     # a dataset of only rendered text goes through TRL's tokenization: the doubled EOS is caught
-    counts = eos_supervision(sft_trainer(model, tokenizer, ds.select_columns(["text"]), tmp_path / "whole",
-                                         max_seq_length=WINDOW), None)
+    counts = eos_supervision(
+        sft_trainer(model, tokenizer, ds.select_columns(["text"]), tmp_path / "whole", max_seq_length=WINDOW), None
+    )
     assert counts["samples"] == 5 and counts["samples_with_several_eos"] == 1 and counts["eos_not_last"] == 0
     assert counts["eos_tokens"] == ours["eos_tokens"] + 1  # the rows rows[2:6] cut by "bfd" lose theirs in both
     # cut after the inner EOS: the sample holds an EOS that is not its last token
     cut = full.index(tokenizer.eos_token_id) + 3
     one = datasets.Dataset.from_dict({"text": [ds[0]["text"]]})
     kept, _ = apply_long_rows(one, length_report(one, tokenizer, max_seq_length=cut, packing=True), policy="truncate")
-    counts = eos_supervision(sft_trainer(model, tokenizer, kept, tmp_path / "cut", max_seq_length=cut,
-                                         long_rows="truncate"), None)
+    counts = eos_supervision(
+        sft_trainer(model, tokenizer, kept, tmp_path / "cut", max_seq_length=cut, long_rows="truncate"), None
+    )
     assert counts["samples"] == 1 and counts["eos_not_last"] == 1 and counts["samples_ok"] == 0

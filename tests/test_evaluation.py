@@ -124,8 +124,11 @@ def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows,
     assert "held-out check skipped" in capsys.readouterr().out
     lengths = sorted(len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids) for r in held)
     check = evaluation.held_out_check(model, tokenizer, held, max_seq_length=512, max_new_tokens=4)
-    short = [r for r in held if len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids)
-             <= evaluation.SHORT_ANSWER_TOKENS]
+    short = [
+        r
+        for r in held
+        if len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids) <= evaluation.SHORT_ANSWER_TOKENS
+    ]
     assert check.stopping.total == len(short) == sum(n <= evaluation.SHORT_ANSWER_TOKENS for n in lengths)
     assert check.scores == evaluation.held_out_scores(model, tokenizer, held, max_seq_length=512)
     assert str(check).startswith("response loss ") and "answers ended with EOS within 4 new tokens" in str(check)

@@ -60,16 +60,26 @@ def run_dir(stories_dir, alpaca_jsonl, tmp_path_factory):
 @pytest.fixture(scope="session")
 def merged_only(run_dir, cpu):
     """``merged_16bit`` alone, in float32 (the 1e-4 logit comparison), as the quick tier's export."""
-    return export_adapter(adapter_dir=str(run_dir / "lora_model"), output_dir=str(run_dir / "quick"),
-                          formats=["merged_16bit"], merged_dtype="float32", hardware=cpu)
+    return export_adapter(
+        adapter_dir=str(run_dir / "lora_model"),
+        output_dir=str(run_dir / "quick"),
+        formats=["merged_16bit"],
+        merged_dtype="float32",
+        hardware=cpu,
+    )
 
 
 @pytest.fixture(scope="session")
 def exported(run_dir, converter, cpu):
     start = time.perf_counter()
-    results = export_adapter(adapter_dir=str(run_dir / "lora_model"), output_dir=str(run_dir), converter_dir=str(converter),
-                             formats=["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_lora"],
-                             merged_dtype="float32", hardware=cpu)
+    results = export_adapter(
+        adapter_dir=str(run_dir / "lora_model"),
+        output_dir=str(run_dir),
+        converter_dir=str(converter),
+        formats=["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_lora"],
+        merged_dtype="float32",
+        hardware=cpu,
+    )
     for r in results.values():
         print(f"{r.format}: {r.bytes / 1024:.1f} KiB in {r.seconds:.1f} s")
     print(f"export took {time.perf_counter() - start:.1f} s")
@@ -98,8 +108,14 @@ def test_merged_model_loads_plainly_and_keeps_the_adapter_logits(merged_only, ru
     assert not any(n.startswith("adapter_") for n in os.listdir(folder))
     merged = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
     assert type(merged).__module__.startswith("transformers.")
-    adapter_model, tokenizer = load_adapter(str(run_dir / "lora_model"), max_seq_length=512, dtype=None,
-                                            load_in_4bit=False, backend="transformers", hardware=cpu)
+    adapter_model, tokenizer = load_adapter(
+        str(run_dir / "lora_model"),
+        max_seq_length=512,
+        dtype=None,
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=cpu,
+    )
     batches = _held_out_batches(alpaca_jsonl, tokenizer)
     for want, got in zip(_logits(adapter_model, batches), _logits(merged, batches)):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
@@ -120,8 +136,12 @@ def test_merged_chat_template_is_the_trained_prompt_format(merged_only, alpaca_j
         prompt = tokenizer.apply_chat_template([user], tokenize=False, add_generation_prompt=True)
         assert prompt == tokenizer.bos_token + format_prompt(r["instruction"], r["input"], template=TEMPLATE)
         full = tokenizer.apply_chat_template([user, {"role": "assistant", "content": r["output"]}], tokenize=False)
-        assert full == tokenizer.bos_token + format_prompt(r["instruction"], r["input"], r["output"], TEMPLATE) \
+        assert (
+            full
+            == tokenizer.bos_token
+            + format_prompt(r["instruction"], r["input"], r["output"], TEMPLATE)
             + tokenizer.eos_token
+        )
     with pytest.raises(Exception, match="Alpaca format takes one user message"):
         tokenizer.apply_chat_template([{"role": "system", "content": "Be brief."}, user], tokenize=False)
 
@@ -159,7 +179,9 @@ def test_gguf_metadata_carries_the_chat_template_and_tokenizer(exported):
     from tinyllama_ft.chat_template import jinja_chat_template
 
     reader = GGUFReader(os.path.join(exported["gguf_q8_0"].path, GGUF_NAMES["gguf_q8_0"]))
-    fields = {name: field.contents() for name, field in reader.fields.items() if name.startswith(("tokenizer.", "general.ar"))}
+    fields = {
+        name: field.contents() for name, field in reader.fields.items() if name.startswith(("tokenizer.", "general.ar"))
+    }
     assert fields["general.architecture"] == "llama"
     assert fields["tokenizer.chat_template"] == jinja_chat_template(TEMPLATE)
     assert fields["tokenizer.ggml.add_bos_token"] is True
@@ -167,7 +189,9 @@ def test_gguf_metadata_carries_the_chat_template_and_tokenizer(exported):
     # SentencePiece's own scores (llama.cpp tokenizes with them): the merged folder keeps the base's tokenizer.model
     import sentencepiece
 
-    spm = sentencepiece.SentencePieceProcessor(model_file=os.path.join(exported["merged_16bit"].path, "tokenizer.model"))
+    spm = sentencepiece.SentencePieceProcessor(
+        model_file=os.path.join(exported["merged_16bit"].path, "tokenizer.model")
+    )
     scores = reader.fields["tokenizer.ggml.scores"].contents()
     assert scores == pytest.approx([spm.GetScore(i) for i in range(spm.GetPieceSize())])
 
@@ -211,13 +235,23 @@ def test_q4_k_m_with_llama_cpps_quantizer_or_a_message_naming_it(run_dir, conver
     out = tmp_path / "q4"
     if find_quantizer() is None:
         with pytest.raises(RuntimeError) as err:
-            export_adapter(adapter_dir=str(run_dir / "lora_model"), formats=["gguf_q4_k_m"], output_dir=str(out),
-                           converter_dir=str(converter), hardware=cpu)
+            export_adapter(
+                adapter_dir=str(run_dir / "lora_model"),
+                formats=["gguf_q4_k_m"],
+                output_dir=str(out),
+                converter_dir=str(converter),
+                hardware=cpu,
+            )
         assert str(err.value) == QUANTIZER_MISSING and "pip install llama-cpp-python" in QUANTIZER_MISSING
         assert not (out / "export" / "gguf_q4_k_m").exists()
         return
-    result = export_adapter(adapter_dir=str(run_dir / "lora_model"), formats=["gguf_q4_k_m"], output_dir=str(out),
-                            converter_dir=str(converter), hardware=cpu)["gguf_q4_k_m"]
+    result = export_adapter(
+        adapter_dir=str(run_dir / "lora_model"),
+        formats=["gguf_q4_k_m"],
+        output_dir=str(out),
+        converter_dir=str(converter),
+        hardware=cpu,
+    )["gguf_q4_k_m"]
     from gguf import GGUFReader
 
     reader = GGUFReader(os.path.join(result.path, GGUF_NAMES["gguf_q4_k_m"]))
@@ -290,7 +324,13 @@ def test_an_earlier_runs_export_is_part_of_that_run(stories_dir, tmp_path):
     cfg = FinetuneConfig(model_name=str(stories_dir), output_dir=str(out), report_to="none")
     with pytest.raises(FileExistsError, match="export"):
         prepare_output_dir(cfg)
-    assert prepare_output_dir(FinetuneConfig(model_name=str(stories_dir), output_dir=str(out), report_to="none",
-                                             overwrite_output_dir=True)) == "overwrite"
+    assert (
+        prepare_output_dir(
+            FinetuneConfig(
+                model_name=str(stories_dir), output_dir=str(out), report_to="none", overwrite_output_dir=True
+            )
+        )
+        == "overwrite"
+    )
     release_run_lock(str(out))
     assert not (out / "export").exists()

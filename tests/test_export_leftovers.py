@@ -64,8 +64,9 @@ DRIVER = textwrap.dedent("""
 def test_a_killed_exports_staging_folder_is_removed_by_the_next_export(adapter, tmp_path, cpu, capsys):
     out = tmp_path / "out"
     env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
-    proc = subprocess.Popen([sys.executable, "-c", DRIVER, adapter, str(out)], stdout=subprocess.PIPE, text=True,
-                            env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, adapter, str(out)], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         line = proc.stdout.readline()
         assert line.startswith("SAVED"), line
@@ -81,8 +82,10 @@ def test_a_killed_exports_staging_folder_is_removed_by_the_next_export(adapter, 
     results = export_adapter(adapter_dir=adapter, formats=["merged_16bit"], output_dir=str(out), hardware=cpu)
     printed = capsys.readouterr().out
     print(printed)
-    assert f"export: removed 1 temporary left by a killed export in {out / 'export'}: {left[0].name} " \
-           f"({temporaries.format_bytes(size)}); {temporaries.format_bytes(size)} freed\n" in printed
+    assert (
+        f"export: removed 1 temporary left by a killed export in {out / 'export'}: {left[0].name} "
+        f"({temporaries.format_bytes(size)}); {temporaries.format_bytes(size)} freed\n" in printed
+    )
     assert sorted(p.name for p in (out / "export").iterdir()) == ["merged_16bit"]
     assert (Path(results["merged_16bit"].path) / "model.safetensors").is_file()
 
@@ -100,11 +103,13 @@ def test_only_the_leftovers_of_dead_processes_on_this_host_are_removed(tmp_path,
         unowned_old = folder_of(root / ".staging-k3x_9a2b")  # tempfile.mkdtemp's name, before names said whose
         os.utime(unowned_old / "model.safetensors", (time.time() - 7200,) * 2)
         os.utime(unowned_old, (time.time() - 7200,) * 2)
-        kept = [folder_of(root / f".staging-{HOST}-{live.pid}-6e7f8a9b"),  # a live export's
-                temporaries.make_temporary(root, ".staging-"),  # this process's, in use
-                folder_of(root / ".staging-q7w_2e4r"),  # unowned and written a moment ago
-                folder_of(root / ".staging-notes"),  # not a name we make
-                folder_of(root / f".staging-otherbox-{dead}-3c4d5e6f")]  # another host's: its pids mean nothing here
+        kept = [
+            folder_of(root / f".staging-{HOST}-{live.pid}-6e7f8a9b"),  # a live export's
+            temporaries.make_temporary(root, ".staging-"),  # this process's, in use
+            folder_of(root / ".staging-q7w_2e4r"),  # unowned and written a moment ago
+            folder_of(root / ".staging-notes"),  # not a name we make
+            folder_of(root / f".staging-otherbox-{dead}-3c4d5e6f"),
+        ]  # another host's: its pids mean nothing here
         lines = _clean_stale_exports(root)
     finally:
         live.kill()
@@ -115,7 +120,8 @@ def test_only_the_leftovers_of_dead_processes_on_this_host_are_removed(tmp_path,
         f"export: removed 4 temporaries left by a killed export in {root}: {removed[0].name} (1.00 MiB), "
         f"{removed[1].name} (1.00 MiB), {removed[2].name} (1.00 MiB), {killed_old.name} (2.00 MiB); 5.00 MiB freed",
         f"export: kept {kept[-1].name} in {root} (1.00 MiB): made on host 'otherbox', whose processes this machine "
-        f"cannot see; delete it by hand if nothing runs there"]
+        f"cannot see; delete it by hand if nothing runs there",
+    ]
     assert capsys.readouterr().out == "".join(f"{line}\n" for line in lines)
     assert not any(p.exists() for p in removed) and all(p.exists() for p in kept)
     assert (root / "gguf_f16" / "model.safetensors").is_file() and not unfinished.exists()
@@ -156,8 +162,10 @@ def test_a_killed_converter_download_and_a_partial_gguf_are_removed(tmp_path, ca
     sdist = tmp_path / "llama_cpp_python-0.3.36.tar.gz"
     sha = stand_in_sdist(sdist, converter_text="import sys\nsys.exit('converter failed on purpose')\n")
     converter = gguf_export.llama_cpp_converter(cache_dir=cache, sdist=sdist, sha256=sha)
-    assert capsys.readouterr().out == (f"gguf: removed 1 temporary left by a killed converter download in {cache}: "
-                                       f"{fetching.name} (3.00 MiB); 3.00 MiB freed\n")
+    assert capsys.readouterr().out == (
+        f"gguf: removed 1 temporary left by a killed converter download in {cache}: "
+        f"{fetching.name} (3.00 MiB); 3.00 MiB freed\n"
+    )
     assert sorted(p.name for p in cache.iterdir()) == [converter.name]
 
     target = tmp_path / "out" / "model-f16.gguf"
@@ -166,6 +174,8 @@ def test_a_killed_converter_download_and_a_partial_gguf_are_removed(tmp_path, ca
     partial.write_bytes(b"GGUF" + b"\0" * 2048)
     with pytest.raises(RuntimeError, match="converter failed"):
         gguf_export.convert_to_gguf(model_dir=tmp_path, target=target, outtype="f16", converter=converter)
-    assert capsys.readouterr().out == (f"gguf: removed 1 temporary left by a killed conversion in {target.parent}: "
-                                       f"{partial.name} (2.0 KiB); 2.0 KiB freed\n")
+    assert capsys.readouterr().out == (
+        f"gguf: removed 1 temporary left by a killed conversion in {target.parent}: "
+        f"{partial.name} (2.0 KiB); 2.0 KiB freed\n"
+    )
     assert list(target.parent.iterdir()) == []

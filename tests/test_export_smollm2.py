@@ -27,16 +27,34 @@ def smollm2_export(alpaca_jsonl, tmp_path_factory):
     from tinyllama_ft.modeling import load_model
 
     cpu, out = Hardware(), tmp_path_factory.mktemp("smollm2")
-    model, tokenizer = load_model(demo_model_path(), max_seq_length=128, dtype=None, load_in_4bit=False,
-                                  backend="transformers", hardware=cpu)
+    model, tokenizer = load_model(
+        demo_model_path(), max_seq_length=128, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     model = add_lora(model, gradient_checkpointing=False)
-    sft_trainer(model, tokenizer, text_dataset(alpaca_rows(alpaca_jsonl, 16), tokenizer), out, max_seq_length=128,
-                max_steps=1, learning_rate=1e-3, warmup_ratio=0.0, per_device_train_batch_size=1,
-                gradient_accumulation_steps=1, load_in_4bit=False).train()
+    sft_trainer(
+        model,
+        tokenizer,
+        text_dataset(alpaca_rows(alpaca_jsonl, 16), tokenizer),
+        out,
+        max_seq_length=128,
+        max_steps=1,
+        learning_rate=1e-3,
+        warmup_ratio=0.0,
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=1,
+        load_in_4bit=False,
+    ).train()
     adapter = save_adapter(model.eval(), tokenizer, str(out / "lora_model"))
     start = time.perf_counter()
-    results = export_adapter(adapter_dir=adapter, formats=["merged_16bit", *THRESHOLDS], output_dir=str(out),
-                             merged_dtype="float32", max_seq_length=128, load_in_4bit=False, hardware=cpu)
+    results = export_adapter(
+        adapter_dir=adapter,
+        formats=["merged_16bit", *THRESHOLDS],
+        output_dir=str(out),
+        merged_dtype="float32",
+        max_seq_length=128,
+        load_in_4bit=False,
+        hardware=cpu,
+    )
     for r in results.values():
         print(f"SmolLM2 {r.format}: {r.bytes / 2**20:.1f} MiB in {r.seconds:.1f} s")
     print(f"export took {time.perf_counter() - start:.0f} s")
@@ -52,8 +70,15 @@ def held_out(smollm2_export, alpaca_jsonl):
     merged_dir = smollm2_export["merged_16bit"].path
     tokenizer = AutoTokenizer.from_pretrained(merged_dir)
     rows = alpaca_rows(alpaca_jsonl, max(HELD_OUT) + 1)
-    batches = [tokenizer(format_prompt(rows[i]["instruction"], rows[i]["input"], rows[i]["output"]),
-                         return_tensors="pt", truncation=True, max_length=256) for i in HELD_OUT]
+    batches = [
+        tokenizer(
+            format_prompt(rows[i]["instruction"], rows[i]["input"], rows[i]["output"]),
+            return_tensors="pt",
+            truncation=True,
+            max_length=256,
+        )
+        for i in HELD_OUT
+    ]
     merged = AutoModelForCausalLM.from_pretrained(merged_dir, dtype=torch.float32).eval()
     argmax = {"float32": _argmax(merged, batches)}
     # the bf16 format's own precision: the merged weights rounded to bf16, computed in fp32
@@ -76,8 +101,9 @@ def test_smollm2_gguf_agrees_with_the_merged_model(smollm2_export, held_out, fmt
     from tinyllama_ft.export import GGUF_NAMES
 
     batches, argmax = held_out
-    gguf = AutoModelForCausalLM.from_pretrained(smollm2_export[fmt].path, gguf_file=GGUF_NAMES[fmt],
-                                                dtype=torch.float32).eval()
+    gguf = AutoModelForCausalLM.from_pretrained(
+        smollm2_export[fmt].path, gguf_file=GGUF_NAMES[fmt], dtype=torch.float32
+    ).eval()
     want = argmax["bfloat16" if fmt == "gguf_bf16" else "float32"]
     same = sum((w == g).sum().item() for w, g in zip(want, _argmax(gguf, batches)))
     total = sum(w.shape[0] for w in want)

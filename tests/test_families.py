@@ -46,19 +46,38 @@ def test_family_lora_pad_stop_and_one_training_step(fixture, shared_data, alpaca
     assert set(tokenizer.convert_tokens_to_ids(stops)) <= set(model.generation_config.eos_token_id)
     assert tokenizer.pad_token not in (tokenizer.eos_token, eot) and model.config.pad_token_id == tokenizer.pad_token_id
     assert setup.rope.max_position_embeddings == spec["config"]["max_position_embeddings"] and setup.rope.fits
-    assert setup.pad_token == {"qwen2_5": "<|vision_pad|>", "qwen3": "<|vision_pad|>", "llama3_2":
-                               "<|finetune_right_pad_id|>", "phi3_5": "<unk>"}[fixture]
+    assert (
+        setup.pad_token
+        == {
+            "qwen2_5": "<|vision_pad|>",
+            "qwen3": "<|vision_pad|>",
+            "llama3_2": "<|finetune_right_pad_id|>",
+            "phi3_5": "<unk>",
+        }[fixture]
+    )
     if fixture == "llama3_2":
         assert setup.rope.rope_type == "llama3" and setup.pad_token == "<|finetune_right_pad_id|>"
 
-    peft_model = add_lora(model, lora_r=4, lora_alpha=8, target_modules=setup.target_modules, gradient_checkpointing=False)
+    peft_model = add_lora(
+        model, lora_r=4, lora_alpha=8, target_modules=setup.target_modules, gradient_checkpointing=False
+    )
     adapted = {n.split(".")[-1] for n, m in peft_model.named_modules() if hasattr(m, "lora_A")}
     assert adapted == set(targets) and lora_target_modules(peft_model) == targets
 
     train, report = tokenize_conversations(conversations(alpaca_jsonl), tokenizer, max_seq_length=512)
     assert report.dropped == 0
-    trainer = sft_trainer(peft_model, tokenizer, train, tmp_path, max_seq_length=512, max_steps=1,
-                          per_device_train_batch_size=2, gradient_accumulation_steps=1, learning_rate=1e-3, logging_steps=1)
+    trainer = sft_trainer(
+        peft_model,
+        tokenizer,
+        train,
+        tmp_path,
+        max_seq_length=512,
+        max_steps=1,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        learning_rate=1e-3,
+        logging_steps=1,
+    )
     eot_id = tokenizer.convert_tokens_to_ids(eot)
     check = assistant_supervision(trainer, eot_id, batches=None)
     assert check["samples"] == len(train) and check["samples_ok"] == check["samples"]
@@ -77,15 +96,33 @@ def test_family_lora_pad_stop_and_one_training_step(fixture, shared_data, alpaca
                 scores[:, self.token_id] = 0
             return scores
 
-    prompt_len = len(tokenizer(tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
-                                                             add_generation_prompt=True), add_special_tokens=False).input_ids)
+    prompt_len = len(
+        tokenizer(
+            tokenizer.apply_chat_template(
+                [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+            ),
+            add_special_tokens=False,
+        ).input_ids
+    )
     for stop in stops:
-        ids = chat_generate(peft_model, tokenizer, "Hi", max_new_tokens=10, return_ids=True,
-                            logits_processor=LogitsProcessorList([ForceAt(prompt_len, tokenizer.convert_tokens_to_ids(stop))]))
+        ids = chat_generate(
+            peft_model,
+            tokenizer,
+            "Hi",
+            max_new_tokens=10,
+            return_ids=True,
+            logits_processor=LogitsProcessorList([ForceAt(prompt_len, tokenizer.convert_tokens_to_ids(stop))]),
+        )
         assert len(ids[0]) == 3, stop  # stopped at the forced stop token, which is cut off
     other = tokenizer.convert_tokens_to_ids("Hello") if "Hello" in tokenizer.get_vocab() else 100
-    ids = chat_generate(peft_model, tokenizer, "Hi", max_new_tokens=10, return_ids=True,
-                        logits_processor=LogitsProcessorList([ForceAt(prompt_len, other)]))
+    ids = chat_generate(
+        peft_model,
+        tokenizer,
+        "Hi",
+        max_new_tokens=10,
+        return_ids=True,
+        logits_processor=LogitsProcessorList([ForceAt(prompt_len, other)]),
+    )
     assert len(ids[0]) >= 4 and ids[0][3] == other  # a forced non-stop token is kept and generation goes on
 
 
@@ -104,8 +141,9 @@ def test_llama2_base_gets_zephyr_and_keeps_eos(tinyllama_tokenizer):
     model = tiny_model("llama", tokenizer)
     setup = prepare_family(model, tokenizer)
     assert (setup.family, setup.end_of_turn, setup.pad_token, setup.added_token_ids) == ("llama-2", "</s>", "<unk>", [])
-    assert "<|assistant|>" in tokenizer.apply_chat_template([{"role": "user", "content": "x"}], tokenize=False,
-                                                            add_generation_prompt=True)
+    assert "<|assistant|>" in tokenizer.apply_chat_template(
+        [{"role": "user", "content": "x"}], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_rope_limits_flag_a_window_past_the_trained_positions(tinyllama_dir):

@@ -45,8 +45,25 @@ def test_fingerprint_is_the_kept_rows_text_and_order(alpaca_jsonl, tmp_path):
 
 
 def _driver(stories_dir, data, output_dir, result, *extra):
-    cmd = [sys.executable, str(DRIVER), "--model", str(stories_dir), "--data", str(data), "--output-dir",
-           str(output_dir), "--result", str(result), "--rows", "120", "--max-steps", "2", "--save-steps", "2", *extra]
+    cmd = [
+        sys.executable,
+        str(DRIVER),
+        "--model",
+        str(stories_dir),
+        "--data",
+        str(data),
+        "--output-dir",
+        str(output_dir),
+        "--result",
+        str(result),
+        "--rows",
+        "120",
+        "--max-steps",
+        "2",
+        "--save-steps",
+        "2",
+        *extra,
+    ]
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -75,10 +92,14 @@ def test_resume_after_the_rows_changed_is_refused_naming_the_field(run, stories_
     saved = original.read_bytes()
     _write_jsonl(original, rows)
     try:
-        refused = _driver(stories_dir, original, run["tmp"] / "out", run["tmp"] / "x.json", "--resume", "--max-steps", "4")
+        refused = _driver(
+            stories_dir, original, run["tmp"] / "out", run["tmp"] / "x.json", "--resume", "--max-steps", "4"
+        )
     finally:
         original.write_bytes(saved)
     last = refused.stderr.strip().splitlines()[-1]
-    assert refused.returncode != 0 and last.startswith("ValueError: resume=True but the checkpoints"), refused.stderr[-2000:]
+    assert refused.returncode != 0 and last.startswith("ValueError: resume=True but the checkpoints"), refused.stderr[
+        -2000:
+    ]
     assert "data_fingerprint" in last and "the training rows changed" in last
     assert not (run["tmp"] / "out" / "run.lock").exists()  # the refused run left no lock behind

@@ -37,8 +37,13 @@ def test_output_ends_at_forced_eos_and_holds_no_eos_text(model_and_tokenizer, k)
     instruction = "Tell me a story about a cat."
     prompt_length = len(tokenizer(format_prompt(instruction)).input_ids)
     free = generate(model, tokenizer, instruction, max_new_tokens=20)[0]
-    forced = generate(model, tokenizer, instruction, max_new_tokens=20,
-                      logits_processor=LogitsProcessorList([ForceEosAt(prompt_length, k, tokenizer.eos_token_id)]))[0]
+    forced = generate(
+        model,
+        tokenizer,
+        instruction,
+        max_new_tokens=20,
+        logits_processor=LogitsProcessorList([ForceEosAt(prompt_length, k, tokenizer.eos_token_id)]),
+    )[0]
     assert tokenizer.eos_token not in forced
     expected = tokenizer.decode(tokenizer(free, add_special_tokens=False).input_ids[:k]) if k else ""
     assert forced == expected and len(free) > len(forced)
@@ -68,8 +73,16 @@ def test_sampling_knobs_are_used(model_and_tokenizer):
     torch.manual_seed(0)
     a = generate(model, tokenizer, "Tell me a story.", max_new_tokens=24, do_sample=True, temperature=1.5, top_p=0.95)
     torch.manual_seed(1)
-    b = generate(model, tokenizer, "Tell me a story.", max_new_tokens=24, do_sample=True, temperature=1.5, top_p=0.95,
-                 repetition_penalty=1.3)
+    b = generate(
+        model,
+        tokenizer,
+        "Tell me a story.",
+        max_new_tokens=24,
+        do_sample=True,
+        temperature=1.5,
+        top_p=0.95,
+        repetition_penalty=1.3,
+    )
     assert a != b
 
 
@@ -115,10 +128,16 @@ def test_merged_reload_is_a_plain_model_computing_what_the_adapter_computes(merg
 def test_static_cache_decoder_matches_generates_greedy_tokens(merged_and_adapter, capsys, ignore_eos):
     (model, tokenizer), _ = merged_and_adapter
     questions = ["Tell me a story about a cat.", "What is the capital of France?"]
-    fast = stream(model, tokenizer, questions, max_new_tokens=120, decode="eager", ignore_eos=ignore_eos, return_ids=True)
-    plain = stream(model, tokenizer, questions, max_new_tokens=120, decode="plain", ignore_eos=ignore_eos, return_ids=True)
+    fast = stream(
+        model, tokenizer, questions, max_new_tokens=120, decode="eager", ignore_eos=ignore_eos, return_ids=True
+    )
+    plain = stream(
+        model, tokenizer, questions, max_new_tokens=120, decode="plain", ignore_eos=ignore_eos, return_ids=True
+    )
     assert fast == plain
-    assert all(len(ids) == 120 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
+    assert (
+        all(len(ids) == 120 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
+    )
     texts = stream(model, tokenizer, questions, max_new_tokens=120, decode="eager")
     printed = capsys.readouterr().out
     assert texts == [tokenizer.decode(ids, skip_special_tokens=True) for ids in fast] or ignore_eos
@@ -150,8 +169,11 @@ def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merge
     assert decode_mode(merged, "auto", False, 1.0, None) == "plain"  # CPU: generate
     assert decode_mode(merged, "auto", False, 1.0, None, new_tokens=10_000) == "plain"  # compiling pays on CUDA only
     assert decode_mode(merged, "eager", False, 1.0, None) == "eager"
-    for args, why in [((on_top, "eager", False, 1.0, None), "PEFT"), ((merged, "inductor", True, 1.0, None), "do_sample"),
-                      ((merged, "eager", False, 1.2, None), "repetition_penalty")]:
+    for args, why in [
+        ((on_top, "eager", False, 1.0, None), "PEFT"),
+        ((merged, "inductor", True, 1.0, None), "do_sample"),
+        ((merged, "eager", False, 1.2, None), "repetition_penalty"),
+    ]:
         with pytest.raises(ValueError, match=why):
             decode_mode(*args)
     with pytest.raises(ValueError, match="choose one of"):
@@ -167,7 +189,9 @@ def test_merged_reload_after_unsloth_in_the_process_reloads_unmerged_and_says_so
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     with pytest.warns(UserWarning, match="after Unsloth was used in this process"):
-        model, _ = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True)
+        model, _ = load_adapter(
+            trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True
+        )
     assert getattr(model, "peft_config", None)  # base + adapter, not merged
 
 
@@ -195,9 +219,14 @@ def test_batches_pad_with_the_pad_token_never_eos(stories_dir):
     from tinyllama_ft.hardware import Hardware
 
     model, tokenizer = stories_lora(stories_dir, Hardware())
-    rows = [{"instruction": "Name a color.", "input": "", "output": ""},
-            {"instruction": "Write a very long and detailed story about a dog and a cat who live in a house.",
-             "input": "", "output": ""}]
+    rows = [
+        {"instruction": "Name a color.", "input": "", "output": ""},
+        {
+            "instruction": "Write a very long and detailed story about a dog and a cat who live in a house.",
+            "input": "",
+            "output": "",
+        },
+    ]
     seen = []
     real_generate = model.generate
 
@@ -212,5 +241,6 @@ def test_batches_pad_with_the_pad_token_never_eos(stories_dir):
     ids, pad = seen[0]
     assert pad == tokenizer.pad_token_id and ids[0] == tokenizer.pad_token_id  # the shorter prompt, left-padded
     assert tokenizer.eos_token_id not in ids
-    assert batched == greedy_answers(model, tokenizer, rows[:1], max_new_tokens=6) + \
-        greedy_answers(model, tokenizer, rows[1:], max_new_tokens=6)  # padding changes no answer
+    assert batched == greedy_answers(model, tokenizer, rows[:1], max_new_tokens=6) + greedy_answers(
+        model, tokenizer, rows[1:], max_new_tokens=6
+    )  # padding changes no answer

@@ -24,10 +24,16 @@ def merged_and_adapter(stories_dir, tmp_path_factory):
 @pytest.mark.parametrize("ignore_eos", [False, True])
 def test_stream_through_the_fused_decoder_gives_generates_greedy_tokens(merged_and_adapter, capsys, ignore_eos):
     (model, tokenizer), _ = merged_and_adapter
-    fast = stream(model, tokenizer, QUESTIONS, max_new_tokens=150, decode="graph", ignore_eos=ignore_eos, return_ids=True)
-    plain = stream(model, tokenizer, QUESTIONS, max_new_tokens=150, decode="plain", ignore_eos=ignore_eos, return_ids=True)
+    fast = stream(
+        model, tokenizer, QUESTIONS, max_new_tokens=150, decode="graph", ignore_eos=ignore_eos, return_ids=True
+    )
+    plain = stream(
+        model, tokenizer, QUESTIONS, max_new_tokens=150, decode="plain", ignore_eos=ignore_eos, return_ids=True
+    )
     assert fast == plain
-    assert all(len(ids) == 150 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
+    assert (
+        all(len(ids) == 150 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
+    )
     printed = capsys.readouterr().out
     texts = [tokenizer.decode(ids, skip_special_tokens=True) for ids in fast]
     assert all(t.strip()[:40] in printed for t in texts)

@@ -45,7 +45,7 @@ def test_pins_already_at_their_version_are_left_out(t4):
     installed["transformers"] = "5.24.0"  # another version: reinstalled
     del installed["trl"]  # missing: installed
     (cmd,) = plan_install(t4, installed, with_wandb=False).commands
-    assert cmd[cmd.index("--no-deps") + 1:] == ["transformers==5.17.0", "trl==1.15.0"]
+    assert cmd[cmd.index("--no-deps") + 1 :] == ["transformers==5.17.0", "trl==1.15.0"]
 
 
 def test_everything_installed_is_a_no_op(t4):
@@ -59,11 +59,14 @@ def test_find_links_goes_offline(a100):
     assert cmd[:8] == [PY, "-m", "pip", "install", "-q", "--no-index", "--find-links", "/wheels"]
 
 
-@pytest.mark.parametrize("installed, asked, expect_wandb", [
-    ({}, True, True),
-    ({"wandb": "0.31.0"}, True, False),
-    ({}, False, False),
-])
+@pytest.mark.parametrize(
+    "installed, asked, expect_wandb",
+    [
+        ({}, True, True),
+        ({"wandb": "0.31.0"}, True, False),
+        ({}, False, False),
+    ],
+)
 def test_wandb_only_when_missing_and_asked(t4, installed, asked, expect_wandb):
     plan = plan_install(t4, {**pinned(), **installed}, with_wandb=asked)
     assert any(c[-1] == "wandb" for c in plan.commands) is expect_wandb
@@ -87,7 +90,7 @@ def test_install_runs_on_colab(fresh_install, t4):
     ran = []
     plan = install(run=None, hardware=t4, runner=ran.append)
     assert plan.commands and ran == plan.commands
-    assert ran[0][-len(COLAB_PINS):] == list(COLAB_PINS)
+    assert ran[0][-len(COLAB_PINS) :] == list(COLAB_PINS)
 
 
 def test_install_does_not_run_off_colab(fresh_install, a100):

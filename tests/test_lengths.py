@@ -18,8 +18,10 @@ WINDOW = 256  # tokens: small enough that many real rows overflow it, on both to
 
 def direct(tokenizer, rows):
     """The oracle: one plain tokenizer call per row, full text and prompt alone (as the trainer would see)."""
-    full = [tokenizer(format_prompt(r["instruction"], r["input"], r["output"]) + tokenizer.eos_token)["input_ids"]
-            for r in rows]
+    full = [
+        tokenizer(format_prompt(r["instruction"], r["input"], r["output"]) + tokenizer.eos_token)["input_ids"]
+        for r in rows
+    ]
     prompt = [len(tokenizer(format_prompt(r["instruction"], r["input"], ""))["input_ids"]) for r in rows]
     return full, prompt
 
@@ -51,7 +53,9 @@ def test_counts_equal_a_direct_per_row_tokenization_of_5000_rows(tinyllama_token
     # a row exactly max_seq_length tokens long fits: it is not counted
     at = next(i for i, ids in enumerate(full) if len(ids) >= 40)
     exact = length_report(ds.select([at]), tinyllama_tokenizer, max_seq_length=len(full[at]), packing=True)
-    assert exact.long == [] and length_report(ds.select([at]), tinyllama_tokenizer, max_seq_length=len(full[at]) - 1, packing=True).long == [0]
+    assert exact.long == [] and length_report(
+        ds.select([at]), tinyllama_tokenizer, max_seq_length=len(full[at]) - 1, packing=True
+    ).long == [0]
 
 
 def test_prompt_only_overflow_starts_exactly_where_the_prompt_fills_the_window(tinyllama_tokenizer, all_rows):
@@ -64,24 +68,34 @@ def test_prompt_only_overflow_starts_exactly_where_the_prompt_fills_the_window(t
     p = len(prompt_ids)
     assert full_ids[:p] == prompt_ids and len(full_ids) > p + 1  # the response starts at token p
     ds = text_dataset([row], tok)
-    assert length_report(ds, tok, max_seq_length=p, packing=True).prompt_overflow == [0]  # window = prompt: no response token fits
-    assert length_report(ds, tok, max_seq_length=p + 1, packing=True).prompt_overflow == []  # the first response token fits
+    assert length_report(ds, tok, max_seq_length=p, packing=True).prompt_overflow == [
+        0
+    ]  # window = prompt: no response token fits
+    assert (
+        length_report(ds, tok, max_seq_length=p + 1, packing=True).prompt_overflow == []
+    )  # the first response token fits
     assert length_report(ds, tok, max_seq_length=p + 1, packing=True).long == [0]
     # a text without EOS is measured with the EOS TRL appends to it
     bare = datasets.Dataset.from_dict({"text": [ds[0]["text"].removesuffix(tok.eos_token)]})
     assert length_report(bare, tok, max_seq_length=4096, packing=True).lengths == [len(full_ids)]
 
 
-@pytest.mark.parametrize("packing, strategy, says", [
-    (True, "bfd", "'bfd' packing truncates each to its first 256 tokens: the rest, EOS included, is discarded"),
-    (True, "bfd_split", "'bfd_split' packing splits each into pieces of at most 256 tokens"),
-    (True, "wrapped", "'wrapped' packing cuts each at 256-token window edges"),
-    (False, "bfd", "without packing TRL truncates each to its first 256 tokens"),
-])
-def test_summary_says_counts_longest_first_rows_and_what_the_strategy_does(tinyllama_tokenizer, tinyllama_case,
-                                                                           packing, strategy, says):
+@pytest.mark.parametrize(
+    "packing, strategy, says",
+    [
+        (True, "bfd", "'bfd' packing truncates each to its first 256 tokens: the rest, EOS included, is discarded"),
+        (True, "bfd_split", "'bfd_split' packing splits each into pieces of at most 256 tokens"),
+        (True, "wrapped", "'wrapped' packing cuts each at 256-token window edges"),
+        (False, "bfd", "without packing TRL truncates each to its first 256 tokens"),
+    ],
+)
+def test_summary_says_counts_longest_first_rows_and_what_the_strategy_does(
+    tinyllama_tokenizer, tinyllama_case, packing, strategy, says
+):
     ds, full, _ = tinyllama_case
-    report = length_report(ds.select(range(100)), tinyllama_tokenizer, max_seq_length=WINDOW, packing=packing, packing_strategy=strategy)
+    report = length_report(
+        ds.select(range(100)), tinyllama_tokenizer, max_seq_length=WINDOW, packing=packing, packing_strategy=strategy
+    )
     long = [i for i, ids in enumerate(full[:100]) if len(ids) > WINDOW]
     line = report.summary()
     assert "\n" not in line and says in line
@@ -102,13 +116,17 @@ def test_messages_name_the_source_row_when_bad_rows_were_dropped(tinyllama_token
     assert [report.source_index(i) for i in report.long] == source_long
     assert f"source rows from 0: {', '.join(map(str, source_long[:5]))}" in report.summary()
     with pytest.raises(ValueError, match="data_report kept 40 rows but the dataset has 39"):
-        length_report(ds.select(range(39)), tinyllama_tokenizer, max_seq_length=WINDOW, packing=True, data_report=data_report)
+        length_report(
+            ds.select(range(39)), tinyllama_tokenizer, max_seq_length=WINDOW, packing=True, data_report=data_report
+        )
 
 
 @pytest.mark.parametrize("policy", ["drop", "truncate"])
 def test_every_row_too_long_is_an_error_not_a_zero_step_run(tinyllama_tokenizer, tinyllama_case, policy):
     ds = tinyllama_case[0].select(range(200))
-    report = length_report(ds, tinyllama_tokenizer, max_seq_length=16, packing=True)  # the template alone is longer than 16 tokens
+    report = length_report(
+        ds, tinyllama_tokenizer, max_seq_length=16, packing=True
+    )  # the template alone is longer than 16 tokens
     assert len(report.long) == len(report.prompt_overflow) == 200
     message = rf"long_rows='{policy}' leaves no rows: all 200 are longer than max_seq_length=16"
     with pytest.raises(ValueError, match=message):
@@ -129,9 +147,17 @@ def test_policy_must_fit_the_packing(tinyllama_tokenizer, tinyllama_case):
     assert resolve_packing_strategy("truncate", False, "bfd_split") == "bfd_split"  # ignored without packing
     ds = tinyllama_case[0].select(range(20))
     with pytest.raises(ValueError, match="long_rows='split' needs packing_strategy='bfd_split'"):
-        apply_long_rows(ds, length_report(ds, tinyllama_tokenizer, max_seq_length=WINDOW, packing=True, packing_strategy="bfd"), policy="split")
+        apply_long_rows(
+            ds,
+            length_report(ds, tinyllama_tokenizer, max_seq_length=WINDOW, packing=True, packing_strategy="bfd"),
+            policy="split",
+        )
     with pytest.raises(ValueError, match="the dataset has 19 rows but the report measured 20"):
-        apply_long_rows(ds.select(range(19)), length_report(ds, tinyllama_tokenizer, max_seq_length=WINDOW, packing=True), policy="drop")
+        apply_long_rows(
+            ds.select(range(19)),
+            length_report(ds, tinyllama_tokenizer, max_seq_length=WINDOW, packing=True),
+            policy="drop",
+        )
 
 
 # --- each policy on the trainer's real train_dataset (stories260K, window 256 tokens) ---------------------------
@@ -156,7 +182,7 @@ def segments(packed):
     for ids, lengths in zip(packed["input_ids"], packed["seq_lengths"]):
         start = 0
         for n in lengths:
-            out.append(tuple(ids[start:start + n]))
+            out.append(tuple(ids[start : start + n]))
             start += n
     return out
 
@@ -165,7 +191,9 @@ def prepared(stories_dir, stories_case, tmp_path, policy, **fields):
     ds, full, long, over = stories_case
     model, tokenizer = stories_lora(stories_dir, Hardware())
     cfg = FinetuneConfig(max_seq_length=WINDOW, long_rows=policy, **fields)
-    report = length_report(ds, tokenizer, max_seq_length=WINDOW, packing=cfg.packing, packing_strategy=cfg.packing_strategy)
+    report = length_report(
+        ds, tokenizer, max_seq_length=WINDOW, packing=cfg.packing, packing_strategy=cfg.packing_strategy
+    )
     assert report.long == sorted(long + over) and report.prompt_overflow == over  # what the oracle says
     kept, report = apply_long_rows(ds, report, policy=policy)
     trainer = sft_trainer(model, tokenizer, kept, tmp_path, max_seq_length=WINDOW, long_rows=policy, **fields)
@@ -215,7 +243,7 @@ def test_split_keeps_every_token_of_the_long_rows(stories_dir, stories_case, tmp
     assert trainer.args.packing_strategy == "bfd_split" and report.dropped == over
     packed = segments(trainer.train_dataset)
     assert sum(map(len, packed)) == sum(map(len, kept_ids))  # the token total is preserved
-    pieces = [tuple(ids[k:k + WINDOW]) for ids in kept_ids for k in range(0, len(ids), WINDOW)]
+    pieces = [tuple(ids[k : k + WINDOW]) for ids in kept_ids for k in range(0, len(ids), WINDOW)]
     assert Counter(packed) == Counter(pieces)
     assert len(packed) == len(kept_ids) + sum(-(-len(full[i]) // WINDOW) - 1 for i in long)
     # each later piece restarts at position 0 without the prompt, and its first token is not a label
@@ -241,11 +269,19 @@ def test_run_summary_records_the_length_report(tinyllama_tokenizer, tinyllama_ca
     from tinyllama_ft.summary import build_run_summary
 
     ds = tinyllama_case[0].select(range(100))
-    kept, report = apply_long_rows(ds, length_report(ds, tinyllama_tokenizer, max_seq_length=WINDOW, packing=True), policy="drop")
+    kept, report = apply_long_rows(
+        ds, length_report(ds, tinyllama_tokenizer, max_seq_length=WINDOW, packing=True), policy="drop"
+    )
     cfg = FinetuneConfig(max_seq_length=WINDOW)
-    summary = build_run_summary(cfg=cfg, plan=plan_run(cfg, Hardware(), {"num_hidden_layers": 1, "hidden_size": 8,
-                                                                         "intermediate_size": 8, "vocab_size": 8}),
-                                hardware=Hardware(), results={}, length_report=report)
+    summary = build_run_summary(
+        cfg=cfg,
+        plan=plan_run(
+            cfg, Hardware(), {"num_hidden_layers": 1, "hidden_size": 8, "intermediate_size": 8, "vocab_size": 8}
+        ),
+        hardware=Hardware(),
+        results={},
+        length_report=report,
+    )
     assert summary["lengths"]["dropped"] == len(report.long) == 100 - len(kept)
     assert summary["lengths"]["long_row_indices"] == report.long[:20] and summary["lengths"]["policy"] == "drop"
     assert summary["lengths"]["kept_long_rows"] == 0 and summary["lengths"]["tokens_past_window"] == 0

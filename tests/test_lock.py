@@ -41,15 +41,28 @@ time.sleep(600)
 
 def _python(code, *args, **kw):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen([sys.executable, "-c", code, *map(str, args)], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *map(str, args)],
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )
 
 
 def _write_lock(out, **fields):
     out.mkdir(parents=True, exist_ok=True)
     now = time.time()
-    info = {"host": "colab-runtime-before-the-disconnect", "pid": 4242, "started": now - 3600,
-            "started_utc": "earlier", "heartbeat": now, "token": "theirs", **fields}
+    info = {
+        "host": "colab-runtime-before-the-disconnect",
+        "pid": 4242,
+        "started": now - 3600,
+        "started_utc": "earlier",
+        "heartbeat": now,
+        "token": "theirs",
+        **fields,
+    }
     (out / LOCK_FILE).write_text(json.dumps(info), encoding="utf-8")
 
 
@@ -99,7 +112,9 @@ def test_another_machines_lock_with_a_fresh_heartbeat_blocks_and_names_it(tmp_pa
     with pytest.raises(RunLockedError) as e:
         prepare_output_dir(FinetuneConfig(output_dir=str(out), report_to="none"))
     said = str(e.value)
-    assert f"output_dir={str(out)!r} is in use" in said and "'colab-runtime-before-the-disconnect', process 4242" in said
+    assert (
+        f"output_dir={str(out)!r} is in use" in said and "'colab-runtime-before-the-disconnect', process 4242" in said
+    )
     assert "last heartbeat 5 s ago" in said and "expires 300 s after" in said
     assert read_lock(str(out))["token"] == "theirs" and not (out / "run_config.json").exists()
 
@@ -158,8 +173,14 @@ def test_the_command_lines_run_releases_the_lock_when_it_fails(tmp_path, stories
     rows = tmp_path / "rows.jsonl"
     rows.write_text("".join(json.dumps(r) + "\n" for r in alpaca_rows(alpaca_jsonl, 20)), encoding="utf-8")
     out = tmp_path / "outputs"
-    cfg = FinetuneConfig(model_name=str(model), dataset=str(rows), output_dir=str(out), report_to="none",
-                         load_in_4bit=False, max_seq_length=256)
+    cfg = FinetuneConfig(
+        model_name=str(model),
+        dataset=str(rows),
+        output_dir=str(out),
+        report_to="none",
+        load_in_4bit=False,
+        max_seq_length=256,
+    )
     with pytest.raises(OSError):
         run_training(cfg, hardware=cpu)
     assert "output_dir" in capsys.readouterr().out and (out / "run_config.json").exists()  # it got that far

@@ -31,7 +31,9 @@ def test_same_seed_same_init_and_only_adapters_train(stories_dir, cpu):
 
     weights = []
     for _ in range(2):
-        model, _ = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+        model, _ = load_model(
+            str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+        )
         model = add_lora(model, seed=3407)
         weights.append({n: p.detach().clone() for n, p in model.named_parameters() if "lora_A" in n})
         assert all(("lora_" in n) == p.requires_grad for n, p in model.named_parameters())
@@ -43,6 +45,8 @@ def test_same_seed_same_init_and_only_adapters_train(stories_dir, cpu):
 def test_unknown_target_module_is_an_error(stories_dir, cpu):
     from tinyllama_ft.modeling import load_model
 
-    model, _ = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+    model, _ = load_model(
+        str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     with pytest.raises(ValueError, match="not_a_module"):
         add_lora(model, target_modules=["not_a_module"], gradient_checkpointing=False)

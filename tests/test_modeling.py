@@ -42,7 +42,9 @@ def test_cpu_load_says_once_that_4bit_is_impossible_and_loads_fp32(stories_dir, 
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=True, backend="auto", hardware=cpu)
+        model, tokenizer = load_model(
+            str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=True, backend="auto", hardware=cpu
+        )
     said = [str(w.message) for w in caught if "4bit" in str(w.message) or "4-bit" in str(w.message)]
     assert len(said) == 1 and "CPU" in said[0]
     assert model.dtype == torch.float32
@@ -57,10 +59,14 @@ def test_rope_scaling_past_trained_positions_changes_the_rotary_frequencies(stor
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scaled, _ = load_model(str(stories_dir), max_seq_length=1024, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+        scaled, _ = load_model(
+            str(stories_dir), max_seq_length=1024, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+        )
     assert scaled.config.rope_parameters["rope_type"] == "linear" and scaled.config.rope_parameters["factor"] == 2.0
     assert sum("RoPE scaling x2" in str(w.message) for w in caught) == 1
-    plain, _ = load_model(str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+    plain, _ = load_model(
+        str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
     inv_scaled = scaled.model.rotary_emb.inv_freq
     inv_plain = plain.model.rotary_emb.inv_freq
     torch.testing.assert_close(inv_scaled * 1.0, inv_plain / 2.0)

@@ -24,8 +24,11 @@ def _parameters_cell():
 
 def test_parameters_cell_holds_every_field_with_its_default():
     tree = ast.parse(_parameters_cell())
-    values = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
-              if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")}
+    values = {
+        node.targets[0].id: ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")
+    }
     assert list(values) == list(FIELD_NAMES)  # every field, in the config's order
     assert FinetuneConfig(**values) == DEFAULTS  # and each default as the config has it
 
@@ -42,11 +45,20 @@ def _stops_at_config(tmp_path, **parameters):
     from papermill.exceptions import PapermillExecutionError
 
     with pytest.raises(PapermillExecutionError) as raised:
-        papermill.execute_notebook(str(NOTEBOOK), str(tmp_path / "out.ipynb"), cwd=str(tmp_path), kernel_name="python3",
-                                   progress_bar=False, parameters=parameters)
+        papermill.execute_notebook(
+            str(NOTEBOOK),
+            str(tmp_path / "out.ipynb"),
+            cwd=str(tmp_path),
+            kernel_name="python3",
+            progress_bar=False,
+            parameters=parameters,
+        )
     out = json.loads((tmp_path / "out.ipynb").read_text(encoding="utf-8"))
-    failed = [c for c in out["cells"] if c["cell_type"] == "code" and any(o.get("output_type") == "error"
-                                                                       for o in c.get("outputs", []))]
+    failed = [
+        c
+        for c in out["cells"]
+        if c["cell_type"] == "code" and any(o.get("output_type") == "error" for o in c.get("outputs", []))
+    ]
     assert len(failed) == 1 and "config_from_notebook" in "".join(failed[0]["source"])  # the configuration cell
     return str(raised.value)
 
@@ -66,8 +78,9 @@ def test_the_notebook_namespace_gives_only_its_parameters():
 
     namespace = {"lora_r": 8, "max_steps": 5, "In": [], "get_ipython": print, "np": object(), "sys": sys}
     before = set(namespace)
-    namespace.update(hf_token_holder=object(), rows=object(), config_from_notebook=config_from_notebook,
-                     _injected_private=1)  # objects and functions defined later are not parameters
+    namespace.update(
+        hf_token_holder=object(), rows=object(), config_from_notebook=config_from_notebook, _injected_private=1
+    )  # objects and functions defined later are not parameters
     namespace["seed"] = 1  # papermill's injected cell rebinds a parameter
     cfg = config_from_notebook(namespace, names_before=before)
     assert (cfg.lora_r, cfg.max_steps, cfg.seed) == (8, 5, 1)
@@ -88,7 +101,9 @@ def test_papermill_parameters_reach_the_run(notebook_run):
     assert summary["config"]["max_steps"] == NOTEBOOK_STEPS and summary["global_step"] == NOTEBOOK_STEPS
     assert summary["config"]["learning_rate"] == 2e-4 and summary["config"]["max_seq_length"] == 512
     assert summary["backend"] == "transformers" and summary["dtype"] == "float32" and summary["gpu"] is None
-    assert summary["execution"]["per_device_train_batch_size"] * summary["execution"]["gradient_accumulation_steps"] == 8
+    assert (
+        summary["execution"]["per_device_train_batch_size"] * summary["execution"]["gradient_accumulation_steps"] == 8
+    )
     assert [s["instruction"] for s in summary["samples"]] == NOTEBOOK_PROMPTS
     assert all(s["response"].strip() for s in summary["samples"])
     assert summary["train_tokens"] > NOTEBOOK_STEPS * 8 * 256 and summary["tokens_per_s"] > 0
@@ -110,8 +125,10 @@ def test_run_logged_offline_plotted_and_printed_progress(notebook_run):
 @pytest.mark.slow
 def test_adapter_loads_in_a_fresh_process_with_plain_peft(notebook_run):
     _, _, summary = notebook_run
-    code = (f"from peft import AutoPeftModelForCausalLM\n"
-            f"m = AutoPeftModelForCausalLM.from_pretrained({summary['adapter_dir']!r})\n"
-            f"print(type(m).__name__)")
+    code = (
+        f"from peft import AutoPeftModelForCausalLM\n"
+        f"m = AutoPeftModelForCausalLM.from_pretrained({summary['adapter_dir']!r})\n"
+        f"print(type(m).__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=300)
     assert "PeftModelForCausalLM" in out.stdout

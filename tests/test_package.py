@@ -11,10 +11,12 @@ NOTEBOOK = REPO / "notebooks" / "finetune_tinyllama"
 
 
 def test_import_pulls_in_neither_torch_nor_transformers():
-    code = ("import sys, tinyllama_ft, tinyllama_ft.config, tinyllama_ft.install, tinyllama_ft.hardware, "
-            "tinyllama_ft.precision, tinyllama_ft.prompts\n"
-            "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'unsloth', 'wandb') if m in sys.modules]\n"
-            "assert not heavy, heavy")
+    code = (
+        "import sys, tinyllama_ft, tinyllama_ft.config, tinyllama_ft.install, tinyllama_ft.hardware, "
+        "tinyllama_ft.precision, tinyllama_ft.prompts\n"
+        "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'unsloth', 'wandb') if m in sys.modules]\n"
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 

@@ -58,8 +58,9 @@ def test_every_path_parameter_expands_home_and_variables(lora, stories_dir, alpa
     monkeypatch.chdir(cwd)
     model, tokenizer = lora
 
-    cfg = FinetuneConfig(output_dir="~/runs/x", adapter_dir="$RUNS/x/adapter", report_to="none",
-                         dataset="$DATA/" + alpaca_jsonl.name)
+    cfg = FinetuneConfig(
+        output_dir="~/runs/x", adapter_dir="$RUNS/x/adapter", report_to="none", dataset="$DATA/" + alpaca_jsonl.name
+    )
     assert (cfg.output_dir, cfg.adapter_dir) == (str(home / "runs" / "x"), str(home / "runs" / "x" / "adapter"))
     assert cfg.dataset == str(alpaca_jsonl) and cfg.model_name == "unsloth/tinyllama-bnb-4bit"  # a Hub id stays
     assert not ensure_drive("~/runs/x")
@@ -73,11 +74,26 @@ def test_every_path_parameter_expands_home_and_variables(lora, stories_dir, alpa
     saved = save_adapter(model, tokenizer, "$RUNS/x/adapter")
     assert saved == str(home / "runs" / "x" / "adapter")
     shutil.copytree(stories_dir, home / "stories")
-    reloaded, _ = load_adapter("~/runs/x/adapter", dtype=None, load_in_4bit=False,  # max_seq_length: the run's record
-                               backend="transformers", hardware=cpu, base_model="~/stories")
+    reloaded, _ = load_adapter(
+        "~/runs/x/adapter",
+        dtype=None,
+        load_in_4bit=False,  # max_seq_length: the run's record
+        backend="transformers",
+        hardware=cpu,
+        base_model="~/stories",
+    )
     assert reloaded is not None
-    assert load_model("$MODELS/" + stories_dir.name, max_seq_length=256, dtype=None, load_in_4bit=False,
-                      backend="transformers", hardware=cpu)[0] is not None
+    assert (
+        load_model(
+            "$MODELS/" + stories_dir.name,
+            max_seq_length=256,
+            dtype=None,
+            load_in_4bit=False,
+            backend="transformers",
+            hardware=cpu,
+        )[0]
+        is not None
+    )
     rows, _ = load_instruction_data("$DATA/" + alpaca_jsonl.name)
     assert len(rows) == len(alpaca_rows(alpaca_jsonl, 10**6))
     write_run_summary("~/runs/x/run_summary.json", answer=1)

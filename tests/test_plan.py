@@ -33,8 +33,14 @@ def test_estimate_grows_with_what_costs_memory(tinyllama_config, backend):
     dims = model_dims(tinyllama_config)
 
     def est(**kw):
-        args = dict(micro_batch=4, max_seq_length=2048, gradient_checkpointing=False, backend=backend,
-                    load_in_4bit=True, fused_loss=True)
+        args = dict(
+            micro_batch=4,
+            max_seq_length=2048,
+            gradient_checkpointing=False,
+            backend=backend,
+            load_in_4bit=True,
+            fused_loss=True,
+        )
         return estimate_peak_gib(dims, **{**args, **kw})
 
     base = est()
@@ -49,8 +55,14 @@ def test_estimate_grows_with_what_costs_memory(tinyllama_config, backend):
 def test_h200_gets_flex_attention_liger_and_one_micro_batch_without_checkpointing(tinyllama_config):
     plan = plan_run(FinetuneConfig(), H200, tinyllama_config, budget_gib=138, importable=everything)
     assert (plan.backend, plan.attn_implementation, plan.use_liger_kernel) == ("transformers", "flex_attention", True)
-    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (8, 1, False)
-    assert plan.effective_batch_size == 8 and plan.dtype == "bfloat16" and plan.optim == "adamw_8bit" and plan.load_in_4bit
+    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (
+        8,
+        1,
+        False,
+    )
+    assert (
+        plan.effective_batch_size == 8 and plan.dtype == "bfloat16" and plan.optim == "adamw_8bit" and plan.load_in_4bit
+    )
     assert "batch 8 x accumulation 1" in plan.summary()
 
 
@@ -63,9 +75,17 @@ def test_t4_keeps_unsloth_and_checkpoints_to_fit_15_gib(tinyllama_config, t4):
 
 def test_smaller_gpus_halve_the_micro_batch_before_they_checkpoint(tinyllama_config, a100):
     plan = plan_run(FinetuneConfig(), a100, tinyllama_config, budget_gib=39, importable=everything)
-    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (4, 2, False)
+    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (
+        4,
+        2,
+        False,
+    )
     plan = plan_run(FinetuneConfig(), a100, tinyllama_config, budget_gib=22, importable=everything)
-    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (8, 1, True)
+    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (
+        8,
+        1,
+        True,
+    )
 
 
 def test_without_liger_the_logits_count_and_it_says_how_to_get_it(tinyllama_config):
@@ -87,17 +107,30 @@ def test_the_effective_batch_never_changes(tinyllama_config, budget, split):
 
 def test_article_recipe_is_literal_and_cpu_only_drops_checkpointing(tinyllama_config, cpu, t4):
     article = plan_run(FinetuneConfig(recipe="article"), t4, tinyllama_config, importable=everything)
-    assert (article.backend, article.per_device_train_batch_size, article.gradient_accumulation_steps,
-            article.gradient_checkpointing, article.use_liger_kernel) == ("unsloth", 2, 4, True, False)
+    assert (
+        article.backend,
+        article.per_device_train_batch_size,
+        article.gradient_accumulation_steps,
+        article.gradient_checkpointing,
+        article.use_liger_kernel,
+    ) == ("unsloth", 2, 4, True, False)
     host = plan_run(FinetuneConfig(), cpu, tinyllama_config, importable=everything)
     assert (host.backend, host.attn_implementation, host.use_liger_kernel) == ("transformers", "sdpa", False)
-    assert (host.per_device_train_batch_size, host.gradient_accumulation_steps, host.gradient_checkpointing) == (2, 4, False)
+    assert (host.per_device_train_batch_size, host.gradient_accumulation_steps, host.gradient_checkpointing) == (
+        2,
+        4,
+        False,
+    )
 
 
 def test_unreadable_model_config_keeps_the_configured_split(tmp_path):
     cfg = FinetuneConfig(model_name=str(tmp_path / "missing"))
     plan = plan_run(cfg, H200, budget_gib=138, importable=everything)
-    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (2, 4, True)
+    assert (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing) == (
+        2,
+        4,
+        True,
+    )
     assert "unreadable" in plan.summary()
 
 
@@ -143,11 +176,27 @@ def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), max_seq_length=256)
     rows = text_dataset(alpaca_rows(alpaca_jsonl, 400), tokenizer)
-    cfg = FinetuneConfig(max_seq_length=256, report_to="none", max_steps=4, learning_rate=2e-3, dtype="float32",
-                         per_device_train_batch_size=micro, gradient_accumulation_steps=accumulation,
-                         gradient_checkpointing=False, output_dir=str(tmp_path / f"{micro}x{accumulation}"),
-                         save_steps=100, dataset_num_proc=None)
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=rows.select(range(380)), eval_dataset=rows.select(range(380, 400)), cfg=cfg, plan=plan_run(cfg, Hardware()))
+    cfg = FinetuneConfig(
+        max_seq_length=256,
+        report_to="none",
+        max_steps=4,
+        learning_rate=2e-3,
+        dtype="float32",
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=accumulation,
+        gradient_checkpointing=False,
+        output_dir=str(tmp_path / f"{micro}x{accumulation}"),
+        save_steps=100,
+        dataset_num_proc=None,
+    )
+    trainer = build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=rows.select(range(380)),
+        eval_dataset=rows.select(range(380, 400)),
+        cfg=cfg,
+        plan=plan_run(cfg, Hardware()),
+    )
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return losses, trainer.evaluate()["eval_loss"]
@@ -171,10 +220,27 @@ def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu, max_seq_length=256)
     ds = text_dataset(alpaca_rows(alpaca_jsonl, 120), tokenizer)
-    cfg = FinetuneConfig(max_seq_length=256, report_to="none", max_steps=3, eval_steps=1, save_steps=100,
-                         output_dir=str(tmp_path), dataset_num_proc=None, long_rows="truncate")
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds.select(range(100)), eval_dataset=ds.select(range(100, 120)), cfg=cfg, plan=plan_run(cfg, cpu))
+    cfg = FinetuneConfig(
+        max_seq_length=256,
+        report_to="none",
+        max_steps=3,
+        eval_steps=1,
+        save_steps=100,
+        output_dir=str(tmp_path),
+        dataset_num_proc=None,
+        long_rows="truncate",
+    )
+    trainer = build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=ds.select(range(100)),
+        eval_dataset=ds.select(range(100, 120)),
+        cfg=cfg,
+        plan=plan_run(cfg, cpu),
+    )
     r = train_and_evaluate(trainer)
     evals = [h["eval_runtime"] for h in r["log_history"] if "eval_runtime" in h and 1 <= h["step"] <= 3]
     assert len(evals) >= 3 and r["eval_in_train_s"] == pytest.approx(sum(evals[:3]), abs=0.02)
-    assert r["tokens_per_s"] == pytest.approx(r["train_tokens"] / (r["train_runtime_s"] - r["eval_in_train_s"]), rel=0.01)
+    assert r["tokens_per_s"] == pytest.approx(
+        r["train_tokens"] / (r["train_runtime_s"] - r["eval_in_train_s"]), rel=0.01
+    )

@@ -45,11 +45,14 @@ def test_aliases_resolve_to_canonical_names(a100, t4, cpu):
     assert resolve_dtype("fp32", cpu) == "float32"
 
 
-@pytest.mark.parametrize("hw_name, flags", [
-    ("t4", {"fp16": True, "bf16": False}),
-    ("a100", {"fp16": False, "bf16": True}),
-    ("cpu", {"fp16": False, "bf16": False}),
-])
+@pytest.mark.parametrize(
+    "hw_name, flags",
+    [
+        ("t4", {"fp16": True, "bf16": False}),
+        ("a100", {"fp16": False, "bf16": True}),
+        ("cpu", {"fp16": False, "bf16": False}),
+    ],
+)
 def test_trainer_flags_follow_the_dtype(hw_name, flags, request):
     hw = request.getfixturevalue(hw_name)
     assert trainer_precision_flags(resolve_dtype(None, hw)) == flags
@@ -70,9 +73,16 @@ def test_cpu_autocasts_to_bf16_only_where_it_computes_bf16_and_dtype_is_auto(cpu
     from trl import SFTConfig
 
     native = Hardware(cpu_bf16=True)
-    kwargs = sft_config_kwargs(FinetuneConfig(report_to="none"), plan_run(FinetuneConfig(report_to="none"), native), has_eval=False)
+    kwargs = sft_config_kwargs(
+        FinetuneConfig(report_to="none"), plan_run(FinetuneConfig(report_to="none"), native), has_eval=False
+    )
     assert kwargs["bf16"] is True and kwargs["use_cpu"] is True
     assert SFTConfig(**kwargs).bf16  # the trainer's own checks accept bf16 autocast on a CPU
-    assert sft_config_kwargs(FinetuneConfig(dtype="float32"), plan_run(FinetuneConfig(dtype="float32"), native), has_eval=False)["bf16"] is False
+    assert (
+        sft_config_kwargs(
+            FinetuneConfig(dtype="float32"), plan_run(FinetuneConfig(dtype="float32"), native), has_eval=False
+        )["bf16"]
+        is False
+    )
     assert sft_config_kwargs(FinetuneConfig(), plan_run(FinetuneConfig(), cpu), has_eval=False)["bf16"] is False
     assert trainer_precision_flags("float32") == {"fp16": False, "bf16": False}

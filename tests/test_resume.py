@@ -21,9 +21,25 @@ DRIVER = REPO / "tests" / "resume_driver.py"
 
 def _driver(stories_dir, alpaca_jsonl, output_dir, result, *extra):
     # dropout on: the resumed run also needs the checkpoint's RNG state to match
-    return [sys.executable, str(DRIVER), "--model", str(stories_dir), "--data", str(alpaca_jsonl),
-            "--output-dir", str(output_dir), "--result", str(result), "--max-steps", str(MAX_STEPS),
-            "--save-steps", str(SAVE_STEPS), "--lora-dropout", "0.1", *extra]
+    return [
+        sys.executable,
+        str(DRIVER),
+        "--model",
+        str(stories_dir),
+        "--data",
+        str(alpaca_jsonl),
+        "--output-dir",
+        str(output_dir),
+        "--result",
+        str(result),
+        "--max-steps",
+        str(MAX_STEPS),
+        "--save-steps",
+        str(SAVE_STEPS),
+        "--lora-dropout",
+        "0.1",
+        *extra,
+    ]
 
 
 def _wait_for(path, proc, timeout=120.0):
@@ -42,12 +58,31 @@ def runs(stories_dir, alpaca_jsonl, tmp_path_factory):
     """An uninterrupted run, and the same run SIGKILLed after checkpoint-8 then resumed."""
     tmp = tmp_path_factory.mktemp("resume")
     env = dict(os.environ, TOKENIZERS_PARALLELISM="false")
-    full = subprocess.Popen(_driver(stories_dir, alpaca_jsonl, tmp / "full", tmp / "full.json"), env=env, cwd=tmp,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    full = subprocess.Popen(
+        _driver(stories_dir, alpaca_jsonl, tmp / "full", tmp / "full.json"),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     # the victim sleeps 2 s after each step past 8, so the kill lands mid-run, between checkpoints 8 and 12
-    victim = subprocess.Popen(_driver(stories_dir, alpaca_jsonl, tmp / "killed", tmp / "victim.json",
-                                      "--step-delay", "2", "--delay-after", str(KILL_AFTER)),
-                              env=env, cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = subprocess.Popen(
+        _driver(
+            stories_dir,
+            alpaca_jsonl,
+            tmp / "killed",
+            tmp / "victim.json",
+            "--step-delay",
+            "2",
+            "--delay-after",
+            str(KILL_AFTER),
+        ),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # trainer_state.json is the last file transformers writes into a checkpoint: its presence means complete
     _wait_for(tmp / "killed" / f"checkpoint-{KILL_AFTER}" / "trainer_state.json", victim)
     victim.send_signal(signal.SIGKILL)
@@ -55,8 +90,14 @@ def runs(stories_dir, alpaca_jsonl, tmp_path_factory):
     left = sorted(os.listdir(tmp / "killed"))
     _, err = full.communicate(timeout=300)
     assert full.returncode == 0, err[-3000:]
-    resumed = subprocess.run(_driver(stories_dir, alpaca_jsonl, tmp / "killed", tmp / "resumed.json", "--resume"),
-                             env=env, cwd=tmp, capture_output=True, text=True, timeout=300)
+    resumed = subprocess.run(
+        _driver(stories_dir, alpaca_jsonl, tmp / "killed", tmp / "resumed.json", "--resume"),
+        env=env,
+        cwd=tmp,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     return {
         "tmp": tmp,
@@ -94,7 +135,9 @@ def test_resumed_losses_match_the_uninterrupted_run(runs):
     assert set(full) == set(range(1, MAX_STEPS + 1))
     for step, loss in resumed.items():
         assert loss == pytest.approx(full[step], abs=1e-3), (step, loss, full[step])
-    assert runs["resumed"]["results"]["eval_loss_after"] == pytest.approx(runs["full"]["results"]["eval_loss_after"], abs=1e-3)
+    assert runs["resumed"]["results"]["eval_loss_after"] == pytest.approx(
+        runs["full"]["results"]["eval_loss_after"], abs=1e-3
+    )
 
 
 def test_checkpoint_cut_short_by_a_kill_is_skipped(runs, tmp_path):

@@ -16,15 +16,44 @@ from helpers import alpaca_rows
 
 pytestmark = pytest.mark.slow  # real papermill runs of the script: the slow tier (pyproject.toml)
 #: The toy fast path as the README gives it (stories260K has 512 positions), few steps, few tokens.
-QUICK = ["-p", "save_steps", "2", "-p", "eval_steps", "2", "-p", "report_to", "none", "-p", "max_new_tokens", "8",
-         "-p", "max_seq_length", "512"]
+QUICK = [
+    "-p",
+    "save_steps",
+    "2",
+    "-p",
+    "eval_steps",
+    "2",
+    "-p",
+    "report_to",
+    "none",
+    "-p",
+    "max_new_tokens",
+    "8",
+    "-p",
+    "max_seq_length",
+    "512",
+]
 
 
 def _script(out, dataset, stories_dir, *args):
-    env = dict(os.environ, OUT=str(out), MODEL=str(stories_dir), DATASET=str(dataset), SKIP_SETUP="1",
-               VENV=str(Path(sys.executable).parent.parent), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
-    return subprocess.run(["bash", str(REPO / "scripts" / "run_offline.sh"), *QUICK, *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    env = dict(
+        os.environ,
+        OUT=str(out),
+        MODEL=str(stories_dir),
+        DATASET=str(dataset),
+        SKIP_SETUP="1",
+        VENV=str(Path(sys.executable).parent.parent),
+        PYTHONPATH=str(REPO),
+        OMP_NUM_THREADS="1",
+    )
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "run_offline.sh"), *QUICK, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -14,17 +14,40 @@ from dataclasses import replace
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
-from tinyllama_ft.config import FinetuneConfig
+from tinyllama_ft.config import FIELD_NAMES, FinetuneConfig, identity_fields
 from tinyllama_ft.lock import LOCK_FILE
-from tinyllama_ft.runs import (NOT_IDENTITY, RUN_CONFIG, ensure_drive, identity_differences, prepare_output_dir,
-                               read_run_config, run_identity)
+from tinyllama_ft.runs import (
+    RUN_CONFIG,
+    ensure_drive,
+    identity_differences,
+    prepare_output_dir,
+    read_run_config,
+    run_identity,
+)
+
+#: Fields that do not change what is computed (free to change on resume): the ones not marked identity.
+NOT_IDENTITY = set(FIELD_NAMES) - set(identity_fields())
 
 
 def _cfg(stories_dir, alpaca_jsonl, output_dir, **changes):
-    return FinetuneConfig(model_name=str(stories_dir), dataset=str(alpaca_jsonl), max_seq_length=256, backend="transformers",
-                          load_in_4bit=False, gradient_checkpointing=False, learning_rate=2e-3, max_steps=4, save_steps=2,
-                          per_device_train_batch_size=2, gradient_accumulation_steps=1, test_size=0.0, report_to="none",
-                          dataset_num_proc=None, output_dir=str(output_dir), **changes)
+    return FinetuneConfig(
+        model_name=str(stories_dir),
+        dataset=str(alpaca_jsonl),
+        max_seq_length=256,
+        backend="transformers",
+        load_in_4bit=False,
+        gradient_checkpointing=False,
+        learning_rate=2e-3,
+        max_steps=4,
+        save_steps=2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        test_size=0.0,
+        report_to="none",
+        dataset_num_proc=None,
+        output_dir=str(output_dir),
+        **changes,
+    )
 
 
 def _train(cfg, stories_dir, alpaca_jsonl):
@@ -34,7 +57,9 @@ def _train(cfg, stories_dir, alpaca_jsonl):
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), cfg.max_seq_length, cfg.seed)
     ds = text_dataset(alpaca_rows(alpaca_jsonl, 40), tokenizer)
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan_run(cfg, Hardware()))
+    trainer = build_trainer(
+        model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan_run(cfg, Hardware())
+    )
     return train_and_evaluate(trainer, resume=cfg.resume)
 
 
@@ -68,6 +93,7 @@ def _listing(path):
 
 # --- (c) output folder safety ---
 
+
 def test_new_or_empty_output_dir_starts_and_records_the_run(stories_dir, alpaca_jsonl, tmp_path):
     cfg = _cfg(stories_dir, alpaca_jsonl, tmp_path / "new" / "outputs")
     assert prepare_output_dir(cfg) == "new"
@@ -83,20 +109,42 @@ def test_new_or_empty_output_dir_starts_and_records_the_run(stories_dir, alpaca_
 
 def test_identity_keeps_training_fields_and_drops_volatile_ones(stories_dir, alpaca_jsonl, tmp_path):
     identity = run_identity(_cfg(stories_dir, alpaca_jsonl, tmp_path))
-    for name in ("model_name", "dataset", "lora_r", "target_modules", "learning_rate", "effective_batch_size",
-                 "max_seq_length", "seed", "packing", "template", "optim", "lr_scheduler_type"):
+    for name in (
+        "model_name",
+        "dataset",
+        "lora_r",
+        "target_modules",
+        "learning_rate",
+        "effective_batch_size",
+        "max_seq_length",
+        "seed",
+        "packing",
+        "template",
+        "optim",
+        "lr_scheduler_type",
+    ):
         assert name in identity
-    assert not set(NOT_IDENTITY) & set(identity)
+    assert not NOT_IDENTITY & set(identity)
     # the split is execution only: a smaller micro-batch with more accumulation is the same run
     import dataclasses
 
     cfg = _cfg(stories_dir, alpaca_jsonl, tmp_path)
-    resplit = dataclasses.replace(cfg, per_device_train_batch_size=1,
-                                  gradient_accumulation_steps=cfg.effective_batch_size)
+    resplit = dataclasses.replace(
+        cfg, per_device_train_batch_size=1, gradient_accumulation_steps=cfg.effective_batch_size
+    )
     assert run_identity(resplit) == run_identity(cfg)
     assert run_identity(dataclasses.replace(cfg, gradient_accumulation_steps=99)) != run_identity(cfg)
-    assert {"resume", "overwrite_output_dir", "prompts", "max_new_tokens", "output_dir", "max_steps", "backend",
-            "recipe", "use_liger_kernel"} <= set(NOT_IDENTITY)
+    assert {
+        "resume",
+        "overwrite_output_dir",
+        "prompts",
+        "max_new_tokens",
+        "output_dir",
+        "max_steps",
+        "backend",
+        "recipe",
+        "use_liger_kernel",
+    } <= NOT_IDENTITY
     assert run_identity(dataclasses.replace(cfg, max_steps=cfg.max_steps * 2)) == run_identity(cfg)  # train longer
     assert run_identity(cfg, data_fingerprint="abc")["data_fingerprint"] == "abc"
     assert "data_fingerprint" not in run_identity(cfg)
@@ -118,7 +166,9 @@ def test_any_trace_of_an_earlier_run_counts(earlier, leftover):
     out = earlier.output_dir
     for name in os.listdir(out):
         if name != leftover:
-            shutil.rmtree(os.path.join(out, name)) if os.path.isdir(os.path.join(out, name)) else os.remove(os.path.join(out, name))
+            shutil.rmtree(os.path.join(out, name)) if os.path.isdir(os.path.join(out, name)) else os.remove(
+                os.path.join(out, name)
+            )
     with pytest.raises(FileExistsError, match=leftover):
         prepare_output_dir(earlier)
 
@@ -134,8 +184,17 @@ def test_resume_without_a_checkpoint_does_not_overwrite_a_finished_run(earlier):
 def test_resume_with_the_same_training_config_is_allowed(earlier, tmp_path):
     moved = tmp_path / "moved_to_drive"  # a folder copied elsewhere still resumes: output_dir is not identity
     shutil.copytree(earlier.output_dir, moved)
-    cfg = replace(earlier, output_dir=str(moved), resume=True, prompts=("Name a color.",), max_new_tokens=8,
-                  report_to="wandb", eval_steps=5, save_steps=1, gradient_checkpointing=True)
+    cfg = replace(
+        earlier,
+        output_dir=str(moved),
+        resume=True,
+        prompts=("Name a color.",),
+        max_new_tokens=8,
+        report_to="wandb",
+        eval_steps=5,
+        save_steps=1,
+        gradient_checkpointing=True,
+    )
     assert prepare_output_dir(cfg) == "resume"
     assert "checkpoint-4" in os.listdir(moved)
 
@@ -187,8 +246,13 @@ def test_overwrite_deletes_the_earlier_runs_offline_wandb_runs(earlier, monkeypa
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
-    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="earlier",
-                              output_dir=earlier.output_dir, prompt_allowed=False)
+    tracking = start_tracking(
+        report_to="wandb",
+        wandb_project="tiny-llama",
+        wandb_run_name="earlier",
+        output_dir=earlier.output_dir,
+        prompt_allowed=False,
+    )
     finish_tracking(tracking)
     wandb_dir = os.path.join(earlier.output_dir, "wandb")
     assert tracking.mode == "offline" and any(n.startswith("offline-run-") for n in os.listdir(wandb_dir))
@@ -208,6 +272,7 @@ def test_new_config_fields_default_off_and_come_from_a_notebook_namespace():
 
 # --- (b) Google Drive ---
 
+
 class Mount:
     def __init__(self):
         self.calls = []
@@ -222,7 +287,9 @@ def test_output_dir_on_drive_mounts_it_on_colab(tmp_path, capsys):
     assert ensure_drive(os.path.join(point, "MyDrive", "run1"), colab=True, mount=mount, mount_point=point) is True
     assert mount.calls == [point]
     assert "not on Drive" not in capsys.readouterr().out
-    assert ensure_drive(os.path.join(point, "MyDrive", "run1"), mount_drive=True, colab=True, mount=mount, mount_point=point)
+    assert ensure_drive(
+        os.path.join(point, "MyDrive", "run1"), mount_drive=True, colab=True, mount=mount, mount_point=point
+    )
     assert mount.calls == [point]  # already mounted: not mounted twice
 
 
@@ -235,13 +302,18 @@ def test_mount_drive_with_a_local_output_dir_mounts_and_warns(tmp_path, capsys):
 
 def test_no_drive_needed_mounts_nothing(tmp_path):
     mount = Mount()
-    assert ensure_drive(str(tmp_path / "outputs"), colab=True, mount=mount, mount_point=str(tmp_path / "drive")) is False
+    assert (
+        ensure_drive(str(tmp_path / "outputs"), colab=True, mount=mount, mount_point=str(tmp_path / "drive")) is False
+    )
     assert mount.calls == []
 
 
 def test_mount_drive_outside_colab_is_a_notice(tmp_path, capsys):
     mount = Mount()
-    assert ensure_drive("outputs", mount_drive=True, colab=False, mount=mount, mount_point=str(tmp_path / "drive")) is False
+    assert (
+        ensure_drive("outputs", mount_drive=True, colab=False, mount=mount, mount_point=str(tmp_path / "drive"))
+        is False
+    )
     assert mount.calls == []
     out = capsys.readouterr().out
     assert "mount_drive=True: not in Colab" in out and out.count("\n") == 1
@@ -271,8 +343,14 @@ def test_an_adapter_outside_output_dir_is_an_earlier_run_too(stories_dir, alpaca
     said = capsys.readouterr().out
     assert not adapter.exists() and not (tmp_path / "new_run" / "export").exists()
     assert f"export, {adapter}" in said
-    for listed in ("export/ (every exported format)", "the adapter folder (adapter_dir, inside output_dir or not)",
-                   "offline W&B runs", "checkpoint-* folders", "run_summary.json", "loss_curve.png"):
+    for listed in (
+        "export/ (every exported format)",
+        "the adapter folder (adapter_dir, inside output_dir or not)",
+        "offline W&B runs",
+        "checkpoint-* folders",
+        "run_summary.json",
+        "loss_curve.png",
+    ):
         assert listed in said, listed
 
 
@@ -283,6 +361,14 @@ def test_overwrite_output_dir_documents_everything_it_deletes():
     doc = field_docs()["overwrite_output_dir"]
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
     assert doc in readme  # the parameter table
-    for name in ("checkpoint-*", "run_summary.json", "loss_curve.png", "export/", "adapter_dir", "W&B", "run_config.json"):
+    for name in (
+        "checkpoint-*",
+        "run_summary.json",
+        "loss_curve.png",
+        "export/",
+        "adapter_dir",
+        "W&B",
+        "run_config.json",
+    ):
         assert name in doc, name
         assert any(name in item for item in DELETED_BY_OVERWRITE), name

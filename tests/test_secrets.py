@@ -26,9 +26,24 @@ PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
 
 # --- secrets are never parameters -------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["wandb_api_key", "WANDB_API_KEY", "hf_token", "HF_TOKEN", "token", "api_key",
-                                  "Hub_Token", "push_to_hub_token", "HUGGING_FACE_HUB_TOKEN", "wandb_key", "password",
-                                  "client_secret"])
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "wandb_api_key",
+        "WANDB_API_KEY",
+        "hf_token",
+        "HF_TOKEN",
+        "token",
+        "api_key",
+        "Hub_Token",
+        "push_to_hub_token",
+        "HUGGING_FACE_HUB_TOKEN",
+        "wandb_key",
+        "password",
+        "client_secret",
+    ],
+)
 def test_from_mapping_refuses_a_secret_name_without_showing_its_value(name):
     with pytest.raises(ValueError) as raised:
         FinetuneConfig.from_mapping({"max_steps": 5, name: FAKE_WANDB_KEY})
@@ -41,8 +56,15 @@ def test_tokenizer_and_config_names_are_not_taken_for_secrets():
     from tinyllama_ft.coercion import ConfigError
     from tinyllama_ft.credentials import refuse_secret_names
 
-    names = {"eos_token": "</s>", "pad_token": "<unk>", "max_new_tokens": 8, "tokenizer": None, "wandb_project": "p",
-             "tokens_per_s": 1.0, "bos_token_id": 1}
+    names = {
+        "eos_token": "</s>",
+        "pad_token": "<unk>",
+        "max_new_tokens": 8,
+        "tokenizer": None,
+        "wandb_project": "p",
+        "tokens_per_s": 1.0,
+        "bos_token_id": 1,
+    }
     refuse_secret_names(names)  # nothing refused as a secret
     with pytest.raises(ConfigError, match="unknown parameter 'eos_token'"):  # but they are not parameters either
         FinetuneConfig.from_mapping(names)
@@ -84,7 +106,7 @@ def test_colab_secrets_reach_the_environment_silently_and_the_hub_uses_the_token
 
 # --- trust_remote_code off unless asked; safetensors only --------------------------------------------
 
-CUSTOM_CODE = '''import pathlib
+CUSTOM_CODE = """import pathlib
 pathlib.Path({marker!r}).write_text("the model's own code ran")
 from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -95,7 +117,7 @@ class CustomConfig(LlamaConfig):
 
 class CustomForCausalLM(LlamaForCausalLM):
     config_class = CustomConfig
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +127,11 @@ def custom_code_model(tmp_path_factory, stories_dir):
     for f in stories_dir.iterdir():
         (folder / f.name).write_bytes(f.read_bytes())
     config = json.loads((stories_dir / "config.json").read_text())
-    config.update(model_type="tinyllama_ft_custom", architectures=["CustomForCausalLM"],
-                  auto_map={"AutoConfig": "custom_code.CustomConfig", "AutoModelForCausalLM": "custom_code.CustomForCausalLM"})
+    config.update(
+        model_type="tinyllama_ft_custom",
+        architectures=["CustomForCausalLM"],
+        auto_map={"AutoConfig": "custom_code.CustomConfig", "AutoModelForCausalLM": "custom_code.CustomForCausalLM"},
+    )
     (folder / "config.json").write_text(json.dumps(config))
     marker = folder.parent / f"{folder.name}.ran"
     (folder / "custom_code.py").write_text(CUSTOM_CODE.format(marker=str(marker)))
@@ -130,10 +155,25 @@ def test_model_code_from_the_repository_never_runs_by_default(custom_code_model,
     cfg = FinetuneConfig(model_name=str(folder), backend="transformers", load_in_4bit=False, max_seq_length=512)
     assert cfg.trust_remote_code is False
     with pytest.raises(ValueError, match="trust_remote_code"):
-        load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=cfg.dtype, load_in_4bit=cfg.load_in_4bit, backend=cfg.backend, hardware=cpu,
-                   trust_remote_code=cfg.trust_remote_code)
+        load_model(
+            cfg.model_name,
+            max_seq_length=cfg.max_seq_length,
+            dtype=cfg.dtype,
+            load_in_4bit=cfg.load_in_4bit,
+            backend=cfg.backend,
+            hardware=cpu,
+            trust_remote_code=cfg.trust_remote_code,
+        )
     with pytest.raises(ValueError, match="trust_remote_code"):
-        load_adapter(str(adapter), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu, base_model=str(folder))
+        load_adapter(
+            str(adapter),
+            max_seq_length=512,
+            dtype=None,
+            load_in_4bit=False,
+            backend="transformers",
+            hardware=cpu,
+            base_model=str(folder),
+        )
     assert not marker.exists()
 
 
@@ -176,14 +216,19 @@ def test_pickled_weights_are_never_loaded(stories_dir, adapter, tmp_path, cpu):
 
     model_dir = pickled_copy(stories_dir, "model.safetensors", "pytorch_model.bin")
     with pytest.raises(OSError, match="safetensors"):
-        load_model(str(model_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+        load_model(
+            str(model_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+        )
     adapter_dir = pickled_copy(adapter, "adapter_model.safetensors", "adapter_model.bin")
     with pytest.raises(FileNotFoundError, match="adapter_dir=.*safetensors"):
-        load_adapter(str(adapter_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu)
+        load_adapter(
+            str(adapter_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+        )
 
 
 # --- a real run with keys in the environment: the keys are in none of its files --------------------
 # (the session's one notebook run, conftest.notebook_run: W&B and Hub keys set, the W&B server silent)
+
 
 @pytest.fixture(scope="module")
 def keyed_run(notebook_run):
@@ -209,11 +254,23 @@ def test_no_file_the_run_wrote_holds_a_key(keyed_run):
         needles[f"{name} (base64 basic auth)"] = base64.b64encode(f"api:{key}".encode())[:-4]
     files = [p for p in workdir.rglob("*") if p.is_file()]
     names = {p.name for p in files}
-    assert {"out.ipynb", "run_summary.json", "debug.log", "debug-internal.log", "adapter_model.safetensors",
-            "trainer_state.json", "training_args.bin", "optimizer.pt"} <= names, sorted(names)
+    assert {
+        "out.ipynb",
+        "run_summary.json",
+        "debug.log",
+        "debug-internal.log",
+        "adapter_model.safetensors",
+        "trainer_state.json",
+        "training_args.bin",
+        "optimizer.pt",
+    } <= names, sorted(names)
     assert any(p.suffix == ".wandb" for p in files)
-    leaks = [f"{p.relative_to(workdir)}: {what}" for p in files for what, needle in needles.items()
-             if needle in p.read_bytes()]
+    leaks = [
+        f"{p.relative_to(workdir)}: {what}"
+        for p in files
+        for what, needle in needles.items()
+        if needle in p.read_bytes()
+    ]
     assert not leaks, leaks
 
 
@@ -236,7 +293,8 @@ def test_adapter_and_checkpoints_hold_weights_only_as_safetensors(keyed_run):
 def test_train_loss_per_step_reads_back_from_the_offline_run(keyed_run):
     workdir, _, summary = keyed_run
     run_dir = next((workdir / "outputs" / "wandb").glob("offline-run-*"))
-    logged = {row["train/global_step"]: row["train/loss"] for row in read_offline_metrics(str(run_dir))
-              if "train/loss" in row}
+    logged = {
+        row["train/global_step"]: row["train/loss"] for row in read_offline_metrics(str(run_dir)) if "train/loss" in row
+    }
     trained = {entry["step"]: entry["loss"] for entry in summary["log_history"] if "loss" in entry}
     assert len(trained) == NOTEBOOK_STEPS and logged == trained

@@ -30,6 +30,5 @@ def test_write_run_summary_replaces_an_existing_file(tmp_path):
     path = tmp_path / "run_summary.json"
     write_run_summary(str(path), eval_loss_after=2.0, versions={}, git_commit=None)
     write_run_summary(str(path), eval_loss_after=1.0, versions={}, git_commit=None)
-    assert json.loads(path.read_text(encoding="utf-8")) == {"eval_loss_after": 1.0, "versions": {},
-                                                            "git_commit": None}
+    assert json.loads(path.read_text(encoding="utf-8")) == {"eval_loss_after": 1.0, "versions": {}, "git_commit": None}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run_summary.json"]

@@ -12,35 +12,46 @@ import pytest
 from tinyllama_ft.data import check_rows, load_instruction_data, read_rows
 from tinyllama_ft.prompts import format_prompt, make_formatting_func, training_text
 
-WOMAN_TECHNOLOGIST = "\U0001F469\U0001F3FD\u200d\U0001F4BB"  # 👩🏽‍💻: woman + medium skin tone + ZWJ + laptop
-FAMILY = "\U0001F468\u200d\U0001F469\u200d\U0001F467\u200d\U0001F466"  # 👨‍👩‍👧‍👦: four people joined by ZWJ
-RAINBOW_FLAG = "\U0001F3F3\ufe0f\u200d\U0001F308"  # 🏳️‍🌈: flag + variation selector + ZWJ + rainbow
+WOMAN_TECHNOLOGIST = "\U0001f469\U0001f3fd\u200d\U0001f4bb"  # 👩🏽‍💻: woman + medium skin tone + ZWJ + laptop
+FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 👨‍👩‍👧‍👦: four people joined by ZWJ
+RAINBOW_FLAG = "\U0001f3f3\ufe0f\u200d\U0001f308"  # 🏳️‍🌈: flag + variation selector + ZWJ + rainbow
 
 #: (instruction, input, output) per script.
 SAMPLES = {
     "bengali": ("বাংলায় অনুবাদ করুন।", "Good morning, friend!", "সুপ্রভাত, বন্ধু! কেমন আছো?"),
     "hindi": ("हिंदी में अनुवाद करें।", "Hello, world", "नमस्ते, दुनिया! आप कैसे हैं?"),
     "chinese": ("把这句话翻译成中文。", "Good morning", "早上好！今天天气很好。"),
-    "japanese": ("日本語に翻訳してください。", "Thank you very much", "どうもありがとうございます。カタカナ、ひらがな、漢字。"),
+    "japanese": (
+        "日本語に翻訳してください。",
+        "Thank you very much",
+        "どうもありがとうございます。カタカナ、ひらがな、漢字。",
+    ),
     "korean": ("한국어로 번역하세요.", "Have a nice day", "좋은 하루 되세요! 감사합니다."),
     "arabic": ("ترجم إلى العربية.", "Peace be upon you", "السلام عليكم ورحمة الله وبركاته"),
-    "emoji": (f"Describe these emoji: {WOMAN_TECHNOLOGIST} {FAMILY}", f"\U0001F44D\U0001F3FF {RAINBOW_FLAG} 🇧🇩 1️⃣",
-              f"A woman technologist {WOMAN_TECHNOLOGIST}, a family {FAMILY}, a dark thumbs up \U0001F44D\U0001F3FF, "
-              f"a rainbow flag {RAINBOW_FLAG}, the flag of Bangladesh 🇧🇩 and a keycap 1️⃣."),
-    "mixed": ("Greet in every script: বাংলা, हिन्दी, 中文, 日本語, 한국어, العربية.",
-              "RTL مرحبا inside LTR text, 日本語とEnglish, 123 ١٢٣ ১২৩ १२३",
-              f"Hello! হ্যালো! नमस्ते! 你好! こんにちは! 안녕하세요! مرحبا! 👋🏽 {WOMAN_TECHNOLOGIST}"),
+    "emoji": (
+        f"Describe these emoji: {WOMAN_TECHNOLOGIST} {FAMILY}",
+        f"\U0001f44d\U0001f3ff {RAINBOW_FLAG} 🇧🇩 1️⃣",
+        f"A woman technologist {WOMAN_TECHNOLOGIST}, a family {FAMILY}, a dark thumbs up \U0001f44d\U0001f3ff, "
+        f"a rainbow flag {RAINBOW_FLAG}, the flag of Bangladesh 🇧🇩 and a keycap 1️⃣.",
+    ),
+    "mixed": (
+        "Greet in every script: বাংলা, हिन्दी, 中文, 日本語, 한국어, العربية.",
+        "RTL مرحبا inside LTR text, 日本語とEnglish, 123 ١٢٣ ১২৩ १२३",
+        f"Hello! হ্যালো! नमस्ते! 你好! こんにちは! 안녕하세요! مرحبا! 👋🏽 {WOMAN_TECHNOLOGIST}",
+    ),
     # no normalization or stripping anywhere: decomposed é (e + U+0301) and Hangul jamo stay decomposed,
     # edge and invisible spaces stay
-    "unnormalized": (" Cafe\u0301 is not Café in bytes; \u1112\u1161\u11ab is 한 in jamo. ",
-                     "  zero\u200bwidth, no\u00a0break, ideographic\u3000space, cafe\u0301\t",
-                     "\tleading and trailing spaces, a tab\tand a line\u2028separator stay, re\u0301sume\u0301.  "),
+    "unnormalized": (
+        " Cafe\u0301 is not Café in bytes; \u1112\u1161\u11ab is 한 in jamo. ",
+        "  zero\u200bwidth, no\u00a0break, ideographic\u3000space, cafe\u0301\t",
+        "\tleading and trailing spaces, a tab\tand a line\u2028separator stay, re\u0301sume\u0301.  ",
+    ),
 }
 ROWS = [{"instruction": i, "input": x, "output": o} for i, x, o in SAMPLES.values()]
 
 
 def test_samples_hold_what_they_claim():
-    assert "\u200d" in WOMAN_TECHNOLOGIST and "\U0001F3FD" in WOMAN_TECHNOLOGIST  # ZWJ and skin tone
+    assert "\u200d" in WOMAN_TECHNOLOGIST and "\U0001f3fd" in WOMAN_TECHNOLOGIST  # ZWJ and skin tone
     for text in SAMPLES["unnormalized"]:  # so a normalizing or stripping step would change every field
         assert unicodedata.normalize("NFC", text) != text and text.strip() != text
 
@@ -50,9 +61,11 @@ def test_samples_hold_what_they_claim():
 def test_training_text_survives_the_real_tokenizer(tinyllama_tokenizer, script, template):
     tok = tinyllama_tokenizer
     instruction, input, output = SAMPLES[script]
-    for text in (training_text(instruction, input, output, tok.eos_token, template),
-                 format_prompt(instruction, input, template=template),   # generation prompt
-                 format_prompt(instruction, template=template)):
+    for text in (
+        training_text(instruction, input, output, tok.eos_token, template),
+        format_prompt(instruction, input, template=template),  # generation prompt
+        format_prompt(instruction, template=template),
+    ):
         ids = tok(text)["input_ids"]
         # byte fallback: a character outside the vocabulary becomes UTF-8 byte pieces, never <unk>
         assert tok.unk_token_id not in ids
@@ -95,10 +108,12 @@ def test_end_to_end_file_to_tokens_and_back(tmp_path, tinyllama_tokenizer):
     ds, _ = load_instruction_data(write(tmp_path / "d.jsonl", "jsonl", ROWS))
     texts = ds.map(make_formatting_func(tok.eos_token), batched=True)["text"]
     for row, text in zip(ROWS, texts):
-        expected = ("Below is an instruction that describes a task, paired with an input that provides further "
-                    "context. Write a response that appropriately completes the request.\n\n"
-                    f"### Instruction:\n{row['instruction']}\n\n### Input:\n{row['input']}\n\n"
-                    f"### Response:\n{row['output']}</s>")
+        expected = (
+            "Below is an instruction that describes a task, paired with an input that provides further "
+            "context. Write a response that appropriately completes the request.\n\n"
+            f"### Instruction:\n{row['instruction']}\n\n### Input:\n{row['input']}\n\n"
+            f"### Response:\n{row['output']}</s>"
+        )
         assert text == expected
         assert tok.decode(tok(text)["input_ids"][1:]) == expected  # [1:]: the BOS the tokenizer adds
 
@@ -135,8 +150,11 @@ def _opens_without_encoding(source: str) -> list[int]:
             name = getattr(f, "attr", None) if getattr(f, "attr", None) in ("read_text", "write_text") else None
         if name not in ("open", "read_text", "write_text") or any(k.arg == "encoding" for k in node.keywords):
             continue
-        mode = node.args[1] if name == "open" and len(node.args) > 1 else next(
-            (k.value for k in node.keywords if k.arg == "mode"), None)
+        mode = (
+            node.args[1]
+            if name == "open" and len(node.args) > 1
+            else next((k.value for k in node.keywords if k.arg == "mode"), None)
+        )
         if isinstance(mode, ast.Constant) and "b" in str(mode.value):
             continue  # bytes: no text encoding involved
         lines.append(node.lineno)
@@ -144,13 +162,17 @@ def _opens_without_encoding(source: str) -> list[int]:
 
 
 def test_opens_without_encoding_are_found():
-    source = ("open(p)\nopen(p, 'rb')\nopen(p, 'w', encoding='utf-8')\np.read_text()\nio.open(p, mode='w')\n"
-              "opener.open(u)")
+    source = (
+        "open(p)\nopen(p, 'rb')\nopen(p, 'w', encoding='utf-8')\np.read_text()\nio.open(p, mode='w')\nopener.open(u)"
+    )
     assert _opens_without_encoding(source) == [1, 4, 5]
 
 
 def test_package_opens_text_files_with_an_explicit_encoding():
     package = Path(__file__).resolve().parents[1] / "tinyllama_ft"
-    found = {p.name: lines for p in sorted(package.glob("*.py"))
-             if (lines := _opens_without_encoding(p.read_text(encoding="utf-8")))}
+    found = {
+        p.name: lines
+        for p in sorted(package.glob("*.py"))
+        if (lines := _opens_without_encoding(p.read_text(encoding="utf-8")))
+    }
     assert found == {}, f"text-mode open() without encoding= (file: line numbers): {found}"

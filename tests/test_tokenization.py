@@ -14,8 +14,13 @@ import pytest
 from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer, stories_lora
 from tinyllama_ft.lengths import apply_long_rows, length_report
 from tinyllama_ft.prompts import format_prompt, training_text
-from tinyllama_ft.tokenization import (alpaca_segments, drop_unsupervised, encode_prompts, tokenize_dataset,
-                                       tokenize_segments)
+from tinyllama_ft.tokenization import (
+    alpaca_segments,
+    drop_unsupervised,
+    encode_prompts,
+    tokenize_dataset,
+    tokenize_segments,
+)
 from tinyllama_ft.eos import _samples, eos_supervision
 
 #: Special-token text of the Llama-2 and SmolLM2 (ChatML / GPT-2) vocabularies.
@@ -51,26 +56,41 @@ def with_special_text(rows, n=24):
         s = SPECIAL_TEXTS[k % len(SPECIAL_TEXTS)]
         t = SPECIAL_TEXTS[(k + 1) % len(SPECIAL_TEXTS)]
         half = len(row["output"]) // 2
-        out.append({"instruction": f"{row['instruction']} {s}", "input": f"{t}{row['input']}",
-                    "output": f"{row['output'][:half]}{s}{row['output'][half:]} {t}"})
+        out.append(
+            {
+                "instruction": f"{row['instruction']} {s}",
+                "input": f"{t}{row['input']}",
+                "output": f"{row['output'][:half]}{s}{row['output'][half:]} {t}",
+            }
+        )
     return out
 
 
 def test_ids_equal_trls_tokenization_of_the_text_column_on_5000_real_rows(tokenizer, rows):
-    ids, masks = tokenize_segments([alpaca_segments(r["instruction"], r["input"], r["output"]) for r in rows],
-                                   tokenizer)
+    ids, masks = tokenize_segments(
+        [alpaca_segments(r["instruction"], r["input"], r["output"]) for r in rows], tokenizer
+    )
     texts = [training_text(r["instruction"], r["input"], r["output"], tokenizer.eos_token) for r in rows]
     assert ids == tokenizer(texts)["input_ids"]  # what TRL's SFTTrainer made of the "text" column
     prompts = tokenizer([format_prompt(r["instruction"], r["input"], "") for r in rows])["input_ids"]
     for i, (m, p) in enumerate(zip(masks, prompts)):
         assert len(m) == len(ids[i]) and m == [0] * len(p) + [1] * (len(m) - len(p)), i  # response + EOS
-        assert ids[i][:len(p)] == p
+        assert ids[i][: len(p)] == p
     # the original Alpaca no-input variant, as the config's template="alpaca_no_input" renders it
     some = rows[:1000]
-    ids, _ = tokenize_segments([alpaca_segments(r["instruction"], r["input"], r["output"], template="alpaca_no_input")
-                                for r in some], tokenizer)
-    assert ids == tokenizer([training_text(r["instruction"], r["input"], r["output"], tokenizer.eos_token,
-                                           "alpaca_no_input") for r in some])["input_ids"]
+    ids, _ = tokenize_segments(
+        [alpaca_segments(r["instruction"], r["input"], r["output"], template="alpaca_no_input") for r in some],
+        tokenizer,
+    )
+    assert (
+        ids
+        == tokenizer(
+            [
+                training_text(r["instruction"], r["input"], r["output"], tokenizer.eos_token, "alpaca_no_input")
+                for r in some
+            ]
+        )["input_ids"]
+    )
 
 
 @pytest.mark.parametrize("field", ["instruction", "input", "output"])
@@ -80,13 +100,14 @@ def test_special_token_text_stays_text_in_every_field(tokenizer, rows, field):
     for s in SPECIAL_TEXTS:
         row = dict(rows[0])
         row[field] = f"{s}{row[field]} {s} x{s}"
-        (ids,), (mask,) = tokenize_segments([alpaca_segments(row["instruction"], row["input"], row["output"])],
-                                            tokenizer)
-        assert ids[:len(bos)] == bos and ids[-1] == tokenizer.eos_token_id
-        assert not specials & set(ids[len(bos):-1]), (s, field)  # no special id but the template's BOS / EOS
-        assert tokenizer.decode(ids[len(bos):-1]).count(s) == 3
+        (ids,), (mask,) = tokenize_segments(
+            [alpaca_segments(row["instruction"], row["input"], row["output"])], tokenizer
+        )
+        assert ids[: len(bos)] == bos and ids[-1] == tokenizer.eos_token_id
+        assert not specials & set(ids[len(bos) : -1]), (s, field)  # no special id but the template's BOS / EOS
+        assert tokenizer.decode(ids[len(bos) : -1]).count(s) == 3
         old = tokenizer(training_text(row["instruction"], row["input"], row["output"], tokenizer.eos_token))
-        assert specials & set(old["input_ids"][len(bos):-1]) or s not in tokenizer.all_special_tokens
+        assert specials & set(old["input_ids"][len(bos) : -1]) or s not in tokenizer.all_special_tokens
         assert mask[-1] == 1 and sum(mask) == len(ids) - mask.index(1)
 
 
@@ -101,23 +122,39 @@ def tiny_model(tokenizer):
     """A randomly initialised 1-layer Llama with ``tokenizer``'s vocabulary (only the batches are checked)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=1024)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+    )
     return LlamaForCausalLM(config)
 
 
 @pytest.mark.parametrize("completion_only_loss", [True, False])
 @pytest.mark.parametrize("packing", [True, False])
 def test_collated_batches_hold_text_as_text_one_supervised_eos_and_the_right_labels(
-        tokenizer, rows, tmp_path, packing, completion_only_loss):
+    tokenizer, rows, tmp_path, packing, completion_only_loss
+):
     import datasets
 
     tokenizer = copy.deepcopy(tokenizer)  # the trainer sets a pad token on it
     ds = tokenize_dataset(datasets.Dataset.from_list(with_special_text(rows)), tokenizer)
     kept, _ = apply_long_rows(ds, length_report(ds, tokenizer, max_seq_length=1024, packing=packing), policy="drop")
     expected = {tuple(r["input_ids"]): r["completion_mask"] for r in kept}
-    trainer = sft_trainer(tiny_model(tokenizer), tokenizer, kept, tmp_path, max_seq_length=1024, packing=packing,
-                          completion_only_loss=completion_only_loss, per_device_train_batch_size=4)
+    trainer = sft_trainer(
+        tiny_model(tokenizer),
+        tokenizer,
+        kept,
+        tmp_path,
+        max_seq_length=1024,
+        packing=packing,
+        completion_only_loss=completion_only_loss,
+        per_device_train_batch_size=4,
+    )
     assert eos_supervision(trainer, batches=None)["samples_ok"] == len(kept)
     specials = set(tokenizer.all_special_ids) - {tokenizer.eos_token_id}
     seen = 0
@@ -134,8 +171,7 @@ def test_collated_batches_hold_text_as_text_one_supervised_eos_and_the_right_lab
     assert seen == len(kept)
 
 
-def test_rows_with_no_response_token_in_the_window_are_dropped_and_counted(tinyllama_tokenizer, rows, tmp_path,
-                                                                           capsys):
+def test_rows_with_no_response_token_in_the_window_are_dropped_and_counted(tinyllama_tokenizer, rows, tmp_path, capsys):
     import datasets
 
     tok = tinyllama_tokenizer
@@ -167,11 +203,13 @@ def test_build_trainer_drops_the_rows_without_a_response_token(stories_dir, rows
     ds = tokenize_dataset(datasets.Dataset.from_list(rows[:16]), tok)
     window = max(m.index(1) for m in ds["completion_mask"])  # the longest prompt fills it
     short = [i for i, m in enumerate(ds["completion_mask"]) if m.index(1) >= window]
-    trainer = sft_trainer(model, tok, ds, tmp_path, max_seq_length=window, completion_only_loss=True,
-                          long_rows="truncate")
+    trainer = sft_trainer(
+        model, tok, ds, tmp_path, max_seq_length=window, completion_only_loss=True, long_rows="truncate"
+    )
     assert f"train dataset: {len(short)} of 16 rows dropped, no token to train on" in capsys.readouterr().out
     assert sum(sum(s) for s in trainer.train_dataset["seq_lengths"]) == sum(
-        min(window, len(ids)) for i, ids in enumerate(ds["input_ids"]) if i not in short)
+        min(window, len(ids)) for i, ids in enumerate(ds["input_ids"]) if i not in short
+    )
     with pytest.raises(ValueError, match="none of its"):
         sft_trainer(model, tok, ds, tmp_path, max_seq_length=3, completion_only_loss=True, long_rows="truncate")
 
@@ -190,7 +228,7 @@ def test_every_response_character_is_supervised_at_the_prompt_boundary(tokenizer
     whitespace (SmolLM2 merges it with the template's "\\n": 'ĊĠ', 'ĊĊ'); with ``prompt_end="space"`` the prompt
     ends in a space, which both vocabularies merge with the response's first word ('ĠThe', '▁The')."""
     segments, straddling = [], 0
-    for k, r in enumerate(rows[:3 * len(LEADING_WHITESPACE)]):
+    for k, r in enumerate(rows[: 3 * len(LEADING_WHITESPACE)]):
         output = LEADING_WHITESPACE[k % len(LEADING_WHITESPACE)] + r["output"]
         template = ("alpaca", "alpaca_no_input")[k % 2]
         prompt = alpaca_segments(r["instruction"], r["input"], output, template=template)[0][0]
@@ -231,9 +269,18 @@ def test_a_short_real_training_run_in_both_loss_modes(stories_dir, rows, tmp_pat
     model, tok = stories_lora(stories_dir, Hardware())
     ds = tokenize_dataset(datasets.Dataset.from_list(with_special_text(rows, 120)), tok)
     kept, _ = apply_long_rows(ds, length_report(ds, tok, max_seq_length=512, packing=True), policy="drop")
-    trainer = sft_trainer(model, tok, kept.select(range(32)), tmp_path, eval_dataset=kept.select(range(32, 40)),
-                          max_seq_length=512, max_steps=3, per_device_train_batch_size=4, logging_steps=1,
-                          completion_only_loss=completion_only_loss)
+    trainer = sft_trainer(
+        model,
+        tok,
+        kept.select(range(32)),
+        tmp_path,
+        eval_dataset=kept.select(range(32, 40)),
+        max_seq_length=512,
+        max_steps=3,
+        per_device_train_batch_size=4,
+        logging_steps=1,
+        completion_only_loss=completion_only_loss,
+    )
     tokens = sum(sum(1 for x in r if x != -100) for r in trainer.train_dataset["labels"])
     prompt = sum(m.count(0) for m in kept.select(range(32))["completion_mask"])
     total = sum(len(m) for m in kept.select(range(32))["completion_mask"])
@@ -246,18 +293,28 @@ def test_a_short_real_training_run_in_both_loss_modes(stories_dir, rows, tmp_pat
 
 
 @pytest.mark.parametrize("completion_only_loss", [True, False])
-def test_bfd_split_pieces_keep_the_mask_and_lose_only_each_piece_start(tinyllama_tokenizer, rows, tmp_path,
-                                                                       completion_only_loss):
+def test_bfd_split_pieces_keep_the_mask_and_lose_only_each_piece_start(
+    tinyllama_tokenizer, rows, tmp_path, completion_only_loss
+):
     import datasets
 
     tok = copy.deepcopy(tinyllama_tokenizer)
     window = 160
     ds = tokenize_dataset(datasets.Dataset.from_list(with_special_text(rows)), tok)
     kept, report = apply_long_rows(
-        ds, length_report(ds, tok, max_seq_length=window, packing=True, packing_strategy="bfd_split"), policy="split")
+        ds, length_report(ds, tok, max_seq_length=window, packing=True, packing_strategy="bfd_split"), policy="split"
+    )
     assert len(report.kept_long) > 3
-    trainer = sft_trainer(tiny_model(tok), tok, kept, tmp_path, max_seq_length=window, long_rows="split",
-                          packing_strategy="bfd_split", completion_only_loss=completion_only_loss)
+    trainer = sft_trainer(
+        tiny_model(tok),
+        tok,
+        kept,
+        tmp_path,
+        max_seq_length=window,
+        long_rows="split",
+        packing_strategy="bfd_split",
+        completion_only_loss=completion_only_loss,
+    )
     supervised = pieces = 0
     for batch in trainer.get_train_dataloader():
         for ids, labels in _samples(batch, tok.pad_token_id):

@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from tinyllama_ft.tracking import Tracking, find_api_key, finish_tracking, start_tracking
+from tinyllama_ft.credentials import find_secret
+from tinyllama_ft.tracking import Tracking, finish_tracking, start_tracking
 from wandb_runfile import read_offline_metrics
 
 
@@ -20,9 +21,12 @@ def no_wandb_env(monkeypatch):
 
 
 def test_key_from_environment_then_colab_secrets(monkeypatch):
-    assert find_api_key({"WANDB_API_KEY": "k1"}, secret=lambda name: "k2") == ("k1", "environment")
-    assert find_api_key({}, secret=lambda name: "k2" if name == "WANDB_API_KEY" else None) == ("k2", "colab-secrets")
-    assert find_api_key({}, secret=lambda name: None) == (None, None)
+    assert find_secret("WANDB_API_KEY", {"WANDB_API_KEY": "k1"}, secret=lambda name: "k2") == ("k1", "environment")
+    assert find_secret("WANDB_API_KEY", {}, secret=lambda name: "k2" if name == "WANDB_API_KEY" else None) == (
+        "k2",
+        "colab-secrets",
+    )
+    assert find_secret("WANDB_API_KEY", {}, secret=lambda name: None) == (None, None)
 
 
 def test_colab_secrets_are_read_through_google_colab_userdata(monkeypatch):
@@ -45,7 +49,14 @@ def test_no_key_and_no_person_logs_offline_and_says_where(no_wandb_env, tmp_path
     import wandb
 
     monkeypatch.setattr(wandb, "login", lambda *a, **k: pytest.fail("must not prompt"))
-    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="test-run", output_dir=str(tmp_path), config={"lora_r": 32}, prompt_allowed=False)
+    tracking = start_tracking(
+        report_to="wandb",
+        wandb_project="tiny-llama",
+        wandb_run_name="test-run",
+        output_dir=str(tmp_path),
+        config={"lora_r": 32},
+        prompt_allowed=False,
+    )
     wandb.log({"loss": 1.25})
     finish_tracking(tracking)
     out = capsys.readouterr().out
@@ -126,20 +137,33 @@ def server(request):
 
 @pytest.mark.parametrize(
     "server, why, init_timeout",
-    [("closed-port", "not reachable", None), ("syn-dropped", "not reachable", None), ("silent", "not reachable", None),
-     ("unroutable", "", None), ("answers-404", "online wandb.init to", None),
-     ("graphql-hangs", "online wandb.init to", 5)],  # the probe passes; init_timeout bounds the online init
+    [
+        ("closed-port", "not reachable", None),
+        ("syn-dropped", "not reachable", None),
+        ("silent", "not reachable", None),
+        ("unroutable", "", None),
+        ("answers-404", "online wandb.init to", None),
+        ("graphql-hangs", "online wandb.init to", 5),
+    ],  # the probe passes; init_timeout bounds the online init
     indirect=["server"],
 )
-def test_key_without_a_reachable_server_goes_offline_within_seconds(wandb_key_env, server, why, init_timeout,
-                                                                    tmp_path, capsys):
+def test_key_without_a_reachable_server_goes_offline_within_seconds(
+    wandb_key_env, server, why, init_timeout, tmp_path, capsys
+):
     import wandb
 
     wandb_key_env.setenv("WANDB_BASE_URL", server)
     timeouts = {"init_timeout": init_timeout} if init_timeout else {}  # else the defaults: probe 3 s, init 30 s
     start = time.monotonic()
-    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="no-network", output_dir=str(tmp_path), config={"lora_r": 32}, prompt_allowed=False,
-                              **timeouts)
+    tracking = start_tracking(
+        report_to="wandb",
+        wandb_project="tiny-llama",
+        wandb_run_name="no-network",
+        output_dir=str(tmp_path),
+        config={"lora_r": 32},
+        prompt_allowed=False,
+        **timeouts,
+    )
     elapsed = time.monotonic() - start
     wandb.log({"loss": 0.5})
     finish_tracking(tracking)
@@ -152,8 +176,11 @@ def test_key_without_a_reachable_server_goes_offline_within_seconds(wandb_key_en
     assert read_offline_metrics(tracking.run_dir)[0]["loss"] == 0.5  # the offline run really logs
 
 
-@pytest.mark.parametrize("server, why", [("answers-404", None), ("closed-port", "refused"),
-                                         ("silent", "no answer within 2 s")], indirect=["server"])
+@pytest.mark.parametrize(
+    "server, why",
+    [("answers-404", None), ("closed-port", "refused"), ("silent", "no answer within 2 s")],
+    indirect=["server"],
+)
 def test_probe_takes_any_http_answer_as_reachable_and_says_why_not(server, why):
     from tinyllama_ft.tracking import probe_server
 
@@ -182,8 +209,9 @@ def test_headless_process_without_key_never_prompts_and_says_where(tmp_path):
     )
     env = {k: v for k, v in os.environ.items() if k not in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED")}
     env.update(WANDB_DISABLE_GIT="true", HOME=str(tmp_path / "home"))  # no ~/.netrc key either
-    done = subprocess.run([sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                          env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     lines = done.stdout.splitlines()
     assert lines[-1] == "mode offline" and len(lines) == 2, done.stdout
@@ -192,20 +220,30 @@ def test_headless_process_without_key_never_prompts_and_says_where(tmp_path):
 
 # --- offline metrics read back from the run file ----------------------------------------------------
 
+
 def test_logged_values_read_back_equal_from_the_offline_run_file(no_wandb_env, tmp_path):
     import wandb
 
-    rows = [{"train/loss": 4.5 / (i + 1), "train/global_step": i, "note": "x" * i, "nested": {"a": i}}
-            for i in range(30)]
+    rows = [
+        {"train/loss": 4.5 / (i + 1), "train/global_step": i, "note": "x" * i, "nested": {"a": i}} for i in range(30)
+    ]
     rows.append({"big": "y" * 100_000})  # one record over several 32 KiB blocks
-    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="readback", output_dir=str(tmp_path), prompt_allowed=False)
+    tracking = start_tracking(
+        report_to="wandb",
+        wandb_project="tiny-llama",
+        wandb_run_name="readback",
+        output_dir=str(tmp_path),
+        prompt_allowed=False,
+    )
     for row in rows:
         wandb.log(row)
     finish_tracking(tracking)
     history = read_offline_metrics(tracking.run_dir)
     assert len(history) == len(rows)
     for logged, read in zip(rows, history):
-        flat = {(f"{k}.a" if isinstance(v, dict) else k): (v["a"] if isinstance(v, dict) else v) for k, v in logged.items()}
+        flat = {
+            (f"{k}.a" if isinstance(v, dict) else k): (v["a"] if isinstance(v, dict) else v) for k, v in logged.items()
+        }
         assert {k: v for k, v in read.items() if not k.startswith("_")} == flat
     assert [r["_step"] for r in history] == list(range(len(rows)))
 
@@ -215,7 +253,13 @@ def test_damaged_or_foreign_run_files_are_refused_and_a_torn_tail_is_dropped(no_
 
     from wandb_runfile import wandb_records
 
-    tracking = start_tracking(report_to="wandb", wandb_project="tiny-llama", wandb_run_name="damage", output_dir=str(tmp_path / "run"), prompt_allowed=False)
+    tracking = start_tracking(
+        report_to="wandb",
+        wandb_project="tiny-llama",
+        wandb_run_name="damage",
+        output_dir=str(tmp_path / "run"),
+        prompt_allowed=False,
+    )
     for i in range(5):
         wandb.log({"loss": float(i)})
     finish_tracking(tracking)

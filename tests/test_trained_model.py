@@ -27,8 +27,15 @@ def test_flex_attention_is_swapped_for_sdpa_outside_training_and_restored(storie
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), max_seq_length=256, dtype="float32", load_in_4bit=False,
-                                  backend="transformers", hardware=Hardware(), attn_implementation="flex_attention")
+    model, tokenizer = load_model(
+        str(stories_dir),
+        max_seq_length=256,
+        dtype="float32",
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=Hardware(),
+        attn_implementation="flex_attention",
+    )
     model = add_lora(model, gradient_checkpointing=False)
     assert attention_implementation(model) == "flex_attention"
     with sdpa_outside_training(model) as used:
@@ -48,13 +55,28 @@ def _flex_stories(stories_dir, lora=True):
     from tinyllama_ft.lora import add_lora
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), max_seq_length=256, dtype="float32", load_in_4bit=False,
-                                  backend="transformers", hardware=Hardware(), attn_implementation="flex_attention")
+    model, tokenizer = load_model(
+        str(stories_dir),
+        max_seq_length=256,
+        dtype="float32",
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=Hardware(),
+        attn_implementation="flex_attention",
+    )
     return (add_lora(model, gradient_checkpointing=False) if lora else model), tokenizer
 
 
-HELPERS = ["generate", "stream_plain", "stream_eager", "held_out_scores", "greedy_answers", "chat_generate",
-           "chat_stream", "tryout"]
+HELPERS = [
+    "generate",
+    "stream_plain",
+    "stream_eager",
+    "held_out_scores",
+    "greedy_answers",
+    "chat_generate",
+    "chat_stream",
+    "tryout",
+]
 
 
 @pytest.mark.parametrize("helper", HELPERS)
@@ -71,19 +93,24 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
     seen = []
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hook = base.model.layers[0].self_attn.register_forward_pre_hook(
-        lambda module, args: seen.append(module.config._attn_implementation))
+        lambda module, args: seen.append(module.config._attn_implementation)
+    )
     rows = alpaca_rows(alpaca_jsonl, 3)
     if helper == "generate":
         from tinyllama_ft.generation import generate
+
         generate(model, tokenizer, QUESTIONS, max_new_tokens=4)
     elif helper.startswith("stream_"):
         from tinyllama_ft.generation import stream
+
         stream(model, tokenizer, QUESTIONS[:1], max_new_tokens=4, decode=helper.split("_")[1])
     elif helper == "held_out_scores":
         from tinyllama_ft.evaluation import held_out_scores
+
         held_out_scores(model, tokenizer, rows)
     elif helper == "greedy_answers":
         from tinyllama_ft.evaluation import greedy_answers
+
         greedy_answers(model, tokenizer, rows, max_new_tokens=4)
     elif helper.startswith("chat_"):
         from tinyllama_ft import chat_generation
@@ -95,6 +122,7 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
     else:
         ipywidgets = pytest.importorskip("ipywidgets")
         from tinyllama_ft.tryout import answer_into
+
         answer_into(ipywidgets.Output(), model, tokenizer, QUESTIONS[0], max_new_tokens=4)
     hook.remove()
     assert seen and set(seen) == {"sdpa"}, seen
@@ -115,15 +143,29 @@ def test_the_trainer_evaluates_on_sdpa_with_the_eval_loss_flex_attention_gives(s
     rows = alpaca_rows(alpaca_jsonl, 48)
     import datasets
 
-    trainer = sft_trainer(model, tokenizer, datasets.Dataset.from_list(rows[:32]), tmp_path,
-                          eval_dataset=datasets.Dataset.from_list(rows[32:]), max_steps=1, max_seq_length=256,
-                          per_device_train_batch_size=2, gradient_accumulation_steps=1, per_device_eval_batch_size=2,
-                          gradient_checkpointing=False)
+    trainer = sft_trainer(
+        model,
+        tokenizer,
+        datasets.Dataset.from_list(rows[:32]),
+        tmp_path,
+        eval_dataset=datasets.Dataset.from_list(rows[32:]),
+        max_steps=1,
+        max_seq_length=256,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        per_device_eval_batch_size=2,
+        gradient_checkpointing=False,
+    )
     batch = next(iter(trainer.get_eval_dataloader()))
     assert batch["position_ids"][0].tolist().count(0) > 1  # one packed row holds several documents
     seen = []
-    hook = model.get_base_model().model.layers[0].self_attn.register_forward_pre_hook(
-        lambda module, args: seen.append((module.training, module.config._attn_implementation)))
+    hook = (
+        model.get_base_model()
+        .model.layers[0]
+        .self_attn.register_forward_pre_hook(
+            lambda module, args: seen.append((module.training, module.config._attn_implementation))
+        )
+    )
     on_sdpa = trainer.evaluate()["eval_loss"]
     trainer.evaluation_loop = SFTTrainer.evaluation_loop.__get__(trainer)  # TRL's own loop, on flex attention
     on_flex = trainer.evaluate()["eval_loss"]

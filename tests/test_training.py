@@ -30,10 +30,22 @@ def test_article_values_on_a_t4_and_on_a_cpu(cpu, t4):
     gpu = sft_config_kwargs(FinetuneConfig(), plan_run(FinetuneConfig(), t4), has_eval=True)
     assert gpu["optim"] == "adamw_8bit" and gpu["fp16"] is True and gpu["bf16"] is False
     assert (gpu["per_device_train_batch_size"], gpu["gradient_accumulation_steps"]) == (2, 4)
-    assert (gpu["learning_rate"], gpu["weight_decay"], gpu["lr_scheduler_type"], gpu["seed"]) == (2e-5, 0.1, "linear", 3407)
-    assert (gpu["packing"], gpu["dataset_text_field"], gpu["save_total_limit"], gpu["logging_steps"]) == (True, "text", 2, 1)
+    assert (gpu["learning_rate"], gpu["weight_decay"], gpu["lr_scheduler_type"], gpu["seed"]) == (
+        2e-5,
+        0.1,
+        "linear",
+        3407,
+    )
+    assert (gpu["packing"], gpu["dataset_text_field"], gpu["save_total_limit"], gpu["logging_steps"]) == (
+        True,
+        "text",
+        2,
+        1,
+    )
     assert gpu["report_to"] == ["wandb"]
-    host = sft_config_kwargs(FinetuneConfig(report_to="none"), plan_run(FinetuneConfig(report_to="none"), cpu), has_eval=False)
+    host = sft_config_kwargs(
+        FinetuneConfig(report_to="none"), plan_run(FinetuneConfig(report_to="none"), cpu), has_eval=False
+    )
     assert host["optim"] == "adamw_torch" and not host["fp16"] and not host["bf16"]
     assert host["report_to"] == [] and host["eval_strategy"] == "no"
 
@@ -54,13 +66,28 @@ def trainer(stories_dir, alpaca_jsonl, tmp_path_factory):
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu)
     # rows that fit the 512-token window whole (longer ones are truncated by "bfd" packing, EOS with them)
-    rows = [r for r in alpaca_rows(alpaca_jsonl, 400)
-            if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400][:64]
+    rows = [
+        r
+        for r in alpaca_rows(alpaca_jsonl, 400)
+        if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400
+    ][:64]
     assert len(rows) == 64
-    cfg = FinetuneConfig(max_seq_length=512, report_to="none", max_steps=3, output_dir=str(tmp_path_factory.mktemp("out")),
-                         dataset_num_proc=None)
+    cfg = FinetuneConfig(
+        max_seq_length=512,
+        report_to="none",
+        max_steps=3,
+        output_dir=str(tmp_path_factory.mktemp("out")),
+        dataset_num_proc=None,
+    )
     ds = text_dataset(rows, tokenizer)
-    return build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds.select(range(60)), eval_dataset=ds.select(range(60, 64)), cfg=cfg, plan=plan_run(cfg, cpu))
+    return build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=ds.select(range(60)),
+        eval_dataset=ds.select(range(60, 64)),
+        cfg=cfg,
+        plan=plan_run(cfg, cpu),
+    )
 
 
 def test_trainer_packs_without_padding_and_plans_steps(trainer):
@@ -82,5 +109,7 @@ def test_every_sample_in_a_collated_batch_ends_in_one_supervised_eos(trainer):
     assert (ids == eos).sum().item() == starts
     assert bool((labels[ids == eos] == eos).all())  # EOS is a training target, never masked as padding
     counts = eos_supervision(trainer)  # and no problem of any kind (every other count 0)
-    assert counts == {**dict.fromkeys(counts, 0), **dict.fromkeys(("samples", "samples_ok", "eos_tokens", "eos_supervised"), starts)}
-
+    assert counts == {
+        **dict.fromkeys(counts, 0),
+        **dict.fromkeys(("samples", "samples_ok", "eos_tokens", "eos_supervised"), starts),
+    }

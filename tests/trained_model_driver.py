@@ -29,8 +29,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/: helpers
 QUESTIONS = ["Give three tips for staying healthy.", "What is the capital of France?"]
 
 
-def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: int = 240, max_seq_length: int = 512,
-        repro: bool = False, eval_rows: int = 0) -> dict:
+def run(
+    plan: str,
+    model_dir: str,
+    data: str,
+    out: str,
+    steps: int = 3,
+    rows: int = 240,
+    max_seq_length: int = 512,
+    repro: bool = False,
+    eval_rows: int = 0,
+) -> dict:
     """Train ``steps`` steps on ``plan``, call the helpers, return the record (see the module docstring).
 
     ``eval_rows`` > 0: that many further rows are an eval set, evaluated before training, after every step
@@ -40,17 +49,37 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
     from tinyllama_ft.plan import plan_run
 
     real = detect_hardware()
-    hardware = {"cpu": Hardware(), "bf16_fast": real,
-                "t4_unsloth": Hardware(cuda=True, capability=(7, 5), gpu_name="T4 stand-in",
-                                       total_memory_gib=real.total_memory_gib)}[plan]
-    cfg = FinetuneConfig(model_name=model_dir, max_seq_length=max_seq_length, report_to="none", max_steps=steps,
-                         save_steps=10**6, output_dir=os.path.join(out, "run"), dataset_num_proc=None,
-                         long_rows="truncate", gpu_memory_cap_gib=15 if plan == "t4_unsloth" else 0,
-                         dtype="float32" if plan == "cpu" else None, eval_steps=1)
+    hardware = {
+        "cpu": Hardware(),
+        "bf16_fast": real,
+        "t4_unsloth": Hardware(
+            cuda=True, capability=(7, 5), gpu_name="T4 stand-in", total_memory_gib=real.total_memory_gib
+        ),
+    }[plan]
+    cfg = FinetuneConfig(
+        model_name=model_dir,
+        max_seq_length=max_seq_length,
+        report_to="none",
+        max_steps=steps,
+        save_steps=10**6,
+        output_dir=os.path.join(out, "run"),
+        dataset_num_proc=None,
+        long_rows="truncate",
+        gpu_memory_cap_gib=15 if plan == "t4_unsloth" else 0,
+        dtype="float32" if plan == "cpu" else None,
+        eval_steps=1,
+    )
     run_plan = plan_run(cfg, hardware, budget_gib=15 if plan == "t4_unsloth" else None)
-    record: dict = {"plan": plan, "run_plan": run_plan.summary(), "backend": run_plan.backend, "dtype": run_plan.dtype,
-                    "attn_implementation": run_plan.attn_implementation, "use_liger_kernel": run_plan.use_liger_kernel,
-                    "calls": {}, "answers": {}}
+    record: dict = {
+        "plan": plan,
+        "run_plan": run_plan.summary(),
+        "backend": run_plan.backend,
+        "dtype": run_plan.dtype,
+        "attn_implementation": run_plan.attn_implementation,
+        "use_liger_kernel": run_plan.use_liger_kernel,
+        "calls": {},
+        "answers": {},
+    }
     if run_plan.backend == "unsloth":
         import unsloth  # noqa: F401  before transformers, as the notebook's Unsloth runs do
     cap_gpu_memory(cfg.gpu_memory_cap_gib, real)
@@ -65,15 +94,21 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
     from tinyllama_ft.trainer import build_trainer, training_plan
     from tinyllama_ft.training import train_and_evaluate
 
-    load = dict(max_seq_length=cfg.max_seq_length, dtype=run_plan.dtype, load_in_4bit=run_plan.load_in_4bit,
-                backend=run_plan.backend, hardware=hardware)
+    load = dict(
+        max_seq_length=cfg.max_seq_length,
+        dtype=run_plan.dtype,
+        load_in_4bit=run_plan.load_in_4bit,
+        backend=run_plan.backend,
+        hardware=hardware,
+    )
     model, tokenizer = load_model(cfg.model_name, attn_implementation=run_plan.attn_implementation, **load)
     model = add_lora(model, gradient_checkpointing=run_plan.gradient_checkpointing, backend=run_plan.backend)
     every = alpaca_rows(Path(data), rows + eval_rows)
     train = text_dataset(every[:rows], tokenizer)
     held_out = text_dataset(every[rows:], tokenizer) if eval_rows else None
-    trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=held_out, cfg=cfg,
-                            plan=run_plan)
+    trainer = build_trainer(
+        model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=held_out, cfg=cfg, plan=run_plan
+    )
     record["train"] = {k: v for k, v in train_and_evaluate(trainer).items() if k != "log_history"}
 
     def call(name, fn):
@@ -113,10 +148,14 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
             tokenizer.padding_side = "right"
             model.eval()
             with torch.inference_mode():
-                out_ids = model.generate(**batch, max_new_tokens=24, do_sample=False,
-                                         streamer=TextStreamer(tokenizer) if len(prompts) == 1 else None,
-                                         pad_token_id=tokenizer.pad_token_id)
-            return out_ids[:, batch["input_ids"].shape[1]:].tolist()
+                out_ids = model.generate(
+                    **batch,
+                    max_new_tokens=24,
+                    do_sample=False,
+                    streamer=TextStreamer(tokenizer) if len(prompts) == 1 else None,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+            return out_ids[:, batch["input_ids"].shape[1] :].tolist()
 
         import signal
 
@@ -138,8 +177,10 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
     call("generate_one", lambda: generate(model, tokenizer, QUESTIONS[0], max_new_tokens=24))
     call("stream_auto", lambda: stream(model, tokenizer, QUESTIONS, max_new_tokens=24))
     call("stream_plain", lambda: stream(model, tokenizer, QUESTIONS, max_new_tokens=24, decode="plain"))
-    call("stream_sampled", lambda: stream(model, tokenizer, QUESTIONS[:1], max_new_tokens=16, do_sample=True,
-                                          temperature=0.8, top_p=0.9))
+    call(
+        "stream_sampled",
+        lambda: stream(model, tokenizer, QUESTIONS[:1], max_new_tokens=16, do_sample=True, temperature=0.8, top_p=0.9),
+    )
     record["attention_after"] = attention_implementation(model)
     call("prepare_for_inference", lambda: prepare_for_inference(model))
     call("trainable_parameters", lambda: list(trainable_parameters(model)))
@@ -153,10 +194,15 @@ def run(plan: str, model_dir: str, data: str, out: str, steps: int = 3, rows: in
             if loaded:
                 reloaded, reloaded_tokenizer = loaded
                 record[f"{tag}_type"] = type(reloaded).__name__
-                call(f"{tag}_generate_batch", lambda: generate(reloaded, reloaded_tokenizer, QUESTIONS, max_new_tokens=24))
+                call(
+                    f"{tag}_generate_batch",
+                    lambda: generate(reloaded, reloaded_tokenizer, QUESTIONS, max_new_tokens=24),
+                )
                 call(f"{tag}_stream_auto", lambda: stream(reloaded, reloaded_tokenizer, QUESTIONS, max_new_tokens=24))
-                call(f"{tag}_stream_plain", lambda: stream(reloaded, reloaded_tokenizer, QUESTIONS, max_new_tokens=24,
-                                                           decode="plain"))
+                call(
+                    f"{tag}_stream_plain",
+                    lambda: stream(reloaded, reloaded_tokenizer, QUESTIONS, max_new_tokens=24, decode="plain"),
+                )
                 record[f"{tag}_graph_failed"] = getattr(reloaded, "_tinyllama_ft_graph_failed", None)
                 del reloaded, loaded
     # training goes on after generating (flex attention restored)
@@ -177,8 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repro", action="store_true")
     p.add_argument("--eval-rows", type=int, default=0)
     a = p.parse_args(argv)
-    record = run(a.plan, a.model, a.data, a.out, a.steps, max_seq_length=a.max_seq_length, repro=a.repro,
-                 eval_rows=a.eval_rows)
+    record = run(
+        a.plan, a.model, a.data, a.out, a.steps, max_seq_length=a.max_seq_length, repro=a.repro, eval_rows=a.eval_rows
+    )
     with open(a.result, "w", encoding="utf-8") as f:
         json.dump(record, f, indent=2, default=str)
     print(json.dumps(record["calls"], indent=1))

@@ -45,7 +45,7 @@ def wandb_records(path: str) -> list:
             pos += _BLOCK - pos % _BLOCK
             continue
         crc, length, kind = _CHUNK_HEADER.unpack_from(data, pos)
-        chunk = data[pos + _CHUNK_HEADER.size: pos + _CHUNK_HEADER.size + length]
+        chunk = data[pos + _CHUNK_HEADER.size : pos + _CHUNK_HEADER.size + length]
         if kind == 0 or len(chunk) < length:  # preallocated zeros, or a record still being written
             break
         if zlib.crc32(chunk, zlib.crc32(bytes([kind]))) != crc:
@@ -96,5 +96,6 @@ def read_offline_metrics(run_dir: str, wait_s: float = 10.0) -> list[dict]:
         records = wandb_records(path)
     return [
         {item.key or ".".join(item.nested_key): json.loads(item.value_json) for item in r.history.item}
-        for r in records if r.WhichOneof("record_type") == "history"
+        for r in records
+        if r.WhichOneof("record_type") == "history"
     ]

@@ -34,13 +34,24 @@ import struct
 from .paths import expand_path
 
 #: Config fields an adapter's base and the base it is loaded onto must share.
-CONFIG_FIELDS = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
-                 "num_attention_heads", "num_key_value_heads")
+CONFIG_FIELDS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
 #: PEFT's prefix of saved tensor names (``PeftModel`` wraps the base as ``base_model.model``).
 _PREFIX = "base_model.model."
 #: LoRA tensor suffix -> (which dimension of the tensor is the module's input/output size, and which size).
-_LORA = {".lora_A.weight": (1, "in"), ".lora_B.weight": (0, "out"),
-         ".lora_embedding_A": (1, "in"), ".lora_embedding_B": (0, "out")}
+_LORA = {
+    ".lora_A.weight": (1, "in"),
+    ".lora_B.weight": (0, "out"),
+    ".lora_embedding_A": (1, "in"),
+    ".lora_embedding_B": (0, "out"),
+}
 #: Infixes PEFT's wrappers add to the names of the modules they wrap (``ModulesToSaveWrapper``, a LoRA layer).
 _WRAPPER_INFIXES = ("modules_to_save", "original_module", "base_layer")
 
@@ -58,8 +69,10 @@ def _safetensors_shapes(path: str) -> dict[str, list[int]]:
 
 def _saved_tensors(adapter_dir: str) -> dict[str, list[int]]:
     """Shapes of the adapter's tensors by saved name (PEFT's prefix dropped)."""
-    return {key[len(_PREFIX):] if key.startswith(_PREFIX) else key: shape
-            for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items()}
+    return {
+        key[len(_PREFIX) :] if key.startswith(_PREFIX) else key: shape
+        for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items()
+    }
 
 
 def base_name(saved_name: str, modules: dict) -> str:
@@ -186,8 +199,10 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
 
         tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
     if tokenizer is not None and len(tokenizer) > embeddings:
-        problems.append(f"vocabulary: the adapter's tokenizer has {len(tokenizer)} tokens, this base embeds "
-                        f"{embeddings} (ids from {embeddings} on would fail with IndexError at generation)")
+        problems.append(
+            f"vocabulary: the adapter's tokenizer has {len(tokenizer)} tokens, this base embeds "
+            f"{embeddings} (ids from {embeddings} on would fail with IndexError at generation)"
+        )
     modules = dict(base_model.named_modules())
     missing, wrong = [], []
     for name, shapes in _loaded_tensors(adapter_dir, base_model).items():  # by what PEFT loads them into
@@ -214,8 +229,10 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
     missing = sorted(set(missing))
     if missing:
         more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
-        problems.append(f"target modules this base lacks: {', '.join(missing[:3])}{more} "
-                        f"(the adapter's target_modules: {adapter_config.get('target_modules')})")
+        problems.append(
+            f"target modules this base lacks: {', '.join(missing[:3])}{more} "
+            f"(the adapter's target_modules: {adapter_config.get('target_modules')})"
+        )
     if wrong:
         more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
         problems.append("hidden sizes differ: " + "; ".join(wrong[:3]) + more)
@@ -238,5 +255,7 @@ def check_adapter_fits(adapter_dir: str, base_model, *, base_name: str | None = 
             trained_on = json.load(f).get("base_model_name_or_path")
         raise AdapterMismatchError(
             f"the adapter in {adapter_dir!r} (trained on {trained_on!r}) does not fit the base "
-            f"{base_name or base_model.config.name_or_path!r}: " + "; ".join(problems)
-            + ". Load it onto the base it was trained on (load_adapter's base_model, or leave it None)")
+            f"{base_name or base_model.config.name_or_path!r}: "
+            + "; ".join(problems)
+            + ". Load it onto the base it was trained on (load_adapter's base_model, or leave it None)"
+        )

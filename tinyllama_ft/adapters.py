@@ -148,27 +148,42 @@ def load_adapter(
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
     base = base_model or expand_path(adapter_base_model(adapter_dir))
     if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
-        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
-                                f"loaded as safetensors only (re-save it with save_adapter)")
-    settings = resolve_settings(read_record(adapter_dir), {"max_seq_length": max_seq_length, "dtype": dtype,
-                                                           "load_in_4bit": load_in_4bit},
-                                defaults={"max_seq_length": None, "dtype": None, "load_in_4bit": DEFAULTS.load_in_4bit})
+        raise FileNotFoundError(
+            f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
+            f"loaded as safetensors only (re-save it with save_adapter)"
+        )
+    settings = resolve_settings(
+        read_record(adapter_dir),
+        {"max_seq_length": max_seq_length, "dtype": dtype, "load_in_4bit": load_in_4bit},
+        defaults={"max_seq_length": None, "dtype": None, "load_in_4bit": DEFAULTS.load_in_4bit},
+    )
     max_seq_length, dtype, load_in_4bit = settings["max_seq_length"], settings["dtype"], settings["load_in_4bit"]
     if max_seq_length is None:  # nothing recorded: the base's own positions, never a RoPE scaling nobody trained
         max_seq_length = base_positions(base, trust_remote_code=trust_remote_code)
     if merged and "unsloth" in sys.modules:
         # Unsloth replaces transformers' Llama forward methods for the whole process when it loads a model:
         # a plain transformers model built now would run Unsloth's code. Reload the article's way instead.
-        warnings.warn("merged=True after Unsloth was used in this process: reloading base + adapter with "
-                      "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)", stacklevel=2)
+        warnings.warn(
+            "merged=True after Unsloth was used in this process: reloading base + adapter with "
+            "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)",
+            stacklevel=2,
+        )
         merged = False
     chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
     if chosen == "unsloth" and _saves_modules(adapter_dir):
-        warnings.warn("this adapter trained whole modules (the embeddings of a chat template's added tokens), which "
-                      "Unsloth's loader does not resize for: loading it with transformers + PEFT", stacklevel=2)
+        warnings.warn(
+            "this adapter trained whole modules (the embeddings of a chat template's added tokens), which "
+            "Unsloth's loader does not resize for: loading it with transformers + PEFT",
+            stacklevel=2,
+        )
         chosen = "transformers"
-    load = dict(max_seq_length=max_seq_length, dtype=dtype, load_in_4bit=load_in_4bit, hardware=hardware,
-                trust_remote_code=trust_remote_code)
+    load = dict(
+        max_seq_length=max_seq_length,
+        dtype=dtype,
+        load_in_4bit=load_in_4bit,
+        hardware=hardware,
+        trust_remote_code=trust_remote_code,
+    )
     if chosen == "unsloth" and base_model is None:
         # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
         model, tokenizer = load_model(adapter_dir, backend="unsloth", **load)
@@ -190,8 +205,9 @@ def load_adapter(
             model = model.merge_and_unload()
             if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
                 del model.peft_config
-        tokenizer = AutoTokenizer.from_pretrained(adapter_tokenizer_source(adapter_dir, base, resized=bool(rows)),
-                                                  trust_remote_code=trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(
+            adapter_tokenizer_source(adapter_dir, base, resized=bool(rows)), trust_remote_code=trust_remote_code
+        )
         ensure_pad_token(tokenizer)
     model.eval()
     return model, tokenizer
@@ -226,9 +242,11 @@ def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = Fal
     if any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES):
         return adapter_dir
     if resized:
-        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no tokenizer files ({', '.join(TOKENIZER_FILES)}), "
-                                f"and its embeddings were resized for added tokens that the base's tokenizer lacks: "
-                                f"copy the tokenizer files of the run that trained it into that folder")
+        raise FileNotFoundError(
+            f"adapter_dir={adapter_dir!r} has no tokenizer files ({', '.join(TOKENIZER_FILES)}), "
+            f"and its embeddings were resized for added tokens that the base's tokenizer lacks: "
+            f"copy the tokenizer files of the run that trained it into that folder"
+        )
     print(f"adapter_dir={adapter_dir!r} has no tokenizer files: using the base's tokenizer ({base})")
     return base
 

@@ -34,9 +34,19 @@ def _cut(ids: list[int], stops: Sequence[int]) -> list[int]:
     return ids
 
 
-def chat_generate(model, tokenizer, conversations, *, max_new_tokens: int = DEFAULTS.max_new_tokens,
-                  stop_token_ids: Sequence[int] | None = None, do_sample: bool = False, temperature: float = 1.0,
-                  top_p: float = 1.0, logits_processor=None, return_ids: bool = False) -> list[str] | list[list[int]]:
+def chat_generate(
+    model,
+    tokenizer,
+    conversations,
+    *,
+    max_new_tokens: int = DEFAULTS.max_new_tokens,
+    stop_token_ids: Sequence[int] | None = None,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    logits_processor=None,
+    return_ids: bool = False,
+) -> list[str] | list[list[int]]:
     """Answer one or many conversations in one left-padded batch.
 
     Args:
@@ -57,18 +67,29 @@ def chat_generate(model, tokenizer, conversations, *, max_new_tokens: int = DEFA
     prompts = [chat_prompt(tokenizer, c) for c in _conversations(conversations)]
     prepare_for_inference(model)
     batch = encode_left_padded(tokenizer, prompts, model=model, add_special_tokens=False)
-    kwargs = dict(max_new_tokens=max_new_tokens, do_sample=do_sample, eos_token_id=stops,
-                  pad_token_id=tokenizer.pad_token_id, use_cache=True)
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        do_sample=do_sample,
+        eos_token_id=stops,
+        pad_token_id=tokenizer.pad_token_id,
+        use_cache=True,
+    )
     if do_sample:
         kwargs.update(temperature=temperature, top_p=top_p)
     with torch.inference_mode(), sdpa_outside_training(model):
         out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
-    answers = [_cut(row.tolist(), stops) for row in out[:, batch["input_ids"].shape[1]:]]
+    answers = [_cut(row.tolist(), stops) for row in out[:, batch["input_ids"].shape[1] :]]
     return answers if return_ids else [tokenizer.decode(a, skip_special_tokens=True) for a in answers]
 
 
-def chat_stream(model, tokenizer, conversations, *, max_new_tokens: int = DEFAULTS.max_new_tokens,
-                stop_token_ids: Sequence[int] | None = None) -> list[str]:
+def chat_stream(
+    model,
+    tokenizer,
+    conversations,
+    *,
+    max_new_tokens: int = DEFAULTS.max_new_tokens,
+    stop_token_ids: Sequence[int] | None = None,
+) -> list[str]:
     """Print greedy answers as they are generated (``TextStreamer``), one conversation after another.
 
     Args:
@@ -88,8 +109,16 @@ def chat_stream(model, tokenizer, conversations, *, max_new_tokens: int = DEFAUL
         batch = tokenizer([prompt], return_tensors="pt", add_special_tokens=False).to(model.device)
         streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
         with torch.inference_mode(), sdpa_outside_training(model):
-            out = model.generate(**batch, streamer=streamer, max_new_tokens=max_new_tokens, do_sample=False,
-                                 eos_token_id=stops, pad_token_id=tokenizer.pad_token_id, use_cache=True)
-        answers.append(tokenizer.decode(_cut(out[0, batch["input_ids"].shape[1]:].tolist(), stops),
-                                        skip_special_tokens=True))
+            out = model.generate(
+                **batch,
+                streamer=streamer,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=stops,
+                pad_token_id=tokenizer.pad_token_id,
+                use_cache=True,
+            )
+        answers.append(
+            tokenizer.decode(_cut(out[0, batch["input_ids"].shape[1] :].tolist(), stops), skip_special_tokens=True)
+        )
     return answers

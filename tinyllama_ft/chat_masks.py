@@ -70,9 +70,9 @@ def tokenize_conversation(tokenizer, messages, *, end_of_turn: str | None = None
     at = 0
     for piece, sup, is_content in pieces:
         if sup:
-            supervised[at:at + len(piece)] = b"\1" * len(piece)
+            supervised[at : at + len(piece)] = b"\1" * len(piece)
         if is_content:
-            content[at:at + len(piece)] = b"\1" * len(piece)
+            content[at : at + len(piece)] = b"\1" * len(piece)
         at += len(piece)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)  # cut later
     special_ids = set(tokenizer.convert_tokens_to_ids(special_tokens(tokenizer)))
@@ -90,10 +90,16 @@ def tokenize_conversation(tokenizer, messages, *, end_of_turn: str | None = None
     return {"input_ids": ids, "assistant_masks": mask}
 
 
-def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_length,
-                           long_rows: str = DEFAULTS.long_rows,
-                           assistant_only_loss: bool = DEFAULTS.assistant_only_loss,
-                           strict: bool = DEFAULTS.strict, name: str = "conversations"):
+def tokenize_conversations(
+    dataset,
+    tokenizer,
+    *,
+    max_seq_length: int = DEFAULTS.max_seq_length,
+    long_rows: str = DEFAULTS.long_rows,
+    assistant_only_loss: bool = DEFAULTS.assistant_only_loss,
+    strict: bool = DEFAULTS.strict,
+    name: str = "conversations",
+):
     """Tokenize a ``messages`` dataset for assistant-only loss; drop (and count) rows that cannot train.
 
     Args:
@@ -121,8 +127,10 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
     import datasets
 
     if long_rows not in LONG_ROWS:
-        raise ValueError(f"long_rows={long_rows!r} is not one of {LONG_ROWS} for conversations (a conversation split "
-                         "over windows loses its turns' context)")
+        raise ValueError(
+            f"long_rows={long_rows!r} is not one of {LONG_ROWS} for conversations (a conversation split "
+            "over windows loses its turns' context)"
+        )
     eot = end_of_turn_token(tokenizer)
     report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
     kept: list[dict[str, Any]] = []
@@ -138,12 +146,18 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
         else:
             n = len(enc["input_ids"])
             if n > max_seq_length and long_rows == "drop":
-                bad = BadRow(index, "messages", f"is {n} tokens, longer than max_seq_length={max_seq_length}", "too long")
+                bad = BadRow(
+                    index, "messages", f"is {n} tokens, longer than max_seq_length={max_seq_length}", "too long"
+                )
             else:
                 enc = {k: v[:max_seq_length] for k, v in enc.items()}
                 if not any(enc["assistant_masks"]):
-                    bad = BadRow(index, "messages", f"has no supervised assistant token in its first {max_seq_length} "
-                                 "tokens", "no supervised token")
+                    bad = BadRow(
+                        index,
+                        "messages",
+                        f"has no supervised assistant token in its first {max_seq_length} tokens",
+                        "no supervised token",
+                    )
         if bad is not None:
             report.reject(bad, strict=strict)
             continue
@@ -151,15 +165,22 @@ def tokenize_conversations(dataset, tokenizer, *, max_seq_length: int = DEFAULTS
     report.kept = len(kept)
     print(report.summary())
     if not kept:
-        raise ValueError(f"{name}: no row has a supervised assistant token (all {report.total} dropped): "
-                         f"nothing to train on\n{report.summary()}")
-    features = datasets.Features({"input_ids": datasets.Sequence(datasets.Value("int32")),
-                                  "assistant_masks": datasets.Sequence(datasets.Value("int8"))})
+        raise ValueError(
+            f"{name}: no row has a supervised assistant token (all {report.total} dropped): "
+            f"nothing to train on\n{report.summary()}"
+        )
+    features = datasets.Features(
+        {
+            "input_ids": datasets.Sequence(datasets.Value("int32")),
+            "assistant_masks": datasets.Sequence(datasets.Value("int8")),
+        }
+    )
     return datasets.Dataset.from_list(kept, features=features), report
 
 
-def assistant_supervision(trainer, end_of_turn_id: int, *, batches: int | None = 1, split: str = "train"
-                          ) -> dict[str, int]:
+def assistant_supervision(
+    trainer, end_of_turn_id: int, *, batches: int | None = 1, split: str = "train"
+) -> dict[str, int]:
     """Check the collated batches the trainer really sees: supervised tokens come in runs, each closed by a
     supervised end-of-turn token.
 
@@ -186,8 +207,17 @@ def assistant_supervision(trainer, end_of_turn_id: int, *, batches: int | None =
     """
     from .eos import collated_samples
 
-    keys = ("samples", "samples_ok", "samples_unsupervised", "runs", "runs_ending_in_eot", "supervised_tokens",
-            "masked_tokens", "eot_supervised", "eot_masked")
+    keys = (
+        "samples",
+        "samples_ok",
+        "samples_unsupervised",
+        "runs",
+        "runs_ending_in_eot",
+        "supervised_tokens",
+        "masked_tokens",
+        "eot_supervised",
+        "eot_masked",
+    )
     counts = dict.fromkeys(keys, 0)
     for ids, labels in collated_samples(trainer, split, batches, what="assistant_supervision"):
         ids, labels = ids.tolist(), labels.tolist()
@@ -242,10 +272,14 @@ def describe_supervision(counts: dict[str, int], *, end_of_turn: str) -> str:
         does not end in the end-of-turn token: a template or mask mismatch, or a sample cut by truncation).
     """
     n, ok = counts["samples"], counts["samples_ok"]
-    line = (f"{ok} of {n} samples: {counts['runs']} supervised stretches ({counts['supervised_tokens']} tokens), "
-            f"{counts['runs_ending_in_eot']} closed by {end_of_turn}; {counts['masked_tokens']} tokens at label -100 "
-            f"({counts['eot_masked']} {end_of_turn} of system/user turns among them)")
+    line = (
+        f"{ok} of {n} samples: {counts['runs']} supervised stretches ({counts['supervised_tokens']} tokens), "
+        f"{counts['runs_ending_in_eot']} closed by {end_of_turn}; {counts['masked_tokens']} tokens at label -100 "
+        f"({counts['eot_masked']} {end_of_turn} of system/user turns among them)"
+    )
     if ok == n and n:
         return line
-    return (f"WARNING: {n - ok} of {n} samples are not supervised on assistant turns closed by {end_of_turn} "
-            f"({counts['samples_unsupervised']} with no supervised token): {line}")
+    return (
+        f"WARNING: {n - ok} of {n} samples are not supervised on assistant turns closed by {end_of_turn} "
+        f"({counts['samples_unsupervised']} with no supervised token): {line}"
+    )

@@ -61,8 +61,13 @@ def jinja_chat_template(template: str = "alpaca") -> str:
     if template == "alpaca":
         body = with_input
     else:
-        body = ("{% if messages[0]['input'] | default('', true) %}" + with_input + "{% else %}"
-                + _fill(ALPACA_PROMPT_NO_INPUT, _INSTRUCTION, output=_OUTPUT) + "{% endif %}")
+        body = (
+            "{% if messages[0]['input'] | default('', true) %}"
+            + with_input
+            + "{% else %}"
+            + _fill(ALPACA_PROMPT_NO_INPUT, _INSTRUCTION, output=_OUTPUT)
+            + "{% endif %}"
+        )
     return "{{ bos_token }}" + _CHECK + body
 
 

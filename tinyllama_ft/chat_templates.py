@@ -47,11 +47,19 @@ class NamedTemplate:
 
 
 NAMED_TEMPLATES = {
-    "chatml": NamedTemplate(CHATML_TEMPLATE, ("<|im_start|>", "<|im_end|>"), "<|im_end|>",
-                            "ChatML, as TRL's setup_chat_format wrote it"),
-    "zephyr": NamedTemplate(ZEPHYR_TEMPLATE, (), None, "TinyLlama-1.1B-Chat-v1.0 / zephyr-7b-beta tokenizer_config.json"),
-    "llama-3": NamedTemplate(None, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|eot_id|>",
-                             "Meta Llama 3, the copy TRL ships (trl/chat_templates/llama3.jinja)", "llama3.jinja"),
+    "chatml": NamedTemplate(
+        CHATML_TEMPLATE, ("<|im_start|>", "<|im_end|>"), "<|im_end|>", "ChatML, as TRL's setup_chat_format wrote it"
+    ),
+    "zephyr": NamedTemplate(
+        ZEPHYR_TEMPLATE, (), None, "TinyLlama-1.1B-Chat-v1.0 / zephyr-7b-beta tokenizer_config.json"
+    ),
+    "llama-3": NamedTemplate(
+        None,
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+        "<|eot_id|>",
+        "Meta Llama 3, the copy TRL ships (trl/chat_templates/llama3.jinja)",
+        "llama3.jinja",
+    ),
 }
 
 #: Placeholder contents: private-use characters no template touches and no real text holds.
@@ -97,12 +105,14 @@ def render(tokenizer, messages, *, add_generation_prompt: bool = False, chat_tem
     Raises:
         ValueError: the tokenizer has no chat template and none is given (transformers' message).
     """
-    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
-                                         chat_template=chat_template)
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=chat_template
+    )
 
 
-def render_turns(tokenizer, messages, *, end_of_turn: str | None = None, chat_template: str | None = None
-                 ) -> list[tuple[str, bool, bool]]:
+def render_turns(
+    tokenizer, messages, *, end_of_turn: str | None = None, chat_template: str | None = None
+) -> list[tuple[str, bool, bool]]:
     """The rendered conversation cut into ``(text, supervised, is_content)`` pieces, in order.
 
     The template is rendered once with placeholder contents, which locates each turn's content and the markup
@@ -145,7 +155,7 @@ def render_turns(tokenizer, messages, *, end_of_turn: str | None = None, chat_te
             close = probe.find(end_of_turn, at, nxt)
             if close < 0:
                 raise TemplateMismatch(f"the chat template does not close assistant turn {i} with {end_of_turn!r}")
-            pieces.append((probe[at:close + len(end_of_turn)], True, False))
+            pieces.append((probe[at : close + len(end_of_turn)], True, False))
             at = close + len(end_of_turn)
     pieces.append((probe[at:], False, False))
     real = render(tokenizer, messages, chat_template=chat_template)
@@ -164,17 +174,24 @@ def end_of_turn_token(tokenizer, *, chat_template: str | None = None) -> str:
         ValueError: the tokenizer has no chat template, or no special token follows an assistant's content.
     """
     if chat_template is None and not tokenizer.chat_template:
-        raise ValueError("the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
-                         f"one, else one of {sorted(NAMED_TEMPLATES)}")
-    marks = [{"role": "user", "content": _MARK.format(0)}, {"role": "assistant", "content": _MARK.format(1)},
-             {"role": "user", "content": _MARK.format(2)}]
+        raise ValueError(
+            "the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
+            f"one, else one of {sorted(NAMED_TEMPLATES)}"
+        )
+    marks = [
+        {"role": "user", "content": _MARK.format(0)},
+        {"role": "assistant", "content": _MARK.format(1)},
+        {"role": "user", "content": _MARK.format(2)},
+    ]
     probe = render(tokenizer, marks, chat_template=chat_template)
-    after = probe[probe.find(_MARK.format(1)) + len(_MARK.format(1)):probe.find(_MARK.format(2))]
+    after = probe[probe.find(_MARK.format(1)) + len(_MARK.format(1)) : probe.find(_MARK.format(2))]
     specials = special_tokens(tokenizer)
     found = [(after.find(t), -len(t), t) for t in specials if t in after]
     if not found:
-        raise ValueError(f"the chat template closes an assistant turn with {after!r}: no special token, so "
-                         "generation cannot stop on one; use a template whose turns end in a special token")
+        raise ValueError(
+            f"the chat template closes an assistant turn with {after!r}: no special token, so "
+            "generation cannot stop on one; use a template whose turns end in a special token"
+        )
     return min(found)[2]
 
 
@@ -218,7 +235,8 @@ def check_stop_tokens(tokenizer, model) -> int:
             f"the chat template ends assistant turns with {token!r} (id {token_id}) but the model's generation config "
             f"stops on eos_token_id={eos_ids}: a trained model would not stop after its answer. Use a template whose "
             f"end-of-turn token the model stops on, or set_chat_template(..., chat_template=<name>) on a base model "
-            f"(it sets the generation config), or add {token_id} to model.generation_config.eos_token_id")
+            f"(it sets the generation config), or add {token_id} to model.generation_config.eos_token_id"
+        )
     return token_id
 
 
@@ -256,8 +274,10 @@ def set_chat_template(tokenizer, model=None, *, chat_template: str = DEFAULTS.ch
     name = chat_template
     if chat_template == "auto":
         if not tokenizer.chat_template:
-            raise ValueError("chat_template='auto': this tokenizer has no chat template (a base model); name one of "
-                             f"{sorted(NAMED_TEMPLATES)}")
+            raise ValueError(
+                "chat_template='auto': this tokenizer has no chat template (a base model); name one of "
+                f"{sorted(NAMED_TEMPLATES)}"
+            )
         name = "own"
     elif chat_template in NAMED_TEMPLATES:
         spec = NAMED_TEMPLATES[chat_template]

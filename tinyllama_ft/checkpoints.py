@@ -32,10 +32,27 @@ from .paths import expand_path
 #: transformers' checkpoint folder names: ``checkpoint-<optimizer step>`` (``trainer_utils._re_checkpoint``).
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 #: Bytes per element of each safetensors dtype.
-_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E5M2": 1, "F8_E4M3": 1, "I16": 2, "U16": 2, "F16": 2,
-                "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8}
+_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
 #: Files in a checkpoint that a resume reads as ``torch.save`` zip archives.
-_TORCH_FILE = re.compile(r"^(optimizer\.pt|optimizer\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|.*-optimizer\.pt)$")
+_TORCH_FILE = re.compile(
+    r"^(optimizer\.pt|optimizer\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|.*-optimizer\.pt)$"
+)
 #: JSON files a resume reads.
 _JSON_FILES = ("trainer_state.json", "adapter_config.json", "config.json", "model.safetensors.index.json")
 
@@ -56,8 +73,11 @@ def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
     output_dir = expand_path(output_dir)
     if not os.path.isdir(output_dir):
         return []
-    found = [(int(m.group(1)), os.path.join(output_dir, name))
-             for name in os.listdir(output_dir) if (m := _CHECKPOINT_DIR.match(name))]
+    found = [
+        (int(m.group(1)), os.path.join(output_dir, name))
+        for name in os.listdir(output_dir)
+        if (m := _CHECKPOINT_DIR.match(name))
+    ]
     return sorted((step, path) for step, path in found if os.path.isdir(path))
 
 
@@ -102,11 +122,16 @@ def _safetensors_problem(path: str) -> str | None:
         except (KeyError, TypeError, ValueError) as e:
             return f"has a malformed entry for tensor {name!r} ({e!r}): garbled"
         if stop - begin != want:
-            return f"tensor {name!r} ({info['dtype']} {info['shape']}) spans {stop - begin} bytes, needs {want}: garbled"
+            return (
+                f"tensor {name!r} ({info['dtype']} {info['shape']}) spans {stop - begin} bytes, needs {want}: garbled"
+            )
         end = max(end, stop)
     if size != 8 + n + end:
-        return f"is {size} bytes long but its header describes {8 + n + end}: cut short" if size < 8 + n + end \
+        return (
+            f"is {size} bytes long but its header describes {8 + n + end}: cut short"
+            if size < 8 + n + end
             else f"is {size} bytes long but its header describes {8 + n + end}: garbled"
+        )
     return None
 
 
@@ -153,11 +178,6 @@ def checkpoint_problem(checkpoint: str) -> tuple[str, str] | None:
     return None
 
 
-def checkpoint_complete(checkpoint: str) -> bool:
-    """True when every file a resume from ``checkpoint`` reads is present and sound (``checkpoint_problem``)."""
-    return checkpoint_problem(checkpoint) is None
-
-
 def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
     """Newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound.
 
@@ -184,6 +204,8 @@ def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
         skipped.append(f"{problem[0]} {problem[1]}")
     if required and skipped:
         raise DamagedCheckpointError(
-            f"resume: no checkpoint in output_dir={output_dir!r} can be resumed: " + "; ".join(skipped)
-            + ". Start over with overwrite_output_dir=True (resume=False), or restore the files from a copy")
+            f"resume: no checkpoint in output_dir={output_dir!r} can be resumed: "
+            + "; ".join(skipped)
+            + ". Start over with overwrite_output_dir=True (resume=False), or restore the files from a copy"
+        )
     return None

@@ -64,16 +64,24 @@ def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
     fields = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
     for name in names:
         default = getattr(DEFAULTS, name)
-        parser.add_argument(f"--{name}", type=_cli_type(fields[name]),
-                            default=list(default) if isinstance(default, tuple) else default, help=docs[name])
+        parser.add_argument(
+            f"--{name}",
+            type=_cli_type(fields[name]),
+            default=list(default) if isinstance(default, tuple) else default,
+            help=docs[name],
+        )
 
 
 def _add_train_arguments(parser) -> None:
     from .params import recipe_names
 
-    parser.add_argument("--config", type=str, default="default",
-                        help=f"recipe: a shipped one by name ({', '.join(recipe_names())}) or a YAML file of "
-                             f"field: value; relative paths in it resolve against the working directory")
+    parser.add_argument(
+        "--config",
+        type=str,
+        default="default",
+        help=f"recipe: a shipped one by name ({', '.join(recipe_names())}) or a YAML file of "
+        f"field: value; relative paths in it resolve against the working directory",
+    )
     add_field_arguments(parser)
 
 
@@ -84,26 +92,40 @@ def _run_train(values: dict, given: set) -> dict:
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
     summary = run_training(cfg)
     if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
-        print(f"tinyllama-ft train: done: eval_loss {summary.get('eval_loss_before')} -> "
-              f"{summary.get('eval_loss_after')}, adapter in {summary['adapter_dir']}, summary in "
-              f"{os.path.join(cfg.output_dir, 'run_summary.json')}")
+        print(
+            f"tinyllama-ft train: done: eval_loss {summary.get('eval_loss_before')} -> "
+            f"{summary.get('eval_loss_after')}, adapter in {summary['adapter_dir']}, summary in "
+            f"{os.path.join(cfg.output_dir, 'run_summary.json')}"
+        )
     return summary
 
 
 def _add_recorded_arguments(parser) -> None:
     docs = field_docs()
     for name, kind in RECORDED_FIELDS.items():
-        parser.add_argument(f"--{name}", type=Optional[kind], default=None,
-                            help=f"{docs[name]} Default: the run's value, recorded beside the adapter; a value that "
-                                 f"contradicts it is refused (dtype, load_in_4bit: used, said once)")
+        parser.add_argument(
+            f"--{name}",
+            type=Optional[kind],
+            default=None,
+            help=f"{docs[name]} Default: the run's value, recorded beside the adapter; a value that "
+            f"contradicts it is refused (dtype, load_in_4bit: used, said once)",
+        )
 
 
 def _add_generate_arguments(parser) -> None:
     parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
-    parser.add_argument("--prompt", type=Union[List[str], str], required=True,
-                        help="an instruction, or a list of them ('[\"first\", \"second\"]')")
-    parser.add_argument("--base_model", type=Optional[str], default=None,
-                        help="base model to load instead of the one recorded in the adapter (e.g. a local copy)")
+    parser.add_argument(
+        "--prompt",
+        type=Union[List[str], str],
+        required=True,
+        help='an instruction, or a list of them (\'["first", "second"]\')',
+    )
+    parser.add_argument(
+        "--base_model",
+        type=Optional[str],
+        default=None,
+        help="base model to load instead of the one recorded in the adapter (e.g. a local copy)",
+    )
     add_field_arguments(parser, GENERATE_FIELDS)
     _add_recorded_arguments(parser)
 
@@ -124,19 +146,36 @@ def _run_generate(values: dict, given: set) -> list[str]:
 
     where = "tinyllama-ft generate"
     base = values["base_model"] or adapter_base_model(values["adapter"])
-    cfg = FinetuneConfig.from_mapping({"model_name": base, "prompts": values["prompt"],
-                                       **{k: values[k] for k in GENERATE_FIELDS}}, where=where)
+    cfg = FinetuneConfig.from_mapping(
+        {"model_name": base, "prompts": values["prompt"], **{k: values[k] for k in GENERATE_FIELDS}}, where=where
+    )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
-    template = resolve_settings(record, {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
-                                defaults={"template": DEFAULTS.template}, where=where)["template"]
-    model, tokenizer = load_adapter(values["adapter"], max_seq_length=flags["max_seq_length"], dtype=flags["dtype"],
-                                    load_in_4bit=flags["load_in_4bit"], backend=cfg.backend, hardware=detect_hardware(),
-                                    base_model=values["base_model"], trust_remote_code=cfg.trust_remote_code,
-                                    merged=cfg.reload_merged)
+    template = resolve_settings(
+        record,
+        {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
+        defaults={"template": DEFAULTS.template},
+        where=where,
+    )["template"]
+    model, tokenizer = load_adapter(
+        values["adapter"],
+        max_seq_length=flags["max_seq_length"],
+        dtype=flags["dtype"],
+        load_in_4bit=flags["load_in_4bit"],
+        backend=cfg.backend,
+        hardware=detect_hardware(),
+        base_model=values["base_model"],
+        trust_remote_code=cfg.trust_remote_code,
+        merged=cfg.reload_merged,
+    )
     if is_chat(record):  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
-        return chat_stream(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
-                           stop_token_ids=record.get("stop_token_ids"))
+        return chat_stream(
+            model,
+            tokenizer,
+            list(cfg.prompts),
+            max_new_tokens=cfg.max_new_tokens,
+            stop_token_ids=record.get("stop_token_ids"),
+        )
     return stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=template)
 
 
@@ -144,16 +183,30 @@ def _add_export_arguments(parser) -> None:
     from .config import EXPORT_FORMATS
 
     parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
-    parser.add_argument("--format", type=str, required=True, action="append",
-                        help=f"an export format, repeatable: {', '.join(EXPORT_FORMATS)}")
-    parser.add_argument("--base_model", type=Optional[str], default=None,
-                        help="base model to merge into instead of the one recorded in the adapter (a local copy)")
-    parser.add_argument("--output_dir", type=Optional[str], default=None,
-                        help="the run folder; exports go to <output_dir>/export/<format>/ (default: the adapter's "
-                             "parent folder, the run's output_dir)")
+    parser.add_argument(
+        "--format",
+        type=str,
+        required=True,
+        action="append",
+        help=f"an export format, repeatable: {', '.join(EXPORT_FORMATS)}",
+    )
+    parser.add_argument(
+        "--base_model",
+        type=Optional[str],
+        default=None,
+        help="base model to merge into instead of the one recorded in the adapter (a local copy)",
+    )
+    parser.add_argument(
+        "--output_dir",
+        type=Optional[str],
+        default=None,
+        help="the run folder; exports go to <output_dir>/export/<format>/ (default: the adapter's "
+        "parent folder, the run's output_dir)",
+    )
     _add_recorded_arguments(parser)
-    parser.add_argument("--trust_remote_code", type=bool, default=DEFAULTS.trust_remote_code,
-                        help=field_docs()["trust_remote_code"])
+    parser.add_argument(
+        "--trust_remote_code", type=bool, default=DEFAULTS.trust_remote_code, help=field_docs()["trust_remote_code"]
+    )
 
 
 def _run_export(values: dict, given: set) -> dict:
@@ -161,12 +214,19 @@ def _run_export(values: dict, given: set) -> dict:
 
     from .export import describe_exports, export_adapter
 
-    formats = FinetuneConfig.from_mapping({"export_formats": values["format"]},
-                                          where="tinyllama-ft export --format").export_formats
+    formats = FinetuneConfig.from_mapping(
+        {"export_formats": values["format"]}, where="tinyllama-ft export --format"
+    ).export_formats
     flags = _recorded_flags(values, given, "tinyllama-ft export")
     output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
-    results = export_adapter(adapter_dir=values["adapter"], formats=formats, base_model=values["base_model"],
-                             output_dir=output_dir, trust_remote_code=values["trust_remote_code"], **flags)
+    results = export_adapter(
+        adapter_dir=values["adapter"],
+        formats=formats,
+        base_model=values["base_model"],
+        output_dir=output_dir,
+        trust_remote_code=values["trust_remote_code"],
+        **flags,
+    )
     print(describe_exports(results))
     print(f"tinyllama-ft export: done: {len(results)} format(s) in {os.path.join(output_dir, 'export')}")
     return results
@@ -175,8 +235,11 @@ def _run_export(values: dict, given: set) -> dict:
 COMMANDS: dict[str, Command] = {
     "train": Command("fine-tune with a recipe and overrides (the notebook's run)", _add_train_arguments, _run_train),
     "generate": Command("answer prompts with a saved adapter, streaming", _add_generate_arguments, _run_generate),
-    "export": Command("export a saved adapter: merged 16-bit, GGUF (+ Ollama Modelfile), GGUF LoRA",
-                      _add_export_arguments, _run_export),
+    "export": Command(
+        "export a saved adapter: merged 16-bit, GGUF (+ Ollama Modelfile), GGUF LoRA",
+        _add_export_arguments,
+        _run_export,
+    ),
 }
 
 
@@ -184,9 +247,12 @@ def build_parser():
     """The ``tinyllama-ft`` parser: one jsonargparse subcommand per ``COMMANDS`` entry."""
     from jsonargparse import ArgumentParser
 
-    parser = ArgumentParser(prog="tinyllama-ft", description="LoRA / QLoRA fine-tuning of small open LLMs "
-                            "(TinyLlama first) on instruction data, and generation with the adapter.",
-                            exit_on_error=False)  # run() turns its errors into one ConfigError line
+    parser = ArgumentParser(
+        prog="tinyllama-ft",
+        description="LoRA / QLoRA fine-tuning of small open LLMs "
+        "(TinyLlama first) on instruction data, and generation with the adapter.",
+        exit_on_error=False,
+    )  # run() turns its errors into one ConfigError line
     subcommands = parser.add_subcommands(required=True, dest="command")
     for name, command in COMMANDS.items():
         sub = ArgumentParser(description=command.help, exit_on_error=False)
@@ -205,10 +271,13 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     Raises:
         ConfigError: a flag the command does not take; the message names it and the closest one.
     """
-    known = {"help", "config"} | set(FIELD_NAMES) if command == "train" else \
-        {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS) \
-        if command == "export" else \
-        {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
+    known = (
+        {"help", "config"} | set(FIELD_NAMES)
+        if command == "train"
+        else {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS)
+        if command == "export"
+        else {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
+    )
     given = _given_flags(argv)
     unknown = [g for g in given if g not in known]
     if unknown:
@@ -252,8 +321,10 @@ def _one_line(err: BaseException, name: str) -> str:
     """The error's message on one line, without a repeated ``tinyllama-ft <command>:`` prefix; an unexpected kind
     of error keeps its type's name."""
     text = " ".join(str(err).split()) or type(err).__name__
-    text = text[len(name) + 2:] if text.startswith(f"{name}: ") else text
-    return text if isinstance(err, (ConfigError, OSError, ValueError, RuntimeError)) else f"{type(err).__name__}: {text}"
+    text = text[len(name) + 2 :] if text.startswith(f"{name}: ") else text
+    return (
+        text if isinstance(err, (ConfigError, OSError, ValueError, RuntimeError)) else f"{type(err).__name__}: {text}"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -32,8 +32,9 @@ def unknown_keys_error(keys: Iterable[str], known: Iterable[str], where: str) ->
     """The error for keys that are not configuration fields, each with its near miss."""
     known = list(known)
     names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys)
-    return ConfigError(f"{where}: unknown parameter {names}: not a FinetuneConfig field "
-                       f"(tinyllama-ft train --help lists them all)")
+    return ConfigError(
+        f"{where}: unknown parameter {names}: not a FinetuneConfig field (tinyllama-ft train --help lists them all)"
+    )
 
 
 def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: bool = False) -> Any:
@@ -57,8 +58,10 @@ def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: boo
     base = annotation.replace("| None", "").strip()
 
     def bad(expected: str) -> ConfigError:
-        return ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: expected {expected}"
-                           f"{' or None' if optional else ''}, got {type(value).__name__}")
+        return ConfigError(
+            f"FinetuneConfig.{name}={value!r} is not allowed: expected {expected}"
+            f"{' or None' if optional else ''}, got {type(value).__name__}"
+        )
 
     if value is None or (optional and isinstance(value, str) and value.strip() in NONE_STRINGS):
         if optional:

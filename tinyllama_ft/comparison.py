@@ -16,13 +16,21 @@ from .evaluation import STOP_MAX_NEW_TOKENS, greedy_answers
 
 def _answers(model, tokenizer, rows, max_new_tokens, template, batch_size):
     eos_id = tokenizer.eos_token_id
-    ids = greedy_answers(model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template,
-                         batch_size=batch_size)
+    ids = greedy_answers(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template, batch_size=batch_size
+    )
     return [(tokenizer.decode(x, skip_special_tokens=True).strip(), bool(x) and x[-1] == eos_id) for x in ids]
 
 
-def compare_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-                    template: str = DEFAULTS.template, batch_size: int = 4) -> list[dict]:
+def compare_answers(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+) -> list[dict]:
     """Answer each row's instruction with the adapter off (base) and on (fine-tuned).
 
     Args:
@@ -46,8 +54,15 @@ def compare_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: i
         base = _answers(model, tokenizer, rows, max_new_tokens, template, batch_size)
     tuned = _answers(model, tokenizer, rows, max_new_tokens, template, batch_size)
     return [
-        {"instruction": r["instruction"], "input": r.get("input") or "", "reference": r.get("output", ""),
-         "base": b, "tuned": t, "base_stopped": bs, "tuned_stopped": ts}
+        {
+            "instruction": r["instruction"],
+            "input": r.get("input") or "",
+            "reference": r.get("output", ""),
+            "base": b,
+            "tuned": t,
+            "base_stopped": bs,
+            "tuned_stopped": ts,
+        }
         for r, (b, bs), (t, ts) in zip(rows, base, tuned)
     ]
 
@@ -57,8 +72,9 @@ def _cell(text: str, width: int | None) -> str:
     return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
-def answers_table(rows: Sequence[dict], *, width: int | None = 160,
-                  columns: Sequence[str] = ("instruction", "base", "tuned")) -> str:
+def answers_table(
+    rows: Sequence[dict], *, width: int | None = 160, columns: Sequence[str] = ("instruction", "base", "tuned")
+) -> str:
     """A Markdown table of ``compare_answers`` rows (plain text, no pandas).
 
     Args:
@@ -69,6 +85,7 @@ def answers_table(rows: Sequence[dict], *, width: int | None = 160,
     Returns:
         The table, one line per row plus a header.
     """
+
     def value(row, key):
         text = _cell(row.get(key, ""), width)
         stopped = row.get(f"{key}_stopped")
@@ -81,6 +98,7 @@ def answers_table(rows: Sequence[dict], *, width: int | None = 160,
 
 def answers_html(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> str:
     """The same table as HTML (for ``IPython.display.HTML`` in Jupyter), text escaped, newlines kept."""
+
     def cell(row, key):
         text = html.escape(str(row.get(key, ""))).replace("\n", "<br>")
         if row.get(f"{key}_stopped") is False:

@@ -29,7 +29,13 @@ from .paths import expand_path
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
 LLAMA_TARGET_MODULES: tuple[str, ...] = (
-    "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
 )
 
 BACKENDS = ("auto", "unsloth", "transformers")
@@ -50,8 +56,9 @@ PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir")
 
 
 def _field(default, section: str, *, identity: bool, comma_separated: bool = False):
-    return field(default=default, metadata={"section": section, "identity": identity,
-                                            "comma_separated": comma_separated})
+    return field(
+        default=default, metadata={"section": section, "identity": identity, "comma_separated": comma_separated}
+    )
 
 
 @dataclass
@@ -233,8 +240,11 @@ class FinetuneConfig:
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
-            setattr(self, f.name, coerce_value(f.name, getattr(self, f.name), f.type,
-                                               comma_separated=f.metadata["comma_separated"]))
+            setattr(
+                self,
+                f.name,
+                coerce_value(f.name, getattr(self, f.name), f.type, comma_separated=f.metadata["comma_separated"]),
+            )
         if self.dtype == "auto":
             self.dtype = None
         for name in PATH_FIELDS:  # "~/runs/x", "$DATA/a.jsonl" as a shell would read them; a Hub id has no ~ or $
@@ -272,22 +282,29 @@ class FinetuneConfig:
             "max_new_tokens": self.max_new_tokens > 0,
             "output_dir": bool(self.output_dir),
         }
-        non_finite = [f.name for f in dataclasses.fields(self)
-                      if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))]
+        non_finite = [
+            f.name
+            for f in dataclasses.fields(self)
+            if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))
+        ]
         if non_finite:
             name = non_finite[0]
-            raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: a finite number "
-                              f"({_ALLOWED.get(name, 'not inf or nan')})")
+            raise ConfigError(
+                f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: a finite number "
+                f"({_ALLOWED.get(name, 'not inf or nan')})"
+            )
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
             name = bad[0]
             raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
         wrong_formats = [f for f in self.export_formats if f not in EXPORT_FORMATS]
         if wrong_formats:
-            raise ConfigError(f"FinetuneConfig.export_formats: {wrong_formats[0]!r} is not a format; "
-                              f"allowed: {list(EXPORT_FORMATS)}")
-        self.packing_strategy = resolve_packing_strategy(self.long_rows, self.packing, self.packing_strategy,
-                                                         "FinetuneConfig.")
+            raise ConfigError(
+                f"FinetuneConfig.export_formats: {wrong_formats[0]!r} is not a format; allowed: {list(EXPORT_FORMATS)}"
+            )
+        self.packing_strategy = resolve_packing_strategy(
+            self.long_rows, self.packing, self.packing_strategy, "FinetuneConfig."
+        )
         self._check_combinations()
 
     def _check_combinations(self) -> None:
@@ -298,20 +315,28 @@ class FinetuneConfig:
         """
         chat = self.dataset_format != "alpaca"
         if self.extra_datasets and not chat:
-            raise ConfigError(f"FinetuneConfig.extra_datasets={list(self.extra_datasets)!r} is read for conversations "
-                              f"only, and dataset_format='alpaca': set dataset_format ('auto', 'messages' or "
-                              f"'sharegpt'), or merge the files into dataset")
+            raise ConfigError(
+                f"FinetuneConfig.extra_datasets={list(self.extra_datasets)!r} is read for conversations "
+                f"only, and dataset_format='alpaca': set dataset_format ('auto', 'messages' or "
+                f"'sharegpt'), or merge the files into dataset"
+            )
         if chat and self.long_rows == "split":
-            raise ConfigError(f"FinetuneConfig.long_rows='split' does not apply to conversations "
-                              f"(dataset_format={self.dataset_format!r}): a conversation split over windows loses its "
-                              f"turns' context; use long_rows='drop' or 'truncate'")
+            raise ConfigError(
+                f"FinetuneConfig.long_rows='split' does not apply to conversations "
+                f"(dataset_format={self.dataset_format!r}): a conversation split over windows loses its "
+                f"turns' context; use long_rows='drop' or 'truncate'"
+            )
         if chat and self.packing and self.packing_strategy == "wrapped":
-            raise ConfigError(f"FinetuneConfig.packing_strategy='wrapped' cuts conversations at window edges "
-                              f"(dataset_format={self.dataset_format!r}), so their assistant turns cannot be checked or "
-                              f"masked whole; use packing_strategy='bfd'")
+            raise ConfigError(
+                f"FinetuneConfig.packing_strategy='wrapped' cuts conversations at window edges "
+                f"(dataset_format={self.dataset_format!r}), so their assistant turns cannot be checked or "
+                f"masked whole; use packing_strategy='bfd'"
+            )
         if self.resume and self.overwrite_output_dir:
-            raise ConfigError("FinetuneConfig.resume=True and overwrite_output_dir=True contradict each other: set one "
-                              "of them to False")
+            raise ConfigError(
+                "FinetuneConfig.resume=True and overwrite_output_dir=True contradict each other: set one "
+                "of them to False"
+            )
 
     @property
     def effective_batch_size(self) -> int:
@@ -363,11 +388,6 @@ def identity_fields() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(FinetuneConfig) if f.metadata["identity"])
 
 
-def section_of(name: str) -> str:
-    """The section (``SECTIONS``) a field belongs to."""
-    return FinetuneConfig.__dataclass_fields__[name].metadata["section"]
-
-
 @lru_cache(maxsize=1)
 def field_docs() -> dict[str, str]:
     """Each field's docstring (the string literal under it in this file), whitespace folded to one line.
@@ -379,8 +399,12 @@ def field_docs() -> dict[str, str]:
     body = tree.body[0].body
     docs = {}
     for node, following in zip(body, body[1:]):
-        if (isinstance(node, ast.AnnAssign) and isinstance(following, ast.Expr)
-                and isinstance(following.value, ast.Constant) and isinstance(following.value.value, str)):
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(following, ast.Expr)
+            and isinstance(following.value, ast.Constant)
+            and isinstance(following.value.value, str)
+        ):
             docs[node.target.id] = " ".join(following.value.value.split())
     return docs
 

@@ -63,8 +63,10 @@ def detect_format(rows: Iterable[Any]) -> str:
                 return "sharegpt"
             if "instruction" in row:
                 return "alpaca"
-            raise ValueError(f"dataset_format='auto': the first row has columns {sorted(row)}; expected 'messages', "
-                             "'conversations' (ShareGPT) or 'instruction' (Alpaca); set dataset_format")
+            raise ValueError(
+                f"dataset_format='auto': the first row has columns {sorted(row)}; expected 'messages', "
+                "'conversations' (ShareGPT) or 'instruction' (Alpaca); set dataset_format"
+            )
     raise ValueError("dataset_format='auto': no row is an object, so the layout cannot be read")
 
 
@@ -106,8 +108,9 @@ def _order_problem(messages: list[dict[str, str]], column: str) -> tuple[str, st
     return None
 
 
-def conversation_problem(row: Any, *, dataset_format: str = "messages", column: str | None = None
-                         ) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
+def conversation_problem(
+    row: Any, *, dataset_format: str = "messages", column: str | None = None
+) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
     """Check one conversation row and normalise it.
 
     Args:
@@ -230,8 +233,11 @@ def load_conversations(
     import datasets
 
     rows = read_rows(source, split=split, config=config)
-    clean, report = check_conversations(rows, dataset_format=dataset_format, strict=strict, source=source,
-                                        column=column) if rows else ([], DataReport(source=source))
+    clean, report = (
+        check_conversations(rows, dataset_format=dataset_format, strict=strict, source=source, column=column)
+        if rows
+        else ([], DataReport(source=source))
+    )
     print(report.summary())
     if not clean:
         why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
@@ -268,8 +274,7 @@ def load_conversation_sources(
         raise ValueError("load_conversation_sources: no source given (set dataset)")
     parts, report = [], DataReport(source=" + ".join(sources))
     for source in sources:
-        part, own = load_conversations(source, split=split, config=config, dataset_format=dataset_format,
-                                       strict=strict)
+        part, own = load_conversations(source, split=split, config=config, dataset_format=dataset_format, strict=strict)
         parts.append(part)
         report.total += own.total
         report.kept += own.kept

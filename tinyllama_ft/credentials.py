@@ -33,7 +33,9 @@ def colab_secret(name: str) -> str | None:
         return None
 
 
-def find_secret(name: str, env=None, secret: Callable[[str], str | None] = colab_secret) -> tuple[str | None, str | None]:
+def find_secret(
+    name: str, env=None, secret: Callable[[str], str | None] = colab_secret
+) -> tuple[str | None, str | None]:
     """A secret from the environment variable ``name``, else from the Colab secret ``name``.
 
     Args:
@@ -53,7 +55,9 @@ def find_secret(name: str, env=None, secret: Callable[[str], str | None] = colab
     return None, None
 
 
-def export_secrets(names=SECRET_ENV_VARS, env=None, secret: Callable[[str], str | None] = colab_secret) -> dict[str, str | None]:
+def export_secrets(
+    names=SECRET_ENV_VARS, env=None, secret: Callable[[str], str | None] = colab_secret
+) -> dict[str, str | None]:
     """Copy secrets found only in Colab's secrets into the environment, where W&B and the Hub read them.
 
     ``huggingface_hub`` reads ``HF_TOKEN`` and W&B reads ``WANDB_API_KEY`` from the environment by
@@ -91,8 +95,13 @@ def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
     """
     found = sorted(k for k in values if isinstance(k, str) and SECRET_NAME.search(k))
     if found:
-        variable = "WANDB_API_KEY" if "wandb" in found[0].lower() else "HF_TOKEN" if "token" in found[0].lower() \
+        variable = (
+            "WANDB_API_KEY"
+            if "wandb" in found[0].lower()
+            else "HF_TOKEN"
+            if "token" in found[0].lower()
             else "an environment variable"
+        )
         raise ConfigError(
             f"{where}: {found[0]!r} looks like a secret, and secrets are never parameters (they would be saved "
             f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "

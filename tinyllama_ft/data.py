@@ -130,8 +130,11 @@ def check_rows(
         problem = _row_problem(row, instruction_column, input_column, output_column)
         if problem is None:
             inp = row.get(input_column)
-            item = {"instruction": row[instruction_column], "input": inp if inp and inp.strip() else "",
-                    "output": row[output_column]}
+            item = {
+                "instruction": row[instruction_column],
+                "input": inp if inp and inp.strip() else "",
+                "output": row[output_column],
+            }
             key = (item["instruction"], item["input"], item["output"])
             if key in first_index:
                 earlier = f"duplicates row {first_index[key]} (same instruction, input and output)"
@@ -151,8 +154,9 @@ def _row_problem(row: Any, ins_col: str, inp_col: str, out_col: str) -> tuple[st
         return row.field, row.reason, row.kind
     if not isinstance(row, dict):
         return "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
-    return _field_problem(row, ins_col, True) or _field_problem(row, out_col, True) or _field_problem(
-        row, inp_col, False)
+    return (
+        _field_problem(row, ins_col, True) or _field_problem(row, out_col, True) or _field_problem(row, inp_col, False)
+    )
 
 
 def _field_problem(row: dict, name: str, required: bool) -> tuple[str, str, str] | None:

@@ -53,12 +53,19 @@ class StaticDecoder:
             self.step = self._step
 
     def _step(self, token, position):
-        logits = self.model(token, cache_position=position, position_ids=position[None], use_cache=True,
-                            **{self.cache_arg: self.cache}).logits
+        logits = self.model(
+            token, cache_position=position, position_ids=position[None], use_cache=True, **{self.cache_arg: self.cache}
+        ).logits
         return logits[:, -1].argmax(-1, keepdim=True)
 
-    def decode(self, input_ids, max_new_tokens: int, eos_token_id: int | None,
-               on_tokens: Callable[[list[int]], None] | None = None, every: int = 8) -> list[int]:
+    def decode(
+        self,
+        input_ids,
+        max_new_tokens: int,
+        eos_token_id: int | None,
+        on_tokens: Callable[[list[int]], None] | None = None,
+        every: int = 8,
+    ) -> list[int]:
         """Greedy answer to one prompt.
 
         Args:
@@ -80,13 +87,16 @@ class StaticDecoder:
         if input_ids.shape[0] != 1:
             raise ValueError(f"input_ids has {input_ids.shape[0]} rows: the static decoder answers one prompt")
         if n + max_new_tokens > self.max_cache_len:
-            raise ValueError(f"prompt ({n} tokens) + max_new_tokens ({max_new_tokens}) exceeds the cache "
-                             f"({self.max_cache_len} tokens)")
+            raise ValueError(
+                f"prompt ({n} tokens) + max_new_tokens ({max_new_tokens}) exceeds the cache "
+                f"({self.max_cache_len} tokens)"
+            )
         self.cache.reset()
         answer: list[int] = []
         with torch.no_grad():
-            logits = self.model(input_ids, cache_position=self.positions[:n], use_cache=True,
-                                **{self.cache_arg: self.cache}).logits
+            logits = self.model(
+                input_ids, cache_position=self.positions[:n], use_cache=True, **{self.cache_arg: self.cache}
+            ).logits
             token = logits[:, -1].argmax(-1, keepdim=True)
             pending = [token]
             for k in range(max_new_tokens):
@@ -103,7 +113,7 @@ class StaticDecoder:
                     if on_tokens:
                         on_tokens(chunk)
                 if k < max_new_tokens - 1:
-                    token = self.step(token, self.positions[n + k:n + k + 1]).clone()
+                    token = self.step(token, self.positions[n + k : n + k + 1]).clone()
                     pending.append(token)
         return answer[:max_new_tokens]
 

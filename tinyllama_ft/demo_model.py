@@ -98,8 +98,9 @@ def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S
         return None
 
 
-def demo_model_path(cache_dir: str | os.PathLike | None = None, source: str = "auto",
-                    hub_timeout_s: float = HUB_TIMEOUT_S) -> str:
+def demo_model_path(
+    cache_dir: str | os.PathLike | None = None, source: str = "auto", hub_timeout_s: float = HUB_TIMEOUT_S
+) -> str:
     """Make SmolLM2-135M-Instruct available as a Hugging Face folder and return its path.
 
     Pass the result as ``model_name`` to ``modeling.load_model`` (which also sets a pad token that is not

@@ -7,8 +7,13 @@ import shutil
 from pathlib import Path
 
 #: Bytes per parameter written by each format (Q8_0: 34 bytes per 32 weights; Q4_K_M: ~4.85 bits per weight).
-BYTES_PER_PARAM = {"merged_16bit": 2.0, "gguf_f16": 2.0, "gguf_bf16": 2.0, "gguf_q8_0": 34 / 32,
-                   "gguf_q4_k_m": 4.85 / 8}
+BYTES_PER_PARAM = {
+    "merged_16bit": 2.0,
+    "gguf_f16": 2.0,
+    "gguf_bf16": 2.0,
+    "gguf_q8_0": 34 / 32,
+    "gguf_q4_k_m": 4.85 / 8,
+}
 #: Head room on top of the estimate: tokenizer files, GGUF metadata, file-system slack (bytes).
 DISK_MARGIN_BYTES = 64 * 2**20
 #: Formats that read the full-precision merged copy through llama.cpp's converter.
@@ -29,8 +34,11 @@ def check_free_space(*, path: str, needed_bytes: int) -> int:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if free < needed_bytes:
-        raise OSError(errno.ENOSPC, f"export needs ~{needed_bytes / 2**30:.2f} GiB at {path} and only "
-                                    f"{free / 2**30:.2f} GiB are free: free space or choose fewer formats")
+        raise OSError(
+            errno.ENOSPC,
+            f"export needs ~{needed_bytes / 2**30:.2f} GiB at {path} and only "
+            f"{free / 2**30:.2f} GiB are free: free space or choose fewer formats",
+        )
     return free
 
 
@@ -53,4 +61,3 @@ def estimate_bytes(*, n_params: int, formats, staging_bytes_per_param: float) ->
     if "gguf_q4_k_m" in formats:
         per_param += 2.0
     return int(n_params * per_param) + DISK_MARGIN_BYTES
-

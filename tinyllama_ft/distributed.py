@@ -123,8 +123,11 @@ def same_on_all_processes(value, *, what: str):
     _state()
     values = gather_object([value])
     if any(v != values[0] for v in values):
-        raise ValueError(f"{what} differs between the launched processes ("
-                         + ", ".join(f"process {i}: {v!r}" for i, v in enumerate(values)) + ")")
+        raise ValueError(
+            f"{what} differs between the launched processes ("
+            + ", ".join(f"process {i}: {v!r}" for i, v in enumerate(values))
+            + ")"
+        )
     return value
 
 

@@ -39,8 +39,16 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
             ``packing_strategy="wrapped"`` (rows are concatenated and cut at window edges: no per-row samples).
     """
     eos = trainer.processing_class.eos_token_id
-    keys = ("samples", "samples_ok", "samples_without_eos", "samples_with_several_eos", "eos_not_last",
-            "eos_tokens", "eos_supervised", "eos_masked")
+    keys = (
+        "samples",
+        "samples_ok",
+        "samples_without_eos",
+        "samples_with_several_eos",
+        "eos_not_last",
+        "eos_tokens",
+        "eos_supervised",
+        "eos_masked",
+    )
     counts = dict.fromkeys(keys, 0)
     for ids, labels in collated_samples(trainer, split, batches, what="eos_supervision"):
         at = (ids == eos).nonzero().flatten().tolist()
@@ -93,7 +101,7 @@ def _samples(batch, pad_id):
                 hi -= 1
         starts = [lo]
         if positions is not None:
-            starts += [int(j) for j in (positions[r, lo + 1:hi] == 0).nonzero().flatten() + lo + 1]
+            starts += [int(j) for j in (positions[r, lo + 1 : hi] == 0).nonzero().flatten() + lo + 1]
         for s, e in zip(starts, starts[1:] + [hi]):
             if e > s:
                 yield ids[r, s:e], labels[r, s:e]
@@ -116,8 +124,10 @@ def require_row_samples(trainer, split: str, *, what: str) -> None:
     args = trainer.args
     packing = args.packing if split == "train" or getattr(args, "eval_packing", None) is None else args.eval_packing
     if packing and getattr(args, "packing_strategy", "bfd") == "wrapped":
-        raise ValueError(f"{what}: packing_strategy='wrapped' concatenates rows and cuts them at window edges, so a "
-                         "batch has no per-row samples to check; use 'bfd' or 'bfd_split'")
+        raise ValueError(
+            f"{what}: packing_strategy='wrapped' concatenates rows and cuts them at window edges, so a "
+            "batch has no per-row samples to check; use 'bfd' or 'bfd_split'"
+        )
 
 
 def eos_first_batch(trainer) -> dict[str, int] | None:
@@ -140,6 +150,8 @@ def describe_eos(counts: dict[str, int] | None) -> str:
     """One line for the notebook about ``eos_first_batch``'s counts."""
     if counts is None:
         return "first batch: not checked (packing_strategy='wrapped' has no per-row samples)"
-    return (f"first batch: {counts['samples']} samples, {counts['samples_ok']} ending in exactly one supervised EOS "
-            f"(without EOS: {counts['samples_without_eos']}, several EOS: {counts['samples_with_several_eos']}, "
-            f"EOS masked: {counts['eos_masked']})")
+    return (
+        f"first batch: {counts['samples']} samples, {counts['samples_ok']} ending in exactly one supervised EOS "
+        f"(without EOS: {counts['samples_without_eos']}, several EOS: {counts['samples_with_several_eos']}, "
+        f"EOS masked: {counts['eos_masked']})"
+    )

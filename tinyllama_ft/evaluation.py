@@ -69,13 +69,18 @@ class HeldOutScores:
         return math.exp(self.full_text_loss)
 
     def as_dict(self) -> dict:
-        return {**asdict(self), "response_perplexity": self.response_perplexity,
-                "full_text_perplexity": self.full_text_perplexity}
+        return {
+            **asdict(self),
+            "response_perplexity": self.response_perplexity,
+            "full_text_perplexity": self.full_text_perplexity,
+        }
 
     def __str__(self) -> str:
-        return (f"response loss {self.response_loss:.3f} (perplexity {self.response_perplexity:.2f}), full-text loss "
-                f"{self.full_text_loss:.3f}, EOS probability at response end {self.eos_probability:.3f} "
-                f"({self.rows} rows)")
+        return (
+            f"response loss {self.response_loss:.3f} (perplexity {self.response_perplexity:.2f}), full-text loss "
+            f"{self.full_text_loss:.3f}, EOS probability at response end {self.eos_probability:.3f} "
+            f"({self.rows} rows)"
+        )
 
 
 @contextmanager
@@ -97,8 +102,15 @@ def _fields(row: dict) -> tuple[str, str, str]:
         raise ValueError(f"row {row!r:.80} lacks instruction/output ({err})") from None
 
 
-def held_out_scores(model, tokenizer, rows: Sequence[dict], *, template: str = DEFAULTS.template, batch_size: int = 4,
-                    max_seq_length: int | None = None) -> HeldOutScores:
+def held_out_scores(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+    max_seq_length: int | None = None,
+) -> HeldOutScores:
     """Response loss, full-text loss and teacher-forced EOS probability on held-out Alpaca rows.
 
     Args:
@@ -132,7 +144,7 @@ def held_out_scores(model, tokenizer, rows: Sequence[dict], *, template: str = D
     device = next(model.parameters()).device
     with eval_mode(model), torch.inference_mode():
         for start in range(0, len(keep), batch_size):
-            chunk = keep[start:start + batch_size]
+            chunk = keep[start : start + batch_size]
             width = max(len(ids[i]) for i in chunk)
             input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -155,8 +167,13 @@ def held_out_scores(model, tokenizer, rows: Sequence[dict], *, template: str = D
             last = attention.sum(dim=1) - 2  # the position whose next token is the appended EOS
             eos_p += logp[torch.arange(len(chunk)), last, eos_id].exp().sum().item()
     return HeldOutScores(
-        rows=len(keep), response_loss=resp_nll / max(resp_n, 1), full_text_loss=full_nll / max(full_n, 1),
-        eos_probability=eos_p / len(keep), response_tokens=resp_n, full_text_tokens=full_n, skipped=skipped,
+        rows=len(keep),
+        response_loss=resp_nll / max(resp_n, 1),
+        full_text_loss=full_nll / max(full_n, 1),
+        eos_probability=eos_p / len(keep),
+        response_tokens=resp_n,
+        full_text_tokens=full_n,
+        skipped=skipped,
     )
 
 
@@ -164,8 +181,9 @@ def _output_tokens(row: dict, tokenizer) -> int:
     return len(tokenizer(_fields(row)[2], add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
-def short_answer_rows(rows: Sequence[dict], tokenizer, *, n: int = 20,
-                      max_tokens: int = SHORT_ANSWER_TOKENS) -> list[dict]:
+def short_answer_rows(
+    rows: Sequence[dict], tokenizer, *, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS
+) -> list[dict]:
     """The first ``n`` rows (in order) whose reference ``output`` is at most ``max_tokens`` tokens.
 
     Args:
@@ -212,8 +230,15 @@ class StoppingReport:
         return f"{self.stopped}/{self.total} answers ended with EOS within {self.max_new_tokens} new tokens"
 
 
-def greedy_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-                   template: str = DEFAULTS.template, batch_size: int = 4) -> list[list[int]]:
+def greedy_answers(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+) -> list[list[int]]:
     """Greedy new token ids for each row's Alpaca prompt (empty response), in batches padded on the left.
 
     Each list stops after the first EOS (included) or at ``max_new_tokens``; prompts are tokenized as
@@ -226,17 +251,31 @@ def greedy_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: in
     result = []
     with eval_mode(model), torch.inference_mode():
         for start in range(0, len(prompts), batch_size):  # padded with the package's pad token, never EOS
-            batch = encode_left_padded(tokenizer, prompts[start:start + batch_size], model=model,
-                                       split_special_tokens=True)  # as tokenization.encode_prompts
-            out = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_id,
-                                 pad_token_id=tokenizer.pad_token_id, use_cache=True)
-            for row in out[:, batch["input_ids"].shape[1]:].tolist():
+            batch = encode_left_padded(
+                tokenizer, prompts[start : start + batch_size], model=model, split_special_tokens=True
+            )  # as tokenization.encode_prompts
+            out = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos_id,
+                pad_token_id=tokenizer.pad_token_id,
+                use_cache=True,
+            )
+            for row in out[:, batch["input_ids"].shape[1] :].tolist():
                 result.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
     return result
 
 
-def stopping_count(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-                   template: str = DEFAULTS.template, batch_size: int = 4) -> StoppingReport:
+def stopping_count(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+) -> StoppingReport:
     """How many greedy answers to the rows' instructions end with EOS within ``max_new_tokens``.
 
     Args:
@@ -249,14 +288,18 @@ def stopping_count(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: in
     Returns:
         ``StoppingReport``.
     """
-    new = greedy_answers(model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template,
-                         batch_size=batch_size)
+    new = greedy_answers(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template, batch_size=batch_size
+    )
     eos_id = tokenizer.eos_token_id
     ended = [bool(ids) and ids[-1] == eos_id for ids in new]
     return StoppingReport(
-        stopped=sum(ended), total=len(rows), max_new_tokens=max_new_tokens,
+        stopped=sum(ended),
+        total=len(rows),
+        max_new_tokens=max_new_tokens,
         answers=[tokenizer.decode(ids, skip_special_tokens=True) for ids in new],
-        new_tokens=[len(ids) for ids in new], ended=ended,
+        new_tokens=[len(ids) for ids in new],
+        ended=ended,
     )
 
 
@@ -286,9 +329,16 @@ class HeldOutCheck:
         return f"{self.scores}; {self.stopping}"
 
 
-def held_out_check(model, tokenizer, rows: Sequence[dict], *, stop_rows: int = STOP_ROWS,
-                   template: str = DEFAULTS.template, max_seq_length: int | None = DEFAULTS.max_seq_length,
-                   max_new_tokens: int = STOP_MAX_NEW_TOKENS) -> HeldOutCheck | None:
+def held_out_check(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    stop_rows: int = STOP_ROWS,
+    template: str = DEFAULTS.template,
+    max_seq_length: int | None = DEFAULTS.max_seq_length,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+) -> HeldOutCheck | None:
     """The notebook's held-out check of one model state: ``held_out_scores`` and a ``stopping_count``.
 
     Args:
@@ -323,8 +373,9 @@ def short_rows(rows: Sequence[dict], tokenizer, *, n: int, max_tokens: int = SHO
         return [r for r in rows if _output_tokens(r, tokenizer) <= max_tokens]
 
 
-def heldout_summary(before: HeldOutCheck | None, after: HeldOutCheck | None,
-                    side_by_side: list[dict] | None = None) -> dict:
+def heldout_summary(
+    before: HeldOutCheck | None, after: HeldOutCheck | None, side_by_side: list[dict] | None = None
+) -> dict:
     """The run summary's held-out fields (``summary.build_run_summary(heldout=...)``).
 
     Returns:

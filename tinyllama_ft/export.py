@@ -30,8 +30,13 @@ from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, est
 from .temporaries import clean_stale, discard_temporary, make_temporary, stale_temporaries
 
 #: GGUF file names inside each format folder.
-GGUF_NAMES = {"gguf_f16": "model-f16.gguf", "gguf_bf16": "model-bf16.gguf", "gguf_q8_0": "model-q8_0.gguf",
-              "gguf_q4_k_m": "model-q4_k_m.gguf", "gguf_lora": "adapter-f16.gguf"}
+GGUF_NAMES = {
+    "gguf_f16": "model-f16.gguf",
+    "gguf_bf16": "model-bf16.gguf",
+    "gguf_q8_0": "model-q8_0.gguf",
+    "gguf_q4_k_m": "model-q4_k_m.gguf",
+    "gguf_lora": "adapter-f16.gguf",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,8 +103,15 @@ def _clean_stale_exports(root: Path) -> list[str]:
 TOKENIZER_SOURCES = ("tokenizer.model",)
 
 
-def save_merged(*, model, tokenizer, target_dir: str | os.PathLike, template: str | None, dtype: str | None = None,
-                base_dir: str | None = None) -> Path:
+def save_merged(
+    *,
+    model,
+    tokenizer,
+    target_dir: str | os.PathLike,
+    template: str | None,
+    dtype: str | None = None,
+    base_dir: str | None = None,
+) -> Path:
     """Save a merged model as a plain transformers folder with the trained prompt format as chat template.
 
     Args:
@@ -126,7 +138,9 @@ def save_merged(*, model, tokenizer, target_dir: str | os.PathLike, template: st
     from .chat_template import jinja_chat_template
 
     if getattr(model, "hf_quantizer", None) is not None:
-        raise ValueError("save_merged takes a dequantized merged model (load_adapter(..., merged=True)), not a 4-bit one")
+        raise ValueError(
+            "save_merged takes a dequantized merged model (load_adapter(..., merged=True)), not a 4-bit one"
+        )
     if dtype is not None:
         model.to(getattr(torch, dtype))
     if template is not None:
@@ -163,8 +177,10 @@ def _local_base_dir(base: str, required: bool = True) -> str | None:
     except Exception as err:
         if not required:
             return None
-        raise FileNotFoundError(f"gguf_lora needs the base model's config and tokenizer locally; {base!r} is neither "
-                                f"a folder nor in the Hugging Face cache (pass base_model=<local folder>)") from err
+        raise FileNotFoundError(
+            f"gguf_lora needs the base model's config and tokenizer locally; {base!r} is neither "
+            f"a folder nor in the Hugging Face cache (pass base_model=<local folder>)"
+        ) from err
 
 
 def check_export_tools(formats) -> None:
@@ -183,11 +199,23 @@ def check_export_tools(formats) -> None:
         raise RuntimeError(gguf_export.QUANTIZER_MISSING)
 
 
-def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str | None = None,
-                   base_model: str | None = None, max_seq_length: int | None = None, dtype: str | None = None,
-                   load_in_4bit: bool | None = None, merged_dtype: str = "auto", converter_dir: str | None = None,
-                   cache_dir: str | None = None, sdist: str | None = None, hardware=None,
-                   trust_remote_code: bool = DEFAULTS.trust_remote_code) -> dict[str, ExportResult]:
+def export_adapter(
+    *,
+    adapter_dir: str,
+    formats,
+    output_dir: str,
+    template: str | None = None,
+    base_model: str | None = None,
+    max_seq_length: int | None = None,
+    dtype: str | None = None,
+    load_in_4bit: bool | None = None,
+    merged_dtype: str = "auto",
+    converter_dir: str | None = None,
+    cache_dir: str | None = None,
+    sdist: str | None = None,
+    hardware=None,
+    trust_remote_code: bool = DEFAULTS.trust_remote_code,
+) -> dict[str, ExportResult]:
     """Export an adapter in each of ``formats`` to ``<output_dir>/export/<format>/``.
 
     Args:
@@ -236,12 +264,18 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
     from .run_record import is_chat, read_record, resolve_settings
 
     record = read_record(adapter_dir)
-    settings = resolve_settings(record, {"template": template, "max_seq_length": max_seq_length},
-                                defaults={"template": DEFAULTS.template}, where="export")  # load_adapter: the rest
+    settings = resolve_settings(
+        record,
+        {"template": template, "max_seq_length": max_seq_length},
+        defaults={"template": DEFAULTS.template},
+        where="export",
+    )  # load_adapter: the rest
     template = None if is_chat(record) else settings["template"]  # None: the chat adapter's own template
     converter = None
     if any(f.startswith("gguf_") for f in formats):
-        converter = Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
+        converter = (
+            Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
+        )
     root = Path(output_dir) / "export"
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_exports(root)
@@ -257,27 +291,55 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
     try:
         merged_formats = [f for f in formats if f != "gguf_lora"]
         if merged_formats:
-            model, tokenizer = load_adapter(adapter_dir, max_seq_length=max_seq_length, dtype=dtype,
-                                            load_in_4bit=load_in_4bit, backend="transformers", hardware=hardware,
-                                            base_model=base_model, trust_remote_code=trust_remote_code, merged=True)
+            model, tokenizer = load_adapter(
+                adapter_dir,
+                max_seq_length=max_seq_length,
+                dtype=dtype,
+                load_in_4bit=load_in_4bit,
+                backend="transformers",
+                hardware=hardware,
+                base_model=base_model,
+                trust_remote_code=trust_remote_code,
+                merged=True,
+            )
             if hasattr(model, "peft_config"):  # load_adapter fell back to base + adapter: Unsloth patched this process
-                raise RuntimeError("export needs the merged 16-bit model, which cannot be built after Unsloth was used "
-                                   "in this process: restart the runtime and run the export first")
+                raise RuntimeError(
+                    "export needs the merged 16-bit model, which cannot be built after Unsloth was used "
+                    "in this process: restart the runtime and run the export first"
+                )
             merge_dtype = str(model.dtype).replace("torch.", "")
             n_params = sum(p.numel() for p in model.parameters())
-            check_free_space(path=str(root), needed_bytes=estimate_bytes(
-                n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize))
+            check_free_space(
+                path=str(root),
+                needed_bytes=estimate_bytes(
+                    n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize
+                ),
+            )
             base_dir = _local_base_dir(base_model or adapter_base_model(adapter_dir), required=False)
             if any(f in OUTTYPES_OR_Q4 for f in formats):
-                full = save_merged(model=model, tokenizer=tokenizer, target_dir=staging / "merged-full", template=template,
-                                   base_dir=base_dir)
+                full = save_merged(
+                    model=model,
+                    tokenizer=tokenizer,
+                    target_dir=staging / "merged-full",
+                    template=template,
+                    base_dir=base_dir,
+                )
             for fmt in merged_formats:
                 start, folder = time.perf_counter(), staging / fmt
                 if fmt == "merged_16bit":
-                    out_dtype = merged_dtype if merged_dtype != "auto" else (
-                        merge_dtype if merge_dtype in ("bfloat16", "float16") else "bfloat16")
-                    save_merged(model=model, tokenizer=tokenizer, target_dir=folder, template=template, dtype=out_dtype,
-                                base_dir=base_dir)
+                    out_dtype = (
+                        merged_dtype
+                        if merged_dtype != "auto"
+                        else (merge_dtype if merge_dtype in ("bfloat16", "float16") else "bfloat16")
+                    )
+                    save_merged(
+                        model=model,
+                        tokenizer=tokenizer,
+                        target_dir=folder,
+                        template=template,
+                        dtype=out_dtype,
+                        base_dir=base_dir,
+                    )
                 else:
                     folder.mkdir()
                     gguf = folder / GGUF_NAMES[fmt]
@@ -287,20 +349,31 @@ def export_adapter(*, adapter_dir: str, formats, output_dir: str, template: str 
                         gguf_export.quantize_gguf(source=f16, target=gguf)
                         f16.unlink()
                     else:
-                        gguf_export.convert_to_gguf(model_dir=full, target=gguf, outtype=gguf_export.OUTTYPES[fmt],
-                                                    converter=converter)
+                        gguf_export.convert_to_gguf(
+                            model_dir=full, target=gguf, outtype=gguf_export.OUTTYPES[fmt], converter=converter
+                        )
                     from .ollama import write_modelfile
 
-                    write_modelfile(gguf_path=gguf, eos_token=tokenizer.eos_token, template=template,
-                                    stop_tokens=_chat_stop_tokens(tokenizer, record) if template is None else ())
+                    write_modelfile(
+                        gguf_path=gguf,
+                        eos_token=tokenizer.eos_token,
+                        template=template,
+                        stop_tokens=_chat_stop_tokens(tokenizer, record) if template is None else (),
+                    )
                 done(fmt, folder, time.perf_counter() - start)
         if "gguf_lora" in formats:
             start, folder = time.perf_counter(), staging / "gguf_lora"
             folder.mkdir()
-            check_free_space(path=str(root), needed_bytes=2 * os.path.getsize(Path(adapter_dir) / "adapter_model.safetensors")
-                             + DISK_MARGIN_BYTES)
-            gguf_export.convert_lora_to_gguf(adapter_dir=adapter_dir, converter=converter, target=folder / GGUF_NAMES["gguf_lora"],
-                                             base_dir=_local_base_dir(base_model or adapter_base_model(adapter_dir)))
+            check_free_space(
+                path=str(root),
+                needed_bytes=2 * os.path.getsize(Path(adapter_dir) / "adapter_model.safetensors") + DISK_MARGIN_BYTES,
+            )
+            gguf_export.convert_lora_to_gguf(
+                adapter_dir=adapter_dir,
+                converter=converter,
+                target=folder / GGUF_NAMES["gguf_lora"],
+                base_dir=_local_base_dir(base_model or adapter_base_model(adapter_dir)),
+            )
             done("gguf_lora", folder, time.perf_counter() - start)
     finally:
         discard_temporary(staging)
@@ -328,4 +401,6 @@ def describe_exports(results: dict[str, ExportResult]) -> str:
     """
     if not results:
         return "no export asked (export_formats is empty)"
-    return "\n".join(f"{r.format:<13} {r.bytes / 2**20:9.2f} MiB {r.seconds:7.1f} s  {r.path}" for r in results.values())
+    return "\n".join(
+        f"{r.format:<13} {r.bytes / 2**20:9.2f} MiB {r.seconds:7.1f} s  {r.path}" for r in results.values()
+    )

@@ -52,17 +52,40 @@ class Family:
 
 
 FAMILIES = {
-    f.name: f for f in (
+    f.name: f
+    for f in (
         Family("llama-2", "llama", LLAMA_TARGETS, "</s>", ("<unk>",), "zephyr", "TinyLlama-1.1B, Llama-2"),
-        Family("llama-3", "llama", LLAMA_TARGETS, "<|eot_id|>", ("<|finetune_right_pad_id|>",), "llama-3",
-               "Llama-3.2-1B/3B"),
+        Family(
+            "llama-3",
+            "llama",
+            LLAMA_TARGETS,
+            "<|eot_id|>",
+            ("<|finetune_right_pad_id|>",),
+            "llama-3",
+            "Llama-3.2-1B/3B",
+        ),
         Family("smollm2", "llama", LLAMA_TARGETS, "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
-        Family("qwen2.5", "qwen2", LLAMA_TARGETS, "<|im_end|>", ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
-               "chatml", "Qwen2.5-0.5B/1.5B/3B"),
-        Family("qwen3", "qwen3", LLAMA_TARGETS, "<|im_end|>", ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
-               "chatml", "Qwen3-0.6B/1.7B/4B"),
-        Family("phi-3", "phi3", PHI3_TARGETS, "<|end|>", ("<unk>", "<|placeholder6|>"), None,
-               "Phi-3-mini, Phi-3.5-mini"),
+        Family(
+            "qwen2.5",
+            "qwen2",
+            LLAMA_TARGETS,
+            "<|im_end|>",
+            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
+            "chatml",
+            "Qwen2.5-0.5B/1.5B/3B",
+        ),
+        Family(
+            "qwen3",
+            "qwen3",
+            LLAMA_TARGETS,
+            "<|im_end|>",
+            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
+            "chatml",
+            "Qwen3-0.6B/1.7B/4B",
+        ),
+        Family(
+            "phi-3", "phi3", PHI3_TARGETS, "<|end|>", ("<unk>", "<|placeholder6|>"), None, "Phi-3-mini, Phi-3.5-mini"
+        ),
     )
 }
 
@@ -83,8 +106,10 @@ def detect_family(model_config, tokenizer) -> Family:
         if "<|im_end|>" in vocab:
             return FAMILIES["smollm2"]
         return FAMILIES["llama-2"]
-    raise ValueError(f"model_type={model_type!r}: supported families are "
-                     + ", ".join(f"{f.name} ({f.examples})" for f in FAMILIES.values()))
+    raise ValueError(
+        f"model_type={model_type!r}: supported families are "
+        + ", ".join(f"{f.name} ({f.examples})" for f in FAMILIES.values())
+    )
 
 
 def lora_target_modules(model) -> tuple[str, ...]:
@@ -182,8 +207,9 @@ class FamilySetup:
     rope: RopeLimits
 
 
-def prepare_family(model, tokenizer, *, chat_template: str = DEFAULTS.chat_template,
-                   max_seq_length: int = DEFAULTS.max_seq_length) -> FamilySetup:
+def prepare_family(
+    model, tokenizer, *, chat_template: str = DEFAULTS.chat_template, max_seq_length: int = DEFAULTS.max_seq_length
+) -> FamilySetup:
     """Make a loaded model and tokenizer ready for chat fine-tuning, family by family (in place).
 
     The template: the tokenizer's own when it has one (``"auto"``), else the family's named template (Zephyr for
@@ -207,8 +233,9 @@ def prepare_family(model, tokenizer, *, chat_template: str = DEFAULTS.chat_templ
     family = detect_family(model.config, tokenizer)
     if chat_template == "auto" and not tokenizer.chat_template:
         if family.base_template is None:
-            raise ValueError(f"{family.name}: the tokenizer has no chat template and the family has no default; "
-                             "pass chat_template")
+            raise ValueError(
+                f"{family.name}: the tokenizer has no chat template and the family has no default; pass chat_template"
+            )
         chat_template = family.base_template
     choose_pad_token(tokenizer, family)
     fmt = set_chat_template(tokenizer, model, chat_template=chat_template)
@@ -218,5 +245,12 @@ def prepare_family(model, tokenizer, *, chat_template: str = DEFAULTS.chat_templ
     model.config.pad_token_id = tokenizer.pad_token_id
     if getattr(model, "generation_config", None) is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return FamilySetup(family.name, lora_target_modules(model), fmt.end_of_turn, fmt.stop_token_ids, pad,
-                       fmt.added_token_ids, rope_limits(model.config, max_seq_length=max_seq_length))
+    return FamilySetup(
+        family.name,
+        lora_target_modules(model),
+        fmt.end_of_turn,
+        fmt.stop_token_ids,
+        pad,
+        fmt.added_token_ids,
+        rope_limits(model.config, max_seq_length=max_seq_length),
+    )

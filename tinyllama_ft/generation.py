@@ -59,8 +59,9 @@ AUTO_DECODE_MODE = "inductor"
 AUTO_COMPILE_MIN_TOKENS = 1000
 
 
-def decode_mode(model, decode: str, do_sample: bool, repetition_penalty: float, logits_processor,
-                new_tokens: int = 0) -> str:
+def decode_mode(
+    model, decode: str, do_sample: bool, repetition_penalty: float, logits_processor, new_tokens: int = 0
+) -> str:
     """``"plain"``, ``"graph"`` or the static decoder's mode that ``stream``/``generate`` will use.
 
     "auto" on a CUDA GPU, where a static decoder applies: "graph" for a Llama model (no compilation, so
@@ -79,9 +80,17 @@ def decode_mode(model, decode: str, do_sample: bool, repetition_penalty: float, 
         raise ValueError(f"decode={decode!r}: choose one of {DECODE_CHOICES}")
     if decode == "plain":
         return "plain"
-    why_not = ("do_sample=True" if do_sample else "repetition_penalty != 1" if repetition_penalty != 1.0
-               else "logits_processor" if logits_processor else None if can_decode_static(model)
-               else "the model is 4-bit, PEFT-wrapped or Unsloth's (reload with merged=True)")
+    why_not = (
+        "do_sample=True"
+        if do_sample
+        else "repetition_penalty != 1"
+        if repetition_penalty != 1.0
+        else "logits_processor"
+        if logits_processor
+        else None
+        if can_decode_static(model)
+        else "the model is 4-bit, PEFT-wrapped or Unsloth's (reload with merged=True)"
+    )
     if decode == "auto":
         from .decoding import has_decoder
 
@@ -113,8 +122,11 @@ def _fused_answers(model, batch, max_new_tokens, eos_token_id, forced: bool, on_
         if forced:
             raise
         model._tinyllama_ft_graph_failed = f"{type(e).__name__}: {e}"
-        warnings.warn(f"the CUDA-graph decoder failed on this model ({type(e).__name__}: {str(e)[:200]}); "
-                      "answering with transformers' generate", stacklevel=3)
+        warnings.warn(
+            f"the CUDA-graph decoder failed on this model ({type(e).__name__}: {str(e)[:200]}); "
+            "answering with transformers' generate",
+            stacklevel=3,
+        )
         return None
 
 
@@ -184,8 +196,9 @@ def generate(
     prepare_for_inference(model)
     batch = encode_left_padded(tokenizer, prompts, model=model, split_special_tokens=True)  # as encode_prompts
     if decode_mode(model, decode, do_sample, repetition_penalty, logits_processor) == "graph":
-        answers = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
-                                 forced=decode == "graph")
+        answers = _fused_answers(
+            model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id, forced=decode == "graph"
+        )
         if answers is not None:
             return tokenizer.batch_decode(answers, skip_special_tokens=True)
     kwargs = _generate_kwargs(tokenizer, max_new_tokens, do_sample, temperature, top_p, repetition_penalty)
@@ -193,7 +206,7 @@ def generate(
         kwargs["min_new_tokens"] = max_new_tokens
     with torch.inference_mode(), sdpa_outside_training(model):
         out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
-    new_tokens = out[:, batch["input_ids"].shape[1]:]
+    new_tokens = out[:, batch["input_ids"].shape[1] :]
     return tokenizer.batch_decode(new_tokens, skip_special_tokens=True)
 
 
@@ -242,8 +255,9 @@ def stream(
     if not instructions:  # as generate
         return []
     prepare_for_inference(model)
-    mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor,
-                       new_tokens=len(instructions) * max_new_tokens)
+    mode = decode_mode(
+        model, decode, do_sample, repetition_penalty, logits_processor, new_tokens=len(instructions) * max_new_tokens
+    )
     prompts = [format_prompt(instruction, context, "", template) for instruction, context in zip(instructions, inputs)]
     with sdpa_outside_training(model):  # the static decoders call the model's own attention too
         if mode in ("eager", "inductor"):  # one cache for the longest prompt: no recompilation between the answers
@@ -257,16 +271,26 @@ def stream(
             ids = None
             if mode == "graph":
                 streamer = TextStreamer(tokenizer, skip_special_tokens=True)
-                found = _fused_answers(model, batch, max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
-                                       forced=decode == "graph", on_tokens=lambda rows: streamer.put(torch.tensor(rows[0])))
+                found = _fused_answers(
+                    model,
+                    batch,
+                    max_new_tokens,
+                    None if ignore_eos else tokenizer.eos_token_id,
+                    forced=decode == "graph",
+                    on_tokens=lambda rows: streamer.put(torch.tensor(rows[0])),
+                )
                 streamer.end()
                 ids = found[0] if found is not None else None
                 mode = mode if found is not None else "plain"
             if mode in ("eager", "inductor"):
                 streamer = TextStreamer(tokenizer, skip_special_tokens=True)
                 decoder = decoder_for(model, n + max_new_tokens, mode)
-                ids = decoder.decode(batch["input_ids"], max_new_tokens, None if ignore_eos else tokenizer.eos_token_id,
-                                     on_tokens=lambda chunk: streamer.put(torch.tensor(chunk)))
+                ids = decoder.decode(
+                    batch["input_ids"],
+                    max_new_tokens,
+                    None if ignore_eos else tokenizer.eos_token_id,
+                    on_tokens=lambda chunk: streamer.put(torch.tensor(chunk)),
+                )
                 streamer.end()
             elif ids is None:
                 streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
@@ -295,4 +319,6 @@ def as_samples(instructions: Sequence[str], answers: Sequence[str]) -> list[dict
 
 def format_answers(instructions: Sequence[str], answers: Sequence[str]) -> str:
     """The answers under their instructions, Alpaca-style (``### Instruction: ...`` then the answer)."""
-    return "\n".join(f"### Instruction: {s['instruction']}\n{s['response']}\n" for s in as_samples(instructions, answers))
+    return "\n".join(
+        f"### Instruction: {s['instruction']}\n{s['response']}\n" for s in as_samples(instructions, answers)
+    )

@@ -41,8 +41,10 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 #: SHA-256 of ``llama_cpp_python-0.3.36.tar.gz`` as PyPI serves it (checked before extraction).
 LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 #: Where PyPI keeps the pinned sdist (for downloading it by hand; the index names the same file).
-LLAMA_CPP_PYTHON_URL = ("https://files.pythonhosted.org/packages/ec/e9/"
-                        "e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz")
+LLAMA_CPP_PYTHON_URL = (
+    "https://files.pythonhosted.org/packages/ec/e9/"
+    "e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-0.3.36.tar.gz"
+)
 #: The converter's files inside ``<sdist>/vendor/llama.cpp/`` (folders are taken whole).
 CONVERTER_FILES = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/gguf/", "LICENSE")
 #: Converter ``--outtype`` per GGUF format name.
@@ -58,9 +60,14 @@ QUANTIZER_MISSING = (
 )
 
 
-def llama_cpp_converter(*, cache_dir: str | os.PathLike | None = None, sdist: str | os.PathLike | None = None,
-                        version: str = LLAMA_CPP_PYTHON_VERSION, sha256: str | None = LLAMA_CPP_PYTHON_SHA256,
-                        timeout_s: float = 600.0) -> Path:
+def llama_cpp_converter(
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    sdist: str | os.PathLike | None = None,
+    version: str = LLAMA_CPP_PYTHON_VERSION,
+    sha256: str | None = LLAMA_CPP_PYTHON_SHA256,
+    timeout_s: float = 600.0,
+) -> Path:
     """The folder holding llama.cpp's converter scripts, fetched once and cached.
 
     Args:
@@ -96,21 +103,39 @@ def llama_cpp_converter(*, cache_dir: str | os.PathLike | None = None, sdist: st
     staging = make_temporary(root, f".{target.name}.fetching-")
     try:
         start = time.perf_counter()
-        archive = Path(sdist) if sdist is not None else download_sdist(
-            staging, package="llama-cpp-python", version=version, timeout_s=timeout_s, sha256=sha256,
-            what="llama.cpp's converter", size="~77 MB", label="gguf",
-            manual_url=LLAMA_CPP_PYTHON_URL if version == LLAMA_CPP_PYTHON_VERSION else None)
+        archive = (
+            Path(sdist)
+            if sdist is not None
+            else download_sdist(
+                staging,
+                package="llama-cpp-python",
+                version=version,
+                timeout_s=timeout_s,
+                sha256=sha256,
+                what="llama.cpp's converter",
+                size="~77 MB",
+                label="gguf",
+                manual_url=LLAMA_CPP_PYTHON_URL if version == LLAMA_CPP_PYTHON_VERSION else None,
+            )
+        )
         found = sha256_of(archive) if sha256 is not None else None
         if found is not None and found != sha256:
-            raise RuntimeError(f"{archive} has SHA-256 {found}, not the pinned {sha256} of "
-                               f"llama-cpp-python=={version}: refusing to run it")
+            raise RuntimeError(
+                f"{archive} has SHA-256 {found}, not the pinned {sha256} of "
+                f"llama-cpp-python=={version}: refusing to run it"
+            )
         prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
         out = staging / "converter"
         with tarfile.open(archive, "r:gz") as tar:
-            members = [m for m in tar.getmembers() if (m.isfile() or m.isdir()) and m.name.startswith(prefix)
-                       and any(m.name[len(prefix):].startswith(f) for f in CONVERTER_FILES)]
+            members = [
+                m
+                for m in tar.getmembers()
+                if (m.isfile() or m.isdir())
+                and m.name.startswith(prefix)
+                and any(m.name[len(prefix) :].startswith(f) for f in CONVERTER_FILES)
+            ]
             for m in members:
-                m.name = m.name[len(prefix):]
+                m.name = m.name[len(prefix) :]
             tar.extractall(out, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
         if not (out / "convert_hf_to_gguf.py").is_file() or not (out / "gguf-py" / "gguf").is_dir():
             raise RuntimeError(f"{archive} holds no vendor/llama.cpp/convert_hf_to_gguf.py with gguf-py")
@@ -120,8 +145,11 @@ def llama_cpp_converter(*, cache_dir: str | os.PathLike | None = None, sdist: st
             if not (target / "convert_hf_to_gguf.py").is_file():
                 raise
         if sdist is None:
-            print(f"gguf: llama.cpp's converter ready in {target} ({time.perf_counter() - start:.1f} s, SHA-256 "
-                  f"checked); later exports run offline", flush=True)
+            print(
+                f"gguf: llama.cpp's converter ready in {target} ({time.perf_counter() - start:.1f} s, SHA-256 "
+                f"checked); later exports run offline",
+                flush=True,
+            )
     finally:
         discard_temporary(staging)
     return target
@@ -148,8 +176,9 @@ def _atomic_target(target: Path) -> Path:
     return make_temporary(target.parent, f".{target.name}.", ".partial", create="file")
 
 
-def convert_to_gguf(*, model_dir: str | os.PathLike, target: str | os.PathLike, outtype: str, converter: Path,
-                    timeout_s: float = 3600.0) -> float:
+def convert_to_gguf(
+    *, model_dir: str | os.PathLike, target: str | os.PathLike, outtype: str, converter: Path, timeout_s: float = 3600.0
+) -> float:
     """Convert a Hugging Face model folder to one GGUF file with ``convert_hf_to_gguf.py``.
 
     Args:
@@ -169,16 +198,26 @@ def convert_to_gguf(*, model_dir: str | os.PathLike, target: str | os.PathLike, 
     target = Path(target)
     tmp = _atomic_target(target)
     try:
-        seconds = _run_converter([str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp),
-                                  "--outtype", outtype], f"GGUF {outtype} of {model_dir}", timeout_s)
+        seconds = _run_converter(
+            [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp), "--outtype", outtype],
+            f"GGUF {outtype} of {model_dir}",
+            timeout_s,
+        )
         os.replace(tmp, target)
     finally:
         discard_temporary(tmp)
     return seconds
 
 
-def convert_lora_to_gguf(*, adapter_dir: str | os.PathLike, base_dir: str | os.PathLike, target: str | os.PathLike,
-                         converter: Path, outtype: str = "f16", timeout_s: float = 3600.0) -> float:
+def convert_lora_to_gguf(
+    *,
+    adapter_dir: str | os.PathLike,
+    base_dir: str | os.PathLike,
+    target: str | os.PathLike,
+    converter: Path,
+    outtype: str = "f16",
+    timeout_s: float = 3600.0,
+) -> float:
     """The adapter alone as a GGUF LoRA (llama.cpp's ``--lora``, Ollama's ``ADAPTER``), with ``convert_lora_to_gguf.py``.
 
     Args:
@@ -198,9 +237,20 @@ def convert_lora_to_gguf(*, adapter_dir: str | os.PathLike, base_dir: str | os.P
     target = Path(target)
     tmp = _atomic_target(target)
     try:
-        seconds = _run_converter([str(converter / "convert_lora_to_gguf.py"), "--outfile", str(tmp), "--outtype",
-                                  outtype, "--base", str(base_dir), str(adapter_dir)],
-                                 f"GGUF LoRA of {adapter_dir}", timeout_s)
+        seconds = _run_converter(
+            [
+                str(converter / "convert_lora_to_gguf.py"),
+                "--outfile",
+                str(tmp),
+                "--outtype",
+                outtype,
+                "--base",
+                str(base_dir),
+                str(adapter_dir),
+            ],
+            f"GGUF LoRA of {adapter_dir}",
+            timeout_s,
+        )
         os.replace(tmp, target)
     finally:
         discard_temporary(tmp)
@@ -248,8 +298,9 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
             if status != 0:
                 raise RuntimeError(f"llama_model_quantize({source}) returned {status}")
         else:
-            done = subprocess.run(["llama-quantize", str(source), str(tmp), "Q4_K_M"], capture_output=True, text=True,
-                                  timeout=timeout_s)
+            done = subprocess.run(
+                ["llama-quantize", str(source), str(tmp), "Q4_K_M"], capture_output=True, text=True, timeout=timeout_s
+            )
             if done.returncode != 0:
                 raise RuntimeError(f"llama-quantize failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
         os.replace(tmp, target)

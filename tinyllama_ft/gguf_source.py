@@ -53,7 +53,9 @@ def gguf_file_of(model_name: str | os.PathLike) -> Path | None:
     if path.is_dir() and not (path / "config.json").exists():
         files = sorted(path.glob("*.gguf"))
         if len(files) > 1:
-            raise ValueError(f"model_name={str(model_name)!r} holds several GGUF files {[f.name for f in files]}: pass one file")
+            raise ValueError(
+                f"model_name={str(model_name)!r} holds several GGUF files {[f.name for f in files]}: pass one file"
+            )
         if files:
             return files[0]
     return None
@@ -68,8 +70,9 @@ def sha256_of(path: str | os.PathLike, chunk_bytes: int = 1 << 20) -> str:
     return digest.hexdigest()
 
 
-def cached_folder_for(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
-                      sha256: str | None = None) -> Path:
+def cached_folder_for(
+    gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None, sha256: str | None = None
+) -> Path:
     """Where ``hf_folder_from_gguf`` keeps the conversion of ``gguf_file``: ``<cache>/models/<stem>-<sha256[:16]>``."""
     gguf_file = Path(gguf_file)
     sha256 = sha256 or sha256_of(gguf_file)
@@ -126,7 +129,11 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
     if quantizer is not None and hasattr(quantizer, "remove_quantization_config"):
         quantizer.remove_quantization_config(model)
     else:  # older transformers: the same three attributes by hand
-        for owner, attr in ((model, "hf_quantizer"), (model.config, "quantization_config"), (model, "quantization_method")):
+        for owner, attr in (
+            (model, "hf_quantizer"),
+            (model.config, "quantization_config"),
+            (model, "quantization_method"),
+        ):
             if hasattr(owner, attr):
                 delattr(owner, attr)
         model.is_quantized = False
@@ -145,8 +152,9 @@ def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = No
     return model_name if gguf_file is None else hf_folder_from_gguf(gguf_file, cache_dir=cache_dir)
 
 
-def hf_folder_from_gguf(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None,
-                        save_dtype: str = "bfloat16") -> str:
+def hf_folder_from_gguf(
+    gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None, save_dtype: str = "bfloat16"
+) -> str:
     """Convert a GGUF file once into a Hugging Face folder in the cache, and return that folder.
 
     Args:

@@ -55,8 +55,9 @@ def fused_decoder_for(model, batch_size: int, tokens: int) -> "FusedLlamaDecoder
     decoder = kept.get(batch_size)
     if decoder is None or decoder.L < tokens:
         kept.pop(batch_size, None)  # free the shorter cache and its graph first
-        decoder = kept[batch_size] = FusedLlamaDecoder(model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size,
-                                                       matmul=MATMUL)
+        decoder = kept[batch_size] = FusedLlamaDecoder(
+            model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size, matmul=MATMUL
+        )
     return decoder
 
 
@@ -78,8 +79,15 @@ class FusedLlamaDecoder:
             ``matmul`` is not one of ``MATMULS`` ("triton" off CUDA).
     """
 
-    def __init__(self, model, max_cache_len: int, batch_size: int = 1, graph: bool | None = None,
-                 kernels: str | None = None, matmul: str = "auto"):
+    def __init__(
+        self,
+        model,
+        max_cache_len: int,
+        batch_size: int = 1,
+        graph: bool | None = None,
+        kernels: str | None = None,
+        matmul: str = "auto",
+    ):
         import torch
 
         why = why_not_fusable(model)
@@ -91,7 +99,7 @@ class FusedLlamaDecoder:
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps = c.rms_norm_eps
-        self.scale = self.D ** -0.5  # transformers' Llama attention scaling
+        self.scale = self.D**-0.5  # transformers' Llama attention scaling
         cuda = self.device.type == "cuda"
         liger = liger_ops() if cuda and kernels in (None, "liger") else None
         if kernels == "liger" and liger is None:
@@ -113,21 +121,28 @@ class FusedLlamaDecoder:
             cos, sin = inner.rotary_emb(probe, positions[None])  # transformers' own RoPE (scaling included)
             self.cos, self.sin = cos[0], sin[0]  # (L, D)
         shape = (batch_size, self.KV, max_cache_len, self.D)
-        self.cache = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                       torch.zeros(shape, dtype=self.dtype, device=self.device)) for _ in self.layers]
+        self.cache = [
+            (
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+            )
+            for _ in self.layers
+        ]
         self.columns = torch.arange(max_cache_len, device=self.device)
         # the step's inputs and outputs, fixed tensors (a CUDA graph reads and writes these addresses)
         self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=self.device)
-        self.slot = torch.zeros(1, dtype=torch.long, device=self.device)          # cache column of `token`
+        self.slot = torch.zeros(1, dtype=torch.long, device=self.device)  # cache column of `token`
         self.rope_pos = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # its position, per row
         self.first_key = torch.zeros(batch_size, 1, dtype=torch.long, device=self.device)  # padding per row
         self.answer = torch.zeros(batch_size, max_cache_len, dtype=torch.long, device=self.device)
-        self.count = torch.zeros(1, dtype=torch.long, device=self.device)          # tokens in `answer`
+        self.count = torch.zeros(1, dtype=torch.long, device=self.device)  # tokens in `answer`
         self.graph, self.backend, self.attention_ms = None, None, {}
         self.use_graph = cuda if graph is None else graph
         if self.use_graph and max_cache_len <= ATTENTION_TRIAL_STEPS + 2:
-            raise ValueError(f"max_cache_len={max_cache_len}: a captured decoder needs more than "
-                             f"{ATTENTION_TRIAL_STEPS + 2} tokens of cache")
+            raise ValueError(
+                f"max_cache_len={max_cache_len}: a captured decoder needs more than "
+                f"{ATTENTION_TRIAL_STEPS + 2} tokens of cache"
+            )
 
     def _norm(self, x, w, residual=None):
         return rms_norm(x, w, self.eps, residual, self.liger)
@@ -156,18 +171,27 @@ class FusedLlamaDecoder:
         for (w_in, w_qkv, w_o, w_post, w_gu, w_down), (k_cache, v_cache) in zip(self.layers, self.cache):
             h, residual = self._norm(x, w_in, residual)
             qkv = self._linear(h, w_qkv).view(B, T, H + 2 * KV, D)
-            q, k, v = qkv[:, :, :H].transpose(1, 2), qkv[:, :, H:H + KV].transpose(1, 2), qkv[:, :, H + KV:].transpose(1, 2)
+            q, k, v = (
+                qkv[:, :, :H].transpose(1, 2),
+                qkv[:, :, H : H + KV].transpose(1, 2),
+                qkv[:, :, H + KV :].transpose(1, 2),
+            )
             q, k = rope(q, k, cos, sin, self.liger)
             k_cache.index_copy_(2, slots, k)
             v_cache.index_copy_(2, slots, v)
             if T == 1:  # the query heads sharing a key/value head are that head's rows: no copy of the cache
-                out = F.scaled_dot_product_attention(q.reshape(B, KV, H // KV, D), k_cache, v_cache, attn_mask=mask,
-                                                     scale=self.scale)
+                out = F.scaled_dot_product_attention(
+                    q.reshape(B, KV, H // KV, D), k_cache, v_cache, attn_mask=mask, scale=self.scale
+                )
             else:
                 groups = H // KV
                 out = F.scaled_dot_product_attention(
-                    q, k_cache[:, :, :keys].repeat_interleave(groups, 1), v_cache[:, :, :keys].repeat_interleave(groups, 1),
-                    attn_mask=mask, scale=self.scale)
+                    q,
+                    k_cache[:, :, :keys].repeat_interleave(groups, 1),
+                    v_cache[:, :, :keys].repeat_interleave(groups, 1),
+                    attn_mask=mask,
+                    scale=self.scale,
+                )
                 out = out.transpose(1, 2)
             x = self._linear(out.reshape(B, T, H * D), w_o)
             h, residual = self._norm(x, w_post, residual)
@@ -184,7 +208,7 @@ class FusedLlamaDecoder:
         # an additive mask made once per step (SDPA would convert a boolean one in each of the layers)
         mask = torch.zeros(valid.shape, dtype=self.dtype, device=self.device).masked_fill_(~valid, float("-inf"))
         with self._attention_backend():
-                next_token = self._forward(self.token, self.slot, self.rope_pos[:, None], mask).argmax(-1, keepdim=True)
+            next_token = self._forward(self.token, self.slot, self.rope_pos[:, None], mask).argmax(-1, keepdim=True)
         self.answer.index_copy_(1, self.count, next_token)
         self.token.copy_(next_token)
         self.slot.add_(1)
@@ -248,9 +272,15 @@ class FusedLlamaDecoder:
         self.first_key.zero_()
         self.count.zero_()
 
-    def decode(self, input_ids, attention_mask, max_new_tokens: int, eos_token_id: int | None,
-               on_tokens: Callable[[list[list[int]]], None] | None = None,
-               every: int = 8) -> list[list[int]]:
+    def decode(
+        self,
+        input_ids,
+        attention_mask,
+        max_new_tokens: int,
+        eos_token_id: int | None,
+        on_tokens: Callable[[list[list[int]]], None] | None = None,
+        every: int = 8,
+    ) -> list[list[int]]:
         """Greedy answers to a left-padded batch.
 
         Args:
@@ -273,7 +303,9 @@ class FusedLlamaDecoder:
         if B != self.B:
             raise ValueError(f"input_ids has {B} rows; this decoder decodes {self.B}")
         if n + max_new_tokens > self.L:
-            raise ValueError(f"prompt ({n} tokens) + max_new_tokens ({max_new_tokens}) exceeds the cache ({self.L} tokens)")
+            raise ValueError(
+                f"prompt ({n} tokens) + max_new_tokens ({max_new_tokens}) exceeds the cache ({self.L} tokens)"
+            )
         if attention_mask is None:
             attention_mask = torch.ones_like(input_ids)
         with torch.no_grad():
@@ -283,8 +315,9 @@ class FusedLlamaDecoder:
             columns = self.columns[:n]
             rope_pos = (columns[None] - pads[:, None]).clamp(min=0)
             # causal, padding ignored; a padding query sees itself (no empty softmax row)
-            mask = (columns[None, :] <= columns[:, None])[None] & ((columns[None, None, :] >= pads[:, None, None])
-                                                                   | (columns[None, :] == columns[:, None])[None])
+            mask = (columns[None, :] <= columns[:, None])[None] & (
+                (columns[None, None, :] >= pads[:, None, None]) | (columns[None, :] == columns[:, None])[None]
+            )
             for k_cache, v_cache in self.cache:
                 k_cache.zero_()
                 v_cache.zero_()
@@ -306,7 +339,7 @@ class FusedLlamaDecoder:
                         if done[row]:
                             chunk[row] = []
                         elif eos_token_id is not None and eos_token_id in ids:
-                            chunk[row] = ids[:ids.index(eos_token_id)]
+                            chunk[row] = ids[: ids.index(eos_token_id)]
                             done[row] = True
                         answers[row] += chunk[row]
                     if on_tokens:

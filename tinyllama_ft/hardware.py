@@ -123,9 +123,7 @@ def cap_gpu_memory(cap_gib: float, hardware: Hardware | None = None) -> float | 
     if not cap_gib or not hardware.cuda:
         return None
     if cap_gib > hardware.total_memory_gib:
-        raise ValueError(
-            f"gpu_memory_cap_gib={cap_gib} exceeds the GPU's {hardware.total_memory_gib} GiB"
-        )
+        raise ValueError(f"gpu_memory_cap_gib={cap_gib} exceeds the GPU's {hardware.total_memory_gib} GiB")
     import torch
 
     from .distributed import local_process_index

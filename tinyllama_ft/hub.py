@@ -33,8 +33,10 @@ def folder_kind(folder: str | os.PathLike) -> str:
         return "gguf"
     if KINDS["merged"] in names and any(n.endswith(".safetensors") for n in names):
         return "merged"
-    raise FileNotFoundError(f"folder={str(folder)!r} holds no adapter (adapter_model.safetensors), merged model "
-                            f"(config.json + *.safetensors) or GGUF file: nothing to push")
+    raise FileNotFoundError(
+        f"folder={str(folder)!r} holds no adapter (adapter_model.safetensors), merged model "
+        f"(config.json + *.safetensors) or GGUF file: nothing to push"
+    )
 
 
 def upload_files(folder: str | os.PathLike) -> list[str]:
@@ -62,12 +64,20 @@ def check_hub_reachable(*, timeout_s: float = 5.0) -> None:
     try:
         socket.create_connection((url.hostname, port), timeout=timeout_s).close()
     except OSError as err:
-        raise ConnectionError(f"the Hugging Face Hub at {constants.ENDPOINT} does not answer within {timeout_s:g} s "
-                              f"({err}): push from a machine with internet access") from err
+        raise ConnectionError(
+            f"the Hugging Face Hub at {constants.ENDPOINT} does not answer within {timeout_s:g} s "
+            f"({err}): push from a machine with internet access"
+        ) from err
 
 
-def push_to_hub(*, folder: str | os.PathLike, repo_id: str, private: bool = True, commit_message: str | None = None,
-                timeout_s: float = 5.0) -> str:
+def push_to_hub(
+    *,
+    folder: str | os.PathLike,
+    repo_id: str,
+    private: bool = True,
+    commit_message: str | None = None,
+    timeout_s: float = 5.0,
+) -> str:
     """Create (if needed) the model repository ``repo_id`` and upload ``upload_files(folder)`` to it.
 
     Args:
@@ -101,15 +111,24 @@ def push_to_hub(*, folder: str | os.PathLike, repo_id: str, private: bool = True
     kind = folder_kind(folder)
     files = upload_files(folder)
     if hub_offline():
-        raise RuntimeError("HF_HUB_OFFLINE is set: the Hub is off for this process; unset it (or push from a machine "
-                           "with internet access) to upload")
+        raise RuntimeError(
+            "HF_HUB_OFFLINE is set: the Hub is off for this process; unset it (or push from a machine "
+            "with internet access) to upload"
+        )
     token, _ = find_secret("HF_TOKEN")
     if not token:
-        raise RuntimeError("no Hugging Face token: set HF_TOKEN in the environment or as a Colab secret (a write "
-                           "token from huggingface.co/settings/tokens); tokens are never parameters")
+        raise RuntimeError(
+            "no Hugging Face token: set HF_TOKEN in the environment or as a Colab secret (a write "
+            "token from huggingface.co/settings/tokens); tokens are never parameters"
+        )
     check_hub_reachable(timeout_s=timeout_s)
     api = HfApi(token=token)
     url = api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-    api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="model", allow_patterns=files,
-                      commit_message=commit_message or f"Upload {kind} with tinyllama-ft")
+    api.upload_folder(
+        folder_path=str(folder),
+        repo_id=repo_id,
+        repo_type="model",
+        allow_patterns=files,
+        commit_message=commit_message or f"Upload {kind} with tinyllama-ft",
+    )
     return str(url)

@@ -101,15 +101,21 @@ class LengthReport:
         """What the trainer does to kept rows longer than ``max_seq_length`` (TRL 1.15 / 1.16 behaviour)."""
         n = self.max_seq_length
         if not self.packing:
-            return (f"without packing TRL truncates each to its first {n} tokens (truncation_mode='keep_start'): "
-                    "the rest of the response and the EOS are not trained on")
+            return (
+                f"without packing TRL truncates each to its first {n} tokens (truncation_mode='keep_start'): "
+                "the rest of the response and the EOS are not trained on"
+            )
         return {
             "bfd": f"'bfd' packing truncates each to its first {n} tokens: the rest, EOS included, is discarded",
-            "bfd_split": (f"'bfd_split' packing splits each into pieces of at most {n} tokens, packed as separate "
-                          "samples: no token is lost, but a later piece does not see the prompt and its first "
-                          "token is not trained on"),
-            "wrapped": (f"'wrapped' packing cuts each at {n}-token window edges (it cuts every row that crosses "
-                        "an edge, long or not): no token is lost, the part past an edge loses its context"),
+            "bfd_split": (
+                f"'bfd_split' packing splits each into pieces of at most {n} tokens, packed as separate "
+                "samples: no token is lost, but a later piece does not see the prompt and its first "
+                "token is not trained on"
+            ),
+            "wrapped": (
+                f"'wrapped' packing cuts each at {n}-token window edges (it cuts every row that crosses "
+                "an edge, long or not): no token is lost, the part past an edge loses its context"
+            ),
         }[self.packing_strategy]
 
     def _rows(self, indices: Sequence[int]) -> str:
@@ -128,13 +134,17 @@ class LengthReport:
         """
         strategy = f"'{self.packing_strategy}' packing" if self.packing else "no packing"
         index = "source row" if self.row_ids is not None else "row"
-        line = (f"lengths (tokens, BOS+EOS included) vs max_seq_length={self.max_seq_length} ({strategy}): "
-                f"{self.rows} rows, longest {self.longest}; {len(self.long)} longer")
+        line = (
+            f"lengths (tokens, BOS+EOS included) vs max_seq_length={self.max_seq_length} ({strategy}): "
+            f"{self.rows} rows, longest {self.longest}; {len(self.long)} longer"
+        )
         if self.long:
             line += f" ({index}s from 0: {self._rows(self.long)})"
         if self.prompt_overflow:
-            line += (f", {len(self.prompt_overflow)} of them with the prompt alone >= {self.max_seq_length} tokens "
-                     f"({index}s {self._rows(self.prompt_overflow)}; always dropped)")
+            line += (
+                f", {len(self.prompt_overflow)} of them with the prompt alone >= {self.max_seq_length} tokens "
+                f"({index}s {self._rows(self.prompt_overflow)}; always dropped)"
+            )
         if self.policy is None:
             return line + (f"; {self.handling()}" if self.long else "")
         line += f"; long_rows={self.policy!r}: {len(self.dropped)} dropped, {self.rows - len(self.dropped)} rows left"
@@ -148,12 +158,18 @@ class LengthReport:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready counts for ``run_summary.json`` (lengths in tokens; source row indices from 0, first 20)."""
         return {
-            "max_seq_length": self.max_seq_length, "packing": self.packing, "packing_strategy": self.packing_strategy,
-            "rows": self.rows, "longest": self.longest,
-            "long_rows": len(self.long), "long_row_indices": [self.source_index(i) for i in self.long[:20]],
+            "max_seq_length": self.max_seq_length,
+            "packing": self.packing,
+            "packing_strategy": self.packing_strategy,
+            "rows": self.rows,
+            "longest": self.longest,
+            "long_rows": len(self.long),
+            "long_row_indices": [self.source_index(i) for i in self.long[:20]],
             "prompt_overflow_rows": len(self.prompt_overflow),
             "prompt_overflow_indices": [self.source_index(i) for i in self.prompt_overflow[:20]],
-            "policy": self.policy, "dropped": len(self.dropped), "kept_long_rows": len(self.kept_long),
+            "policy": self.policy,
+            "dropped": len(self.dropped),
+            "kept_long_rows": len(self.kept_long),
             "tokens_past_window": self.tokens_over,
         }
 
@@ -171,7 +187,7 @@ def token_ids(texts: Sequence[str], tokenizer, append_eos: bool = True) -> list[
     """
     ids: list[list[int]] = []
     for start in range(0, len(texts), TOKENIZE_CHUNK):
-        chunk = texts[start:start + TOKENIZE_CHUNK]
+        chunk = texts[start : start + TOKENIZE_CHUNK]
         if append_eos:
             chunk = [add_eos(t, tokenizer.eos_token) for t in chunk]
         ids.extend(tokenizer(text=list(chunk), return_attention_mask=False)["input_ids"])
@@ -183,9 +199,9 @@ def _prompt_text(text: str, output: str | None, eos: str) -> str | None:
     with it, else the last ``"### Response:\\n"``); None when neither finds it."""
     body = text.removesuffix(eos)
     if output and body.endswith(output):
-        return body[:len(body) - len(output)]
+        return body[: len(body) - len(output)]
     at = body.rfind(RESPONSE_MARKER)
-    return body[:at + len(RESPONSE_MARKER)] if at >= 0 else None
+    return body[: at + len(RESPONSE_MARKER)] if at >= 0 else None
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -197,10 +213,18 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
-def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_length,
-                  packing: bool = DEFAULTS.packing, packing_strategy: str = DEFAULTS.packing_strategy,
-                  data_report=None, text_column: str = "text",
-                  output_column: str = DEFAULTS.output_column, template: str = DEFAULTS.template) -> LengthReport:
+def length_report(
+    dataset,
+    tokenizer,
+    *,
+    max_seq_length: int = DEFAULTS.max_seq_length,
+    packing: bool = DEFAULTS.packing,
+    packing_strategy: str = DEFAULTS.packing_strategy,
+    data_report=None,
+    text_column: str = "text",
+    output_column: str = DEFAULTS.output_column,
+    template: str = DEFAULTS.template,
+) -> LengthReport:
     """Measure every row of a dataset against ``max_seq_length``, before training, as the trainer gets it.
 
     Args:
@@ -243,10 +267,13 @@ def length_report(dataset, tokenizer, *, max_seq_length: int = DEFAULTS.max_seq_
         bad = {b.index for b in data_report.bad}
         row_ids = [i for i in range(data_report.total) if i not in bad]
         if len(row_ids) != len(lengths):
-            raise ValueError(f"data_report kept {len(row_ids)} rows but the dataset has {len(lengths)}: pass the "
-                             "report of the rows this dataset was built from, or data_report=None")
-    return LengthReport(max_seq_length, packing, packing_strategy if packing else None, lengths, long, overflow,
-                        row_ids)
+            raise ValueError(
+                f"data_report kept {len(row_ids)} rows but the dataset has {len(lengths)}: pass the "
+                "report of the rows this dataset was built from, or data_report=None"
+            )
+    return LengthReport(
+        max_seq_length, packing, packing_strategy if packing else None, lengths, long, overflow, row_ids
+    )
 
 
 def _text_lengths(dataset, tokenizer, max_seq_length, text_column, output_column):
@@ -288,17 +315,22 @@ def apply_long_rows(dataset, report: LengthReport, *, policy: str = DEFAULTS.lon
     strategy = report.packing_strategy or "bfd"
     needed = resolve_packing_strategy(policy, report.packing, strategy)
     if report.packing and needed != strategy:
-        raise ValueError(f"long_rows={policy!r} needs packing_strategy={needed!r}, but the report was made for "
-                         f"{strategy!r}: measure with the strategy the trainer will use")
+        raise ValueError(
+            f"long_rows={policy!r} needs packing_strategy={needed!r}, but the report was made for "
+            f"{strategy!r}: measure with the strategy the trainer will use"
+        )
     if len(dataset) != report.rows:
         raise ValueError(f"the dataset has {len(dataset)} rows but the report measured {report.rows}")
     dropped = sorted(set(report.long if policy == "drop" else report.prompt_overflow))
     out = dataclasses.replace(report, policy=policy, dropped=dropped)
     if dropped and len(dropped) == report.rows:
-        raise ValueError(f"long_rows={policy!r} leaves no rows: all {report.rows} are longer than max_seq_length="
-                         f"{report.max_seq_length} tokens (longest {report.longest})"
-                         + (" with the prompt alone filling it" if policy != "drop" else "")
-                         + ": raise max_seq_length, or choose another long_rows policy\n" + out.summary())
+        raise ValueError(
+            f"long_rows={policy!r} leaves no rows: all {report.rows} are longer than max_seq_length="
+            f"{report.max_seq_length} tokens (longest {report.longest})"
+            + (" with the prompt alone filling it" if policy != "drop" else "")
+            + ": raise max_seq_length, or choose another long_rows policy\n"
+            + out.summary()
+        )
     if not dropped:
         return dataset, out
     gone = set(dropped)

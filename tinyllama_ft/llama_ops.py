@@ -42,13 +42,25 @@ def fused_weights(model) -> dict:
         return kept
     inner = model.model
     with torch.no_grad():
-        layers = [(layer.input_layernorm.weight,
-                   torch.cat([layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]),
-                   layer.self_attn.o_proj.weight, layer.post_attention_layernorm.weight,
-                   torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-                   layer.mlp.down_proj.weight) for layer in inner.layers]
-    kept = {"layers": layers, "embed": inner.embed_tokens.weight, "norm": inner.norm.weight,
-            "lm_head": model.get_output_embeddings().weight}
+        layers = [
+            (
+                layer.input_layernorm.weight,
+                torch.cat(
+                    [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]
+                ),
+                layer.self_attn.o_proj.weight,
+                layer.post_attention_layernorm.weight,
+                torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
+                layer.mlp.down_proj.weight,
+            )
+            for layer in inner.layers
+        ]
+    kept = {
+        "layers": layers,
+        "embed": inner.embed_tokens.weight,
+        "norm": inner.norm.weight,
+        "lm_head": model.get_output_embeddings().weight,
+    }
     model._tinyllama_ft_fused_weights = kept
     return kept
 

@@ -87,8 +87,14 @@ class RunLock:
         self.output_dir = output_dir
         self.path = os.path.join(output_dir, LOCK_FILE)
         now = time.time()
-        self.info = {"host": socket.gethostname(), "pid": os.getpid(), "started": now, "heartbeat": now,
-                     "started_utc": _utc(now), "token": uuid.uuid4().hex}
+        self.info = {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "started": now,
+            "heartbeat": now,
+            "started_utc": _utc(now),
+            "token": uuid.uuid4().hex,
+        }
         self.heartbeat_s = heartbeat_s
         self.lost = False
         self._stop = threading.Event()
@@ -105,8 +111,11 @@ class RunLock:
         """Rewrite the heartbeat now (atomically). Returns False, once with a warning, if the lock was taken from us."""
         if self.lost or not self._owned():
             if not self.lost:
-                print(f"run lock: {self.path} no longer holds this run's lock (taken over as stale?); "
-                      f"another run may now write into {self.output_dir!r}", file=sys.stderr)
+                print(
+                    f"run lock: {self.path} no longer holds this run's lock (taken over as stale?); "
+                    f"another run may now write into {self.output_dir!r}",
+                    file=sys.stderr,
+                )
             self.lost = True
             return False
         self.info["heartbeat"] = time.time()
@@ -194,8 +203,9 @@ def _judge(path: str, current: dict | None, stale_after_s: float) -> tuple[str, 
     return "live", who
 
 
-def acquire_run_lock(output_dir: str, *, stale_after_s: float = STALE_AFTER_S,
-                     heartbeat_s: float = HEARTBEAT_S) -> RunLock | None:
+def acquire_run_lock(
+    output_dir: str, *, stale_after_s: float = STALE_AFTER_S, heartbeat_s: float = HEARTBEAT_S
+) -> RunLock | None:
     """Take ``<output_dir>/run.lock`` for this run, or fail naming the run that holds it.
 
     Args:
@@ -240,7 +250,8 @@ def acquire_run_lock(output_dir: str, *, stale_after_s: float = STALE_AFTER_S,
                 f"output_dir={output_dir!r} is in use by another run ({who}; lock file {lock.path}). Wait for it "
                 f"to finish, or choose another output_dir. A dead run's lock expires {stale_after_s:.0f} s after "
                 f"its last heartbeat (at once for a dead process on this host); if no run writes there, delete "
-                f"{lock.path}")
+                f"{lock.path}"
+            )
         print(f"run lock: taking over the stale lock in {output_dir!r} ({who})")
         _break(lock.path, raw, lock.info["token"])
     else:

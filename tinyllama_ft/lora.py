@@ -108,9 +108,11 @@ def add_lora(
     """
     backend = backend or ("unsloth" if "unsloth" in sys.modules else "transformers")
     if train_embeddings and backend == "unsloth":
-        raise ValueError("train_embeddings (the chat template added tokens, whose new embedding rows must train) is "
-                         "not done on the Unsloth backend: set backend='transformers', or use a model with its own "
-                         "chat template (chat_template='auto')")
+        raise ValueError(
+            "train_embeddings (the chat template added tokens, whose new embedding rows must train) is "
+            "not done on the Unsloth backend: set backend='transformers', or use a model with its own "
+            "chat template (chat_template='auto')"
+        )
     if backend == "unsloth":
         from unsloth import FastLanguageModel  # GPU extra
 
@@ -143,8 +145,17 @@ def add_lora(
         torch.manual_seed(seed)
         modules, tied = embedding_modules(model) if train_embeddings else ((), False)
         peft_model = get_peft_model(
-            model, lora_config(lora_r=lora_r, lora_alpha=lora_alpha, lora_dropout=lora_dropout, lora_bias=lora_bias,
-                               target_modules=target_modules, use_rslora=use_rslora, modules_to_save=modules, tied=tied)
+            model,
+            lora_config(
+                lora_r=lora_r,
+                lora_alpha=lora_alpha,
+                lora_dropout=lora_dropout,
+                lora_bias=lora_bias,
+                target_modules=target_modules,
+                use_rslora=use_rslora,
+                modules_to_save=modules,
+                tied=tied,
+            ),
         )
     return peft_model
 

@@ -64,7 +64,9 @@ def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) ->
         if not cuda_ok:
             raise ValueError("backend='unsloth' needs a CUDA GPU of capability >= 7.0; use backend='transformers'")
         if not unsloth_available:
-            raise ImportError("backend='unsloth' but unsloth is not installed: run tinyllama_ft.install.install(run=True)")
+            raise ImportError(
+                "backend='unsloth' but unsloth is not installed: run tinyllama_ft.install.install(run=True)"
+            )
     return backend
 
 
@@ -150,10 +152,17 @@ def load_model(
         _say_once("load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU")
         load_in_4bit = False
     if chosen == "unsloth":
-        model, tokenizer, factor = _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code)
+        model, tokenizer, factor = _load_unsloth(
+            model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code
+        )
     else:
         model, tokenizer, factor = _load_transformers(
-            model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code,
+            model_name,
+            max_seq_length,
+            dtype_name,
+            load_in_4bit,
+            hardware,
+            trust_remote_code,
             attn_implementation or "sdpa",
         )
     if factor is not None:
@@ -187,8 +196,9 @@ def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_re
     return model, tokenizer, rope_scaling_factor(max_seq_length, positions)
 
 
-def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code,
-                       attn_implementation="sdpa"):
+def _load_transformers(
+    model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code, attn_implementation="sdpa"
+):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
@@ -221,7 +231,9 @@ def bnb_4bit_config(dtype_name: str):
         ImportError: bitsandbytes is not installed.
     """
     if not is_importable("bitsandbytes"):
-        raise ImportError("load_in_4bit=True on CUDA needs bitsandbytes: pip install bitsandbytes (or load_in_4bit=False)")
+        raise ImportError(
+            "load_in_4bit=True on CUDA needs bitsandbytes: pip install bitsandbytes (or load_in_4bit=False)"
+        )
     from transformers import BitsAndBytesConfig
 
     return BitsAndBytesConfig(

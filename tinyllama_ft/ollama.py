@@ -27,8 +27,14 @@ def _quote(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def modelfile_text(*, gguf_name: str, eos_token: str, template: str | None = "alpaca",
-                   temperature: float | None = None, stop_tokens: Sequence[str] = ()) -> str:
+def modelfile_text(
+    *,
+    gguf_name: str,
+    eos_token: str,
+    template: str | None = "alpaca",
+    temperature: float | None = None,
+    stop_tokens: Sequence[str] = (),
+) -> str:
     """The Modelfile for a GGUF in the same folder.
 
     Args:
@@ -65,8 +71,9 @@ def modelfile_text(*, gguf_name: str, eos_token: str, template: str | None = "al
     return "\n".join(lines) + "\n"
 
 
-def write_modelfile(*, gguf_path: str | os.PathLike, eos_token: str, template: str | None = "alpaca",
-                    stop_tokens: Sequence[str] = ()) -> Path:
+def write_modelfile(
+    *, gguf_path: str | os.PathLike, eos_token: str, template: str | None = "alpaca", stop_tokens: Sequence[str] = ()
+) -> Path:
     """Write ``Modelfile`` beside ``gguf_path`` (atomically: a temporary name, then a rename).
 
     Args:

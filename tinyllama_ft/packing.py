@@ -30,13 +30,19 @@ def resolve_packing_strategy(long_rows: str, packing: bool, packing_strategy: st
         raise ValueError(f"{prefix}long_rows={long_rows!r} is not allowed: one of {LONG_ROWS}")
     if long_rows == "split":
         if not packing:
-            raise ValueError(f"{prefix}long_rows='split' needs {prefix}packing=True: without packing TRL truncates "
-                             "each row to max_seq_length tokens; use long_rows='drop' or 'truncate'")
+            raise ValueError(
+                f"{prefix}long_rows='split' needs {prefix}packing=True: without packing TRL truncates "
+                "each row to max_seq_length tokens; use long_rows='drop' or 'truncate'"
+            )
         if packing_strategy == "wrapped":
-            raise ValueError(f"{prefix}long_rows='split' needs {prefix}packing_strategy='bfd_split' (or 'bfd', "
-                             "which it replaces), not 'wrapped'")
+            raise ValueError(
+                f"{prefix}long_rows='split' needs {prefix}packing_strategy='bfd_split' (or 'bfd', "
+                "which it replaces), not 'wrapped'"
+            )
         return "bfd_split"
     if long_rows == "truncate" and packing and packing_strategy == "bfd_split":
-        raise ValueError(f"{prefix}long_rows='truncate' contradicts {prefix}packing_strategy='bfd_split', which "
-                         "splits long rows: use long_rows='split', or packing_strategy='bfd'")
+        raise ValueError(
+            f"{prefix}long_rows='truncate' contradicts {prefix}packing_strategy='bfd_split', which "
+            "splits long rows: use long_rows='split', or packing_strategy='bfd'"
+        )
     return packing_strategy

@@ -48,8 +48,13 @@ def notebook_parameters(namespace: Mapping[str, Any], *, names_before: set[str] 
         naming them). Imported modules and functions (the config cell's own import) are not parameters.
     """
     values = {name: namespace[name] for name in FIELD_NAMES if name in names_before and name in namespace}
-    values.update({name: value for name, value in namespace.items()
-                   if name not in names_before and not name.startswith("_") and isinstance(value, _LITERALS)})
+    values.update(
+        {
+            name: value
+            for name, value in namespace.items()
+            if name not in names_before and not name.startswith("_") and isinstance(value, _LITERALS)
+        }
+    )
     return values
 
 
@@ -62,8 +67,10 @@ def config_from_notebook(namespace: Mapping[str, Any], *, names_before: set[str]
             secret-looking name (value not shown). A name defined by a later cell (the notebook run
             before) counts as added: run the parameters cell again first.
     """
-    return FinetuneConfig.from_mapping(notebook_parameters(namespace, names_before=names_before),
-                                       where="notebook parameters (the parameters cell and papermill's -p)")
+    return FinetuneConfig.from_mapping(
+        notebook_parameters(namespace, names_before=names_before),
+        where="notebook parameters (the parameters cell and papermill's -p)",
+    )
 
 
 def recipe_names() -> list[str]:
@@ -84,8 +91,9 @@ def recipe_path(name_or_path: str) -> Path:
     shipped = RECIPES_DIR / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
-    raise RecipeNotFound(f"--config {name_or_path!r}: no such file, and not a shipped recipe "
-                         f"(one of {', '.join(recipe_names())})")
+    raise RecipeNotFound(
+        f"--config {name_or_path!r}: no such file, and not a shipped recipe (one of {', '.join(recipe_names())})"
+    )
 
 
 def _read_yaml(path: Path) -> Any:
@@ -103,8 +111,9 @@ def _read_yaml(path: Path) -> Any:
                 key = self.construct_object(key_node, deep=deep)
                 line = key_node.start_mark.line + 1
                 if key in seen:
-                    raise ConfigError(f"recipe {path}: {key!r} is given twice, on line {seen[key]} and on line "
-                                      f"{line}: keep one")
+                    raise ConfigError(
+                        f"recipe {path}: {key!r} is given twice, on line {seen[key]} and on line {line}: keep one"
+                    )
                 seen[key] = line
             return super().construct_mapping(node, deep=deep)
 
@@ -115,8 +124,9 @@ def _read_yaml(path: Path) -> Any:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}:" if mark is not None else ""
         problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise ConfigError(f"recipe {path}: not valid YAML:{where} {problem} (a recipe is lines of `field: value`)") \
-            from None
+        raise ConfigError(
+            f"recipe {path}: not valid YAML:{where} {problem} (a recipe is lines of `field: value`)"
+        ) from None
 
 
 def load_recipe(name_or_path: str) -> dict[str, Any]:

@@ -79,53 +79,93 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     plan = plan_run(cfg, hardware)
     print(plan.summary())
     split = (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing)
-    same_on_all_processes(split, what="the plan's batch x accumulation and checkpointing (each process sizes them "
-                          "to its GPU's free memory: gpu_memory_cap_gib plans all for the same)")
+    same_on_all_processes(
+        split,
+        what="the plan's batch x accumulation and checkpointing (each process sizes them "
+        "to its GPU's free memory: gpu_memory_cap_gib plans all for the same)",
+    )
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
     with main_process_first("loading the dataset"):  # a Hub dataset is downloaded into the cache once
-        rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
-                                                  instruction_column=cfg.instruction_column,
-                                                  input_column=cfg.input_column, output_column=cfg.output_column,
-                                                  strict=cfg.strict)
+        rows, data_report = load_instruction_data(
+            cfg.dataset,
+            split=cfg.dataset_split,
+            config=cfg.dataset_config,
+            instruction_column=cfg.instruction_column,
+            input_column=cfg.input_column,
+            output_column=cfg.output_column,
+            strict=cfg.strict,
+        )
     with main_process_first("preparing output_dir") as main:  # the lock, the check, the clearing: main only
         if main:
             prepared = prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))
             print(f"output_dir {cfg.output_dir!r}: {prepared}")
     try:
         cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
-        model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                      load_in_4bit=plan.load_in_4bit, backend=plan.backend,
-                                      attn_implementation=plan.attn_implementation,
-                                      trust_remote_code=cfg.trust_remote_code, hardware=hardware)
-        model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                         lora_bias=cfg.lora_bias, target_modules=cfg.target_modules, use_rslora=cfg.use_rslora,
-                         gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
+        model, tokenizer = load_model(
+            cfg.model_name,
+            max_seq_length=cfg.max_seq_length,
+            dtype=plan.dtype,
+            load_in_4bit=plan.load_in_4bit,
+            backend=plan.backend,
+            attn_implementation=plan.attn_implementation,
+            trust_remote_code=cfg.trust_remote_code,
+            hardware=hardware,
+        )
+        model = add_lora(
+            model,
+            lora_r=cfg.lora_r,
+            lora_alpha=cfg.lora_alpha,
+            lora_dropout=cfg.lora_dropout,
+            lora_bias=cfg.lora_bias,
+            target_modules=cfg.target_modules,
+            use_rslora=cfg.use_rslora,
+            gradient_checkpointing=plan.gradient_checkpointing,
+            seed=cfg.seed,
+            backend=plan.backend,
+        )
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
         rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
-        lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
-                                packing_strategy=cfg.packing_strategy, data_report=data_report)
+        lengths = length_report(
+            rows,
+            tokenizer,
+            max_seq_length=cfg.max_seq_length,
+            packing=cfg.packing,
+            packing_strategy=cfg.packing_strategy,
+            data_report=data_report,
+        )
         rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
         print(lengths.summary())
         train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
         print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
-        tracking = start_tracking(report_to=cfg.report_to if main else "none", wandb_project=cfg.wandb_project,
-                                  wandb_run_name=cfg.wandb_run_name, output_dir=cfg.output_dir, config=cfg.to_dict())
+        tracking = start_tracking(
+            report_to=cfg.report_to if main else "none",
+            wandb_project=cfg.wandb_project,
+            wandb_run_name=cfg.wandb_run_name,
+            output_dir=cfg.output_dir,
+            config=cfg.to_dict(),
+        )
         print(tracking)
-        trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset,
-                                eval_dataset=eval_dataset, cfg=cfg, plan=plan)
+        trainer = build_trainer(
+            model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset, cfg=cfg, plan=plan
+        )
         work = training_plan(trainer)
         print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
         eos = eos_first_batch(trainer)
         print(describe_eos(eos))
         held_out = held_out_rows(eval_dataset)
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
-            before = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+            before = held_out_check(
+                model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length
+            )
             print(f"before: {before}")
         results = train_and_evaluate(trainer, resume=cfg.resume)
         if not is_main_process():
-            return {"process_index": trainer.args.process_index, "global_step": results["global_step"],
-                    "train_loss": results["train_loss"]}
+            return {
+                "process_index": trainer.args.process_index,
+                "global_step": results["global_step"],
+                "train_loss": results["train_loss"],
+            }
         after = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
         print(f"after:  {after}")
         side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
@@ -133,19 +173,39 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         finish_tracking(tracking)
         adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan))
         print(f"adapter saved to {adapter_dir}")
-        exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
-                                 hardware=hardware, trust_remote_code=cfg.trust_remote_code)  # as recorded
+        exports = export_adapter(
+            adapter_dir=adapter_dir,
+            formats=cfg.export_formats,
+            output_dir=cfg.output_dir,
+            hardware=hardware,
+            trust_remote_code=cfg.trust_remote_code,
+        )  # as recorded
         print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
-        model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,  # the rest as recorded
-                                        trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
+        model, tokenizer = load_adapter(
+            adapter_dir,
+            backend=plan.backend,
+            hardware=hardware,  # the rest as recorded
+            trust_remote_code=cfg.trust_remote_code,
+            merged=cfg.reload_merged,
+        )
         answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
         print(format_answers(cfg.prompts, answers))
         streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
-        summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work,
-                                    data_report=data_report, trainable=trainable, adapter_dir=adapter_dir,
-                                    samples=as_samples(cfg.prompts, streamed), length_report=lengths, eos=eos,
-                                    heldout=heldout_summary(before, after, side_by_side))
+        summary = build_run_summary(
+            cfg=cfg,
+            plan=plan,
+            hardware=hardware,
+            results=results,
+            work=work,
+            data_report=data_report,
+            trainable=trainable,
+            adapter_dir=adapter_dir,
+            samples=as_samples(cfg.prompts, streamed),
+            length_report=lengths,
+            eos=eos,
+            heldout=heldout_summary(before, after, side_by_side),
+        )
         print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
         loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
     finally:

@@ -89,12 +89,14 @@ class RunPlan:
 
     def summary(self) -> str:
         """A few lines for the notebook: the choices, then why."""
-        head = (f"recipe {self.recipe!r} on {self.device}: backend {self.backend}, {self.dtype}"
-                f"{' (bf16 autocast)' if self.cpu_autocast_bf16 else ''}, 4-bit {self.load_in_4bit}, attention "
-                f"{self.attn_implementation or 'backend default'}, liger {self.use_liger_kernel}, batch "
-                f"{self.per_device_train_batch_size} x accumulation {self.gradient_accumulation_steps}, gradient "
-                f"checkpointing {self.gradient_checkpointing}, optimizer {self.optim}"
-                f"{f', x {self.world_size} processes' if self.world_size > 1 else ''}")
+        head = (
+            f"recipe {self.recipe!r} on {self.device}: backend {self.backend}, {self.dtype}"
+            f"{' (bf16 autocast)' if self.cpu_autocast_bf16 else ''}, 4-bit {self.load_in_4bit}, attention "
+            f"{self.attn_implementation or 'backend default'}, liger {self.use_liger_kernel}, batch "
+            f"{self.per_device_train_batch_size} x accumulation {self.gradient_accumulation_steps}, gradient "
+            f"checkpointing {self.gradient_checkpointing}, optimizer {self.optim}"
+            f"{f', x {self.world_size} processes' if self.world_size > 1 else ''}"
+        )
         if self.estimated_peak_gib is not None:
             head += f", estimated peak {self.estimated_peak_gib:.1f} of {self.budget_gib:.1f} GiB"
         return "\n".join([head, *(f"  {r}" for r in self.reasons)])
@@ -106,8 +108,15 @@ def _text_config(model_config):
     return getattr(model_config, "text_config", None) or model_config
 
 
-def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budget_gib: float | None = None,
-             importable=is_importable, world_size: int | None = None) -> RunPlan:
+def plan_run(
+    cfg: FinetuneConfig,
+    hardware: Hardware,
+    model_config=None,
+    *,
+    budget_gib: float | None = None,
+    importable=is_importable,
+    world_size: int | None = None,
+) -> RunPlan:
     """Decide how ``cfg`` runs on ``hardware``; the configuration itself is not changed.
 
     Args:
@@ -138,48 +147,78 @@ def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budg
         share = split_over_processes(cfg, world)
         if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
             share = dataclasses.replace(share, backend="transformers")
-        return _per_process(plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable,
-                                     world_size=1), cfg, world)
+        return _per_process(
+            plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1),
+            cfg,
+            world,
+        )
     dtype = resolve_dtype(cfg.dtype, hardware)
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
     cuda = hardware.cuda
     reasons: list[str] = []
     if cfg.load_in_4bit and not cuda:
         reasons.append("load_in_4bit=True needs a CUDA GPU (bitsandbytes): full-precision weights here")
-    common = dict(device="cuda" if cuda else "cpu", dtype=dtype, load_in_4bit=cfg.load_in_4bit and cuda,
-                  cpu_autocast_bf16=not cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype == "float32",
-                  optim=cfg.optim or ("adamw_8bit" if cuda else "adamw_torch"))
+    common = dict(
+        device="cuda" if cuda else "cpu",
+        dtype=dtype,
+        load_in_4bit=cfg.load_in_4bit and cuda,
+        cpu_autocast_bf16=not cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype == "float32",
+        optim=cfg.optim or ("adamw_8bit" if cuda else "adamw_torch"),
+    )
     split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
     dims, rope, unreadable = None, None, None
     try:
         text_config = _text_config(model_config if model_config is not None else read_model_config(cfg.model_name))
         dims = model_dims(text_config)
-        positions = text_config.get("max_position_embeddings") if isinstance(text_config, dict) \
+        positions = (
+            text_config.get("max_position_embeddings")
+            if isinstance(text_config, dict)
             else getattr(text_config, "max_position_embeddings", None)
+        )
         rope = rope_scaling_factor(cfg.max_seq_length, positions)
     except Exception as e:  # unreadable config: the plan says so and keeps what was configured
         unreadable = type(e).__name__
     if cfg.recipe == "article":
-        return RunPlan("article", backend=backend, attn_implementation=cfg.attn_implementation,
-                       use_liger_kernel=cfg.use_liger_kernel, per_device_train_batch_size=split[0],
-                       gradient_accumulation_steps=split[1], gradient_checkpointing=cfg.gradient_checkpointing,
-                       rope_scaling_factor=rope, reasons=tuple(reasons + ["the article's cell values, as configured"]),
-                       **common)
+        return RunPlan(
+            "article",
+            backend=backend,
+            attn_implementation=cfg.attn_implementation,
+            use_liger_kernel=cfg.use_liger_kernel,
+            per_device_train_batch_size=split[0],
+            gradient_accumulation_steps=split[1],
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            rope_scaling_factor=rope,
+            reasons=tuple(reasons + ["the article's cell values, as configured"]),
+            **common,
+        )
     if not cuda:
         reasons.append("CPU: SDPA (packed rows masked from each other), no checkpointing (it only costs time)")
-        return RunPlan("fast", backend="transformers", attn_implementation=cfg.attn_implementation or "sdpa",
-                       use_liger_kernel=False, per_device_train_batch_size=split[0],
-                       gradient_accumulation_steps=split[1], gradient_checkpointing=False,
-                       rope_scaling_factor=rope, reasons=tuple(reasons), **common)
+        return RunPlan(
+            "fast",
+            backend="transformers",
+            attn_implementation=cfg.attn_implementation or "sdpa",
+            use_liger_kernel=False,
+            per_device_train_batch_size=split[0],
+            gradient_accumulation_steps=split[1],
+            gradient_checkpointing=False,
+            rope_scaling_factor=rope,
+            reasons=tuple(reasons),
+            **common,
+        )
     bf16 = dtype == "bfloat16" and hardware.bf16_capable
     if cfg.backend == "auto":
         if bf16:
             backend = "transformers"
-            reasons.append("bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
-                           "tokens/s at the same batch on the H200)")
+            reasons.append(
+                "bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
+                "tokens/s at the same batch on the H200)"
+            )
         else:
-            reasons.append(f"{dtype} GPU: Unsloth (its kernels target the T4 generation)" if backend == "unsloth"
-                           else f"{dtype} GPU: transformers (unsloth is not installed)")
+            reasons.append(
+                f"{dtype} GPU: Unsloth (its kernels target the T4 generation)"
+                if backend == "unsloth"
+                else f"{dtype} GPU: transformers (unsloth is not installed)"
+            )
     attn, liger = cfg.attn_implementation, False
     if backend == "transformers":
         attn = attn or ("flex_attention" if bf16 else "sdpa")
@@ -188,16 +227,32 @@ def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budg
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
     execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger, rope_scaling_factor=rope)
     if dims is None:
-        reasons.append(f"model config unreadable ({unreadable}): keeping batch {split[0]} x {split[1]} "
-                       f"with gradient checkpointing")
-        return RunPlan("fast", per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1],
-                       gradient_checkpointing=True, reasons=tuple(reasons), **execution, **common)
+        reasons.append(
+            f"model config unreadable ({unreadable}): keeping batch {split[0]} x {split[1]} with gradient checkpointing"
+        )
+        return RunPlan(
+            "fast",
+            per_device_train_batch_size=split[0],
+            gradient_accumulation_steps=split[1],
+            gradient_checkpointing=True,
+            reasons=tuple(reasons),
+            **execution,
+            **common,
+        )
     effective = split[0] * split[1]
     budget = budget_gib if budget_gib is not None else gpu_budget_gib(cfg.gpu_memory_cap_gib)
-    sizes = dict(max_seq_length=cfg.max_seq_length, backend=backend, load_in_4bit=common["load_in_4bit"],
-                 fused_loss=liger or backend == "unsloth", lora_r=cfg.lora_r)
-    candidates = ([(m, False) for m in splits(effective)[:2]] + [(m, True) for m in splits(effective)]
-                  + [(m, False) for m in splits(effective)[2:]])
+    sizes = dict(
+        max_seq_length=cfg.max_seq_length,
+        backend=backend,
+        load_in_4bit=common["load_in_4bit"],
+        fused_loss=liger or backend == "unsloth",
+        lora_r=cfg.lora_r,
+    )
+    candidates = (
+        [(m, False) for m in splits(effective)[:2]]
+        + [(m, True) for m in splits(effective)]
+        + [(m, False) for m in splits(effective)[2:]]
+    )
     for micro, gc in candidates:
         peak = estimate_peak_gib(dims, micro_batch=micro, gradient_checkpointing=gc, **sizes)
         if peak <= HEADROOM * budget:
@@ -206,11 +261,21 @@ def plan_run(cfg: FinetuneConfig, hardware: Hardware, model_config=None, *, budg
         micro, gc = 1, True
         peak = estimate_peak_gib(dims, micro_batch=micro, gradient_checkpointing=gc, **sizes)
         reasons.append("even batch 1 with checkpointing may not fit: lower max_seq_length if it runs out of memory")
-    reasons.append(f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
-                   f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)")
-    return RunPlan("fast", per_device_train_batch_size=micro, gradient_accumulation_steps=effective // micro,
-                   gradient_checkpointing=gc, estimated_peak_gib=round(peak, 2), budget_gib=round(budget, 2),
-                   reasons=tuple(reasons), **execution, **common)
+    reasons.append(
+        f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
+        f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)"
+    )
+    return RunPlan(
+        "fast",
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=effective // micro,
+        gradient_checkpointing=gc,
+        estimated_peak_gib=round(peak, 2),
+        budget_gib=round(budget, 2),
+        reasons=tuple(reasons),
+        **execution,
+        **common,
+    )
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
@@ -230,7 +295,8 @@ def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig
             f"per_device_train_batch_size={cfg.per_device_train_batch_size} x gradient_accumulation_steps="
             f"{cfg.gradient_accumulation_steps} = {effective} sequences per optimizer step do not divide over "
             f"{world_size} processes: make their product a multiple of {world_size} (or launch "
-            f"{math.gcd(effective, world_size)} process(es))")
+            f"{math.gcd(effective, world_size)} process(es))"
+        )
     share = effective // world_size
     micro = math.gcd(cfg.per_device_train_batch_size, share)
     return dataclasses.replace(cfg, per_device_train_batch_size=micro, gradient_accumulation_steps=share // micro)
@@ -238,9 +304,13 @@ def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig
 
 def _per_process(plan: RunPlan, cfg: FinetuneConfig, world_size: int) -> RunPlan:
     if plan.backend == "unsloth":
-        raise ValueError(f"backend='unsloth' trains on one GPU only, not {world_size} processes: set "
-                         f"backend='transformers' (or 'auto') for accelerate launch")
-    line = (f"{world_size} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
-            f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
-            f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes")
+        raise ValueError(
+            f"backend='unsloth' trains on one GPU only, not {world_size} processes: set "
+            f"backend='transformers' (or 'auto') for accelerate launch"
+        )
+    line = (
+        f"{world_size} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
+        f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
+        f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes"
+    )
     return dataclasses.replace(plan, world_size=world_size, reasons=(*plan.reasons, line))

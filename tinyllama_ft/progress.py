@@ -32,8 +32,11 @@ class ProgressPrinter(TrainerCallback):
             then, before = self._last or (now, tokens)
             rate = (tokens - before) / (now - then) if now > then else 0.0
             self._last = (now, tokens)
-            print(f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "
-                  f"lr {logs.get('learning_rate', 0.0):.3g}  tokens/s {rate:,.0f}", flush=True)
+            print(
+                f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "
+                f"lr {logs.get('learning_rate', 0.0):.3g}  tokens/s {rate:,.0f}",
+                flush=True,
+            )
         if "eval_loss" in logs:
             where = f"step {state.global_step}/{state.max_steps}" if state.global_step else "before training"
             print(f"{where}  eval_loss {logs['eval_loss']:.4f}", flush=True)

@@ -42,8 +42,10 @@ def _read_text(path: str) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(f"{path}: line {line}, byte {e.start}: not UTF-8 text ({e.reason}: "
-                         f"{data[e.start:e.end]!r}); save the file as UTF-8") from e
+        raise ValueError(
+            f"{path}: line {line}, byte {e.start}: not UTF-8 text ({e.reason}: "
+            f"{data[e.start : e.end]!r}); save the file as UTF-8"
+        ) from e
     nul = data.find(b"\0")
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1

@@ -43,10 +43,15 @@ def adapter_record(cfg, plan=None, *, family=None) -> dict[str, Any]:
         ``{"model_name", "dataset_format", "template", "chat_template", "max_seq_length", "dtype", "load_in_4bit"}``,
         plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run. JSON-ready.
     """
-    record = {"model_name": cfg.model_name, "dataset_format": cfg.dataset_format, "template": cfg.template,
-              "chat_template": cfg.chat_template, "max_seq_length": cfg.max_seq_length,
-              "dtype": plan.dtype if plan is not None else cfg.dtype,
-              "load_in_4bit": plan.load_in_4bit if plan is not None else cfg.load_in_4bit}
+    record = {
+        "model_name": cfg.model_name,
+        "dataset_format": cfg.dataset_format,
+        "template": cfg.template,
+        "chat_template": cfg.chat_template,
+        "max_seq_length": cfg.max_seq_length,
+        "dtype": plan.dtype if plan is not None else cfg.dtype,
+        "load_in_4bit": plan.load_in_4bit if plan is not None else cfg.load_in_4bit,
+    }
     if family is not None:
         record.update(end_of_turn=family.end_of_turn, stop_token_ids=list(family.stop_token_ids))
     return record
@@ -83,8 +88,9 @@ def read_record(adapter_dir: str) -> dict[str, Any]:
             with open(path, encoding="utf-8") as f:
                 record = json.load(f)
         except ValueError as err:
-            raise ConfigError(f"{path}: not readable JSON ({err}); delete it to load the adapter with the "
-                              f"package's defaults") from None
+            raise ConfigError(
+                f"{path}: not readable JSON ({err}); delete it to load the adapter with the package's defaults"
+            ) from None
         if not isinstance(record, dict):
             raise ConfigError(f"{path}: expected a JSON object, got {type(record).__name__}")
         return record
@@ -100,8 +106,9 @@ def is_chat(record: Mapping[str, Any]) -> bool:
     return record.get("dataset_format", "alpaca") != "alpaca"
 
 
-def resolve_settings(record: Mapping[str, Any], given: Mapping[str, Any], *, defaults: Mapping[str, Any],
-                     where: str = "load_adapter") -> dict[str, Any]:
+def resolve_settings(
+    record: Mapping[str, Any], given: Mapping[str, Any], *, defaults: Mapping[str, Any], where: str = "load_adapter"
+) -> dict[str, Any]:
     """The settings to load and prompt an adapter with: the caller's, the record's, then the defaults.
 
     Args:
@@ -125,14 +132,18 @@ def resolve_settings(record: Mapping[str, Any], given: Mapping[str, Any], *, def
             continue
         recorded = record.get(name)
         if name == "template" and is_chat(record):
-            raise ConfigError(f"{where}: template={value!r}, but the adapter was trained on conversations "
-                              f"(dataset_format={record['dataset_format']!r}, chat_template={record.get('chat_template')!r}): "
-                              f"it is prompted through its chat template; leave template out")
+            raise ConfigError(
+                f"{where}: template={value!r}, but the adapter was trained on conversations "
+                f"(dataset_format={record['dataset_format']!r}, chat_template={record.get('chat_template')!r}): "
+                f"it is prompted through its chat template; leave template out"
+            )
         if recorded is not None and recorded != value:
             if name in MUST_MATCH:
-                raise ConfigError(f"{where}: {name}={value!r}, but the adapter was trained with {name}={recorded!r} "
-                                  f"(recorded in its {RECORD_FILE} / run_config.json): leave {name} out to use the "
-                                  f"recorded value")
+                raise ConfigError(
+                    f"{where}: {name}={value!r}, but the adapter was trained with {name}={recorded!r} "
+                    f"(recorded in its {RECORD_FILE} / run_config.json): leave {name} out to use the "
+                    f"recorded value"
+                )
             if name in MAY_DIFFER:
                 print(f"{where}: {name}={value!r} (the run trained with {recorded!r})")
         out[name] = value

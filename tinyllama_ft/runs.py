@@ -35,7 +35,7 @@ import shutil
 from typing import Any, Callable
 
 from .checkpoints import checkpoint_dirs, last_checkpoint
-from .config import FIELD_NAMES, FinetuneConfig, identity_fields
+from .config import FinetuneConfig, identity_fields
 from .hardware import in_colab
 from .lock import acquire_run_lock
 from .paths import expand_path
@@ -46,10 +46,6 @@ DRIVE_MOUNT_POINT = "/content/drive"
 RUN_CONFIG = "run_config.json"
 #: What the notebook writes in ``output_dir`` at the end of a run (``export``: the ``export_formats`` folder).
 RUN_OUTPUTS = ("run_summary.json", "loss_curve.png", "export")
-#: Fields that do not change what is computed (where things go, what is logged or asked afterwards, how
-#: it executes, how far it trains): left out of ``run_config.json``, free to change on resume. Derived from
-#: the ``identity`` marks in ``config.py``.
-NOT_IDENTITY = tuple(name for name in FIELD_NAMES if name not in identity_fields())
 
 
 def _under(path: str, folder: str) -> bool:
@@ -94,7 +90,9 @@ def ensure_drive(
                 f"output_dir={output_dir!r} is on Google Drive's Colab mount point {mount_point}, but this is "
                 f"not Colab and no Drive is mounted there: set output_dir to a folder on this machine"
             )
-        print(f"mount_drive=True: not in Colab, no Drive to mount; output_dir={output_dir!r} stays on this machine's disk")
+        print(
+            f"mount_drive=True: not in Colab, no Drive to mount; output_dir={output_dir!r} stays on this machine's disk"
+        )
         return False
     if mount is None:
         from google.colab import drive
@@ -103,8 +101,10 @@ def ensure_drive(
     mount(mount_point)
     print(f"Google Drive mounted at {mount_point}")
     if not on_drive:
-        print(f"output_dir={output_dir!r} is not on Drive: a disconnect loses its checkpoints "
-              f"(e.g. output_dir={os.path.join(mount_point, 'MyDrive', os.path.basename(os.path.abspath(output_dir)))!r})")
+        print(
+            f"output_dir={output_dir!r} is not on Drive: a disconnect loses its checkpoints "
+            f"(e.g. output_dir={os.path.join(mount_point, 'MyDrive', os.path.basename(os.path.abspath(output_dir)))!r})"
+        )
     return True
 
 
@@ -166,9 +166,15 @@ def identity_differences(recorded: dict[str, Any], identity: dict[str, Any]) -> 
 
 #: What ``overwrite_output_dir=True`` deletes of an earlier run (the config field's docstring, the README and the
 #: message it prints name the same).
-DELETED_BY_OVERWRITE = ("checkpoint-* folders", "run_summary.json", "loss_curve.png",
-                        "export/ (every exported format)", "the adapter folder (adapter_dir, inside output_dir or not)",
-                        "offline W&B runs (wandb/offline-run-*)", "run_config.json")
+DELETED_BY_OVERWRITE = (
+    "checkpoint-* folders",
+    "run_summary.json",
+    "loss_curve.png",
+    "export/ (every exported format)",
+    "the adapter folder (adapter_dir, inside output_dir or not)",
+    "offline W&B runs (wandb/offline-run-*)",
+    "run_config.json",
+)
 
 
 def previous_run(cfg: FinetuneConfig) -> list[str]:
@@ -200,8 +206,9 @@ def check_folders(cfg: FinetuneConfig) -> None:
     for name, path in (("output_dir", cfg.output_dir), ("adapter_dir", cfg.resolved_adapter_dir)):
         path = expand_path(path)
         if os.path.exists(path) and not os.path.isdir(path):
-            raise NotADirectoryError(f"{name}={path!r} is a file, not a folder: choose another {name}, or move the "
-                                     f"file away")
+            raise NotADirectoryError(
+                f"{name}={path!r} is a file, not a folder: choose another {name}, or move the file away"
+            )
 
 
 def wandb_offline_runs(output_dir: str) -> list[str]:
@@ -215,8 +222,13 @@ def wandb_offline_runs(output_dir: str) -> list[str]:
     if not os.path.isdir(folder):
         return []
     names = sorted(n for n in os.listdir(folder) if n.startswith("offline-run-"))
-    links = [n for n in os.listdir(folder) if os.path.islink(os.path.join(folder, n)) and os.path.relpath(
-        os.path.join(folder, os.readlink(os.path.join(folder, n))), folder).split(os.sep)[0] in names]
+    links = [
+        n
+        for n in os.listdir(folder)
+        if os.path.islink(os.path.join(folder, n))
+        and os.path.relpath(os.path.join(folder, os.readlink(os.path.join(folder, n))), folder).split(os.sep)[0]
+        in names
+    ]
     return [os.path.join(folder, n) for n in names + sorted(links)]
 
 
@@ -226,6 +238,7 @@ def _holding_run_lock(prepare):
     On success the lock stays held (its heartbeat running) until ``lock.release_run_lock(cfg.output_dir)``
     at the end of the run, or until the process exits.
     """
+
     @functools.wraps(prepare)
     def wrapper(cfg, *args, **kwargs):
         paths = {"output_dir": expand_path(cfg.output_dir), "adapter_dir": expand_path(cfg.adapter_dir)}
@@ -238,6 +251,7 @@ def _holding_run_lock(prepare):
             if lock is not None:
                 lock.release()
             raise
+
     return wrapper
 
 
@@ -289,9 +303,13 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
                 shutil.rmtree(path)
             else:
                 os.remove(path)
-        write_run_config(out, identity)  # replaces the old record last: a kill before this keeps it with its checkpoints
-        print(f"overwrite_output_dir=True: deleted the earlier run in {out!r}: "
-              f"{', '.join(_shown(p, out) for p in deleted)} (it deletes {', '.join(DELETED_BY_OVERWRITE)})")
+        write_run_config(
+            out, identity
+        )  # replaces the old record last: a kill before this keeps it with its checkpoints
+        print(
+            f"overwrite_output_dir=True: deleted the earlier run in {out!r}: "
+            f"{', '.join(_shown(p, out) for p in deleted)} (it deletes {', '.join(DELETED_BY_OVERWRITE)})"
+        )
         return "overwrite"
     if not cfg.resume:
         raise FileExistsError(

@@ -43,8 +43,13 @@ def pip_settings() -> dict[str, str]:
 
     ranked: dict[str, tuple[int, str]] = {}
     try:
-        done = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
-                              timeout=60, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+        done = subprocess.run(
+            [sys.executable, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
+        )
         listing = done.stdout if done.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         listing = ""
@@ -102,8 +107,10 @@ class _Fetcher:
         unverified = ssl._create_unverified_context()
         proxy = settings.get("proxy")
         proxies = urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else None)
-        self.openers = {verify: urllib.request.build_opener(proxies, urllib.request.HTTPSHandler(context=ctx))
-                        for verify, ctx in ((True, context), (False, unverified))}
+        self.openers = {
+            verify: urllib.request.build_opener(proxies, urllib.request.HTTPSHandler(context=ctx))
+            for verify, ctx in ((True, context), (False, unverified))
+        }
 
     def open(self, url: str, accept: str | None = None):
         """A readable response for ``url`` (``file:`` too: a folder means its ``index.html``, as pip reads it)."""
@@ -147,7 +154,7 @@ class _Fetcher:
         for href in parser.hrefs:
             url, _, fragment = urllib.parse.urljoin(base, href).partition("#")
             if urllib.parse.unquote(url.rsplit("/", 1)[-1]) == filename:
-                found.append((url, fragment[len("sha256="):] if fragment.startswith("sha256=") else None))
+                found.append((url, fragment[len("sha256=") :] if fragment.startswith("sha256=") else None))
         return found
 
     def save(self, url: str, into: Path, expected: str | None) -> Path:
@@ -171,9 +178,18 @@ class _Fetcher:
         return target
 
 
-def download_sdist(into: Path, *, package: str, version: str, timeout_s: float, sha256: str | None = None,
-                   what: str = "the source distribution", size: str = "", manual_url: str | None = None,
-                   label: str = "download") -> Path:
+def download_sdist(
+    into: Path,
+    *,
+    package: str,
+    version: str,
+    timeout_s: float,
+    sha256: str | None = None,
+    what: str = "the source distribution",
+    size: str = "",
+    manual_url: str | None = None,
+    label: str = "download",
+) -> Path:
     """``<package>-<version>.tar.gz`` from where pip looks (find-links folders, then its indexes), by urllib.
 
     Nothing is built: this reads the file's link off the index and streams it. Only when no source answers does it
@@ -206,8 +222,13 @@ def download_sdist(into: Path, *, package: str, version: str, timeout_s: float, 
     errors: list[str] = []
     pages = []
     for link in settings.get("find-links", "").split():
-        local = Path(urllib.request.url2pathname(urllib.parse.urlsplit(link).path)) if link.startswith("file:") \
-            else Path(link) if "://" not in link else None
+        local = (
+            Path(urllib.request.url2pathname(urllib.parse.urlsplit(link).path))
+            if link.startswith("file:")
+            else Path(link)
+            if "://" not in link
+            else None
+        )
         if local is None:
             pages.append(link)
         elif (local / filename).is_file():
@@ -234,10 +255,25 @@ def download_sdist(into: Path, *, package: str, version: str, timeout_s: float, 
             except Exception as err:  # noqa: BLE001
                 errors.append(f"{url}: {err}")
     if pages:  # pip's own network stack, the file's build backend installed from wheels (no compiling)
-        print(f"{label}: no index gave {filename} directly; asking pip (it installs the sdist's build backend from a wheel "
-              f"first)", flush=True)
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", package,
-               "--disable-pip-version-check", "-q", "-d", str(into), f"{package}=={version}"]
+        print(
+            f"{label}: no index gave {filename} directly; asking pip (it installs the sdist's build backend from a wheel "
+            f"first)",
+            flush=True,
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "--no-deps",
+            "--no-binary",
+            package,
+            "--disable-pip-version-check",
+            "-q",
+            "-d",
+            str(into),
+            f"{package}=={version}",
+        ]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
             detail = (done.stderr or done.stdout).strip()[-600:].replace("\n", "\n    ")
@@ -247,10 +283,14 @@ def download_sdist(into: Path, *, package: str, version: str, timeout_s: float, 
         if found.is_file():
             return found
         errors.append(f"pip download --no-deps --no-binary {package}: {detail or 'no file'}")
-    where = f"download {manual_url}" if manual_url else \
-        f"run `pip download --no-deps --no-binary {package} {package}=={version}`"
+    where = (
+        f"download {manual_url}"
+        if manual_url
+        else f"run `pip download --no-deps --no-binary {package} {package}=={version}`"
+    )
     raise RuntimeError(
         f"could not download {what} ({filename}, the {package}=={version} source{f', {size}' if size else ''}):\n  "
         + "\n  ".join(errors or ["no index to look in (pip's no-index is set and no find-links folder has it)"])
         + f"\nOn a machine with internet {where} and pass the .tar.gz as sdist=... "
-        "(or put it in a pip find-links folder)")
+        "(or put it in a pip find-links folder)"
+    )

@@ -67,8 +67,17 @@ def model_dims(model_config) -> dict[str, int]:
     }
 
 
-def estimate_peak_gib(dims: dict[str, int], *, micro_batch: int, max_seq_length: int, gradient_checkpointing: bool,
-                      backend: str, load_in_4bit: bool, fused_loss: bool, lora_r: int = DEFAULTS.lora_r) -> float:
+def estimate_peak_gib(
+    dims: dict[str, int],
+    *,
+    micro_batch: int,
+    max_seq_length: int,
+    gradient_checkpointing: bool,
+    backend: str,
+    load_in_4bit: bool,
+    fused_loss: bool,
+    lora_r: int = DEFAULTS.lora_r,
+) -> float:
     """Estimated peak CUDA memory of one training micro-step, in GiB.
 
     Args:

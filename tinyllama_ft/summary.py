@@ -12,8 +12,19 @@ from typing import Any
 from .paths import expand_path
 
 #: Distributions whose versions a summary records (missing ones are recorded as None).
-LIBRARIES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets", "unsloth", "unsloth_zoo",
-             "bitsandbytes", "wandb", "tinyllama-ft")
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "datasets",
+    "unsloth",
+    "unsloth_zoo",
+    "bitsandbytes",
+    "wandb",
+    "tinyllama-ft",
+)
 
 
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
@@ -37,10 +48,21 @@ def git_commit(path: str | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
-def build_run_summary(*, cfg, plan, hardware, results: dict, work: dict | None = None, data_report=None,
-                      trainable: tuple[int, int] | None = None, adapter_dir: str | None = None,
-                      samples: list[dict] | None = None, length_report=None, eos: dict | None = None,
-                      heldout: dict | None = None) -> dict[str, Any]:
+def build_run_summary(
+    *,
+    cfg,
+    plan,
+    hardware,
+    results: dict,
+    work: dict | None = None,
+    data_report=None,
+    trainable: tuple[int, int] | None = None,
+    adapter_dir: str | None = None,
+    samples: list[dict] | None = None,
+    length_report=None,
+    eos: dict | None = None,
+    heldout: dict | None = None,
+) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
     Args:
@@ -78,8 +100,14 @@ def build_run_summary(*, cfg, plan, hardware, results: dict, work: dict | None =
         total_parameters=trainable[1] if trainable else None,
         plan={**(work or {}), "eos_first_batch": eos},
         execution=plan.to_dict(),
-        data={"source": data_report.source, "rows_read": data_report.total, "rows_kept": data_report.kept,
-              "rows_dropped": data_report.dropped} if data_report is not None else None,
+        data={
+            "source": data_report.source,
+            "rows_read": data_report.total,
+            "rows_kept": data_report.kept,
+            "rows_dropped": data_report.dropped,
+        }
+        if data_report is not None
+        else None,
         samples=samples or [],
         lengths=length_report.to_dict() if length_report is not None else None,
         config=cfg.to_dict(),

@@ -116,8 +116,9 @@ def _tree(path: Path) -> tuple[int, float]:
     return size, newest
 
 
-def stale_temporaries(parent: str | os.PathLike, prefix: str,
-                      suffix: str = "") -> tuple[list[Path], list[tuple[Path, str]]]:
+def stale_temporaries(
+    parent: str | os.PathLike, prefix: str, suffix: str = ""
+) -> tuple[list[Path], list[tuple[Path, str]]]:
     """The temporaries named ``<prefix>...<suffix>`` in ``parent`` that no live run uses.
 
     Stale: made on this host by a process that has exited, or whose pid now belongs to a process that began after
@@ -142,7 +143,7 @@ def stale_temporaries(parent: str | os.PathLike, prefix: str,
     stale: list[Path] = []
     foreign: list[tuple[Path, str]] = []
     for name in names:
-        rest = name[len(prefix):len(name) - len(suffix)]
+        rest = name[len(prefix) : len(name) - len(suffix)]
         if not name.startswith(prefix) or not name.endswith(suffix) or not rest:
             continue
         path = Path(parent) / name
@@ -154,8 +155,9 @@ def stale_temporaries(parent: str | os.PathLike, prefix: str,
         host, pid = owned.groupdict().get("host") or _host(), int(owned["pid"])
         if host != _host():
             foreign.append((path, host))
-        elif str(path) not in _LIVE and (pid == os.getpid() or not _pid_alive(pid)
-                                         or _started_after(pid, _changed(path))):
+        elif str(path) not in _LIVE and (
+            pid == os.getpid() or not _pid_alive(pid) or _started_after(pid, _changed(path))
+        ):
             stale.append(path)
     return stale, foreign
 
@@ -196,13 +198,18 @@ def clean_stale(parent: str | os.PathLike, patterns: list[tuple[str, str]], *, l
             if not os.path.lexists(path):
                 removed.append(f"{path.name} ({format_bytes(size)})")
                 freed += size
-        lines += [f"{label}: kept {path.name} in {parent} ({format_bytes(_tree(path)[0])}): made on host {host!r}, "
-                  f"whose processes this machine cannot see; delete it by hand if nothing runs there"
-                  for path, host in foreign]
+        lines += [
+            f"{label}: kept {path.name} in {parent} ({format_bytes(_tree(path)[0])}): made on host {host!r}, "
+            f"whose processes this machine cannot see; delete it by hand if nothing runs there"
+            for path, host in foreign
+        ]
     if removed:
         noun = "temporary" if len(removed) == 1 else "temporaries"
-        lines.insert(0, f"{label}: removed {len(removed)} {noun} left by {left_by} in {parent}: {', '.join(removed)}; "
-                        f"{format_bytes(freed)} freed")
+        lines.insert(
+            0,
+            f"{label}: removed {len(removed)} {noun} left by {left_by} in {parent}: {', '.join(removed)}; "
+            f"{format_bytes(freed)} freed",
+        )
     for line in lines:
         print(line, flush=True)
     return lines

@@ -55,8 +55,7 @@ BATCH_SIZE = 1000
 Segment = tuple[str, bool]
 
 
-def alpaca_segments(instruction: str, input: str, output: str, *,
-                    template: str = DEFAULTS.template) -> list[Segment]:
+def alpaca_segments(instruction: str, input: str, output: str, *, template: str = DEFAULTS.template) -> list[Segment]:
     """An Alpaca row as segments: the filled prompt (not supervised), then the response (supervised).
 
     Args:
@@ -106,8 +105,9 @@ def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[i
     return mask
 
 
-def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer, *, append_eos: bool = True
-                      ) -> tuple[list[list[int]], list[list[int]]]:
+def tokenize_segments(
+    rows: Sequence[Sequence[Segment]], tokenizer, *, append_eos: bool = True
+) -> tuple[list[list[int]], list[list[int]]]:
     """Tokenize rows of segments in one batched call; special-token text in the segments stays text.
 
     Args:
@@ -128,11 +128,17 @@ def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer, *, append_eo
         raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the response mask needs its offsets")
     eos = _eos_id(tokenizer) if append_eos else None
     texts = ["".join(text for text, _ in segments) for segments in rows]
-    enc = tokenizer(texts, split_special_tokens=True, return_offsets_mapping=True, return_special_tokens_mask=True,
-                    return_attention_mask=False)
+    enc = tokenizer(
+        texts,
+        split_special_tokens=True,
+        return_offsets_mapping=True,
+        return_special_tokens_mask=True,
+        return_attention_mask=False,
+    )
     all_ids, all_masks = [], []
-    for segments, text, ids, offsets, added in zip(rows, texts, enc["input_ids"], enc["offset_mapping"],
-                                                   enc["special_tokens_mask"]):
+    for segments, text, ids, offsets, added in zip(
+        rows, texts, enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]
+    ):
         chars = b"".join((b"\1" if supervised else b"\0") * len(seg_text) for seg_text, supervised in segments)
         ids, offsets, added = list(ids), list(offsets), list(added)
         if eos is not None and ids and added[-1] and ids[-1] == eos:  # the tokenizer's own EOS: ours replaces it
@@ -146,10 +152,14 @@ def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer, *, append_eo
     return all_ids, all_masks
 
 
-def make_tokenize_func(tokenizer, *, template: str = DEFAULTS.template,
-                       instruction_column: str = DEFAULTS.instruction_column,
-                       input_column: str = DEFAULTS.input_column, output_column: str = DEFAULTS.output_column
-                       ) -> Callable[[dict[str, list]], dict[str, list]]:
+def make_tokenize_func(
+    tokenizer,
+    *,
+    template: str = DEFAULTS.template,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
+) -> Callable[[dict[str, list]], dict[str, list]]:
     """A batched ``datasets.Dataset.map`` function: Alpaca columns -> ``input_ids`` + ``completion_mask``.
 
     Args:
@@ -169,17 +179,25 @@ def make_tokenize_func(tokenizer, *, template: str = DEFAULTS.template,
     def tokenize_func(batch: dict[str, list]) -> dict[str, list]:
         n = len(batch[instruction_column])
         inputs = batch.get(input_column) or [""] * n
-        rows = [alpaca_segments(ins, inp, out, template=template)
-                for ins, inp, out in zip(batch[instruction_column], inputs, batch[output_column])]
+        rows = [
+            alpaca_segments(ins, inp, out, template=template)
+            for ins, inp, out in zip(batch[instruction_column], inputs, batch[output_column])
+        ]
         ids, masks = tokenize_segments(rows, tokenizer)
         return {"input_ids": ids, "completion_mask": masks}
 
     return tokenize_func
 
 
-def tokenize_dataset(dataset, tokenizer, *, template: str = DEFAULTS.template,
-                     instruction_column: str = DEFAULTS.instruction_column,
-                     input_column: str = DEFAULTS.input_column, output_column: str = DEFAULTS.output_column):
+def tokenize_dataset(
+    dataset,
+    tokenizer,
+    *,
+    template: str = DEFAULTS.template,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
+):
     """Add ``input_ids`` and ``completion_mask`` to an Alpaca dataset (a ``text`` column is removed).
 
     Args:
@@ -196,8 +214,13 @@ def tokenize_dataset(dataset, tokenizer, *, template: str = DEFAULTS.template,
         if column not in dataset.column_names:
             raise ValueError(f"tokenize_dataset: no {column!r} column (columns: {dataset.column_names})")
     drop = [c for c in ("text", "input_ids", "completion_mask") if c in dataset.column_names]
-    func = make_tokenize_func(tokenizer, template=template, instruction_column=instruction_column,
-                              input_column=input_column, output_column=output_column)
+    func = make_tokenize_func(
+        tokenizer,
+        template=template,
+        instruction_column=instruction_column,
+        input_column=input_column,
+        output_column=output_column,
+    )
     return dataset.map(func, batched=True, batch_size=BATCH_SIZE, remove_columns=drop or None)
 
 
@@ -235,8 +258,9 @@ def supervised_tokens(completion_mask: Sequence[int], *, window: int | None, com
     return sum(completion_mask[:n]) if completion_only_loss else max(0, n - 1)
 
 
-def drop_unsupervised(dataset, *, max_seq_length: int | None, completion_only_loss: bool, split: bool = False,
-                      name: str = "train"):
+def drop_unsupervised(
+    dataset, *, max_seq_length: int | None, completion_only_loss: bool, split: bool = False, name: str = "train"
+):
     """Remove the rows whose loss would see no token, count them and say so.
 
     Args:
@@ -256,18 +280,25 @@ def drop_unsupervised(dataset, *, max_seq_length: int | None, completion_only_lo
     """
     window = None if split else max_seq_length
     masks = dataset["completion_mask"]
-    dropped = [i for i, m in enumerate(masks)
-               if supervised_tokens(m, window=window, completion_only_loss=completion_only_loss) == 0]
+    dropped = [
+        i
+        for i, m in enumerate(masks)
+        if supervised_tokens(m, window=window, completion_only_loss=completion_only_loss) == 0
+    ]
     if not dropped:
         return dataset, []
     if len(dropped) == len(masks):
-        raise ValueError(f"{name} dataset: none of its {len(masks)} rows has a token to train on within "
-                         f"max_seq_length={max_seq_length} with completion_only_loss={completion_only_loss} (the "
-                         "prompt fills the window, or no response token is left): raise max_seq_length, or apply "
-                         "lengths.apply_long_rows first")
-    print(f"{name} dataset: {len(dropped)} of {len(masks)} rows dropped, no token to train on within "
-          f"max_seq_length={max_seq_length} (rows from 0: {', '.join(map(str, dropped[:5]))}"
-          f"{', ...' if len(dropped) > 5 else ''})")
+        raise ValueError(
+            f"{name} dataset: none of its {len(masks)} rows has a token to train on within "
+            f"max_seq_length={max_seq_length} with completion_only_loss={completion_only_loss} (the "
+            "prompt fills the window, or no response token is left): raise max_seq_length, or apply "
+            "lengths.apply_long_rows first"
+        )
+    print(
+        f"{name} dataset: {len(dropped)} of {len(masks)} rows dropped, no token to train on within "
+        f"max_seq_length={max_seq_length} (rows from 0: {', '.join(map(str, dropped[:5]))}"
+        f"{', ...' if len(dropped) > 5 else ''})"
+    )
     gone = set(dropped)
     return dataset.select([i for i in range(len(masks)) if i not in gone]), dropped
 
@@ -294,8 +325,9 @@ def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
             ds = training_rows(ds, tokenizer, template=cfg.template)
             if "completion_mask" in ds.column_names:
                 split = cfg.packing and cfg.packing_strategy in ("bfd_split", "wrapped")  # no token cut
-                ds, _ = drop_unsupervised(ds, max_seq_length=cfg.max_seq_length, completion_only_loss=only,
-                                          split=split, name=name)
+                ds, _ = drop_unsupervised(
+                    ds, max_seq_length=cfg.max_seq_length, completion_only_loss=only, split=split, name=name
+                )
         out.append(ds)
     return out[0], out[1]
 

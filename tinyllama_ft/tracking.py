@@ -21,10 +21,9 @@ import threading
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Callable
 
 from .config import DEFAULTS
-from .credentials import colab_secret, export_secrets, find_secret
+from .credentials import export_secrets
 from .paths import expand_path
 
 #: Seconds the server gets to answer the reachability probe before the run goes offline.
@@ -64,11 +63,6 @@ def can_prompt() -> bool:
     shell = get_ipython()
     kernel = getattr(shell, "kernel", None)
     return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
-
-
-def find_api_key(env=None, secret: Callable[[str], str | None] = colab_secret) -> tuple[str | None, str | None]:
-    """``(key, source)`` for W&B: ``find_secret("WANDB_API_KEY", env, secret)``."""
-    return find_secret("WANDB_API_KEY", env, secret)
 
 
 def wandb_base_url(env=None) -> str:
@@ -190,8 +184,13 @@ def start_tracking(
         detail = "an HTML page, not the W&B API" if detail.startswith("<") else detail or "no message"
         mode, reason = "offline", f"online wandb.init to {url} failed ({type(e).__name__}: {detail})"
         run = wandb.init(mode="offline", **init)
-    tracking = Tracking(report_to="wandb", mode=run.settings.mode, key_source=source, run_dir=run.dir,
-                        offline_reason=reason if run.settings.mode == "offline" else None)
+    tracking = Tracking(
+        report_to="wandb",
+        mode=run.settings.mode,
+        key_source=source,
+        run_dir=run.dir,
+        offline_reason=reason if run.settings.mode == "offline" else None,
+    )
     if tracking.mode == "offline":
         folder = os.path.dirname(run.dir)
         print(f"W&B: logging offline to {folder}: {reason or 'offline mode'}; upload later with `wandb sync {folder}`")

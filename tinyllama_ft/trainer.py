@@ -115,8 +115,17 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
     return kwargs
 
 
-def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: FinetuneConfig, plan: RunPlan,
-                  callbacks=None, progress: bool = True):
+def build_trainer(
+    *,
+    model,
+    tokenizer,
+    train_dataset,
+    eval_dataset=None,
+    cfg: FinetuneConfig,
+    plan: RunPlan,
+    callbacks=None,
+    progress: bool = True,
+):
     """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output).
 
     Unlike the other helpers it takes the whole configuration and plan (it needs some 25 of their values);
@@ -143,8 +152,9 @@ def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: Fi
 
     from .progress import ProgressPrinter
 
-    train_dataset, eval_dataset = prepare_training_rows(train_dataset=train_dataset, eval_dataset=eval_dataset,
-                                                        tokenizer=tokenizer, cfg=cfg)
+    train_dataset, eval_dataset = prepare_training_rows(
+        train_dataset=train_dataset, eval_dataset=eval_dataset, tokenizer=tokenizer, cfg=cfg
+    )
 
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))

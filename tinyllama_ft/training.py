@@ -99,7 +99,9 @@ def out_of_memory_advice(trainer) -> str:
 
     release_memory()  # garbage collection + emptying the CUDA cache
     args = trainer.args
-    checkpointing = bool(getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False))
+    checkpointing = bool(
+        getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False)
+    )
     kept = last_checkpoint(args.output_dir)
     return (
         f"CUDA ran out of memory at step {trainer.state.global_step + 1} with per_device_train_batch_size="
@@ -108,9 +110,12 @@ def out_of_memory_advice(trainer) -> str:
         f"gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
         f"gradient_accumulation_steps to keep the effective batch), lower max_seq_length, or set "
         f"gradient_checkpointing=True; recipe='fast' sizes these to the free memory. "
-        + (f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it (in a notebook, "
-           f"restart the runtime first: the failed step may still hold GPU memory)."
-           if kept else "No checkpoint was written yet.")
+        + (
+            f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it (in a notebook, "
+            f"restart the runtime first: the failed step may still hold GPU memory)."
+            if kept
+            else "No checkpoint was written yet."
+        )
     )
 
 

@@ -17,8 +17,11 @@ DEFAULT_CONFIG = (4, 1024, 8)
 #: (benchmarks/decode_probe.py, results/2026-12-01-decode-probe.json): TinyLlama's q|k|v, o, gate|up,
 #: down and lm_head; 22 layers' projections 0.655 ms (2.96 TB/s) against cuBLAS's 0.828 (2.34 TB/s).
 CONFIGS: dict[tuple[int, int], tuple[int, int, int]] = {
-    (2560, 2048): (4, 1024, 8), (2048, 2048): (4, 1024, 8), (11264, 2048): (16, 256, 4),
-    (2048, 5632): (4, 1024, 8), (32000, 2048): (4, 512, 4),
+    (2560, 2048): (4, 1024, 8),
+    (2048, 2048): (4, 1024, 8),
+    (11264, 2048): (16, 256, 4),
+    (2048, 5632): (4, 1024, 8),
+    (32000, 2048): (4, 512, 4),
 }
 
 _kernel = None
@@ -39,7 +42,9 @@ def _compiled():
             for k0 in range(0, K, BLOCK_K):
                 cols = k0 + tl.arange(0, BLOCK_K)
                 col_ok = cols < K
-                w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+                w = tl.load(
+                    w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0
+                )
                 x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
                 acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
             tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
@@ -75,18 +80,3 @@ def gemv(x, weight, out=None, config: tuple[int, int, int] | None = None):
         out = torch.empty(n, dtype=x.dtype, device=x.device)
     _compiled()[(-(-n // block_n),)](weight, x, out, n, k, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps)
     return out
-
-
-def use_configs(path: str) -> dict[tuple[int, int], tuple[int, int, int]]:
-    """Add the block shapes in a JSON file (``{"N,K": [BLOCK_N, BLOCK_K, num_warps]}``, as
-    benchmarks/decode_probe.py writes them) to ``CONFIGS``; returns what was added.
-
-    Raises:
-        OSError / ValueError: the file cannot be read or is not that JSON.
-    """
-    import json
-
-    with open(path, encoding="utf-8") as f:
-        added = {tuple(int(v) for v in key.split(",")): tuple(int(v) for v in cfg) for key, cfg in json.load(f).items()}
-    CONFIGS.update(added)
-    return added

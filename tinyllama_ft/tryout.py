@@ -55,8 +55,17 @@ def _widget_streamer(tokenizer, output):
     return WidgetStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
 
 
-def answer_into(output, model, tokenizer, instruction: str, *, input: str = "", max_new_tokens: int = 128,
-                temperature: float = 0.0, template: str = DEFAULTS.template) -> str:
+def answer_into(
+    output,
+    model,
+    tokenizer,
+    instruction: str,
+    *,
+    input: str = "",
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    template: str = DEFAULTS.template,
+) -> str:
     """Generate an answer, streaming it into ``output`` (an ipywidgets ``Output``), and return its text.
 
     Args:
@@ -87,13 +96,18 @@ def answer_into(output, model, tokenizer, instruction: str, *, input: str = "", 
     prepare_for_inference(model)
     batch = encode_prompts(tokenizer, [format_prompt(instruction, input, "", template)], return_tensors="pt")
     batch = batch.to(next(model.parameters()).device)
-    kwargs = dict(max_new_tokens=int(max_new_tokens), eos_token_id=tokenizer.eos_token_id,
-                  pad_token_id=tokenizer.pad_token_id, use_cache=True, do_sample=temperature > 0)
+    kwargs = dict(
+        max_new_tokens=int(max_new_tokens),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        use_cache=True,
+        do_sample=temperature > 0,
+    )
     if temperature > 0:
         kwargs.update(temperature=float(temperature), top_p=1.0)
     with torch.inference_mode(), sdpa_outside_training(model):
         out = model.generate(**batch, streamer=_widget_streamer(tokenizer, output), **kwargs)
-    ids = out[0, batch["input_ids"].shape[1]:].tolist()
+    ids = out[0, batch["input_ids"].shape[1] :].tolist()
     if tokenizer.eos_token_id in ids:
         ids = ids[: ids.index(tokenizer.eos_token_id)]
     return tokenizer.decode(ids, skip_special_tokens=True)
@@ -115,16 +129,22 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
     except ImportError as err:
         raise ImportError("the try-out box needs ipywidgets: pip install ipywidgets") from err
 
-    instruction = w.Textarea(placeholder="Type an instruction, e.g. Name three primary colors.",
-                             layout=w.Layout(width="100%", height="4em"), description="Instruction")
-    context = w.Textarea(placeholder="(optional) input / context", layout=w.Layout(width="100%", height="3em"),
-                         description="Input")
+    instruction = w.Textarea(
+        placeholder="Type an instruction, e.g. Name three primary colors.",
+        layout=w.Layout(width="100%", height="4em"),
+        description="Instruction",
+    )
+    context = w.Textarea(
+        placeholder="(optional) input / context", layout=w.Layout(width="100%", height="3em"), description="Input"
+    )
     lo, hi, step, value = MAX_NEW_TOKENS_SLIDER
-    max_new_tokens = w.IntSlider(value=value, min=lo, max=hi, step=step, description="max_new_tokens",
-                                 style={"description_width": "initial"})
+    max_new_tokens = w.IntSlider(
+        value=value, min=lo, max=hi, step=step, description="max_new_tokens", style={"description_width": "initial"}
+    )
     lo, hi, step, value = TEMPERATURE_SLIDER
-    temperature = w.FloatSlider(value=value, min=lo, max=hi, step=step, description="temperature",
-                                style={"description_width": "initial"})
+    temperature = w.FloatSlider(
+        value=value, min=lo, max=hi, step=step, description="temperature", style={"description_width": "initial"}
+    )
     submit = w.Button(description="Submit", button_style="primary")
     output = w.Output(layout=w.Layout(border="1px solid #ccc", padding="4px", width="100%"))
     box = w.VBox([instruction, context, w.HBox([max_new_tokens, temperature, submit]), output])
@@ -132,8 +152,16 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
     def on_submit(button=None) -> str:
         submit.disabled = True
         try:
-            return answer_into(output, model, tokenizer, instruction.value, input=context.value,
-                               max_new_tokens=max_new_tokens.value, temperature=temperature.value, template=template)
+            return answer_into(
+                output,
+                model,
+                tokenizer,
+                instruction.value,
+                input=context.value,
+                max_new_tokens=max_new_tokens.value,
+                temperature=temperature.value,
+                template=template,
+            )
         except ValueError as err:
             output.clear_output()
             output.append_stderr(f"{err}\n")
@@ -142,8 +170,14 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
             submit.disabled = False
 
     submit.on_click(on_submit)
-    for name, widget in (("instruction", instruction), ("input", context), ("max_new_tokens", max_new_tokens),
-                         ("temperature", temperature), ("submit", submit), ("output", output)):
+    for name, widget in (
+        ("instruction", instruction),
+        ("input", context),
+        ("max_new_tokens", max_new_tokens),
+        ("temperature", temperature),
+        ("submit", submit),
+        ("output", output),
+    ):
         setattr(box, name, widget)
     box.on_submit = on_submit
     return box

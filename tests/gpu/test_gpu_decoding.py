@@ -27,7 +27,14 @@ def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_
     if "unsloth" in sys.modules:
         pytest.skip("Unsloth is loaded in this process: run this file alone")
     hardware = detect_hardware()
-    model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype="float32", load_in_4bit=False, backend="transformers", hardware=hardware)
+    model, tokenizer = load_model(
+        str(stories_dir),
+        max_seq_length=512,
+        dtype="float32",
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=hardware,
+    )
     model = add_lora(model, gradient_checkpointing=False)
     torch.manual_seed(0)
     with torch.no_grad():
@@ -35,7 +42,15 @@ def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_
             if "lora_B" in name:
                 p.normal_(0, 0.05)
     adapter = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
-    merged, tokenizer = load_adapter(adapter, max_seq_length=512, dtype="float32", load_in_4bit=False, backend="transformers", hardware=hardware, merged=True)
+    merged, tokenizer = load_adapter(
+        adapter,
+        max_seq_length=512,
+        dtype="float32",
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=hardware,
+        merged=True,
+    )
     questions = ["Tell me a story about a cat.", "What is the capital of France?"]
     fast = stream(merged, tokenizer, questions, max_new_tokens=200, decode="inductor", ignore_eos=True, return_ids=True)
     plain = stream(merged, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
@@ -49,8 +64,14 @@ def test_graph_decoder_gives_generates_greedy_tokens_on_a_real_model_and_batches
     from tinyllama_ft.graph_decoding import fused_decoder_for
     from tinyllama_ft.modeling import load_model
 
-    model, tokenizer = load_model(str(stories_dir), max_seq_length=512, dtype="float32", load_in_4bit=False, backend="transformers",
-                                  hardware=detect_hardware())
+    model, tokenizer = load_model(
+        str(stories_dir),
+        max_seq_length=512,
+        dtype="float32",
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=detect_hardware(),
+    )
     questions = ["Tell me a story about a cat.", "What is the capital of France?", "Write a haiku about the sea."]
     fast = stream(model, tokenizer, questions, max_new_tokens=200, decode="auto", ignore_eos=True, return_ids=True)
     decoder = fused_decoder_for(model, 1, 300)

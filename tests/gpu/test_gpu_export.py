@@ -44,9 +44,11 @@ from tinyllama_ft.config import FinetuneConfig  # noqa: E402
 from tinyllama_ft.hardware import detect_hardware  # noqa: E402
 
 SHAPED = os.environ.get("TINYLLAMA_SHAPED", "/tmp/tinyllama-shaped")
-PROBES = ["Below is an instruction that describes a task.\n\n### Instruction:\nName a color.\n\n### Response:\n",
-          "Below is an instruction that describes a task.\n\n### Instruction:\nGive three tips for staying healthy."
-          "\n\n### Response:\n1. Eat a balanced diet"]
+PROBES = [
+    "Below is an instruction that describes a task.\n\n### Instruction:\nName a color.\n\n### Response:\n",
+    "Below is an instruction that describes a task.\n\n### Instruction:\nGive three tips for staying healthy."
+    "\n\n### Response:\n1. Eat a balanced diet",
+]
 PEFT_PREFIX = "base_model.model."
 
 
@@ -77,17 +79,39 @@ def trained_4bit(alpaca_jsonl, tmp_path_factory):
         pytest.fail(f"no TinyLlama-shaped model at {SHAPED}: run benchmarks/build_tinyllama_shaped.py")
     hardware = detect_hardware()
     out = tmp_path_factory.mktemp("run4bit")
-    cfg = FinetuneConfig(model_name=SHAPED, backend="transformers", max_seq_length=512, report_to="none", max_steps=3,
-                         learning_rate=1e-2, warmup_ratio=0.0, output_dir=str(out), dataset_num_proc=None,
-                         gradient_checkpointing=False, load_in_4bit=True)
+    cfg = FinetuneConfig(
+        model_name=SHAPED,
+        backend="transformers",
+        max_seq_length=512,
+        report_to="none",
+        max_steps=3,
+        learning_rate=1e-2,
+        warmup_ratio=0.0,
+        output_dir=str(out),
+        dataset_num_proc=None,
+        gradient_checkpointing=False,
+        load_in_4bit=True,
+    )
     plan = plan_run(cfg, hardware)
     assert plan.load_in_4bit and plan.backend == "transformers"
-    model, tokenizer = load_model(SHAPED, max_seq_length=cfg.max_seq_length, dtype=plan.dtype, load_in_4bit=True,
-                                  backend=plan.backend, hardware=hardware, attn_implementation=plan.attn_implementation)
+    model, tokenizer = load_model(
+        SHAPED,
+        max_seq_length=cfg.max_seq_length,
+        dtype=plan.dtype,
+        load_in_4bit=True,
+        backend=plan.backend,
+        hardware=hardware,
+        attn_implementation=plan.attn_implementation,
+    )
     assert getattr(model, "hf_quantizer", None) is not None  # NF4 weights: the merge must dequantize first
     model = add_lora(model, gradient_checkpointing=plan.gradient_checkpointing, backend=plan.backend)
-    build_trainer(model=model, tokenizer=tokenizer, train_dataset=text_dataset(alpaca_rows(alpaca_jsonl, 64), tokenizer),
-                  cfg=cfg, plan=plan).train()
+    build_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=text_dataset(alpaca_rows(alpaca_jsonl, 64), tokenizer),
+        cfg=cfg,
+        plan=plan,
+    ).train()
     adapter = save_adapter(model.eval(), tokenizer, str(out / "lora_model"))
     exact = {}
     with torch.no_grad():
@@ -116,8 +140,14 @@ def test_merged_16bit_from_a_4bit_base_is_the_dequantized_base_plus_the_update(t
     from tinyllama_ft.export import export_adapter
 
     out, adapter, exact, adapter_logits, base_logits = trained_4bit
-    result = export_adapter(adapter_dir=adapter, formats=["merged_16bit"], output_dir=str(out), load_in_4bit=True,
-                            max_seq_length=512, hardware=detect_hardware())["merged_16bit"]
+    result = export_adapter(
+        adapter_dir=adapter,
+        formats=["merged_16bit"],
+        output_dir=str(out),
+        load_in_4bit=True,
+        max_seq_length=512,
+        hardware=detect_hardware(),
+    )["merged_16bit"]
     with open(os.path.join(result.path, "config.json"), encoding="utf-8") as f:
         config = json.load(f)
     assert "quantization_config" not in config
@@ -140,9 +170,11 @@ def test_merged_16bit_from_a_4bit_base_is_the_dequantized_base_plus_the_update(t
         moved += (got != base).sum().item()
         equal += (stored == target.to(stored.dtype)).sum().item()
         count += got.numel()
-    print(f"weights ({len(exact)} projections, {count:,.0f} values): mean |merged - exact| {err / count:.3g} vs mean "
-          f"|update| {upd / count:.3g}; {moved / count:.1%} moved from the base; {equal / count:.2%} equal to the exact "
-          f"sum rounded to {stored.dtype}; worst |merged - exact| {worst:.2f} x |exact| / 2^7 (one bf16 step or more)")
+    print(
+        f"weights ({len(exact)} projections, {count:,.0f} values): mean |merged - exact| {err / count:.3g} vs mean "
+        f"|update| {upd / count:.3g}; {moved / count:.1%} moved from the base; {equal / count:.2%} equal to the exact "
+        f"sum rounded to {stored.dtype}; worst |merged - exact| {worst:.2f} x |exact| / 2^7 (one bf16 step or more)"
+    )
     assert worst <= 2.0, "a merged weight is more than two bf16 steps from the dequantized base + the LoRA update"
     assert equal >= 0.99 * count, "the merge is not the exact sum rounded once (seen: 100.00% on the H200, 2026-12-02)"
     assert err < 0.1 * upd, "the merged weights do not carry the LoRA update"
@@ -152,8 +184,9 @@ def test_merged_16bit_from_a_4bit_base_is_the_dequantized_base_plus_the_update(t
     merged_logits = _logits(merged, tokenizer)
     del merged, modules
     torch.cuda.empty_cache()
-    reference = AutoModelForCausalLM.from_pretrained(result.path, device_map="cuda", dtype=torch.float32,
-                                                     attn_implementation="sdpa").eval()
+    reference = AutoModelForCausalLM.from_pretrained(
+        result.path, device_map="cuda", dtype=torch.float32, attn_implementation="sdpa"
+    ).eval()
     ref_modules = dict(reference.named_modules())
     with torch.no_grad():
         for name, (_, target) in exact.items():
@@ -170,8 +203,11 @@ def test_merged_16bit_from_a_4bit_base_is_the_dequantized_base_plus_the_update(t
         agree = (logits.argmax(-1) == exact_logits.argmax(-1)).float().mean().item()
         return d.mean().item(), d.max().item(), agree
 
-    figures = {"merged bf16": gap(merged_logits), "4-bit + adapter": gap(adapter_logits),
-               "4-bit base, adapter off": gap(base_logits)}
+    figures = {
+        "merged bf16": gap(merged_logits),
+        "4-bit + adapter": gap(adapter_logits),
+        "4-bit base, adapter off": gap(base_logits),
+    }
     print(f"logits vs the exact fp32 model ({exact_logits.shape[0]} positions, std {exact_logits.std():.3f}):")
     for label, (mean, worst_logit, agree) in figures.items():
         print(f"  {label:24s} mean |diff| {mean:.4f}  max {worst_logit:.4f}  argmax agreement {agree:.3f}")

@@ -47,12 +47,20 @@ def _trainer(model_dir, rows, cfg, hardware, plan=None):
     from tinyllama_ft.trainer import build_trainer
 
     plan = plan or plan_run(cfg, hardware)
-    model, tokenizer = load_model(model_dir, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
-                                  load_in_4bit=plan.load_in_4bit, backend=plan.backend, hardware=hardware,
-                                  attn_implementation=plan.attn_implementation)
+    model, tokenizer = load_model(
+        model_dir,
+        max_seq_length=cfg.max_seq_length,
+        dtype=plan.dtype,
+        load_in_4bit=plan.load_in_4bit,
+        backend=plan.backend,
+        hardware=hardware,
+        attn_implementation=plan.attn_implementation,
+    )
     model = add_lora(model, gradient_checkpointing=plan.gradient_checkpointing, backend=plan.backend)
     ds = text_dataset(rows, tokenizer)
-    return build_trainer(model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan), model
+    return build_trainer(
+        model=model, tokenizer=tokenizer, train_dataset=ds, eval_dataset=None, cfg=cfg, plan=plan
+    ), model
 
 
 def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alpaca_jsonl, tmp_path):
@@ -61,9 +69,19 @@ def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alp
     hardware = detect_hardware()
     rows = alpaca_rows(alpaca_jsonl, 400)
     out = str(tmp_path / "run")
-    small = FinetuneConfig(model_name=shaped, backend="transformers", max_seq_length=512, report_to="none",
-                           per_device_train_batch_size=1, gradient_accumulation_steps=1, max_steps=2, save_steps=2,
-                           gradient_checkpointing=False, output_dir=out, dataset_num_proc=None)
+    small = FinetuneConfig(
+        model_name=shaped,
+        backend="transformers",
+        max_seq_length=512,
+        report_to="none",
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=1,
+        max_steps=2,
+        save_steps=2,
+        gradient_checkpointing=False,
+        output_dir=out,
+        dataset_num_proc=None,
+    )
     trainer, model = _trainer(shaped, rows, small, hardware)
     train_and_evaluate(trainer)
     checkpoint = os.path.join(out, "checkpoint-2")
@@ -72,16 +90,33 @@ def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alp
     torch.cuda.empty_cache()
     # recipe="article" runs the split as configured; the fast recipe would size the micro-batch to the free memory
     # (plan.plan_run) and never run out
-    huge = FinetuneConfig(model_name=shaped, backend="transformers", max_seq_length=4096, report_to="none",
-                          recipe="article", per_device_train_batch_size=256, gradient_accumulation_steps=1, max_steps=4,
-                          save_steps=2, gradient_checkpointing=False, output_dir=out, dataset_num_proc=None)
+    huge = FinetuneConfig(
+        model_name=shaped,
+        backend="transformers",
+        max_seq_length=4096,
+        report_to="none",
+        recipe="article",
+        per_device_train_batch_size=256,
+        gradient_accumulation_steps=1,
+        max_steps=4,
+        save_steps=2,
+        gradient_checkpointing=False,
+        output_dir=out,
+        dataset_num_proc=None,
+    )
     trainer, model = _trainer(shaped, rows * 8, huge, hardware)
     with pytest.raises(torch.OutOfMemoryError) as err:
         train_and_evaluate(trainer, resume=True)
     message = str(err.value)
     print(message)
-    for knob in ("per_device_train_batch_size=256", "max_seq_length=4096", "gradient_checkpointing=False",
-                 "gradient_checkpointing=True", "resume=True", checkpoint):
+    for knob in (
+        "per_device_train_batch_size=256",
+        "max_seq_length=4096",
+        "gradient_checkpointing=False",
+        "gradient_checkpointing=True",
+        "resume=True",
+        checkpoint,
+    ):
         assert knob in message
     assert sorted(os.listdir(checkpoint)) == before
     del trainer, model
@@ -94,8 +129,16 @@ def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):
 
     real = detect_hardware()
     t4 = Hardware(cuda=True, capability=(7, 5), gpu_name="T4 stand-in", total_memory_gib=real.total_memory_gib)
-    cfg = FinetuneConfig(model_name=shaped, max_seq_length=1024, report_to="none", max_steps=3, save_steps=100,
-                         output_dir=str(tmp_path / "t4"), dataset_num_proc=None, gpu_memory_cap_gib=15)
+    cfg = FinetuneConfig(
+        model_name=shaped,
+        max_seq_length=1024,
+        report_to="none",
+        max_steps=3,
+        save_steps=100,
+        output_dir=str(tmp_path / "t4"),
+        dataset_num_proc=None,
+        gpu_memory_cap_gib=15,
+    )
     plan = plan_run(cfg, t4, budget_gib=15)
     assert plan.dtype == "float16"
     print(plan.summary())
@@ -114,7 +157,9 @@ def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):
     trainer.train()
     for h in hooks:
         h.remove()
-    bf16_tensors = [n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.dtype == torch.bfloat16]
+    bf16_tensors = [
+        n for n, t in list(model.named_parameters()) + list(model.named_buffers()) if t.dtype == torch.bfloat16
+    ]
     assert not bf16_tensors, bf16_tensors[:5]
     assert not seen, sorted(set(seen))
     assert torch.cuda.max_memory_allocated() / 2**30 <= 15
@@ -130,10 +175,20 @@ def test_unsloth_packed_batches_supervise_one_eos_per_sample(shaped, alpaca_json
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(shaped)
-    rows = [r for r in alpaca_rows(alpaca_jsonl, 600)
-            if len(tok(r["instruction"] + r["input"] + r["output"]).input_ids) < 900][:200]
-    cfg = FinetuneConfig(model_name=shaped, backend="unsloth", max_seq_length=1024, report_to="none", max_steps=1,
-                         output_dir=str(tmp_path / "eos"), dataset_num_proc=None)
+    rows = [
+        r
+        for r in alpaca_rows(alpaca_jsonl, 600)
+        if len(tok(r["instruction"] + r["input"] + r["output"]).input_ids) < 900
+    ][:200]
+    cfg = FinetuneConfig(
+        model_name=shaped,
+        backend="unsloth",
+        max_seq_length=1024,
+        report_to="none",
+        max_steps=1,
+        output_dir=str(tmp_path / "eos"),
+        dataset_num_proc=None,
+    )
     trainer, _ = _trainer(shaped, rows, cfg, hardware)
     counts = eos_supervision(trainer, batches=3)
     print(counts)

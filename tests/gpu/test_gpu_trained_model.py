@@ -32,16 +32,35 @@ def test_every_helper_works_on_the_just_trained_model(plan, alpaca_jsonl, tmp_pa
     if plan == "t4_unsloth":
         pytest.importorskip("unsloth")
     result = tmp_path / "result.json"
-    argv = [sys.executable, str(DRIVER), "--plan", plan, "--model", SHAPED, "--data", str(alpaca_jsonl),
-            "--out", str(tmp_path), "--result", str(result), "--max-seq-length", "1024",
-            "--steps", os.environ.get("TRAINED_MODEL_STEPS", "3")]
+    argv = [
+        sys.executable,
+        str(DRIVER),
+        "--plan",
+        plan,
+        "--model",
+        SHAPED,
+        "--data",
+        str(alpaca_jsonl),
+        "--out",
+        str(tmp_path),
+        "--result",
+        str(result),
+        "--max-seq-length",
+        "1024",
+        "--steps",
+        os.environ.get("TRAINED_MODEL_STEPS", "3"),
+    ]
     if plan == "bf16_fast" and os.environ.get("TRAINED_MODEL_REPRO", "1") == "1":
         argv.append("--repro")
     if plan == "bf16_fast":  # the Trainer's eval loop between flex-attention training steps (trainer.sdpa_evaluating)
         argv += ["--eval-rows", "24"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                              [str(DRIVER.parents[1]), os.environ.get("PYTHONPATH", "")])})
+    done = subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(DRIVER.parents[1]), os.environ.get("PYTHONPATH", "")])},
+    )
     print(done.stdout[-6000:])
     assert done.returncode == 0, done.stderr[-4000:]
     record = json.loads(result.read_text(encoding="utf-8"))
