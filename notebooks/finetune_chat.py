@@ -191,6 +191,7 @@ from tinyllama_ft.families import prepare_family
 
 family = prepare_family(model, tokenizer, chat_template=cfg.chat_template, max_seq_length=cfg.max_seq_length)
 print(family)
+check_export_tools(cfg.export_formats, whole_modules=bool(family.added_token_ids))  # gguf_lora: LoRA matrices only
 
 # %% [markdown]
 # ## 3. LoRA adapters on the family's projections (read from the model's layers)

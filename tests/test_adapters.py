@@ -161,3 +161,23 @@ def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_t
     torch.testing.assert_close(_logits(reloaded, tok), _logits(model, tokenizer), atol=1e-5, rtol=0)
     with pytest.raises(FileNotFoundError, match=rf"adapter_dir={path!r} has no tokenizer files .*copy the tokenizer"):
         adapter_tokenizer_source(path, str(stories_dir), resized=True)
+
+
+def test_a_record_with_a_value_the_config_refuses_names_the_file(trained, tmp_path, cpu, capsys):
+    """The record beside an adapter is checked as a configuration is (before, ``dtype: float99`` failed deep in the
+    load without naming the file, and ``max_seq_length: -5`` was taken); with no record at all, it says what it
+    assumes, once."""
+    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.run_record import RECORD_FILE, read_record
+
+    model, tokenizer = trained
+    path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    for bad in ({"dtype": "float99"}, {"max_seq_length": -5}, {"template": "foo"}):
+        with open(os.path.join(path, RECORD_FILE), "w", encoding="utf-8") as f:
+            json.dump({"dataset_format": "alpaca", **bad}, f)
+        with pytest.raises(ConfigError, match=rf"{RECORD_FILE}: .*{next(iter(bad))}.*fix or delete it"):
+            load_adapter(path, backend="transformers", hardware=cpu)
+    os.remove(os.path.join(path, RECORD_FILE))
+    assert read_record(path) == {} and read_record(path) == {}
+    said = capsys.readouterr().out
+    assert said.count("records how it was trained: prompting it as Alpaca") == 1

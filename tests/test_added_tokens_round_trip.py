@@ -222,3 +222,17 @@ def test_a_resized_adapter_on_an_unresized_base_is_still_refused_once_per_matrix
         "hidden sizes differ: lm_head.weight: [514, 64] in the adapter, [512, 64] in this base; "
         "model.embed_tokens.weight: [514, 64] in the adapter, [512, 64] in this base"
     ]
+
+
+def test_gguf_lora_of_an_adapter_with_trained_embeddings_is_refused_before_converting(trained):
+    """llama.cpp's LoRA converter stops at the saved embeddings (``Unexpected name ...modules_to_save.weight``,
+    after training, in one long line of its log); the export now refuses it first, naming what works."""
+    from tinyllama_ft.adapters import saves_whole_modules
+    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.export import check_export_tools, export_adapter
+
+    assert saves_whole_modules(trained["adapter"])
+    with pytest.raises(ConfigError, match="gguf_lora holds LoRA matrices only.*gguf_f16, gguf_q8_0 or merged_16bit"):
+        export_adapter(adapter_dir=trained["adapter"], formats=["gguf_lora"], output_dir=str(trained["tmp"] / "x"))
+    assert not (trained["tmp"] / "x").exists()
+    check_export_tools(["gguf_lora"], whole_modules=False)  # a plain LoRA exports as one

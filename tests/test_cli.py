@@ -185,12 +185,17 @@ def test_help_documents_every_field(capsys):
         (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
         (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not a format"),
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
+        (["train", "--wandb_api_key=0123abcd"], "'wandb_api_key' looks like a secret"),  # not "did you mean ..."
+        (["generate", "--adapter", "x", "--prompt", "hi", "--hf_token", "0123abcd"], "set HF_TOKEN in the environment"),
+        (["generate", "--prompt", "hi"], "the following arguments are required: --adapter"),
+        (["train", "--config", "tinyllama_ft"], "'tinyllama_ft': is a folder, not a YAML file"),
     ],
 )
 def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, capsys):
     assert main(argv) == 2  # a configuration error: exit status 2, one line, no traceback
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert "0123abcd" not in err  # a secret given as a flag is never shown
     assert err.startswith(f"tinyllama-ft {argv[0]}: error: ")
     with pytest.raises(ConfigError):  # in-process, run() raises what main() reports
         run(argv)

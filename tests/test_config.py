@@ -218,3 +218,21 @@ def test_contradictions_stop_where_the_config_is_built(values, named):
     with pytest.raises(ConfigError, match=named):
         FinetuneConfig.from_mapping(values)
     FinetuneConfig.from_mapping({"dataset_format": "auto", "extra_datasets": "more.jsonl"})  # the valid pairing
+
+
+@pytest.mark.parametrize(
+    "adapter_dir, named",
+    [
+        ("runs/x", "is output_dir='runs/x' or holds it"),
+        ("runs", "or holds it"),
+        ("runs/x/checkpoint-20/adapter", "inside a checkpoint of output_dir"),
+    ],
+)
+def test_an_adapter_dir_that_would_swallow_the_run_is_refused(adapter_dir, named):
+    """Saving the adapter replaces adapter_dir whole: pointed at output_dir (or a folder holding it) it deleted the
+    checkpoints and run_config.json; inside a checkpoint the trainer's rotation deletes it."""
+    from tinyllama_ft.coercion import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        FinetuneConfig(output_dir="runs/x", adapter_dir=adapter_dir)
+    FinetuneConfig(output_dir="runs/x", adapter_dir="runs/x/lora_model")  # inside output_dir, its own folder: fine

@@ -244,3 +244,25 @@ def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir
     assert r["tokens_per_s"] == pytest.approx(
         r["train_tokens"] / (r["train_runtime_s"] - r["eval_in_train_s"]), rel=0.01
     )
+
+
+@pytest.mark.parametrize(
+    "field, value, named",
+    [
+        ("lr_scheduler_type", "foo", "lr_scheduler_type='foo' is not a transformers scheduler"),
+        ("optim", "foo", "optim='foo' is not a transformers optimizer"),
+        ("optim", "adamw_8bit", "optim='adamw_8bit' is a bitsandbytes optimizer, which needs a CUDA GPU"),
+        ("attn_implementation", "foo", "attn_implementation='foo' is not an attention kernel"),
+    ],
+)
+def test_names_the_trainer_refuses_late_are_refused_by_the_plan(field, value, named, cpu):
+    """Before, each failed after the model had loaded (the trainer's or transformers' own message, exit 1)."""
+    from tinyllama_ft.coercion import ConfigError
+
+    with pytest.raises(ConfigError, match=named):
+        plan_run(FinetuneConfig(**{field: value}), cpu, model_config={})
+    plan_run(
+        FinetuneConfig(lr_scheduler_type="cosine", optim="adamw_torch", attn_implementation="sdpa"),
+        cpu,
+        model_config={},
+    )

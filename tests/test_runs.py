@@ -372,3 +372,21 @@ def test_overwrite_output_dir_documents_everything_it_deletes():
     ):
         assert name in doc, name
         assert any(name in item for item in DELETED_BY_OVERWRITE), name
+
+
+def test_an_adapter_dir_holding_other_files_is_refused_and_an_empty_one_is_new(stories_dir, alpaca_jsonl, tmp_path):
+    """The adapter's save replaces adapter_dir whole, and overwrite_output_dir deleted whatever stood there: a folder
+    of someone's files (no adapter_config.json) is refused, with or without the flag, and kept."""
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.txt").write_text("years of work")
+    for overwrite in (False, True):
+        cfg = _cfg(
+            stories_dir, alpaca_jsonl, tmp_path / "run", adapter_dir=str(precious), overwrite_output_dir=overwrite
+        )
+        with pytest.raises(FileExistsError, match=r"holds files that are not an adapter \(thesis.txt\)"):
+            prepare_output_dir(cfg)
+        assert (precious / "thesis.txt").read_text() == "years of work"
+    (tmp_path / "empty").mkdir()
+    cfg = _cfg(stories_dir, alpaca_jsonl, tmp_path / "run2", adapter_dir=str(tmp_path / "empty"))
+    assert prepare_output_dir(cfg) == "new"  # made beforehand, nothing in it: nothing to lose

@@ -170,7 +170,7 @@ def load_adapter(
         )
         merged = False
     chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
-    if chosen == "unsloth" and _saves_modules(adapter_dir):
+    if chosen == "unsloth" and saves_whole_modules(adapter_dir):
         warnings.warn(
             "this adapter trained whole modules (the embeddings of a chat template's added tokens), which "
             "Unsloth's loader does not resize for: loading it with transformers + PEFT",
@@ -213,8 +213,13 @@ def load_adapter(
     return model, tokenizer
 
 
-def _saves_modules(adapter_dir: str) -> bool:
-    """The adapter saved whole modules beside its LoRA matrices (peft's ``modules_to_save``)."""
+def saves_whole_modules(adapter_dir: str) -> bool:
+    """The adapter saved whole modules beside its LoRA matrices (peft's ``modules_to_save``: the embeddings and LM
+    head of a chat template's added tokens).
+
+    Raises:
+        OSError / ValueError: ``adapter_config.json`` is missing or not JSON.
+    """
     with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
         return bool(json.load(f).get("modules_to_save"))
 

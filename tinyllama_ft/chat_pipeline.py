@@ -50,7 +50,7 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .conversations import load_conversation_sources
     from .credentials import export_secrets
     from .data import split_train_eval
-    from .export import describe_exports, export_adapter
+    from .export import check_export_tools, describe_exports, export_adapter
     from .families import prepare_family
     from .fingerprint import data_fingerprint
     from .generation import as_samples, format_answers
@@ -98,6 +98,7 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         )
         family = prepare_family(model, tokenizer, chat_template=cfg.chat_template, max_seq_length=cfg.max_seq_length)
         print(family)
+        check_export_tools(cfg.export_formats, whole_modules=bool(family.added_token_ids))  # before training
         model = add_lora(
             model,
             lora_r=cfg.lora_r,

@@ -279,9 +279,14 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
         else {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
     )
     given = _given_flags(argv)
+    from .credentials import refuse_secret_names
+
+    refuse_secret_names(dict.fromkeys(given), f"tinyllama-ft {command}")  # --hf_token X: never a flag (not shown)
     unknown = [g for g in given if g not in known]
     if unknown:
-        raise unknown_keys_error(unknown, sorted(known), f"tinyllama-ft {command}")
+        raise unknown_keys_error(
+            unknown, sorted(known), f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}"
+        )
     return set(given) - {"help"}
 
 
@@ -308,6 +313,7 @@ def run(argv: Sequence[str]) -> Any:
         name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
         text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
+        text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
         raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     command = parsed.command
     return COMMANDS[command].run(parsed[command].as_dict(), given)

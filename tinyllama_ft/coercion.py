@@ -28,13 +28,15 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def unknown_keys_error(keys: Iterable[str], known: Iterable[str], where: str) -> ConfigError:
-    """The error for keys that are not configuration fields, each with its near miss."""
+def unknown_keys_error(
+    keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train"
+) -> ConfigError:
+    """The error for keys that are not configuration fields (or a command's flags), each with its near miss;
+    ``help_command --help`` is named as the list of them."""
     known = list(known)
     names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys)
-    return ConfigError(
-        f"{where}: unknown parameter {names}: not a FinetuneConfig field (tinyllama-ft train --help lists them all)"
-    )
+    what = "not a FinetuneConfig field" if help_command == "tinyllama-ft train" else "not a flag of this command"
+    return ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")
 
 
 def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: bool = False) -> Any:

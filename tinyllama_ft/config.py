@@ -314,6 +314,20 @@ class FinetuneConfig:
             ConfigError: naming both fields and what to change.
         """
         chat = self.dataset_format != "alpaca"
+        if self.adapter_dir:
+            out, adapter = os.path.abspath(self.output_dir), os.path.abspath(self.adapter_dir)
+            inside = os.path.relpath(adapter, out).split(os.sep)
+            if os.path.commonpath([out, adapter]) == adapter:  # the same folder, or one holding output_dir
+                raise ConfigError(
+                    f"FinetuneConfig.adapter_dir={self.adapter_dir!r} is output_dir={self.output_dir!r} or holds it: "
+                    f"saving the adapter replaces that folder whole (checkpoints, run_config.json and all); use a "
+                    f"folder of its own, e.g. adapter_dir='' (<output_dir>/lora_model)"
+                )
+            if inside[0] != ".." and inside[0].startswith("checkpoint-"):
+                raise ConfigError(
+                    f"FinetuneConfig.adapter_dir={self.adapter_dir!r} is inside a checkpoint of output_dir, which the "
+                    f"trainer deletes as it rotates checkpoints (save_total_limit): use another folder"
+                )
         if self.extra_datasets and not chat:
             raise ConfigError(
                 f"FinetuneConfig.extra_datasets={list(self.extra_datasets)!r} is read for conversations "

@@ -183,17 +183,29 @@ def _local_base_dir(base: str, required: bool = True) -> str | None:
         ) from err
 
 
-def check_export_tools(formats) -> None:
-    """Refuse, before anything is trained or loaded, an export this machine cannot finish.
+def check_export_tools(formats, *, whole_modules: bool = False) -> None:
+    """Refuse, before anything is trained or loaded, an export this machine (or this adapter) cannot finish.
 
     Args:
         formats: export format names (``export_formats``).
+        whole_modules: the adapter trains (or trained) whole modules beside its LoRA matrices: the embeddings and
+            LM head of a chat template's added tokens (``adapters.saves_whole_modules``).
 
     Raises:
+        coercion.ConfigError: ``gguf_lora`` with ``whole_modules``: a GGUF LoRA holds LoRA matrices only
+            (llama.cpp's converter stops at the saved embeddings); the message names the formats that work.
         RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (``gguf_export.QUANTIZER_MISSING``: what to
             install, and that ``gguf_q8_0`` needs neither).
     """
     from . import gguf_export
+    from .coercion import ConfigError
+
+    if "gguf_lora" in formats and whole_modules:
+        raise ConfigError(
+            "export_formats: gguf_lora holds LoRA matrices only, and this adapter also trains the "
+            "embeddings and LM head (the chat template's added tokens): export gguf_f16, gguf_q8_0 or "
+            "merged_16bit instead (the merged model carries them)"
+        )
 
     if "gguf_q4_k_m" in formats and gguf_export.find_quantizer() is None:
         raise RuntimeError(gguf_export.QUANTIZER_MISSING)
@@ -247,11 +259,13 @@ def export_adapter(
             ``template`` or ``max_seq_length`` that contradicts the record.
         RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (checked first; the message names what to
             install), no converter (offline and not cached), or a conversion failed.
-        OSError: ``errno.ENOSPC`` when the estimated size does not fit (nothing written).
+        OSError: ``errno.ENOSPC`` when the estimated size does not fit (nothing written); NotADirectoryError:
+            ``output_dir`` is a file.
+        coercion.ConfigError: ``gguf_lora`` for an adapter that saved whole modules (``check_export_tools``).
         FileNotFoundError: as ``adapters.load_adapter``.
     """
     from . import gguf_export
-    from .adapters import adapter_base_model, load_adapter
+    from .adapters import adapter_base_model, load_adapter, saves_whole_modules
 
     formats = list(dict.fromkeys(formats))
     unknown = [f for f in formats if f not in EXPORT_FORMATS]
@@ -259,8 +273,10 @@ def export_adapter(
         raise ValueError(f"formats: {unknown} not among {list(EXPORT_FORMATS)}")
     if not formats:
         return {}
-    check_export_tools(formats)
     adapter_base_model(adapter_dir)  # raises early when adapter_dir is not an adapter
+    check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
     from .run_record import is_chat, read_record, resolve_settings
 
     record = read_record(adapter_dir)

@@ -17,6 +17,7 @@ import os
 import warnings
 import weakref
 
+from .coercion import ConfigError
 from .config import BACKENDS, DEFAULTS
 from .hardware import Hardware, detect_hardware, is_importable
 from .pad_token import ensure_pad_token
@@ -52,17 +53,17 @@ def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) ->
         else ``"transformers"``; an explicit choice is returned as is when it can run.
 
     Raises:
-        ValueError: unknown backend, or ``"unsloth"`` without a CUDA GPU.
+        coercion.ConfigError: (a ValueError) unknown backend, or ``"unsloth"`` without a CUDA GPU.
         ImportError: ``"unsloth"`` asked but not installed (the message names the install step).
     """
     if backend not in BACKENDS:
-        raise ValueError(f"backend={backend!r} is not one of {BACKENDS}")
+        raise ConfigError(f"backend={backend!r} is not one of {BACKENDS}")
     cuda_ok = hardware.cuda and (hardware.capability is None or hardware.capability >= (7, 0))
     if backend == "auto":
         return "unsloth" if cuda_ok and unsloth_available else "transformers"
     if backend == "unsloth":
         if not cuda_ok:
-            raise ValueError("backend='unsloth' needs a CUDA GPU of capability >= 7.0; use backend='transformers'")
+            raise ConfigError("backend='unsloth' needs a CUDA GPU of capability >= 7.0; use backend='transformers'")
         if not unsloth_available:
             raise ImportError(
                 "backend='unsloth' but unsloth is not installed: run tinyllama_ft.install.install(run=True)"

@@ -91,8 +91,9 @@ def recipe_path(name_or_path: str) -> Path:
     shipped = RECIPES_DIR / f"{name_or_path}.yaml"
     if shipped.is_file():
         return shipped
+    what = "is a folder, not a YAML file" if path.is_dir() else "no such file"
     raise RecipeNotFound(
-        f"--config {name_or_path!r}: no such file, and not a shipped recipe (one of {', '.join(recipe_names())})"
+        f"--config {name_or_path!r}: {what}, and not a shipped recipe (one of {', '.join(recipe_names())})"
     )
 
 

@@ -27,6 +27,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from .coercion import ConfigError
 from .config import FinetuneConfig
 from .hardware import Hardware, is_importable
 from .modeling import choose_backend, rope_scaling_factor
@@ -108,6 +109,45 @@ def _text_config(model_config):
     return getattr(model_config, "text_config", None) or model_config
 
 
+def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
+    """Refuse, before any model loads, the names the trainer and transformers would only refuse later: an unknown
+    ``lr_scheduler_type`` (``transformers.SchedulerType``), ``optim`` (``transformers.training_args.OptimizerNames``)
+    or ``attn_implementation``, and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
+
+    Raises:
+        coercion.ConfigError: names the field, the value and the choices.
+    """
+    from transformers import SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    schedulers = [s.value for s in SchedulerType]
+    if cfg.lr_scheduler_type not in schedulers:
+        raise ConfigError(
+            f"FinetuneConfig.lr_scheduler_type={cfg.lr_scheduler_type!r} is not a transformers "
+            f"scheduler: one of {schedulers}"
+        )
+    if cfg.optim is not None:
+        optimizers = [o.value for o in OptimizerNames]
+        if cfg.optim not in optimizers:
+            raise ConfigError(
+                f"FinetuneConfig.optim={cfg.optim!r} is not a transformers optimizer: one of {optimizers}"
+            )
+        if not hardware.cuda and ("8bit" in cfg.optim or "paged" in cfg.optim or "bnb" in cfg.optim):
+            raise ConfigError(
+                f"FinetuneConfig.optim={cfg.optim!r} is a bitsandbytes optimizer, which needs a CUDA "
+                f"GPU: use optim=None ('adamw_torch' on a CPU)"
+            )
+    if cfg.attn_implementation is not None and "/" not in cfg.attn_implementation:  # "org/kernel": a Hub kernel
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        kernels = ["eager", *ALL_ATTENTION_FUNCTIONS.keys()]
+        if cfg.attn_implementation not in kernels:
+            raise ConfigError(
+                f"FinetuneConfig.attn_implementation={cfg.attn_implementation!r} is not an attention "
+                f"kernel of the installed transformers: one of {kernels}"
+            )
+
+
 def plan_run(
     cfg: FinetuneConfig,
     hardware: Hardware,
@@ -135,6 +175,8 @@ def plan_run(
         The frozen ``RunPlan`` (its split is one process's share of the effective batch).
 
     Raises:
+        coercion.ConfigError: as ``check_trainer_names`` (an unknown scheduler, optimizer or attention kernel, a
+            bitsandbytes optimizer without CUDA).
         ValueError / ImportError: as ``precision.resolve_dtype`` and ``modeling.choose_backend`` (e.g.
             ``dtype="bfloat16"`` on a T4, ``backend="unsloth"`` on a CPU); ``split_over_processes`` (the
             effective batch does not divide over the processes); ``backend="unsloth"`` with several
@@ -152,6 +194,7 @@ def plan_run(
             cfg,
             world,
         )
+    check_trainer_names(cfg, hardware)
     dtype = resolve_dtype(cfg.dtype, hardware)
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
     cuda = hardware.cuda

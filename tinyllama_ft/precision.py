@@ -7,6 +7,7 @@ decision is made once, from the compute capability, and everything else follows 
 
 from __future__ import annotations
 
+from .coercion import ConfigError
 from .hardware import Hardware
 
 _ALIASES = {
@@ -34,7 +35,7 @@ def resolve_dtype(dtype: str | None, hardware: Hardware) -> str:
         ``"float32"`` on a CPU; or the requested dtype's canonical name.
 
     Raises:
-        ValueError: unknown dtype name; ``"bfloat16"`` asked on a CUDA GPU below capability 8.0;
+        coercion.ConfigError: (a ValueError) unknown dtype name; ``"bfloat16"`` asked on a CUDA GPU below capability 8.0;
             ``"float16"`` asked on a CPU (CPU training in fp16 is not supported by the trainer).
     """
     if dtype is None or dtype == "auto":
@@ -43,14 +44,14 @@ def resolve_dtype(dtype: str | None, hardware: Hardware) -> str:
         return "bfloat16" if hardware.bf16_capable else "float16"
     name = _ALIASES.get(str(dtype).replace("torch.", ""))
     if name is None:
-        raise ValueError(f"dtype={dtype!r} is not one of None, 'auto', 'bfloat16', 'float16', 'float32'")
+        raise ConfigError(f"dtype={dtype!r} is not one of None, 'auto', 'bfloat16', 'float16', 'float32'")
     if name == "bfloat16" and hardware.cuda and not hardware.bf16_capable:
-        raise ValueError(
+        raise ConfigError(
             f"dtype='bfloat16' needs compute capability >= 8.0; this GPU ({hardware.gpu_name}) is "
             f"{hardware.capability}: use dtype=None (float16)"
         )
     if name == "float16" and not hardware.cuda:
-        raise ValueError("dtype='float16' needs a CUDA GPU; on a CPU use dtype=None (float32)")
+        raise ConfigError("dtype='float16' needs a CUDA GPU; on a CPU use dtype=None (float32)")
     return name
 
 

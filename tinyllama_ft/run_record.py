@@ -78,9 +78,10 @@ def read_record(adapter_dir: str) -> dict[str, Any]:
         the configuration's, not the plan's); else ``{}`` (a PEFT folder from elsewhere).
 
     Raises:
-        ConfigError: ``tinyllama_ft.json`` exists but is not a JSON object (names the file).
+        ConfigError: ``tinyllama_ft.json`` exists but is not a JSON object, or a recorded value is not one the
+            configuration allows (``dtype: "float99"``, ``max_seq_length: -5``): names the file and the field.
     """
-    from .runs import read_run_config
+    from .runs import RUN_CONFIG, read_run_config
 
     path = os.path.join(adapter_dir, RECORD_FILE)
     if os.path.isfile(path):
@@ -93,12 +94,42 @@ def read_record(adapter_dir: str) -> dict[str, Any]:
             ) from None
         if not isinstance(record, dict):
             raise ConfigError(f"{path}: expected a JSON object, got {type(record).__name__}")
-        return record
+        return _checked(record, path)
     for folder in (adapter_dir, os.path.dirname(os.path.abspath(adapter_dir))):
         found = read_run_config(folder)
         if found:
-            return {k: found[k] for k in ("model_name", *MUST_MATCH, *MAY_DIFFER) if k in found}
+            record = {k: found[k] for k in ("model_name", *MUST_MATCH, *MAY_DIFFER) if k in found}
+            return _checked(record, os.path.join(folder, RUN_CONFIG))
+    if os.path.abspath(adapter_dir) not in _SAID_UNRECORDED:
+        _SAID_UNRECORDED.add(os.path.abspath(adapter_dir))
+        print(
+            f"{adapter_dir}: no {RECORD_FILE} or {RUN_CONFIG} records how it was trained: prompting it as Alpaca "
+            f"(template='alpaca'), with the base's own positions; pass template / max_seq_length if it was trained "
+            f"otherwise"
+        )
     return {}
+
+
+#: Adapter folders already said to have no record (said once per process).
+_SAID_UNRECORDED: set[str] = set()
+
+
+def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """``record``, once its values pass the configuration's own checks (``FinetuneConfig``).
+
+    Raises:
+        ConfigError: the first value the configuration refuses, with the file named.
+    """
+    from .config import FinetuneConfig
+
+    values = {k: record[k] for k in (*MUST_MATCH, *MAY_DIFFER) if k in record}
+    try:
+        FinetuneConfig.from_mapping(values, where=path)
+    except ConfigError as err:
+        raise ConfigError(
+            f"{path}: {err} (the record of the run that trained this adapter: fix or delete it)"
+        ) from None
+    return record
 
 
 def is_chat(record: Mapping[str, Any]) -> bool:

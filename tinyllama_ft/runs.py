@@ -188,7 +188,7 @@ def previous_run(cfg: FinetuneConfig) -> list[str]:
     found = [path for _, path in checkpoint_dirs(cfg.output_dir)]
     found += [p for p in (os.path.join(cfg.output_dir, n) for n in RUN_OUTPUTS) if os.path.exists(p)]
     adapter = cfg.resolved_adapter_dir
-    if os.path.exists(adapter):
+    if os.path.isfile(os.path.join(adapter, "adapter_config.json")):  # an empty folder made beforehand is new
         found.append(adapter)
     return found
 
@@ -198,16 +198,27 @@ def _shown(path: str, out: str) -> str:
 
 
 def check_folders(cfg: FinetuneConfig) -> None:
-    """Refuse an ``output_dir`` or ``adapter_dir`` that is a file (before a lock or a model is touched).
+    """Refuse an ``output_dir`` or ``adapter_dir`` that is a file, and an ``adapter_dir`` holding files that are not
+    an adapter (the adapter's save replaces the folder whole), before a lock or a model is touched.
 
     Raises:
-        NotADirectoryError: names the field, the path and what to do.
+        NotADirectoryError: a file stands there: names the field, the path and what to do.
+        FileExistsError: ``adapter_dir`` holds files but no ``adapter_config.json``: names a few of them.
     """
     for name, path in (("output_dir", cfg.output_dir), ("adapter_dir", cfg.resolved_adapter_dir)):
         path = expand_path(path)
         if os.path.exists(path) and not os.path.isdir(path):
             raise NotADirectoryError(
                 f"{name}={path!r} is a file, not a folder: choose another {name}, or move the file away"
+            )
+    adapter = expand_path(cfg.resolved_adapter_dir)
+    if os.path.isdir(adapter) and not os.path.isfile(os.path.join(adapter, "adapter_config.json")):
+        held = sorted(os.listdir(adapter))
+        if held:
+            raise FileExistsError(
+                f"adapter_dir={adapter!r} holds files that are not an adapter ({', '.join(held[:3])}"
+                f"{', ...' if len(held) > 3 else ''}): saving the adapter replaces the folder whole, so choose a new "
+                f"or empty adapter_dir"
             )
 
 
