@@ -179,5 +179,5 @@ def test_a_record_with_a_value_the_config_refuses_names_the_file(trained, tmp_pa
             load_adapter(path, backend="transformers", hardware=cpu)
     os.remove(os.path.join(path, RECORD_FILE))
     assert read_record(path) == {} and read_record(path) == {}
-    said = capsys.readouterr().out
+    said = capsys.readouterr().err
     assert said.count("records how it was trained: prompting it as Alpaca") == 1

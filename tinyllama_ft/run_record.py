@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Mapping
 
 from .coercion import ConfigError
@@ -105,7 +106,8 @@ def read_record(adapter_dir: str) -> dict[str, Any]:
         print(
             f"{adapter_dir}: no {RECORD_FILE} or {RUN_CONFIG} records how it was trained: prompting it as Alpaca "
             f"(template='alpaca'), with the base's own positions; pass template / max_seq_length if it was trained "
-            f"otherwise"
+            f"otherwise",
+            file=sys.stderr,  # a notice: stdout stays the answers
         )
     return {}
 
