@@ -103,3 +103,32 @@ def cpu_trl_cannot_train() -> bool:
     from packaging.version import Version
 
     return Version(trl.__version__) < Version("1.16") and not torch.cuda.is_available()
+
+
+def train_on_multiturn(model, tokenizer, out, *, max_steps: int) -> None:
+    """Train ``model`` (a LoRA model, ``add_lora``) ``max_steps`` steps on the multi-turn fixture rows at lr 1e-2,
+    256 tokens, batch 2: enough to move a chat template's added-token embeddings."""
+    import datasets
+
+    from helpers import sft_trainer
+    from tinyllama_ft.chat_masks import tokenize_conversations
+    from tinyllama_ft.conversations import check_conversations
+
+    rows, _ = check_conversations(multiturn_rows(), dataset_format="messages")
+    tokenized, _ = tokenize_conversations(
+        datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256, long_rows="drop"
+    )
+    sft_trainer(
+        model,
+        tokenizer,
+        tokenized,
+        out,
+        max_seq_length=256,
+        max_steps=max_steps,
+        learning_rate=1e-2,
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=1,
+        gradient_checkpointing=False,
+        warmup_ratio=0.0,
+        save_steps=1000,
+    ).train()

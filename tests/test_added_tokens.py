@@ -3,11 +3,9 @@ embeddings and LM head train beside the adapter (lora.add_lora's train_embedding
 load_adapter resizes the base to them and reloads what was trained (before this, the new rows stayed untrained
 and the reload failed with "the adapter's tokenizer has 32002 tokens, this base embeds 32000")."""
 
-import datasets
 import pytest
 
-from chat_fixtures import cpu_trl_cannot_train, multiturn_rows, tiny_model, tinyllama_tokenizer
-from helpers import sft_trainer
+from chat_fixtures import cpu_trl_cannot_train, train_on_multiturn, tiny_model, tinyllama_tokenizer
 
 
 @pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
@@ -44,27 +42,7 @@ def test_unsloth_is_refused_trained_embeddings_by_name():
 
 
 def _train(model, tokenizer, out):
-    from tinyllama_ft.chat_masks import tokenize_conversations
-    from tinyllama_ft.conversations import check_conversations
-
-    rows, _ = check_conversations(multiturn_rows(), dataset_format="messages")
-    tokenized, _ = tokenize_conversations(
-        datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256, long_rows="drop"
-    )
-    sft_trainer(
-        model,
-        tokenizer,
-        tokenized,
-        out,
-        max_seq_length=256,
-        max_steps=8,
-        learning_rate=1e-2,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=1,
-        gradient_checkpointing=False,
-        warmup_ratio=0.0,
-        save_steps=1000,
-    ).train()
+    train_on_multiturn(model, tokenizer, out, max_steps=8)
 
 
 @pytest.fixture(scope="module")

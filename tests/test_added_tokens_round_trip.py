@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import json
 
-import datasets
 import pytest
 
-from chat_fixtures import cpu_trl_cannot_train, multiturn_rows
-from helpers import sft_trainer
+from chat_fixtures import cpu_trl_cannot_train, train_on_multiturn
 
 ADDED = ["<|im_start|>", "<|im_end|>"]
 #: How every reload here loads: CPU, fp32, transformers, 256-token windows.
@@ -44,27 +42,7 @@ def _untied_stories(stories_dir, folder):
 
 
 def _train(model, tokenizer, out):
-    from tinyllama_ft.chat_masks import tokenize_conversations
-    from tinyllama_ft.conversations import check_conversations
-
-    rows, _ = check_conversations(multiturn_rows(), dataset_format="messages")
-    tokenized, _ = tokenize_conversations(
-        datasets.Dataset.from_list(rows), tokenizer, max_seq_length=256, long_rows="drop"
-    )
-    sft_trainer(
-        model,
-        tokenizer,
-        tokenized,
-        out,
-        max_seq_length=256,
-        max_steps=6,
-        learning_rate=1e-2,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=1,
-        gradient_checkpointing=False,
-        warmup_ratio=0.0,
-        save_steps=1000,
-    ).train()
+    train_on_multiturn(model, tokenizer, out, max_steps=6)
 
 
 def _answer(model, tokenizer, ids):
