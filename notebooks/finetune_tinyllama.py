@@ -42,7 +42,7 @@ if importlib.util.find_spec("tinyllama_ft") is None:
 
 # %% [markdown]
 # Every knob of the run, by section; the defaults are the article's values (`max_steps=60` as Unsloth's notebooks;
-# `-1` trains the article's full epoch). The README's parameter table explains each one. The last line records the
+# `-1` trains the article's full epoch). docs/parameters.md explains each one. The last line records the
 # names defined so far: the next cell reads the parameters among them and what papermill's `-p` adds, nothing else.
 
 # %% tags=["parameters"]

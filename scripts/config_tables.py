@@ -1,7 +1,7 @@
-"""Generate, from ``FinetuneConfig``, the README's parameter table and the notebook's parameters cell.
+"""Generate, from ``FinetuneConfig``, docs/parameters.md's parameter table and the notebook's parameters cell.
 
     python scripts/config_tables.py          # print both
-    python scripts/config_tables.py --write  # rewrite them in README.md and notebooks/finetune_tinyllama.py
+    python scripts/config_tables.py --write  # rewrite them in docs/parameters.md and notebooks/finetune_tinyllama.py
                                              # (then: jupytext --to ipynb notebooks/finetune_tinyllama.py)
 
 tests/test_config.py checks that both match what this prints, so the config stays their one source.
@@ -113,11 +113,11 @@ def _replace_table(text: str) -> str:
 
 def main(argv: list[str]) -> int:
     if "--write" in argv:
-        readme, notebook = REPO / "README.md", REPO / "notebooks" / "finetune_tinyllama.py"
+        readme, notebook = REPO / "docs" / "parameters.md", REPO / "notebooks" / "finetune_tinyllama.py"
         readme.write_text(_replace_table(readme.read_text(encoding="utf-8")), encoding="utf-8")
         notebook.write_text(_replace_cell(notebook.read_text(encoding="utf-8")), encoding="utf-8")
         print(
-            "rewrote the README table and the notebook's parameters cell; now run: "
+            "rewrote the docs/parameters.md table and the notebook's parameters cell; now run: "
             "jupytext --to ipynb notebooks/finetune_tinyllama.py"
         )
         return 0

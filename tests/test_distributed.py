@@ -96,7 +96,7 @@ def _launch_command(text: str) -> str:
 
 
 def test_the_readme_launch_command_finds_the_shipped_accelerate_configuration():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    readme = (REPO / "docs" / "command-line.md").read_text(encoding="utf-8")
     yaml_path = REPO / "tinyllama_ft" / "recipes" / "accelerate" / "multi_gpu.yaml"
     command = _launch_command(readme)
     assert command == _launch_command(yaml_path.read_text(encoding="utf-8"))

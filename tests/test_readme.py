@@ -1,5 +1,6 @@
-"""The README's commands and snippets run as written: the main job (a few steps), the copy-cells snippet,
-the command line's help; and its parameter table is the one generated from the configuration."""
+"""The README's and docs/ pages' commands and snippets run as written: the main job (a few steps), the copy-cells
+snippet, the command line's help; the parameter table is the one generated from the configuration; the README is
+a landing page (at most ~150 lines) whose links to docs/ resolve."""
 
 import json
 import os
@@ -13,18 +14,32 @@ import pytest
 from conftest import REPO
 
 README = (REPO / "README.md").read_text(encoding="utf-8")
+#: The README, then every page of docs/: where the commands and snippets a user copies are.
+PAGES = [README] + [p.read_text(encoding="utf-8") for p in sorted((REPO / "docs").glob("*.md"))]
 
 
 def _blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, re.S)
+    return [b for page in PAGES for b in re.findall(rf"```{language}\n(.*?)```", page, re.S)]
 
 
 def test_parameter_table_is_generated_from_the_config():
     sys.path.insert(0, str(REPO / "scripts"))
     import config_tables
 
-    start, end = README.index(config_tables.README_START), README.index(config_tables.README_END)
-    assert README[start + len(config_tables.README_START) + 1 : end] == config_tables.parameter_table()
+    page = (REPO / "docs" / "parameters.md").read_text(encoding="utf-8")
+    start, end = page.index(config_tables.README_START), page.index(config_tables.README_END)
+    assert page[start + len(config_tables.README_START) + 1 : end] == config_tables.parameter_table()
+
+
+def test_the_readme_is_a_landing_page_whose_links_resolve():
+    assert len(README.splitlines()) <= 150
+    for name, text in [("README.md", README)] + [
+        (p.name, p.read_text(encoding="utf-8")) for p in (REPO / "docs").glob("*.md")
+    ]:
+        base = REPO if name == "README.md" else REPO / "docs"
+        for target in re.findall(r"\]\(([^)#]+?)\)", text):
+            if "://" not in target:
+                assert (base / target).exists(), (name, target)
 
 
 def test_copy_cells_snippets_run(stories_dir):

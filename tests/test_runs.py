@@ -359,8 +359,10 @@ def test_overwrite_output_dir_documents_everything_it_deletes():
     from tinyllama_ft.runs import DELETED_BY_OVERWRITE
 
     doc = field_docs()["overwrite_output_dir"]
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    readme = " ".join((docs / "parameters.md").read_text(encoding="utf-8").split())
     assert doc in readme  # the parameter table
+    assert "export/` (every exported format)" in (docs / "troubleshooting.md").read_text(encoding="utf-8")
     for name in (
         "checkpoint-*",
         "run_summary.json",

@@ -407,7 +407,7 @@ def field_docs() -> dict[str, str]:
     """Each field's docstring (the string literal under it in this file), whitespace folded to one line.
 
     Read from the source with ``ast`` (Python keeps no attribute docstrings at run time); the command
-    line's ``--help`` and the README's parameter table are built from it.
+    line's ``--help`` and docs/parameters.md's table are built from it.
     """
     tree = ast.parse(inspect.getsource(FinetuneConfig))
     body = tree.body[0].body

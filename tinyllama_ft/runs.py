@@ -164,7 +164,7 @@ def identity_differences(recorded: dict[str, Any], identity: dict[str, Any]) -> 
     return {k: (recorded[k], now[k]) for k in sorted(recorded.keys() & now.keys()) if recorded[k] != now[k]}
 
 
-#: What ``overwrite_output_dir=True`` deletes of an earlier run (the config field's docstring, the README and the
+#: What ``overwrite_output_dir=True`` deletes of an earlier run (the config field's docstring, docs/parameters.md, docs/troubleshooting.md and the
 #: message it prints name the same).
 DELETED_BY_OVERWRITE = (
     "checkpoint-* folders",
