@@ -293,6 +293,7 @@ def export_adapter(
             Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
         )
     root = Path(output_dir) / "export"
+    made = [p for p in (Path(output_dir), root) if not p.exists()]  # removed again if the export leaves them empty
     root.mkdir(parents=True, exist_ok=True)
     _clean_stale_exports(root)
     staging = make_temporary(root, ".staging-")  # .staging-<host>-<pid>-<token>: whose it is, if killed
@@ -393,6 +394,9 @@ def export_adapter(
             done("gguf_lora", folder, time.perf_counter() - start)
     finally:
         discard_temporary(staging)
+        for folder in reversed(made):  # a refused export (no disk space, a failed merge) leaves no empty folders
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
     return {f: results[f] for f in formats}
 
 
