@@ -206,6 +206,7 @@ def test_when_the_main_process_refuses_the_folder_every_process_stops_with_its_e
     argv, env = _argv(tmp / "rows.jsonl", stories_dir, tmp / "two", 2, "--overwrite_output_dir", "false")
     done = subprocess.run(argv, cwd=tmp, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode != 0
-    assert "FileExistsError: output_dir=" in done.stderr and "holds an earlier run" in done.stderr
-    assert "MainProcessError: preparing output_dir failed on the main process: FileExistsError" in done.stderr
+    # each process ends in one line (the console script's rule): the main process's error, the other's report of it
+    assert "tinyllama-ft train: error: output_dir=" in done.stderr and "holds an earlier run" in done.stderr
+    assert "tinyllama-ft train: error: preparing output_dir failed on the main process: FileExistsError" in done.stderr
     assert record.stat().st_mtime_ns == before and LOCK_FILE not in os.listdir(tmp / "two")
