@@ -36,7 +36,8 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
 from tinyllama_ft.adapters import adapter_base_model  # noqa: E402
-from tinyllama_ft.export import GGUF_NAMES, trained_settings  # noqa: E402
+from tinyllama_ft.export import GGUF_NAMES  # noqa: E402
+from tinyllama_ft.run_record import read_record  # noqa: E402
 from tinyllama_ft.gguf_export import convert_to_gguf, llama_cpp_converter  # noqa: E402
 from tinyllama_ft.prompts import format_prompt  # noqa: E402
 
@@ -48,7 +49,7 @@ ap.add_argument("--data", default=os.environ.get("TINYLLAMA_FT_SHARED_DATA", str
 a = ap.parse_args()
 
 run, export = Path(a.run_dir), Path(a.run_dir) / "export"
-template = trained_settings(str(run / "lora_model")).get("template", "alpaca")
+template = read_record(str(run / "lora_model")).get("template", "alpaca")
 with open(os.path.join(a.data, "alpaca", "alpaca_cleaned_5k.jsonl"), encoding="utf-8") as f:
     rows = [json.loads(line) for line in f][4900 : 4900 + a.prompts]
 prompts = [format_prompt(r["instruction"], r["input"], template=template) for r in rows]

@@ -79,7 +79,7 @@ def llama_cpp_converter(
         sha256: expected SHA-256 of the sdist; ``None`` skips the check (only for another ``version``).
         timeout_s: seconds allowed for the download (each source; pip's fallback too).
 
-    The download (``_download_sdist``) builds nothing: it looks where pip would (find-links folders, then
+    The download (``sdist_download.download_sdist``) builds nothing: it looks where pip would (find-links folders, then
     ``index-url`` and ``extra-index-url``, with pip's proxy and certificates), streams the file and keeps the first
     copy whose SHA-256 is ``sha256``; only if none answers does it run ``pip download --no-deps --no-binary
     llama-cpp-python``. It prints the URL before and one ``gguf: llama.cpp's converter ready in ...`` line after.
