@@ -151,12 +151,12 @@ def resolve_settings(
         where: the caller, for messages (``"tinyllama-ft generate"``).
 
     Returns:
-        ``{name: value}`` for every name in ``given`` and ``defaults``.
+        ``{name: value}`` for every name in ``defaults``, and every name of ``given`` that is given or recorded.
 
     Raises:
         ConfigError: a given value of ``MUST_MATCH`` differs from the recorded one; the message names the field,
-            both values and how to fix it. A given ``template`` on a chat record (or a ``chat_template`` on an
-            Alpaca one) is refused the same way.
+            both values and how to fix it. A given ``template`` on a chat record is refused the same way (a chat
+            adapter is prompted through its own chat template).
     """
     out = dict(defaults)
     out.update({k: v for k, v in record.items() if k in out or k in given})
