@@ -11,7 +11,7 @@ Measured as shared/tools/reference_recipe_gpu.py measures, so the two agree with
 * tokens: the non-padding tokens fed to the model, the trainer's ``state.num_input_tokens_seen`` with
   ``include_num_input_tokens_seen="non_padding"``, read at the same step ends (one way for every
   configuration; with packed windows it is ~99% of batch x accumulation x seq, the reference's count);
-* memory: ``torch.cuda.max_memory_allocated()`` over ``trainer.train()``, after resetting the peak.
+* memory: ``torch.cuda.max_memory_allocated()`` over ``train.()``, after resetting the peak.
 """
 
 import inspect

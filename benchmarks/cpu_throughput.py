@@ -8,7 +8,7 @@ under papermill through scripts/run_offline.sh, the reference as a script), prin
 side and writes ``benchmarks/results/<YYYY-MM-DD>-cpu.json``.
 
 * notebook: ``tokens_per_s`` of its run_summary.json (non-padding tokens fed / seconds in
-  ``trainer.train()`` less its evaluations every 20 steps; its checkpoint saves included);
+  ``train.()`` less its evaluations every 20 steps; its checkpoint saves included);
 * reference: its ``RESULT`` line (8 x 512 tokens per step over the steps after the second, no evaluation;
   the windows it feeds hold ~3,918 real tokens a step, so per real token it is ~4% slower than it reads).
 
@@ -28,7 +28,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
-from tinyllama_ft.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
+from tinyllama_ft.train.summary import library_versions  # noqa: E402 (imports neither torch nor transformers)
 
 
 def notebook_run(steps: int, out: Path, extra: list[str]) -> dict:

@@ -75,7 +75,7 @@ def graph_time(fn, replays=50):
 
 # 1. the projections alone
 if "gemv" in parts:
-    from tinyllama_ft.triton_gemv import gemv
+    from tinyllama_ft.infer.fast.triton_gemv import gemv
 
     hid, inter, kv, layers, vocab = 2048, 5632, 256, 22, 32000
     dev, bf = "cuda", torch.bfloat16
@@ -166,9 +166,9 @@ if "gemv" in parts:
     save()
 
 # 2. decoder variants on the merged model
-from tinyllama_ft.adapters import load_adapter  # noqa: E402
-from tinyllama_ft.graph_decoding import FusedLlamaDecoder  # noqa: E402
-from tinyllama_ft.prompts import format_prompt  # noqa: E402
+from tinyllama_ft.models.adapters import load_adapter  # noqa: E402
+from tinyllama_ft.infer.fast.graph_decoder import FusedLlamaDecoder  # noqa: E402
+from tinyllama_ft.data.alpaca_prompts import format_prompt  # noqa: E402
 
 if Path(a.configs_out).is_file():
     from gemv_configs import use_configs

@@ -21,16 +21,16 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from tinyllama_ft.adapters import save_adapter  # noqa: E402
-from tinyllama_ft.config import EXPORT_FORMATS, FinetuneConfig  # noqa: E402
-from tinyllama_ft.export import describe_exports, export_adapter  # noqa: E402
-from tinyllama_ft.gguf_export import find_quantizer  # noqa: E402
-from tinyllama_ft.hardware import Hardware  # noqa: E402
-from tinyllama_ft.lora import add_lora  # noqa: E402
-from tinyllama_ft.modeling import load_model  # noqa: E402
-from tinyllama_ft.plan import plan_run  # noqa: E402
-from tinyllama_ft.runs import run_identity, write_run_config  # noqa: E402
-from tinyllama_ft.trainer import build_trainer  # noqa: E402
+from tinyllama_ft.models.adapters import save_adapter  # noqa: E402
+from tinyllama_ft.config.finetune import EXPORT_FORMATS, FinetuneConfig  # noqa: E402
+from tinyllama_ft.export.adapter_export import describe_exports, export_adapter  # noqa: E402
+from tinyllama_ft.export.gguf_export import find_quantizer  # noqa: E402
+from tinyllama_ft.machine.hardware import Hardware  # noqa: E402
+from tinyllama_ft.models.lora import add_lora  # noqa: E402
+from tinyllama_ft.models.loading import load_model  # noqa: E402
+from tinyllama_ft.train.plan import plan_run  # noqa: E402
+from tinyllama_ft.train.output_dir import run_identity, write_run_config  # noqa: E402
+from tinyllama_ft.train.sft_trainer import build_trainer  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--model", choices=["stories", "smollm2"], default="stories")
@@ -43,7 +43,7 @@ a = ap.parse_args()
 if a.model == "stories":
     model_dir, seq = os.path.join(a.data, "stories260k", "hf"), 512
 else:
-    from tinyllama_ft.demo_model import demo_model_path
+    from tinyllama_ft.models.demo_model import demo_model_path
 
     model_dir, seq = demo_model_path(), 128
 out = Path(a.out)
@@ -51,7 +51,7 @@ adapter = out / "lora_model"
 if not (adapter / "adapter_model.safetensors").is_file():
     import datasets
 
-    from tinyllama_ft.prompts import make_formatting_func
+    from tinyllama_ft.data.alpaca_prompts import make_formatting_func
 
     cpu = Hardware()
     model, tokenizer = load_model(

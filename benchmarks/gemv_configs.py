@@ -1,9 +1,9 @@
-"""Block shapes for the package's Triton GEMV (``tinyllama_ft.triton_gemv.CONFIGS``) read from a sweep's JSON file:
+"""Block shapes for the package's Triton GEMV (``tinyllama_ft.infer.fast.triton_gemv.CONFIGS``) read from a sweep's JSON file:
 benchmark-only (``decode_probe.py`` writes the file, ``decode_probe.py`` and ``generate_one.py`` read it back)."""
 
 from __future__ import annotations
 
-from tinyllama_ft.triton_gemv import CONFIGS
+from tinyllama_ft.infer.fast.triton_gemv import CONFIGS
 
 
 def use_configs(path: str) -> dict[tuple[int, int], tuple[int, int, int]]:

@@ -17,7 +17,7 @@ Modes (``--mode``):
   (transformers compiles the decode step) + ``TextStreamer``;
 * ``package``: this package's reload and ``stream``/``generate`` helpers, as the notebook's cells 9-10 call
   them: ``load_adapter(merged=True)`` (4-bit base dequantized to bf16, adapter merged) and the default
-  ``decode="auto"``: the fused CUDA-graph decoder (``graph_decoding.py``: q/k/v and gate/up fused, static
+  ``decode="auto"``: the fused CUDA-graph decoder (``graph_decoder.py``: q/k/v and gate/up fused, static
   cache, Liger's kernels, batch-1 projections through the Triton matrix-vector kernel, one captured graph
   per step; no compilation);
 * ``package_inductor``: the same with ``decode="inductor"`` (the first round's compiled static decoder; batch 1 only);
@@ -116,9 +116,9 @@ if a.mode in ("plain", "hf_static"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.adapters import adapter_base_model
+    from tinyllama_ft.models.adapters import adapter_base_model
 
-    from tinyllama_ft.modeling import ensure_pad_token
+    from tinyllama_ft.models.loading import ensure_pad_token
 
     tokenizer = AutoTokenizer.from_pretrained(a.adapter)
     ensure_pad_token(tokenizer)  # <unk>, as the package and Unsloth pick (the batches pad on the left)
@@ -138,10 +138,10 @@ elif a.mode == "unsloth":
     answer = hf_answer(model, tokenizer)
     batched = lambda rows: hf_answer(model, tokenizer, rows)  # noqa: E731
 else:
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.generation import generate, stream
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.infer.generation import generate, stream
 
-    from tinyllama_ft import graph_decoding
+    from tinyllama_ft.infer.fast import graph_decoder as graph_decoding
 
     if a.mode == "package_cublas":
         graph_decoding.MATMUL = "cublas"

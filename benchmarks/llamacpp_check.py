@@ -15,7 +15,7 @@ decodes greedily, then compares:
 * the GGUF LoRA (``gguf_lora``) applied by llama.cpp on an f16 GGUF of the base (converted here with the
   same converter) against the merged model;
 * the chat template llama.cpp sees (``tokenizer.chat_template``), rendered by llama-cpp-python's Jinja
-  formatter, against ``prompts.format_prompt``.
+  formatter, against ``alpaca_prompts.format_prompt``.
 
 It prints a table; it is not a test (it needs the llama-cpp-python build, which CI does not have).
 """
@@ -35,11 +35,11 @@ import llama_cpp  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from tinyllama_ft.adapters import adapter_base_model  # noqa: E402
-from tinyllama_ft.export import GGUF_NAMES  # noqa: E402
-from tinyllama_ft.run_record import read_record  # noqa: E402
-from tinyllama_ft.gguf_export import convert_to_gguf, llama_cpp_converter  # noqa: E402
-from tinyllama_ft.prompts import format_prompt  # noqa: E402
+from tinyllama_ft.models.adapters import adapter_base_model  # noqa: E402
+from tinyllama_ft.export.adapter_export import GGUF_NAMES  # noqa: E402
+from tinyllama_ft.models.run_record import read_record  # noqa: E402
+from tinyllama_ft.export.gguf_export import convert_to_gguf, llama_cpp_converter  # noqa: E402
+from tinyllama_ft.data.alpaca_prompts import format_prompt  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--run-dir", required=True, help="holds lora_model/ and export/ (benchmarks/export_sizes.py)")

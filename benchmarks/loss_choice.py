@@ -4,7 +4,7 @@ On SmolLM2-135M-Instruct (``demo_model.demo_model_path()``) and the demo rows (`
 0-899 train, 900-999 held out), the same LoRA run twice from the same base and seed, differing only in
 ``completion_only_loss`` (TRL's name): False = loss on every token (the article's), True = loss on the
 response tokens and the EOS after them. Base and tuned are prompted with the same Alpaca template.
-Reported for base, tuned-full and tuned-completion (``tinyllama_ft.evaluation``):
+Reported for base, tuned-full and tuned-completion (``tinyllama_ft.evaluate.held_out``):
 
 * held-out response loss (nats/token over response + EOS) and full-text loss;
 * mean EOS probability at the end of held-out responses, teacher forced (the main check);
@@ -63,7 +63,7 @@ def parse_args(argv=None):
 
 
 def measure(model, tokenizer, held, short, args) -> dict:
-    from tinyllama_ft.evaluation import held_out_scores, stopping_count
+    from tinyllama_ft.evaluate.held_out import held_out_scores, stopping_count
 
     t = time.perf_counter()
     scores = held_out_scores(model, tokenizer, held, batch_size=4, max_seq_length=args.max_seq_length)
@@ -82,11 +82,11 @@ def measure(model, tokenizer, held, short, args) -> dict:
 def train(folder, rows, completion_only_loss: bool, hardware, args) -> tuple:
     import datasets
 
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.sft_trainer import build_trainer
 
     out = tempfile.mkdtemp(prefix="loss_choice_")
     cfg = FinetuneConfig(
@@ -164,11 +164,11 @@ def main(argv=None) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    from tinyllama_ft.demo_model import demo_model_path
-    from tinyllama_ft.evaluation import short_answer_rows
-    from tinyllama_ft.hardware import detect_hardware
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.summary import library_versions
+    from tinyllama_ft.models.demo_model import demo_model_path
+    from tinyllama_ft.evaluate.held_out import short_answer_rows
+    from tinyllama_ft.machine.hardware import detect_hardware
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.summary import library_versions
 
     with open(args.rows, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]

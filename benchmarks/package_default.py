@@ -18,15 +18,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root: tinyllama_ft, installed or not
 
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.data import load_instruction_data
-from tinyllama_ft.distributed import same_on_all_processes
-from tinyllama_ft.hardware import cap_gpu_memory, detect_hardware
-from tinyllama_ft.lora import add_lora
-from tinyllama_ft.modeling import load_model
-from tinyllama_ft.plan import plan_run
-from tinyllama_ft.prompts import make_formatting_func
-from tinyllama_ft.trainer import build_trainer
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.data.instructions import load_instruction_data
+from tinyllama_ft.machine.distributed import same_on_all_processes
+from tinyllama_ft.machine.hardware import cap_gpu_memory, detect_hardware
+from tinyllama_ft.models.lora import add_lora
+from tinyllama_ft.models.loading import load_model
+from tinyllama_ft.train.plan import plan_run
+from tinyllama_ft.data.alpaca_prompts import make_formatting_func
+from tinyllama_ft.train.sft_trainer import build_trainer
 
 a = parse_args(__doc__)
 

@@ -90,7 +90,7 @@ def write_results(kind: str, packages, **fields) -> Path:
     import datetime
 
     sys.path.insert(0, str(HERE.parent))  # the repo root, for tinyllama_ft (imports neither torch nor transformers)
-    from tinyllama_ft.summary import library_versions
+    from tinyllama_ft.train.summary import library_versions
 
     record = {
         "date": datetime.date.today().isoformat(),

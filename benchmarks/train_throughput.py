@@ -192,9 +192,9 @@ def dry_run(name: str, script: str, argv: list[str]) -> str:
     if not script.startswith("package_"):
         return f"{name}: {command}"
     sys.path.insert(0, str(HERE.parent))
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.plan import plan_run
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.plan import plan_run
 
     seq = int(argv[argv.index("--seq") + 1])
     cfg = FinetuneConfig(model_name=argv[argv.index("--model") + 1], max_seq_length=seq, report_to="none")

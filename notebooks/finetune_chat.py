@@ -97,7 +97,7 @@ _names_at_parameters = set(globals())  # the configuration cell reads these and 
 # One object holds the run's values; a misspelt parameter or a wrong type stops here with an error naming it.
 
 # %%
-from tinyllama_ft.params import config_from_notebook
+from tinyllama_ft.config.sources import config_from_notebook
 
 cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
 
@@ -106,7 +106,7 @@ cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
 # Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed).
 
 # %%
-from tinyllama_ft.credentials import export_secrets
+from tinyllama_ft.config.secrets import export_secrets
 
 print("secrets:", export_secrets())
 
@@ -114,7 +114,7 @@ print("secrets:", export_secrets())
 # What this machine has (CUDA, compute capability, bf16, Colab): every later decision reads it.
 
 # %%
-from tinyllama_ft.hardware import detect_hardware
+from tinyllama_ft.machine.hardware import detect_hardware
 
 hardware = detect_hardware()
 print(hardware)
@@ -123,7 +123,7 @@ print(hardware)
 # On Colab this installs the pinned stack (and wandb); elsewhere it only prints the commands.
 
 # %%
-from tinyllama_ft.install import install
+from tinyllama_ft.machine.install import install
 
 install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 
@@ -132,8 +132,8 @@ install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 # The execution plan, decided once (backend, dtype, attention kernel, micro-batch split, checkpointing, optimizer).
 
 # %%
-from tinyllama_ft.export import check_export_tools
-from tinyllama_ft.plan import plan_run
+from tinyllama_ft.export.adapter_export import check_export_tools
+from tinyllama_ft.train.plan import plan_run
 
 plan = plan_run(cfg, hardware)
 print(plan.summary())
@@ -144,7 +144,7 @@ check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's q
 # On Colab put `output_dir` on Drive (e.g. `/content/drive/MyDrive/tinyllama-chat`): it is mounted automatically.
 
 # %%
-from tinyllama_ft.runs import ensure_drive
+from tinyllama_ft.train.output_dir import ensure_drive
 
 drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
 
@@ -154,7 +154,7 @@ drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=
 # ending with the assistant) is dropped and counted, or `strict=True` names it (row and field, e.g. `messages[2].role`).
 
 # %%
-from tinyllama_ft.conversations import load_conversation_sources
+from tinyllama_ft.data.conversations import load_conversation_sources
 
 rows, data_report = load_conversation_sources([cfg.dataset, *cfg.extra_datasets], split=cfg.dataset_split,
                                               config=cfg.dataset_config, dataset_format=cfg.dataset_format,
@@ -164,8 +164,8 @@ rows, data_report = load_conversation_sources([cfg.dataset, *cfg.extra_datasets]
 # One run per folder (the run lock is released by the last cell); an earlier run is never overwritten silently.
 
 # %%
-from tinyllama_ft.fingerprint import data_fingerprint
-from tinyllama_ft.runs import prepare_output_dir
+from tinyllama_ft.data.fingerprint import data_fingerprint
+from tinyllama_ft.train.output_dir import prepare_output_dir
 
 print(f"output_dir {cfg.output_dir!r}: "
       f"{prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows, fields=('messages',)))}")
@@ -177,8 +177,8 @@ print(f"output_dir {cfg.output_dir!r}: "
 # whose end-of-turn token the model's generation config does not stop on is refused here, before any training.
 
 # %%
-from tinyllama_ft.hardware import cap_gpu_memory
-from tinyllama_ft.modeling import load_model
+from tinyllama_ft.machine.hardware import cap_gpu_memory
+from tinyllama_ft.models.loading import load_model
 
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)  # 0 (the default): no cap
 model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
@@ -187,7 +187,7 @@ model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length,
                               hardware=hardware)
 
 # %%
-from tinyllama_ft.families import prepare_family
+from tinyllama_ft.models.families import prepare_family
 
 family = prepare_family(model, tokenizer, chat_template=cfg.chat_template, max_seq_length=cfg.max_seq_length)
 print(family)
@@ -197,7 +197,7 @@ check_export_tools(cfg.export_formats, whole_modules=bool(family.added_token_ids
 # ## 3. LoRA adapters on the family's projections (read from the model's layers)
 
 # %%
-from tinyllama_ft.lora import add_lora, trainable_parameters
+from tinyllama_ft.models.lora import add_lora, trainable_parameters
 
 model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                  lora_bias=cfg.lora_bias, target_modules=family.target_modules, use_rslora=cfg.use_rslora,
@@ -214,7 +214,7 @@ print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 # supervised token is dropped and counted.
 
 # %%
-from tinyllama_ft.chat_masks import tokenize_conversations
+from tinyllama_ft.data.chat_masks import tokenize_conversations
 
 tokenized, token_report = tokenize_conversations(rows, tokenizer, max_seq_length=cfg.max_seq_length,
                                                  long_rows=cfg.long_rows, assistant_only_loss=cfg.assistant_only_loss,
@@ -224,8 +224,8 @@ tokenized, token_report = tokenize_conversations(rows, tokenizer, max_seq_length
 # A held-out set for the eval loss (the held-out assistant-turn loss); `[[...]]` marks what the first row trains on.
 
 # %%
-from tinyllama_ft.chat_masks import show_supervision
-from tinyllama_ft.data import split_train_eval
+from tinyllama_ft.data.chat_masks import show_supervision
+from tinyllama_ft.data.instructions import split_train_eval
 
 train_dataset, eval_dataset = split_train_eval(tokenized, test_size=cfg.test_size, seed=cfg.seed)
 print(f"train conversations: {len(train_dataset)}, held out: {len(eval_dataset) if eval_dataset else 0}")
@@ -235,7 +235,7 @@ print(show_supervision(tokenizer, train_dataset[0]["input_ids"], train_dataset[0
 # ## 5. Weights & Biases
 
 # %%
-from tinyllama_ft.tracking import start_tracking
+from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
                           output_dir=cfg.output_dir, config=cfg.to_dict())
@@ -247,7 +247,7 @@ print(tracking)
 # becomes the labels (-100 outside the assistant turns), through packing and padding.
 
 # %%
-from tinyllama_ft.trainer import build_trainer, training_plan
+from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
 
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
                         cfg=cfg, plan=plan)
@@ -259,7 +259,7 @@ print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_t
 # end-of-turn token.
 
 # %%
-from tinyllama_ft.chat_masks import assistant_supervision, describe_supervision
+from tinyllama_ft.data.chat_masks import assistant_supervision, describe_supervision
 
 supervision = assistant_supervision(trainer, family.stop_token_ids[0])
 print(describe_supervision(supervision, end_of_turn=family.end_of_turn))
@@ -269,14 +269,14 @@ print(describe_supervision(supervision, end_of_turn=family.end_of_turn))
 # Eval loss (on the held-out assistant turns) before and after; tokens, tokens/s, peak memory.
 
 # %%
-from tinyllama_ft.training import train_and_evaluate
+from tinyllama_ft.train.loop import train_and_evaluate
 
 results = train_and_evaluate(trainer, resume=cfg.resume)
 print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s",
                                "peak_memory_gib")})
 
 # %%
-from tinyllama_ft.tracking import finish_tracking
+from tinyllama_ft.train.tracking import finish_tracking
 
 finish_tracking(tracking)
 
@@ -284,8 +284,8 @@ finish_tracking(tracking)
 # ## 8. Save the adapter (PEFT format, tokenizer and its chat template beside it, written atomically)
 
 # %%
-from tinyllama_ft.adapters import save_adapter
-from tinyllama_ft.run_record import adapter_record
+from tinyllama_ft.models.adapters import save_adapter
+from tinyllama_ft.models.run_record import adapter_record
 
 adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=family))
 print(f"adapter saved to {adapter_dir}")
@@ -296,7 +296,7 @@ print(f"adapter saved to {adapter_dir}")
 # tokenizer and the GGUF; the Ollama `Modelfile` stops on its end-of-turn token). Empty (the default): nothing happens.
 
 # %%
-from tinyllama_ft.export import describe_exports, export_adapter
+from tinyllama_ft.export.adapter_export import describe_exports, export_adapter
 
 exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
                          hardware=hardware, trust_remote_code=cfg.trust_remote_code)
@@ -312,7 +312,7 @@ from accelerate.utils import release_memory
 trainer, model = release_memory(trainer, model)
 
 # %%
-from tinyllama_ft.adapters import load_adapter
+from tinyllama_ft.models.adapters import load_adapter
 
 model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
@@ -321,8 +321,8 @@ model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hard
 # Greedy answers, each prompt as a user turn with the template's generation prompt, stopping on its stop tokens.
 
 # %%
-from tinyllama_ft.chat_generation import chat_generate
-from tinyllama_ft.generation import format_answers
+from tinyllama_ft.infer.chat_generation import chat_generate
+from tinyllama_ft.infer.generation import format_answers
 
 answers = chat_generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
                         stop_token_ids=family.stop_token_ids)
@@ -332,7 +332,7 @@ print(format_answers(cfg.prompts, answers))
 # ## 10. Stream
 
 # %%
-from tinyllama_ft.chat_generation import chat_stream
+from tinyllama_ft.infer.chat_generation import chat_stream
 
 streamed = chat_stream(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
                        stop_token_ids=family.stop_token_ids)
@@ -345,8 +345,8 @@ streamed = chat_stream(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.m
 import os
 
 from tinyllama_ft.chat_pipeline import chat_summary
-from tinyllama_ft.generation import as_samples
-from tinyllama_ft.summary import build_run_summary, write_run_summary
+from tinyllama_ft.infer.generation import as_samples
+from tinyllama_ft.train.summary import build_run_summary, write_run_summary
 
 summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
                             trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed))
@@ -354,7 +354,7 @@ summary["chat"] = chat_summary(family, token_report=token_report, supervision=su
 print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
 
 # %%
-from tinyllama_ft.plotting import loss_curve
+from tinyllama_ft.train.plotting import loss_curve
 
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
 
@@ -362,6 +362,6 @@ figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_c
 # The run is over: another run may now use `output_dir`.
 
 # %%
-from tinyllama_ft.lock import release_run_lock
+from tinyllama_ft.machine.lock import release_run_lock
 
 release_run_lock(cfg.output_dir)

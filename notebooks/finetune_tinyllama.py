@@ -122,7 +122,7 @@ _names_at_parameters = set(globals())  # the configuration cell reads these and 
 # stops here with an error naming it (and the parameter meant); a secret-looking name is refused.
 
 # %%
-from tinyllama_ft.params import config_from_notebook
+from tinyllama_ft.config.sources import config_from_notebook
 
 cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
 
@@ -131,7 +131,7 @@ cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
 # Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed).
 
 # %%
-from tinyllama_ft.credentials import export_secrets
+from tinyllama_ft.config.secrets import export_secrets
 
 print("secrets:", export_secrets())
 
@@ -139,7 +139,7 @@ print("secrets:", export_secrets())
 # What this machine has (CUDA, compute capability, bf16, Colab): every later decision reads it.
 
 # %%
-from tinyllama_ft.hardware import detect_hardware
+from tinyllama_ft.machine.hardware import detect_hardware
 
 hardware = detect_hardware()
 print(hardware)
@@ -148,7 +148,7 @@ print(hardware)
 # On Colab this installs the pinned Unsloth stack (and wandb); elsewhere it only prints the commands.
 
 # %%
-from tinyllama_ft.install import install
+from tinyllama_ft.machine.install import install
 
 install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 
@@ -159,8 +159,8 @@ install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 # `recipe="article"` runs the article's cell values as they are. The configuration is not changed.
 
 # %%
-from tinyllama_ft.export import check_export_tools
-from tinyllama_ft.plan import plan_run
+from tinyllama_ft.export.adapter_export import check_export_tools
+from tinyllama_ft.train.plan import plan_run
 
 plan = plan_run(cfg, hardware)
 print(plan.summary())
@@ -172,7 +172,7 @@ check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's q
 # is mounted automatically.
 
 # %%
-from tinyllama_ft.runs import ensure_drive
+from tinyllama_ft.train.output_dir import ensure_drive
 
 drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
 
@@ -181,7 +181,7 @@ drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=
 # Bad rows (wrong types, empty, duplicates, unparseable lines) are dropped and counted, or `strict=True` stops at the first.
 
 # %%
-from tinyllama_ft.data import load_instruction_data
+from tinyllama_ft.data.instructions import load_instruction_data
 
 rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
                                           instruction_column=cfg.instruction_column, input_column=cfg.input_column,
@@ -193,8 +193,8 @@ rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, 
 # or delete it with `overwrite_output_dir=True`.
 
 # %%
-from tinyllama_ft.fingerprint import data_fingerprint
-from tinyllama_ft.runs import prepare_output_dir
+from tinyllama_ft.data.fingerprint import data_fingerprint
+from tinyllama_ft.train.output_dir import prepare_output_dir
 
 print(f"output_dir {cfg.output_dir!r}: "
       f"{prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))}")
@@ -203,7 +203,7 @@ print(f"output_dir {cfg.output_dir!r}: "
 # `gpu_memory_cap_gib` caps this process's GPU memory (15 imitates a T4 on a bigger GPU); 0 does nothing.
 
 # %%
-from tinyllama_ft.hardware import cap_gpu_memory
+from tinyllama_ft.machine.hardware import cap_gpu_memory
 
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
 
@@ -212,7 +212,7 @@ cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
 # With the plan's backend, dtype, 4-bit choice and attention kernel; linear RoPE scaling past the trained positions.
 
 # %%
-from tinyllama_ft.modeling import load_model
+from tinyllama_ft.models.loading import load_model
 
 model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                               load_in_4bit=plan.load_in_4bit, backend=plan.backend,
@@ -224,7 +224,7 @@ model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length,
 # The article's r=32 on the seven projections; checkpointing as planned.
 
 # %%
-from tinyllama_ft.lora import add_lora
+from tinyllama_ft.models.lora import add_lora
 
 model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                  lora_bias=cfg.lora_bias, target_modules=cfg.target_modules, use_rslora=cfg.use_rslora,
@@ -234,7 +234,7 @@ model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropo
 # Only the adapter trains (TinyLlama-1.1B: 25,231,360 parameters).
 
 # %%
-from tinyllama_ft.lora import trainable_parameters
+from tinyllama_ft.models.lora import trainable_parameters
 
 trainable = trainable_parameters(model)
 print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
@@ -247,7 +247,7 @@ print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 # whatever your file calls them.
 
 # %%
-from tinyllama_ft.tokenization import tokenize_dataset
+from tinyllama_ft.data.tokenization import tokenize_dataset
 
 rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
 
@@ -255,7 +255,7 @@ rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
 # Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training.
 
 # %%
-from tinyllama_ft.lengths import length_report
+from tinyllama_ft.data.lengths import length_report
 
 lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
                         packing_strategy=cfg.packing_strategy, data_report=data_report)
@@ -265,7 +265,7 @@ lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, pack
 # spreads them over windows.
 
 # %%
-from tinyllama_ft.lengths import apply_long_rows
+from tinyllama_ft.data.lengths import apply_long_rows
 
 rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
 print(lengths.summary())
@@ -274,7 +274,7 @@ print(lengths.summary())
 # A small held-out set for the eval loss (the article's `test_size=0.004`).
 
 # %%
-from tinyllama_ft.data import split_train_eval
+from tinyllama_ft.data.instructions import split_train_eval
 
 train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
@@ -285,7 +285,7 @@ print(tokenizer.decode(train_dataset[0]["input_ids"]))
 # The key comes from `WANDB_API_KEY` or Colab's secrets; with neither and nobody to ask, the run logs offline.
 
 # %%
-from tinyllama_ft.tracking import start_tracking
+from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
                           output_dir=cfg.output_dir, config=cfg.to_dict())
@@ -298,7 +298,7 @@ print(tracking)
 # per logging step while training.
 
 # %%
-from tinyllama_ft.trainer import build_trainer
+from tinyllama_ft.train.sft_trainer import build_trainer
 
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
                         cfg=cfg, plan=plan)
@@ -307,7 +307,7 @@ trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_da
 # What it will do: optimizer steps and tokens, counted on the packed dataset before training.
 
 # %%
-from tinyllama_ft.trainer import training_plan
+from tinyllama_ft.train.sft_trainer import training_plan
 
 work = training_plan(trainer)
 print(f"planned: {work['planned_steps']} optimizer steps of {plan.effective_batch_size} sequences x "
@@ -318,7 +318,7 @@ print(f"planned: {work['planned_steps']} optimizer steps of {plan.effective_batc
 # The first collated batch: every sample must end in exactly one supervised EOS, or the model never learns to stop.
 
 # %%
-from tinyllama_ft.eos import describe_eos, eos_first_batch
+from tinyllama_ft.data.eos_check import describe_eos, eos_first_batch
 
 eos = eos_first_batch(trainer)
 print(describe_eos(eos))
@@ -330,7 +330,7 @@ print(describe_eos(eos))
 # 128 new tokens.
 
 # %%
-from tinyllama_ft.evaluation import held_out_check, held_out_rows
+from tinyllama_ft.evaluate.held_out import held_out_check, held_out_rows
 
 held_out = held_out_rows(eval_dataset)
 before = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
@@ -341,7 +341,7 @@ print(f"before: {before}")
 # Eval loss before and after; tokens (non-padding, fed to the model), tokens/s, peak memory.
 
 # %%
-from tinyllama_ft.training import train_and_evaluate
+from tinyllama_ft.train.loop import train_and_evaluate
 
 results = train_and_evaluate(trainer, resume=cfg.resume)
 print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s",
@@ -359,7 +359,7 @@ print(f"before: {before}\nafter:  {after}")
 # beside the fine-tuned model's, for a few held-out instructions. "[no EOS]": the answer did not stop within 128 tokens.
 
 # %%
-from tinyllama_ft.comparison import compare_answers, show_answers
+from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
 
 side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
 show_answers(side_by_side)
@@ -368,7 +368,7 @@ show_answers(side_by_side)
 # Close the W&B run (the article's `wandb.finish()`).
 
 # %%
-from tinyllama_ft.tracking import finish_tracking
+from tinyllama_ft.train.tracking import finish_tracking
 
 finish_tracking(tracking)
 
@@ -376,8 +376,8 @@ finish_tracking(tracking)
 # ## 8. Save the adapter (PEFT format, safetensors, tokenizer beside it, written atomically)
 
 # %%
-from tinyllama_ft.adapters import save_adapter
-from tinyllama_ft.run_record import adapter_record
+from tinyllama_ft.models.adapters import save_adapter
+from tinyllama_ft.models.run_record import adapter_record
 
 adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan))
 print(f"adapter saved to {adapter_dir}")
@@ -390,7 +390,7 @@ print(f"adapter saved to {adapter_dir}")
 # checked first; each folder appears only when complete.
 
 # %%
-from tinyllama_ft.export import describe_exports, export_adapter
+from tinyllama_ft.export.adapter_export import describe_exports, export_adapter
 
 exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
                          hardware=hardware, trust_remote_code=cfg.trust_remote_code)
@@ -412,7 +412,7 @@ trainer, model = release_memory(trainer, model)
 # has patched transformers' Llama code for the whole process (it says so).
 
 # %%
-from tinyllama_ft.adapters import load_adapter
+from tinyllama_ft.models.adapters import load_adapter
 
 model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
@@ -421,7 +421,7 @@ model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hard
 # Greedy answers up to EOS, in one batch.
 
 # %%
-from tinyllama_ft.generation import format_answers, generate
+from tinyllama_ft.infer.generation import format_answers, generate
 
 answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 print(format_answers(cfg.prompts, answers))
@@ -432,7 +432,7 @@ print(format_answers(cfg.prompts, answers))
 # static-cache step: ~27 s to compile once, then hundreds of tokens per second; shorter ones use `generate`.
 
 # %%
-from tinyllama_ft.generation import stream
+from tinyllama_ft.infer.generation import stream
 
 streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
 
@@ -441,7 +441,7 @@ streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_toke
 # A headless run (papermill, a script) skips the box.
 
 # %%
-from tinyllama_ft.tryout import tryout_box
+from tinyllama_ft.infer.tryout import tryout_box
 
 box = tryout_box(model, tokenizer, template=cfg.template)
 
@@ -450,9 +450,9 @@ box = tryout_box(model, tokenizer, template=cfg.template)
 # `run_summary.json` records the configuration, the plan, the data and length reports, the results and the answers.
 
 # %%
-from tinyllama_ft.evaluation import heldout_summary
-from tinyllama_ft.generation import as_samples
-from tinyllama_ft.summary import build_run_summary
+from tinyllama_ft.evaluate.held_out import heldout_summary
+from tinyllama_ft.infer.generation import as_samples
+from tinyllama_ft.train.summary import build_run_summary
 
 summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
                             trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
@@ -463,7 +463,7 @@ summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=resul
 
 # %%
 import os
-from tinyllama_ft.summary import write_run_summary
+from tinyllama_ft.train.summary import write_run_summary
 
 print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
 
@@ -471,7 +471,7 @@ print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summ
 # The training and eval loss per step.
 
 # %%
-from tinyllama_ft.plotting import loss_curve
+from tinyllama_ft.train.plotting import loss_curve
 
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
 
@@ -479,6 +479,6 @@ figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_c
 # The run is over: another run may now use `output_dir` (a kernel that stops releases it too).
 
 # %%
-from tinyllama_ft.lock import release_run_lock
+from tinyllama_ft.machine.lock import release_run_lock
 
 release_run_lock(cfg.output_dir)

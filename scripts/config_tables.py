@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tinyllama_ft.config import (
+from tinyllama_ft.config.finetune import (
     BACKENDS,
     DATASET_FORMATS,
     DEFAULTS,
@@ -29,7 +29,7 @@ from tinyllama_ft.config import (
     FinetuneConfig,
     field_docs,
 )
-from tinyllama_ft.packing import LONG_ROWS  # noqa: E402
+from tinyllama_ft.config.packing import LONG_ROWS  # noqa: E402
 
 CHOICES = {
     "template": TEMPLATES,

@@ -10,7 +10,7 @@ DATA=${DATA:-.device-data}
 MODEL=${MODEL:-/tmp/tinyllama-shaped}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} HF_HUB_OFFLINE=1 UNSLOTH_DISABLE_STATISTICS=1 PYTHONUNBUFFERED=1
 if ! python3 -c "import unsloth" 2>/dev/null; then
-  python3 -c "from tinyllama_ft.install import install; install(run=True, with_wandb=False, find_links='.whl')" || exit 1
+  python3 -c "from tinyllama_ft.machine.install import install; install(run=True, with_wandb=False, find_links='.whl')" || exit 1
   # the notebook runner and its kernel (not part of the Unsloth stack)
   python3 -m pip install -q --no-index --no-deps --find-links .whl papermill nbclient nbformat jupyter_client \
     jupyter_core ipykernel ipython comm debugpy matplotlib_inline traitlets pyzmq tornado jedi parso prompt_toolkit \
@@ -45,8 +45,8 @@ for run in "$@"; do
     t4) nb t4 -p backend unsloth -p dtype float16 -p gpu_memory_cap_gib 15 ;;
     cross)  # the Unsloth-trained adapter, loaded and generating on the transformers backend, fresh process
       python3 - <<'PY'
-from tinyllama_ft.adapters import load_adapter
-from tinyllama_ft.generation import generate
+from tinyllama_ft.models.adapters import load_adapter
+from tinyllama_ft.infer.generation import generate
 model, tok = load_adapter("/tmp/run-unsloth/lora_model", max_seq_length=4096, dtype=None, load_in_4bit=True, backend="transformers")
 print("cross-backend:", type(model).__name__, repr(generate(model, tok, "What is the capital of France?", max_new_tokens=32)[0]))
 PY

@@ -1,7 +1,7 @@
 """Regenerate data/alpaca_demo/alpaca_demo.jsonl from the 5,000 shared Alpaca-cleaned rows.
 
 Rule (deterministic, no randomness): walk ``alpaca_cleaned_5k.jsonl`` in file order and keep a row when
-its whole training text -- the article's Alpaca prompt (``prompts.training_text``, Input block always)
+its whole training text -- the article's Alpaca prompt (``alpaca_prompts.training_text``, Input block always)
 with the response and SmolLM2's EOS ``<|im_end|>`` -- is at most ``--max-tokens`` (256) SmolLM2 tokens;
 stop at ``--rows`` (1,000) rows. Lines are copied byte for byte. Why 256: the demo trains at
 ``max_seq_length=256`` on a CPU, so every demo row trains whole and ends in its EOS (nothing truncated).
@@ -24,7 +24,7 @@ from pathlib import Path
 
 def select_lines(source: Path, tokenizer, rows: int = 1000, max_tokens: int = 256) -> list[str]:
     """The source's lines (with their newline) that the rule keeps, in file order."""
-    from tinyllama_ft.prompts import training_text
+    from tinyllama_ft.data.alpaca_prompts import training_text
 
     kept = []
     with open(source, encoding="utf-8") as f:
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> str:
     args = parser.parse_args(argv)
     from transformers import AutoTokenizer
 
-    from tinyllama_ft.demo_model import demo_model_path
+    from tinyllama_ft.models.demo_model import demo_model_path
 
     tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or demo_model_path())
     lines = select_lines(Path(args.source), tokenizer, args.rows, args.max_tokens)

@@ -19,9 +19,9 @@ VENV=${VENV:-.venv}
 MODEL=${MODEL:-HuggingFaceTB/SmolLM2-135M-Instruct}
 DATASET=${DATASET:-data/alpaca_demo/alpaca_demo.jsonl}
 # a missing input fails here, in seconds, saying what to pass or install (standard library only, before the install)
-python3 tinyllama_ft/preflight.py --model-name "$MODEL" --dataset "$DATASET"
+python3 tinyllama_ft/machine/preflight.py --model-name "$MODEL" --dataset "$DATASET"
 { [ "${SETUP:-1}" = 0 ] || [ "${SKIP_SETUP:-0}" = 1 ]; } || VENV=$VENV bash scripts/setup.sh
-"$VENV/bin/python" tinyllama_ft/preflight.py --installed --model-name "$MODEL" --dataset "$DATASET"
+"$VENV/bin/python" tinyllama_ft/machine/preflight.py --installed --model-name "$MODEL" --dataset "$DATASET"
 # papermill runs in $OUT: a local path becomes absolute; a Hub id stays as it is
 [ -e "$MODEL" ] && MODEL=$(realpath "$MODEL")
 [ -e "$DATASET" ] && DATASET=$(realpath "$DATASET")

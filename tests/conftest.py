@@ -60,21 +60,21 @@ def tinyllama_tokenizer(tinyllama_dir):
 
 @pytest.fixture(scope="session")
 def cpu():
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     return Hardware()
 
 
 @pytest.fixture(scope="session")
 def t4():
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     return Hardware(cuda=True, capability=(7, 5), gpu_name="Tesla T4", total_memory_gib=14.74, colab=True)
 
 
 @pytest.fixture(scope="session")
 def a100():
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     return Hardware(cuda=True, capability=(8, 0), gpu_name="NVIDIA A100-SXM4-40GB", total_memory_gib=39.39)
 

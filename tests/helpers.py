@@ -12,8 +12,8 @@ def alpaca_rows(path: Path, n: int) -> list[dict]:
 
 
 def stories_lora(stories_dir: Path, hardware, max_seq_length: int = 512, seed: int = 3407):
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     model, tokenizer = load_model(
         str(stories_dir),
@@ -30,8 +30,8 @@ def trained_stories_adapter(stories_dir: Path, out_dir: Path, hardware=None) -> 
     """A saved stories260K adapter whose LoRA B matrices are non-zero (as after training), so merging matters."""
     import torch
 
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.models.adapters import save_adapter
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tokenizer = stories_lora(stories_dir, hardware or Hardware())
     torch.manual_seed(0)
@@ -45,7 +45,7 @@ def trained_stories_adapter(stories_dir: Path, out_dir: Path, hardware=None) -> 
 def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
     import datasets
 
-    from tinyllama_ft.prompts import make_formatting_func
+    from tinyllama_ft.data.alpaca_prompts import make_formatting_func
 
     ds = datasets.Dataset.from_list([{k: r[k] for k in ("instruction", "input", "output")} for r in rows])
     return ds.map(make_formatting_func(tokenizer.eos_token, template=template), batched=True)
@@ -53,10 +53,10 @@ def text_dataset(rows: list[dict], tokenizer, template: str = "alpaca"):
 
 def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, **fields):
     """A real ``build_trainer`` on the CPU with ``FinetuneConfig(**fields)`` (no W&B, no worker processes)."""
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.sft_trainer import build_trainer
 
     cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
     return build_trainer(

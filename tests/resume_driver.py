@@ -50,19 +50,19 @@ def main(argv: list[str] | None = None) -> int:
 
     from transformers import TrainerCallback
 
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.data import load_instruction_data, split_train_eval
-    from tinyllama_ft.fingerprint import data_fingerprint
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.lock import release_run_lock
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.prompts import make_formatting_func
-    from tinyllama_ft.runs import prepare_output_dir
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.eos import eos_supervision
-    from tinyllama_ft.trainer import build_trainer, training_plan
-    from tinyllama_ft.training import train_and_evaluate
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.data.instructions import load_instruction_data, split_train_eval
+    from tinyllama_ft.data.fingerprint import data_fingerprint
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.machine.lock import release_run_lock
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.data.alpaca_prompts import make_formatting_func
+    from tinyllama_ft.train.output_dir import prepare_output_dir
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.data.eos_check import eos_supervision
+    from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+    from tinyllama_ft.train.loop import train_and_evaluate
 
     cfg = FinetuneConfig(
         model_name=a.model,

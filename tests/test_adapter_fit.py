@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from helpers import stories_lora
-from tinyllama_ft.adapter_fit import AdapterMismatchError, adapter_fit_problems
-from tinyllama_ft.adapters import load_adapter, save_adapter
+from tinyllama_ft.models.adapter_fit import AdapterMismatchError, adapter_fit_problems
+from tinyllama_ft.models.adapters import load_adapter, save_adapter
 
 #: How every base here loads: CPU, fp32, transformers, 256-token windows.
 LOAD = dict(max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers")
@@ -64,9 +64,9 @@ def test_an_adapter_whose_tokenizer_outgrows_the_base_is_refused_even_without_it
     """The issue's IndexError: an adapter trained with a 32000-token vocabulary, onto stories260K (512)."""
     import torch
     from peft import PeftModel
-    from tinyllama_ft.generation import generate
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.infer.generation import generate
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     base, tokenizer = load_model(str(made["tiny_tinyllama"]), hardware=cpu, **LOAD)
     adapter = save_adapter(
@@ -99,7 +99,7 @@ def test_a_base_lacking_target_modules_is_refused_naming_them(made, cpu):
 
 
 def test_module_sizes_are_checked_when_the_recorded_base_is_unknown(made, stories_dir, cpu, tmp_path):
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     adapter = tmp_path / "adapter"
     shutil.copytree(made["stories_adapter"], adapter)
@@ -117,7 +117,7 @@ def test_module_sizes_are_checked_when_the_recorded_base_is_unknown(made, storie
 def test_another_model_type_alone_is_no_misfit_but_is_named_beside_one(made, stories_dir, cpu, tmp_path):
     """A repository shipping its own code for the same weights has its own model_type (tests/test_secrets.py
     loads such a copy of stories260K with this adapter): only sizes, layers, vocabulary and modules decide."""
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     recorded = tmp_path / "repackaged"  # the adapter's recorded base: stories260K's config, another model_type
     recorded.mkdir()

@@ -1,6 +1,6 @@
 """Adapter save/reload: atomic, PEFT-loadable without this package, logits preserved to 1e-5 (fp32, CPU)."""
 
-from tinyllama_ft.plan import plan_run
+from tinyllama_ft.train.plan import plan_run
 import json
 import os
 import subprocess
@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
-from tinyllama_ft.adapters import adapter_base_model, load_adapter, save_adapter
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.trainer import build_trainer
+from tinyllama_ft.models.adapters import adapter_base_model, load_adapter, save_adapter
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.train.sft_trainer import build_trainer
 
 PROBE = "Below is an instruction that describes a task.\n\n### Instruction:\nName a color.\n\n### Response:\n"
 
@@ -27,7 +27,7 @@ def _logits(model, tokenizer):
 @pytest.fixture(scope="module")
 def trained(stories_dir, alpaca_jsonl, tmp_path_factory):
     """stories260K with a LoRA adapter trained for 5 steps on real rows."""
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu)
@@ -123,7 +123,7 @@ def test_existing_adapter_is_kept_unless_overwrite(trained, tmp_path):
 
 
 def test_a_model_without_adapter_is_not_saved_as_one(stories_dir, cpu, tmp_path):
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     model, tokenizer = load_model(
         str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
@@ -146,7 +146,7 @@ def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_t
     resized the embeddings (a chat template's added tokens) cannot use it, and the error names the folder."""
     import torch
 
-    from tinyllama_ft.adapters import TOKENIZER_FILES, adapter_tokenizer_source
+    from tinyllama_ft.models.adapters import TOKENIZER_FILES, adapter_tokenizer_source
 
     model, tokenizer = trained
     path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
@@ -167,8 +167,8 @@ def test_a_record_with_a_value_the_config_refuses_names_the_file(trained, tmp_pa
     """The record beside an adapter is checked as a configuration is (before, ``dtype: float99`` failed deep in the
     load without naming the file, and ``max_seq_length: -5`` was taken); with no record at all, it says what it
     assumes, once."""
-    from tinyllama_ft.coercion import ConfigError
-    from tinyllama_ft.run_record import RECORD_FILE, read_record
+    from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.models.run_record import RECORD_FILE, read_record
 
     model, tokenizer = trained
     path = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))

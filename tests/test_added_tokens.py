@@ -12,8 +12,8 @@ from chat_fixtures import cpu_trl_cannot_train, train_on_multiturn, tiny_model, 
 def test_a_tied_model_trains_its_embeddings_and_keeps_them_tied(stories_dir, tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.families import prepare_family
-    from tinyllama_ft.lora import add_lora, embedding_modules
+    from tinyllama_ft.models.families import prepare_family
+    from tinyllama_ft.models.lora import add_lora, embedding_modules
 
     model, tokenizer = (
         AutoModelForCausalLM.from_pretrained(str(stories_dir)),
@@ -33,7 +33,7 @@ def test_a_tied_model_trains_its_embeddings_and_keeps_them_tied(stories_dir, tmp
 
 
 def test_unsloth_is_refused_trained_embeddings_by_name():
-    from tinyllama_ft.lora import add_lora
+    from tinyllama_ft.models.lora import add_lora
 
     with pytest.raises(
         ValueError, match=r"train_embeddings .* not done on the Unsloth backend: set backend='transformers'"
@@ -50,9 +50,9 @@ def chatml_tinyllama(shared_data, tmp_path_factory):
     """A 2-layer Llama on the real TinyLlama tokenizer (untied LM head, as TinyLlama's), ChatML added, trained."""
     if cpu_trl_cannot_train():
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.families import prepare_family
-    from tinyllama_ft.lora import add_lora
+    from tinyllama_ft.models.adapters import save_adapter
+    from tinyllama_ft.models.families import prepare_family
+    from tinyllama_ft.models.lora import add_lora
 
     tokenizer = tinyllama_tokenizer(shared_data)
     model = tiny_model("llama", tokenizer)
@@ -88,8 +88,8 @@ def test_the_added_tokens_rows_train_in_both_matrices(chatml_tinyllama):
 def test_load_adapter_resizes_the_base_and_reloads_what_was_trained(chatml_tinyllama, shared_data, monkeypatch):
     import torch
 
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tokenizer, _, _, adapter = chatml_tinyllama
     # the adapter's recorded base is the in-memory tiny model: save it (un-resized, as a user's base is) beside

@@ -62,9 +62,9 @@ def trained(request, stories_dir, tmp_path_factory):
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.families import prepare_family
-    from tinyllama_ft.lora import add_lora, embedding_modules
+    from tinyllama_ft.models.adapters import save_adapter
+    from tinyllama_ft.models.families import prepare_family
+    from tinyllama_ft.models.lora import add_lora, embedding_modules
 
     tmp = tmp_path_factory.mktemp(f"round_trip_{request.param}")
     base = stories_dir if request.param == "tied" else _untied_stories(stories_dir, tmp / "untied_base")
@@ -107,7 +107,7 @@ def test_the_fit_check_passes_on_the_resized_training_base(trained):
     as ``load_adapter`` runs it: no problem, whichever of PEFT's names the trained matrices were saved under."""
     from transformers import AutoModelForCausalLM
 
-    from tinyllama_ft.adapter_fit import _saved_tensors, adapter_fit_problems, saved_embedding_rows
+    from tinyllama_ft.models.adapter_fit import _saved_tensors, adapter_fit_problems, saved_embedding_rows
 
     saved = _saved_tensors(trained["adapter"])
     assert saved["lm_head.weight"] == [514, 64] and saved["model.embed_tokens.weight"] == [514, 64]
@@ -121,7 +121,7 @@ def test_the_fit_check_passes_on_the_resized_training_base(trained):
 def test_load_adapter_answers_as_the_trained_model(trained, merged, cpu):
     import torch
 
-    from tinyllama_ft.adapters import load_adapter
+    from tinyllama_ft.models.adapters import load_adapter
 
     model, tokenizer = load_adapter(trained["adapter"], hardware=cpu, merged=merged, **LOAD)
     assert hasattr(model, "peft_config") is not merged
@@ -137,7 +137,7 @@ def test_export_merged_16bit_loads_with_transformers_and_keeps_the_added_tokens(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.export import export_adapter
+    from tinyllama_ft.export.adapter_export import export_adapter
 
     results = export_adapter(
         adapter_dir=trained["adapter"],
@@ -165,7 +165,7 @@ def test_base_name_maps_each_peft_spelling_to_the_base_parameter(stories_dir):
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tinyllama_ft.adapter_fit import base_name
+    from tinyllama_ft.models.adapter_fit import base_name
 
     modules = dict(AutoModelForCausalLM.from_pretrained(str(stories_dir)).named_modules())
     for saved in (
@@ -192,7 +192,7 @@ def test_a_resized_adapter_on_an_unresized_base_is_still_refused_once_per_matrix
     base, each named once, beside the tokenizer's 514 tokens."""
     from transformers import AutoModelForCausalLM
 
-    from tinyllama_ft.adapter_fit import adapter_fit_problems
+    from tinyllama_ft.models.adapter_fit import adapter_fit_problems
 
     problems = adapter_fit_problems(trained["adapter"], AutoModelForCausalLM.from_pretrained(trained["base"]))
     assert problems[0].startswith("vocabulary: the adapter's tokenizer has 514 tokens, this base embeds 512")
@@ -205,9 +205,9 @@ def test_a_resized_adapter_on_an_unresized_base_is_still_refused_once_per_matrix
 def test_gguf_lora_of_an_adapter_with_trained_embeddings_is_refused_before_converting(trained):
     """llama.cpp's LoRA converter stops at the saved embeddings (``Unexpected name ...modules_to_save.weight``,
     after training, in one long line of its log); the export now refuses it first, naming what works."""
-    from tinyllama_ft.adapters import saves_whole_modules
-    from tinyllama_ft.coercion import ConfigError
-    from tinyllama_ft.export import check_export_tools, export_adapter
+    from tinyllama_ft.models.adapters import saves_whole_modules
+    from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.export.adapter_export import check_export_tools, export_adapter
 
     assert saves_whole_modules(trained["adapter"])
     with pytest.raises(ConfigError, match="gguf_lora holds LoRA matrices only.*gguf_f16, gguf_q8_0 or merged_16bit"):

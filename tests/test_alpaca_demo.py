@@ -24,7 +24,7 @@ def test_demo_rows_are_a_verbatim_ordered_subset(alpaca_jsonl):
 
 
 def test_the_documented_command_reproduces_the_file(alpaca_jsonl, tmp_path):
-    from tinyllama_ft.demo_model import demo_model_path
+    from tinyllama_ft.models.demo_model import demo_model_path
 
     main = runpy.run_path(str(REPO / "scripts" / "make_alpaca_demo.py"))["main"]
     out = tmp_path / "alpaca_demo.jsonl"

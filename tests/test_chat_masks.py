@@ -10,14 +10,14 @@ import pytest
 
 from chat_fixtures import multiturn_rows, smollm2_tokenizer, tiny_model
 from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer
-from tinyllama_ft.chat_masks import (
+from tinyllama_ft.data.chat_masks import (
     assistant_supervision,
     show_supervision,
     tokenize_conversation,
     tokenize_conversations,
 )
-from tinyllama_ft.chat_templates import check_stop_tokens, set_chat_template
-from tinyllama_ft.conversations import check_conversations
+from tinyllama_ft.models.chat_templates import check_stop_tokens, set_chat_template
+from tinyllama_ft.data.conversations import check_conversations
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_collated_batches_supervise_exactly_the_assistant_turns(tokenizer, conve
         assert check["samples"] == check["samples_ok"] == rows and check["runs"] == check["runs_ending_in_eot"] == turns
         assert check["eot_supervised"] == turns and check["eot_masked"] > 0  # system/user turns' <|im_end|> masked
     loader = trainer.get_train_dataloader()
-    from tinyllama_ft.eos import _samples
+    from tinyllama_ft.data.eos_check import _samples
 
     seen = 0
     for batch in loader:
@@ -159,7 +159,7 @@ def test_smollm2_own_template_matches_its_generation_config(tokenizer, shared_da
 
 
 def test_full_loss_split_refused_and_the_supervision_line(tokenizer, conversations):
-    from tinyllama_ft.chat_masks import describe_supervision
+    from tinyllama_ft.data.chat_masks import describe_supervision
 
     rows = conversations.select(range(60, 63))
     full, _ = tokenize_conversations(rows, tokenizer, max_seq_length=512, assistant_only_loss=False)
@@ -203,7 +203,7 @@ def test_every_answer_character_is_supervised_at_the_header_boundary(family, sha
     reader (``expected_boundary_mask``): supervised from the end of each assistant turn's generation prompt through
     its end-of-turn token. Answers begin with whitespace (SmolLM2: 'ĊĠ', 'ĊĊ' across the header's newline)."""
     from chat_fixtures import tinyllama_tokenizer
-    from tinyllama_ft.chat_templates import end_of_turn_token, render
+    from tinyllama_ft.models.chat_templates import end_of_turn_token, render
 
     base, template = family.split("-", 1)
     tok = smollm2_tokenizer(shared_data) if base == "smollm2" else tinyllama_tokenizer(shared_data)

@@ -11,8 +11,8 @@ import pytest
 
 from chat_fixtures import MULTITURN, cpu_trl_cannot_train, smollm2_dir
 from conftest import REPO
-from tinyllama_ft.config import FIELD_NAMES, FinetuneConfig
-from tinyllama_ft.params import load_recipe
+from tinyllama_ft.config.finetune import FIELD_NAMES, FinetuneConfig
+from tinyllama_ft.config.sources import load_recipe
 
 NOTEBOOK = REPO / "notebooks" / "finetune_chat"
 

@@ -23,7 +23,7 @@ def tiny_chat_model_dir(tmp_path_factory, shared_data):
 
 @pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
 def test_run_training_takes_the_chat_path_for_conversations(tiny_chat_model_dir, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.config import FinetuneConfig
+    from tinyllama_ft.config.finetune import FinetuneConfig
     from tinyllama_ft.pipeline import run_training
 
     small = tmp_path / "alpaca_40.jsonl"

@@ -8,9 +8,9 @@ import pytest
 
 from chat_fixtures import multiturn_rows, tiny_model
 from helpers import alpaca_rows
-from tinyllama_ft.chat_masks import show_supervision, tokenize_conversation
-from tinyllama_ft.chat_templates import NAMED_TEMPLATES, check_stop_tokens, set_chat_template, template_text
-from tinyllama_ft.conversations import alpaca_to_messages
+from tinyllama_ft.data.chat_masks import show_supervision, tokenize_conversation
+from tinyllama_ft.models.chat_templates import NAMED_TEMPLATES, check_stop_tokens, set_chat_template, template_text
+from tinyllama_ft.data.conversations import alpaca_to_messages
 
 
 @pytest.mark.parametrize(

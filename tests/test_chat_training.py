@@ -7,19 +7,19 @@ import pytest
 
 from chat_fixtures import cpu_trl_cannot_train, multiturn_rows, smollm2_dir
 from helpers import alpaca_rows, sft_trainer
-from tinyllama_ft.chat_masks import assistant_supervision, show_supervision, tokenize_conversations
-from tinyllama_ft.conversations import check_conversations
+from tinyllama_ft.data.chat_masks import assistant_supervision, show_supervision, tokenize_conversations
+from tinyllama_ft.data.conversations import check_conversations
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
 def test_smollm2_chat_finetune_lowers_held_out_assistant_loss(alpaca_jsonl, tmp_path):
-    from tinyllama_ft.chat_generation import chat_generate
-    from tinyllama_ft.families import prepare_family
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.training import train_and_evaluate
+    from tinyllama_ft.infer.chat_generation import chat_generate
+    from tinyllama_ft.models.families import prepare_family
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.loop import train_and_evaluate
 
     model, tokenizer = load_model(
         smollm2_dir(), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=Hardware()

@@ -76,7 +76,7 @@ FILES = (
 @pytest.mark.parametrize("damage", [_truncate, _garble], ids=["truncated", "garbled"])
 @pytest.mark.parametrize("name", FILES)
 def test_a_damaged_file_is_named_and_the_checkpoint_before_is_used(run, tmp_path, capsys, name, damage):
-    from tinyllama_ft.checkpoints import checkpoint_problem, last_checkpoint
+    from tinyllama_ft.train.checkpoints import checkpoint_problem, last_checkpoint
 
     out = tmp_path / "out"
     shutil.copytree(run["out"], out)
@@ -117,6 +117,6 @@ def test_no_sound_checkpoint_left_is_an_error_naming_the_files(run, stories_dir,
     failed = _driver(stories_dir, alpaca_jsonl, out, tmp_path / "r.json", "--resume")
     assert failed.returncode != 0
     last = failed.stderr.strip().splitlines()[-1]
-    assert last.startswith("tinyllama_ft.checkpoints.DamagedCheckpointError: resume: no checkpoint")
+    assert last.startswith("tinyllama_ft.train.checkpoints.DamagedCheckpointError: resume: no checkpoint")
     assert str(out / "checkpoint-8" / "rng_state.pth") in last and str(out / "checkpoint-4" / "scheduler.pt") in last
     assert "weights_only" not in failed.stderr

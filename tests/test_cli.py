@@ -11,9 +11,9 @@ import pytest
 
 from conftest import NOTEBOOK_STEPS, REPO, notebook_parameters
 from tinyllama_ft.cli import main, run
-from tinyllama_ft.coercion import ConfigError
-from tinyllama_ft.config import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
-from tinyllama_ft.params import RECIPES_DIR, config_from_recipe, load_recipe, recipe_names
+from tinyllama_ft.config.coercion import ConfigError
+from tinyllama_ft.config.finetune import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
+from tinyllama_ft.config.sources import RECIPES_DIR, config_from_recipe, load_recipe, recipe_names
 
 
 def test_the_recipes_ship_inside_the_package_and_validate():
@@ -124,7 +124,7 @@ def test_an_output_dir_that_is_a_file_stops_with_one_line(tmp_path, stories_dir,
 
 
 def test_q4_k_m_without_a_quantizer_stops_before_training(tmp_path, stories_dir, alpaca_jsonl, capsys):
-    from tinyllama_ft.gguf_export import find_quantizer
+    from tinyllama_ft.export.gguf_export import find_quantizer
 
     if find_quantizer() is not None:
         pytest.skip("llama.cpp's quantizer is installed here")
@@ -139,7 +139,7 @@ def test_too_little_disk_for_an_export_is_one_line(tmp_path, stories_dir, monkey
     """The free space the export needs is checked before anything is written (the disk is reported nearly full)."""
     import collections
 
-    import tinyllama_ft.disk_space as disk_space
+    import tinyllama_ft.export.disk_space as disk_space
     from helpers import trained_stories_adapter
 
     adapter = trained_stories_adapter(stories_dir, tmp_path / "run")

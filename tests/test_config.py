@@ -2,11 +2,11 @@
 
 import pytest
 
-from tinyllama_ft.config import FinetuneConfig
+from tinyllama_ft.config.finetune import FinetuneConfig
 
 
 def test_every_field_has_a_docstring_naming_its_source_and_a_section():
-    from tinyllama_ft.config import FIELD_NAMES, SECTIONS, FinetuneConfig, field_docs
+    from tinyllama_ft.config.finetune import FIELD_NAMES, SECTIONS, FinetuneConfig, field_docs
 
     section_of = lambda name: FinetuneConfig.__dataclass_fields__[name].metadata["section"]  # noqa: E731
 
@@ -22,9 +22,27 @@ def test_helper_defaults_are_the_config_defaults():
     """Every keyword default a helper shares with a config field is that field's default (read, not copied)."""
     import inspect
 
-    from tinyllama_ft import adapters, data, generation, lengths, lora, modeling, prompts, tracking
-    from tinyllama_ft import chat_generation, chat_masks, chat_templates, conversations, families
-    from tinyllama_ft.config import DEFAULTS, FIELD_NAMES
+    from tinyllama_ft.models import adapters
+
+    from tinyllama_ft.data import instructions as data
+
+    from tinyllama_ft.infer import generation
+
+    from tinyllama_ft.data import lengths
+
+    from tinyllama_ft.models import lora
+
+    from tinyllama_ft.models import loading as modeling
+
+    from tinyllama_ft.data import alpaca_prompts as prompts
+
+    from tinyllama_ft.train import tracking
+    from tinyllama_ft.infer import chat_generation
+    from tinyllama_ft.data import chat_masks
+    from tinyllama_ft.models import chat_templates
+    from tinyllama_ft.data import conversations
+    from tinyllama_ft.models import families
+    from tinyllama_ft.config.finetune import DEFAULTS, FIELD_NAMES
 
     aliases = {
         "seed": "seed",
@@ -120,7 +138,7 @@ def test_max_steps_minus_one_means_epochs():
 
 
 def test_unknown_keys_name_the_field_meant():
-    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.config.coercion import ConfigError
 
     with pytest.raises(ConfigError, match=r"'lora_rank' \(did you mean lora_r\?\)"):
         FinetuneConfig.from_mapping({"lora_rank": 8})
@@ -141,7 +159,7 @@ def test_unknown_keys_name_the_field_meant():
     ],
 )
 def test_wrong_types_name_the_field(name, bad):
-    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.config.coercion import ConfigError
 
     with pytest.raises(ConfigError, match=rf"FinetuneConfig\.{name}=.*expected"):
         FinetuneConfig.from_mapping({name: bad})
@@ -183,7 +201,7 @@ def test_to_dict_is_json_ready():
 
 
 def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
-    from tinyllama_ft.config import EXPORT_FORMATS
+    from tinyllama_ft.config.finetune import EXPORT_FORMATS
 
     assert FinetuneConfig().export_formats == ()
     assert FinetuneConfig(export_formats="merged_16bit,gguf_q8_0").export_formats == ("merged_16bit", "gguf_q8_0")
@@ -213,7 +231,7 @@ def test_contradictions_stop_where_the_config_is_built(values, named):
     """Each rule between fields (and a non-finite number) is refused by FinetuneConfig itself, before anything
     loads: before, extra_datasets with Alpaca rows was never read, long_rows='split' with conversations failed
     only after the model had loaded, and learning_rate=inf trained."""
-    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.config.coercion import ConfigError
 
     with pytest.raises(ConfigError, match=named):
         FinetuneConfig.from_mapping(values)
@@ -231,7 +249,7 @@ def test_contradictions_stop_where_the_config_is_built(values, named):
 def test_an_adapter_dir_that_would_swallow_the_run_is_refused(adapter_dir, named):
     """Saving the adapter replaces adapter_dir whole: pointed at output_dir (or a folder holding it) it deleted the
     checkpoints and run_config.json; inside a checkpoint the trainer's rotation deletes it."""
-    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.config.coercion import ConfigError
 
     with pytest.raises(ConfigError, match=named):
         FinetuneConfig(output_dir="runs/x", adapter_dir=adapter_dir)

@@ -147,11 +147,11 @@ def test_errors_end_in_one_line_with_status_2_or_1(runs, tmp_path):
 
 def test_generate_prompts_as_the_run_recorded(runs, cpu):
     """A chat adapter is answered through its chat template and stop tokens; ``alpaca_no_input`` is honoured."""
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.chat_generation import chat_generate
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.infer.chat_generation import chat_generate
     from tinyllama_ft.cli import run
-    from tinyllama_ft.coercion import ConfigError
-    from tinyllama_ft.generation import generate
+    from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.infer.generation import generate
 
     prompts = ["Name three colors.", "Write a short poem about the sea."]
     for name, expected in (
@@ -180,8 +180,8 @@ def _rope_factor(model) -> float:
 def test_load_adapter_takes_max_seq_length_from_the_record_never_4096(runs, cpu, tmp_path, capsys):
     """On a 512-position base the old default (4096) scaled RoPE x8; the record (and, with none, the base's own
     positions) decide now. A precision flag that differs is used and said."""
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.config.coercion import ConfigError
 
     adapter = runs["alpaca"][0] / "lora_model"
     model, _ = load_adapter(str(adapter), backend="transformers", hardware=cpu)
@@ -203,8 +203,8 @@ def test_a_chat_runs_export_carries_its_own_chat_template(runs, tmp_path):
     import gguf
     from transformers import AutoTokenizer
 
-    from tinyllama_ft.chat_templates import ZEPHYR_TEMPLATE
-    from tinyllama_ft.export import export_adapter
+    from tinyllama_ft.models.chat_templates import ZEPHYR_TEMPLATE
+    from tinyllama_ft.export.adapter_export import export_adapter
 
     folder, _ = runs["chat"]
     trained = AutoTokenizer.from_pretrained(folder / "lora_model").chat_template

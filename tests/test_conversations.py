@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tinyllama_ft.conversations import alpaca_to_messages, check_conversations, load_conversations
+from tinyllama_ft.data.conversations import alpaca_to_messages, check_conversations, load_conversations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "conversations"
 MULTITURN = FIXTURES / "multiturn_fixture.jsonl"
@@ -155,7 +155,7 @@ def test_parquet_source_and_unknown_format(tmp_path):
 
 
 def test_several_sources_concatenate_in_order_with_one_report(tmp_path, alpaca_jsonl):
-    from tinyllama_ft.conversations import load_conversation_sources
+    from tinyllama_ft.data.conversations import load_conversation_sources
 
     bad = tmp_path / "mixed.jsonl"
     bad.write_text(
@@ -176,8 +176,8 @@ def test_several_sources_concatenate_in_order_with_one_report(tmp_path, alpaca_j
 
 
 def test_config_fields_for_conversations():
-    from tinyllama_ft.chat_templates import NAMED_TEMPLATES
-    from tinyllama_ft.config import NAMED_CHAT_TEMPLATES, ConfigError, FinetuneConfig
+    from tinyllama_ft.models.chat_templates import NAMED_TEMPLATES
+    from tinyllama_ft.config.finetune import NAMED_CHAT_TEMPLATES, ConfigError, FinetuneConfig
 
     assert set(NAMED_CHAT_TEMPLATES) == set(NAMED_TEMPLATES)
     cfg = FinetuneConfig(

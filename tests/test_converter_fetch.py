@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from tinyllama_ft import sdist_download
-from tinyllama_ft.gguf_export import LLAMA_CPP_PYTHON_URL, LLAMA_CPP_PYTHON_VERSION, llama_cpp_converter
+from tinyllama_ft.machine import sdist_download
+from tinyllama_ft.export.gguf_export import LLAMA_CPP_PYTHON_URL, LLAMA_CPP_PYTHON_VERSION, llama_cpp_converter
 
 NAME = f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}"
 TRIPWIRE_BACKEND = (

@@ -7,7 +7,14 @@ import re
 import datasets
 import pytest
 
-from tinyllama_ft.data import BadRow, DataReport, check_rows, load_instruction_data, read_rows, split_train_eval
+from tinyllama_ft.data.instructions import (
+    BadRow,
+    DataReport,
+    check_rows,
+    load_instruction_data,
+    read_rows,
+    split_train_eval,
+)
 
 GOOD = {"instruction": "Name a colour.", "input": "", "output": "Blue"}
 

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from tinyllama_ft.lock import LOCK_FILE, read_lock
+from tinyllama_ft.machine.lock import LOCK_FILE, read_lock
 
 REPO = __import__("pathlib").Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from tinyllama_ft import demo_model, gguf_source
+from tinyllama_ft.models import demo_model
+
+from tinyllama_ft.models import gguf_source
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +29,7 @@ def smollm2_dir(smollm2_cache) -> str:
 
 @pytest.fixture(scope="session")
 def smollm2(smollm2_dir, cpu):
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     return load_model(
         smollm2_dir, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
@@ -87,7 +89,7 @@ def test_cache_reuse_is_fast(smollm2_dir, smollm2_cache):
 
 
 def test_load_model_accepts_the_gguf_file(smollm2_dir, smollm2_cache, cpu, monkeypatch):
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(smollm2_cache))  # the session's conversion is the cached one
     gguf = demo_model.smollm2_gguf_path()
@@ -156,7 +158,7 @@ def test_two_processes_converting_at_once_end_with_one_complete_folder(tmp_path)
     import sys
 
     code = (
-        "import sys; from tinyllama_ft.gguf_source import hf_folder_from_gguf; "
+        "import sys; from tinyllama_ft.models.gguf_source import hf_folder_from_gguf; "
         "print(hf_folder_from_gguf(sys.argv[1], cache_dir=sys.argv[2]))"
     )
     gguf = str(demo_model.smollm2_gguf_path())

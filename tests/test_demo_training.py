@@ -33,10 +33,10 @@ def test_a_few_completion_only_steps_help_and_keep_stopping(two_threads, tmp_pat
     import datasets
 
     from helpers import sft_trainer
-    from tinyllama_ft.demo_model import demo_model_path
-    from tinyllama_ft.evaluation import held_out_scores
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.demo_model import demo_model_path
+    from tinyllama_ft.evaluate.held_out import held_out_scores
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     with open(REPO / "data" / "alpaca_demo" / "alpaca_demo.jsonl", encoding="utf-8") as f:
         rows = [json.loads(line) for line in f]

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import REPO
 
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.distributed import is_main_process, local_process_index, world_size
-from tinyllama_ft.plan import plan_run, split_over_processes
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.machine.distributed import is_main_process, local_process_index, world_size
+from tinyllama_ft.train.plan import plan_run, split_over_processes
 
 
 @pytest.mark.parametrize(
@@ -53,7 +53,7 @@ def test_the_plan_records_the_processes_and_keeps_the_effective_batch(cpu, tinyl
 
 
 def test_under_ddp_the_trainer_averages_the_loss_over_all_processes_tokens(cpu, tinyllama_dir):
-    from tinyllama_ft.trainer import sft_config_kwargs
+    from tinyllama_ft.train.sft_trainer import sft_config_kwargs
 
     cfg = FinetuneConfig(model_name=str(tinyllama_dir))
     two = sft_config_kwargs(cfg, plan_run(cfg, cpu, world_size=2), has_eval=True)
@@ -121,7 +121,7 @@ def test_the_readme_launch_command_finds_the_shipped_accelerate_configuration():
 
 PROCESSES_SCRIPT = """
 import os
-from tinyllama_ft.distributed import MainProcessError, main_process_first, same_on_all_processes
+from tinyllama_ft.machine.distributed import MainProcessError, main_process_first, same_on_all_processes
 
 rank = int(os.environ["RANK"])
 out = open(f"rank{rank}.txt", "w", encoding="utf-8", buffering=1)  # one file each: stdout lines interleave

@@ -5,9 +5,9 @@ that masks pad ids. Real stories260K model and tokenizer, real Alpaca rows, real
 import pytest
 
 from helpers import alpaca_rows, sft_trainer, stories_lora, text_dataset
-from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.lengths import apply_long_rows, length_report
-from tinyllama_ft.eos import eos_supervision
+from tinyllama_ft.machine.hardware import Hardware
+from tinyllama_ft.data.lengths import apply_long_rows, length_report
+from tinyllama_ft.data.eos_check import eos_supervision
 
 WINDOW = 512  # tokens (stories260K's context)
 
@@ -76,7 +76,7 @@ def test_unpacked_padded_batches_count_rows_and_skip_padding(stories_dir, rows, 
 
 
 def test_pad_equal_to_eos_keeps_eos_supervised_and_pads_are_not_counted(stories_dir, rows, tmp_path):
-    from tinyllama_ft.modeling import ensure_pad_token
+    from tinyllama_ft.models.loading import ensure_pad_token
 
     def pad_is_eos(tokenizer):
         tokenizer.pad_token = tokenizer.eos_token

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from helpers import alpaca_rows, stories_lora
-from tinyllama_ft import evaluation
-from tinyllama_ft.comparison import answers_html, answers_table, compare_answers
+from tinyllama_ft.evaluate import held_out as evaluation
+from tinyllama_ft.evaluate.side_by_side import answers_html, answers_table, compare_answers
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +25,7 @@ def _reference(model, tokenizer, row):
     """The same three numbers from transformers' own loss (labels) on one row, as training computes it."""
     import torch
 
-    from tinyllama_ft.tokenization import alpaca_segments, tokenize_segments
+    from tinyllama_ft.data.tokenization import alpaca_segments, tokenize_segments
 
     ids, mask = tokenize_segments([alpaca_segments(row["instruction"], row["input"], row["output"])], tokenizer)
     input_ids = torch.tensor(ids)

@@ -1,7 +1,7 @@
 """Export of a really trained stories260K adapter, checked by real readers.
 
 * merged model: plain ``AutoModelForCausalLM`` loads it; logits equal the adapter model's (fp32, 1e-4); its chat
-  template renders ``prompts.format_prompt`` of the format the run trained on;
+  template renders ``alpaca_prompts.format_prompt`` of the format the run trained on;
 * GGUF written by llama.cpp's converter (fetched once from PyPI into the user's cache, checksum-verified), read back
   by transformers' GGUF loader: next-token argmax agreement with the merged model on held-out Alpaca rows
   (f16, bf16 >= 99%, q8_0 >= 90%); the GGUF LoRA holds the adapter's own matrices;
@@ -18,14 +18,14 @@ import time
 import pytest
 
 from helpers import alpaca_rows, sft_trainer, stories_lora, text_dataset
-from tinyllama_ft.adapters import load_adapter, save_adapter
-from tinyllama_ft.chat_template import ollama_template, stop_strings
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.disk_space import check_free_space
-from tinyllama_ft.export import GGUF_NAMES, export_adapter
-from tinyllama_ft.gguf_export import QUANTIZER_MISSING, convert_to_gguf, find_quantizer, llama_cpp_converter
-from tinyllama_ft.prompts import format_prompt
-from tinyllama_ft.runs import run_identity, write_run_config
+from tinyllama_ft.models.adapters import load_adapter, save_adapter
+from tinyllama_ft.data.alpaca_chat_template import ollama_template, stop_strings
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.export.disk_space import check_free_space
+from tinyllama_ft.export.adapter_export import GGUF_NAMES, export_adapter
+from tinyllama_ft.export.gguf_export import QUANTIZER_MISSING, convert_to_gguf, find_quantizer, llama_cpp_converter
+from tinyllama_ft.data.alpaca_prompts import format_prompt
+from tinyllama_ft.train.output_dir import run_identity, write_run_config
 
 TEMPLATE = "alpaca_no_input"  # not the default: the export must find it in the run's run_config.json
 HELD_OUT = range(4900, 4940)  # rows the adapter never saw (it trains on the first 200)
@@ -44,7 +44,7 @@ def converter():
 @pytest.fixture(scope="session")
 def run_dir(stories_dir, alpaca_jsonl, tmp_path_factory):
     """A run folder: stories260K + LoRA trained 5 steps on real rows in the no-input format, its adapter saved."""
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     out = tmp_path_factory.mktemp("run")
     model, tokenizer = stories_lora(stories_dir, Hardware())
@@ -176,7 +176,7 @@ def test_gguf_read_back_by_transformers_agrees_with_the_merged_model(exported, a
 def test_gguf_metadata_carries_the_chat_template_and_tokenizer(exported):
     from gguf import GGUFReader
 
-    from tinyllama_ft.chat_template import jinja_chat_template
+    from tinyllama_ft.data.alpaca_chat_template import jinja_chat_template
 
     reader = GGUFReader(os.path.join(exported["gguf_q8_0"].path, GGUF_NAMES["gguf_q8_0"]))
     fields = {
@@ -315,8 +315,8 @@ def test_disk_space_is_checked_before_writing(tmp_path):
 
 def test_an_earlier_runs_export_is_part_of_that_run(stories_dir, tmp_path):
     """A new run may not leave an older adapter's exports beside its own; overwrite_output_dir deletes them."""
-    from tinyllama_ft.lock import release_run_lock
-    from tinyllama_ft.runs import prepare_output_dir
+    from tinyllama_ft.machine.lock import release_run_lock
+    from tinyllama_ft.train.output_dir import prepare_output_dir
 
     out = tmp_path / "run"
     (out / "export" / "gguf_q8_0").mkdir(parents=True)

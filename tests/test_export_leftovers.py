@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from helpers import trained_stories_adapter
-from tinyllama_ft import gguf_export, temporaries
-from tinyllama_ft.export import _clean_stale_exports, export_adapter
+from tinyllama_ft.export import gguf_export
+from tinyllama_ft.machine import temporaries
+from tinyllama_ft.export.adapter_export import _clean_stale_exports, export_adapter
 
 HOST = temporaries._host()
 
@@ -48,7 +49,7 @@ def adapter(stories_dir, tmp_path_factory):
 
 DRIVER = textwrap.dedent("""
     import sys, time
-    import tinyllama_ft.export as export
+    import tinyllama_ft.export.adapter_export as export
     real = export.save_merged
 
     def save_then_hang(**kwargs):  # the merged copy is complete in the staging folder: the kill comes here

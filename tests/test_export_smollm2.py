@@ -10,7 +10,7 @@ import time
 import pytest
 
 from helpers import alpaca_rows, sft_trainer, text_dataset
-from tinyllama_ft.prompts import format_prompt
+from tinyllama_ft.data.alpaca_prompts import format_prompt
 
 pytestmark = pytest.mark.slow
 THRESHOLDS = {"gguf_f16": 0.99, "gguf_bf16": 0.99, "gguf_q8_0": 0.90}
@@ -19,12 +19,12 @@ HELD_OUT = range(4900, 4916)
 
 @pytest.fixture(scope="module")
 def smollm2_export(alpaca_jsonl, tmp_path_factory):
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.demo_model import demo_model_path
-    from tinyllama_ft.export import export_adapter
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.adapters import save_adapter
+    from tinyllama_ft.models.demo_model import demo_model_path
+    from tinyllama_ft.export.adapter_export import export_adapter
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     cpu, out = Hardware(), tmp_path_factory.mktemp("smollm2")
     model, tokenizer = load_model(
@@ -98,7 +98,7 @@ def test_smollm2_gguf_agrees_with_the_merged_model(smollm2_export, held_out, fmt
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tinyllama_ft.export import GGUF_NAMES
+    from tinyllama_ft.export.adapter_export import GGUF_NAMES
 
     batches, argmax = held_out
     gguf = AutoModelForCausalLM.from_pretrained(

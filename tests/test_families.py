@@ -8,10 +8,10 @@ import pytest
 
 from chat_fixtures import cpu_trl_cannot_train, family_tokenizer, multiturn_rows, tiny_model
 from helpers import alpaca_rows, sft_trainer
-from tinyllama_ft.chat_masks import assistant_supervision, tokenize_conversations
-from tinyllama_ft.conversations import check_conversations
-from tinyllama_ft.families import LLAMA_TARGETS, PHI3_TARGETS, lora_target_modules, prepare_family, rope_limits
-from tinyllama_ft.lora import add_lora
+from tinyllama_ft.data.chat_masks import assistant_supervision, tokenize_conversations
+from tinyllama_ft.data.conversations import check_conversations
+from tinyllama_ft.models.families import LLAMA_TARGETS, PHI3_TARGETS, lora_target_modules, prepare_family, rope_limits
+from tinyllama_ft.models.lora import add_lora
 
 #: family fixture -> (family name, model_type, LoRA targets, end of turn, every stop token)
 CASES = {
@@ -35,7 +35,7 @@ def test_family_lora_pad_stop_and_one_training_step(fixture, shared_data, alpaca
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
-    from tinyllama_ft.chat_generation import chat_generate
+    from tinyllama_ft.infer.chat_generation import chat_generate
 
     family, model_type, targets, eot, stops = CASES[fixture]
     tokenizer, spec = family_tokenizer(fixture, shared_data)

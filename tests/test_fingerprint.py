@@ -11,8 +11,8 @@ import pytest
 
 from conftest import REPO
 from helpers import alpaca_rows
-from tinyllama_ft.data import check_rows, load_instruction_data
-from tinyllama_ft.fingerprint import data_fingerprint
+from tinyllama_ft.data.instructions import check_rows, load_instruction_data
+from tinyllama_ft.data.fingerprint import data_fingerprint
 
 DRIVER = REPO / "tests" / "resume_driver.py"
 

@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from helpers import stories_lora, trained_stories_adapter
-from tinyllama_ft.generation import generate, stream
-from tinyllama_ft.prompts import format_prompt
+from tinyllama_ft.infer.generation import generate, stream
+from tinyllama_ft.data.alpaca_prompts import format_prompt
 
 
 class ForceEosAt:
@@ -24,7 +24,7 @@ class ForceEosAt:
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer(stories_dir):
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     return stories_lora(stories_dir, Hardware())
 
@@ -100,8 +100,8 @@ def trained_adapter(stories_dir, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def merged_and_adapter(trained_adapter):
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.machine.hardware import Hardware
 
     merged = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware(), merged=True)
     on_top = load_adapter(trained_adapter, max_seq_length=512, backend="transformers", hardware=Hardware())
@@ -145,10 +145,10 @@ def test_static_cache_decoder_matches_generates_greedy_tokens(merged_and_adapter
 
 
 def test_decoder_is_reused_and_streams_in_chunks(merged_and_adapter):
-    from tinyllama_ft.decoding import decoder_for
+    from tinyllama_ft.infer.fast.compiled_decoder import decoder_for
 
     (model, tokenizer), _ = merged_and_adapter
-    from tinyllama_ft.decoding import has_decoder
+    from tinyllama_ft.infer.fast.compiled_decoder import has_decoder
 
     first = decoder_for(model, 100, "eager")
     assert has_decoder(model, "eager") and not has_decoder(model, "inductor")
@@ -163,7 +163,7 @@ def test_decoder_is_reused_and_streams_in_chunks(merged_and_adapter):
 
 
 def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merged_and_adapter):
-    from tinyllama_ft.generation import decode_mode
+    from tinyllama_ft.infer.generation import decode_mode
 
     (merged, _), (on_top, _) = merged_and_adapter
     assert decode_mode(merged, "auto", False, 1.0, None) == "plain"  # CPU: generate
@@ -184,8 +184,8 @@ def test_merged_reload_after_unsloth_in_the_process_reloads_unmerged_and_says_so
     """Unsloth (not installable here) is stood in by its module entry: what load_adapter looks at."""
     import types
 
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.machine.hardware import Hardware
 
     monkeypatch.setitem(sys.modules, "unsloth", types.ModuleType("unsloth"))
     with pytest.warns(UserWarning, match="after Unsloth was used in this process"):
@@ -202,7 +202,7 @@ def test_the_backend_that_loaded_a_model_is_known_to_generation(model_and_tokeni
     keyed by the model, never set on a Hugging Face model."""
     from transformers import AutoModelForCausalLM
 
-    from tinyllama_ft.modeling import loaded_backend
+    from tinyllama_ft.models.loading import loaded_backend
 
     model, _ = model_and_tokenizer  # load_model + add_lora (a PEFT model wrapping the loaded one)
     assert loaded_backend(model) == "transformers" and loaded_backend(model.get_base_model()) == "transformers"
@@ -214,9 +214,9 @@ def test_the_backend_that_loaded_a_model_is_known_to_generation(model_and_tokeni
 
 def test_batches_pad_with_the_pad_token_never_eos(stories_dir):
     """Every generation loop pads left with the package's pad token: a tokenizer left without one (or padding with
-    EOS) gets ``<unk>`` first. Before, ``evaluation.greedy_answers`` padded such a batch with EOS itself."""
-    from tinyllama_ft.evaluation import greedy_answers
-    from tinyllama_ft.hardware import Hardware
+    EOS) gets ``<unk>`` first. Before, ``held_out.greedy_answers`` padded such a batch with EOS itself."""
+    from tinyllama_ft.evaluate.held_out import greedy_answers
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tokenizer = stories_lora(stories_dir, Hardware())
     rows = [

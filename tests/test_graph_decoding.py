@@ -4,16 +4,16 @@ or a left-padded batch, on the real stories260K model in float32 with a merged a
 import pytest
 
 from helpers import trained_stories_adapter
-from tinyllama_ft.generation import decode_mode, generate, stream
-from tinyllama_ft.prompts import format_prompt
+from tinyllama_ft.infer.generation import decode_mode, generate, stream
+from tinyllama_ft.data.alpaca_prompts import format_prompt
 
 QUESTIONS = ["Tell me a story about a cat.", "What is the capital of France?", "Write a haiku about the sea, please."]
 
 
 @pytest.fixture(scope="module")
 def merged_and_adapter(stories_dir, tmp_path_factory):
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.machine.hardware import Hardware
 
     adapter = trained_stories_adapter(stories_dir, tmp_path_factory.mktemp("adapter"))
     model, tokenizer = load_adapter(adapter, max_seq_length=512, backend="transformers", hardware=Hardware())
@@ -50,7 +50,7 @@ def test_left_padded_batch_through_the_fused_decoder_gives_generates_answers(mer
 
 
 def test_decoders_are_kept_per_batch_size_and_share_the_fused_weights(merged_and_adapter):
-    from tinyllama_ft.graph_decoding import FusedLlamaDecoder, fused_decoder_for
+    from tinyllama_ft.infer.fast.graph_decoder import FusedLlamaDecoder, fused_decoder_for
 
     (model, tokenizer), _ = merged_and_adapter
     one = fused_decoder_for(model, 1, 100)

@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from tinyllama_ft.hardware import Hardware, cap_gpu_memory, in_colab
+from tinyllama_ft.machine.hardware import Hardware, cap_gpu_memory, in_colab
 
 
 @pytest.fixture

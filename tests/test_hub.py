@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tinyllama_ft.hub import folder_kind, push_to_hub, upload_files
+from tinyllama_ft.export.hub import folder_kind, push_to_hub, upload_files
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
-import tinyllama_ft.install as inst
-from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.install import COLAB_PINS, install, installed_versions, plan_install
+import tinyllama_ft.machine.install as inst
+from tinyllama_ft.machine.hardware import Hardware
+from tinyllama_ft.machine.install import COLAB_PINS, install, installed_versions, plan_install
 
 from conftest import REPO, SHARED_DATA
 

@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 
 from helpers import alpaca_rows, sft_trainer, stories_lora, text_dataset
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.data import check_rows
-from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.lengths import apply_long_rows, length_report, resolve_packing_strategy
-from tinyllama_ft.prompts import format_prompt
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.data.instructions import check_rows
+from tinyllama_ft.machine.hardware import Hardware
+from tinyllama_ft.data.lengths import apply_long_rows, length_report, resolve_packing_strategy
+from tinyllama_ft.data.alpaca_prompts import format_prompt
 
 WINDOW = 256  # tokens: small enough that many real rows overflow it, on both tokenizers
 
@@ -265,8 +265,8 @@ def test_wrapped_keeps_every_token_and_cuts_at_window_edges(stories_dir, stories
 
 
 def test_run_summary_records_the_length_report(tinyllama_tokenizer, tinyllama_case):
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.summary import build_run_summary
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.summary import build_run_summary
 
     ds = tinyllama_case[0].select(range(100))
     kept, report = apply_long_rows(

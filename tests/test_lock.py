@@ -13,15 +13,15 @@ import time
 import pytest
 
 from conftest import REPO
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.lock import LOCK_FILE, RunLockedError, acquire_run_lock, read_lock, release_run_lock
-from tinyllama_ft.runs import prepare_output_dir
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.machine.lock import LOCK_FILE, RunLockedError, acquire_run_lock, read_lock, release_run_lock
+from tinyllama_ft.train.output_dir import prepare_output_dir
 
 RACER = """
 import sys, time
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.runs import prepare_output_dir
-from tinyllama_ft.lock import release_run_lock
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.train.output_dir import prepare_output_dir
+from tinyllama_ft.machine.lock import release_run_lock
 out, start, hold = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
 cfg = FinetuneConfig(output_dir=out, report_to="none")
 time.sleep(max(0.0, start - time.time()))
@@ -32,7 +32,7 @@ release_run_lock(out)
 
 HOLDER = """
 import sys, time
-from tinyllama_ft.lock import acquire_run_lock
+from tinyllama_ft.machine.lock import acquire_run_lock
 acquire_run_lock(sys.argv[1], heartbeat_s=float(sys.argv[2]), stale_after_s=float(sys.argv[3]))
 print("locked", flush=True)
 time.sleep(600)
@@ -76,7 +76,7 @@ def test_two_processes_racing_for_one_folder_one_wins_the_other_is_told_who(tmp_
     assert len(won) == 1 and len(lost) == 1, done
     assert won[0][1].strip() == "new"
     said = lost[0][2].strip().splitlines()[-1]
-    assert said.startswith("tinyllama_ft.lock.RunLockedError: output_dir=")
+    assert said.startswith("tinyllama_ft.machine.lock.RunLockedError: output_dir=")
     assert str(out) in said and f"host {socket.gethostname()!r}, process {won[0][0]}" in said
     assert "heartbeat 0 s ago" in said or "heartbeat 1 s ago" in said or "heartbeat 2 s ago" in said
     assert not (out / LOCK_FILE).exists()  # the winner released it at its end
@@ -185,8 +185,8 @@ def test_the_command_lines_run_releases_the_lock_when_it_fails(tmp_path, stories
         run_training(cfg, hardware=cpu)
     assert "output_dir" in capsys.readouterr().out and (out / "run_config.json").exists()  # it got that far
     assert not (out / LOCK_FILE).exists() and release_run_lock(str(out)) is False
-    from tinyllama_ft.data import load_instruction_data
-    from tinyllama_ft.fingerprint import data_fingerprint
+    from tinyllama_ft.data.instructions import load_instruction_data
+    from tinyllama_ft.data.fingerprint import data_fingerprint
 
     recorded = json.loads((out / "run_config.json").read_text(encoding="utf-8"))
     assert recorded["data_fingerprint"] == data_fingerprint(load_instruction_data(str(rows))[0])  # for a resume

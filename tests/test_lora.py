@@ -2,8 +2,8 @@
 
 import pytest
 
-from tinyllama_ft.config import LLAMA_TARGET_MODULES
-from tinyllama_ft.lora import add_lora, lora_config, trainable_parameters
+from tinyllama_ft.config.finetune import LLAMA_TARGET_MODULES
+from tinyllama_ft.models.lora import add_lora, lora_config, trainable_parameters
 
 
 def test_tinyllama_shape_trains_25_231_360_parameters(tinyllama_dir):
@@ -27,7 +27,7 @@ def test_article_defaults_reach_the_peft_config():
 def test_same_seed_same_init_and_only_adapters_train(stories_dir, cpu):
     import torch
 
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     weights = []
     for _ in range(2):
@@ -43,7 +43,7 @@ def test_same_seed_same_init_and_only_adapters_train(stories_dir, cpu):
 
 
 def test_unknown_target_module_is_an_error(stories_dir, cpu):
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.loading import load_model
 
     model, _ = load_model(
         str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu

@@ -4,8 +4,8 @@ import warnings
 
 import pytest
 
-from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.modeling import apply_rope_scaling, choose_backend, load_model, rope_scaling_factor
+from tinyllama_ft.machine.hardware import Hardware
+from tinyllama_ft.models.loading import apply_rope_scaling, choose_backend, load_model, rope_scaling_factor
 
 
 def test_auto_picks_unsloth_only_with_cuda_and_unsloth(cpu, t4, a100):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from conftest import NOTEBOOK_PROMPTS, NOTEBOOK_STEPS, REPO
-from tinyllama_ft.config import DEFAULTS, FIELD_NAMES, FinetuneConfig
+from tinyllama_ft.config.finetune import DEFAULTS, FIELD_NAMES, FinetuneConfig
 
 NOTEBOOK = REPO / "notebooks" / "finetune_tinyllama.ipynb"
 
@@ -74,7 +74,7 @@ def test_a_wrong_type_stops_at_the_configuration_cell_naming_the_parameter(tmp_p
 
 
 def test_the_notebook_namespace_gives_only_its_parameters():
-    from tinyllama_ft.params import config_from_notebook
+    from tinyllama_ft.config.sources import config_from_notebook
 
     namespace = {"lora_r": 8, "max_steps": 5, "In": [], "get_ipython": print, "np": object(), "sys": sys}
     before = set(namespace)

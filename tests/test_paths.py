@@ -6,7 +6,7 @@ import os
 import pytest
 
 from helpers import alpaca_rows, stories_lora
-from tinyllama_ft.paths import expand_path
+from tinyllama_ft.machine.paths import expand_path
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def lora(stories_dir, cpu):
 
 
 def test_generate_and_stream_return_no_answers_for_no_instructions(lora, capsys):
-    from tinyllama_ft.generation import generate, stream
+    from tinyllama_ft.infer.generation import generate, stream
 
     model, tokenizer = lora
     assert generate(model, tokenizer, []) == [] == stream(model, tokenizer, [])
@@ -37,17 +37,18 @@ def test_expand_path(monkeypatch, tmp_path):
 def test_every_path_parameter_expands_home_and_variables(lora, stories_dir, alpaca_jsonl, cpu, tmp_path, monkeypatch):
     import shutil
 
-    from tinyllama_ft.adapters import load_adapter, save_adapter
-    from tinyllama_ft.checkpoints import last_checkpoint
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.data import load_instruction_data
-    from tinyllama_ft.lock import release_run_lock
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.plotting import loss_curve
-    from tinyllama_ft.runs import ensure_drive, prepare_output_dir, read_run_config
-    from tinyllama_ft.summary import write_run_summary
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.trainer import sft_config_kwargs
+    from tinyllama_ft.models.adapters import load_adapter, save_adapter
+    from tinyllama_ft.train.checkpoints import last_checkpoint
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.data.instructions import load_instruction_data
+    from tinyllama_ft.machine.lock import release_run_lock
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.plotting import loss_curve
+    from tinyllama_ft.models.run_record import read_run_config
+    from tinyllama_ft.train.output_dir import ensure_drive, prepare_output_dir
+    from tinyllama_ft.train.summary import write_run_summary
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.sft_trainer import sft_config_kwargs
 
     home, cwd = tmp_path / "home", tmp_path / "cwd"
     home.mkdir(), cwd.mkdir()

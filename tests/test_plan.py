@@ -6,10 +6,10 @@ import json
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.plan import plan_run
-from tinyllama_ft.speed import estimate_peak_gib, model_dims
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.machine.hardware import Hardware
+from tinyllama_ft.train.plan import plan_run
+from tinyllama_ft.train.memory_estimate import estimate_peak_gib, model_dims
 
 H200 = Hardware(cuda=True, capability=(9, 0), gpu_name="NVIDIA H200", total_memory_gib=139.8)
 
@@ -172,7 +172,7 @@ def test_unknown_recipe_names_the_field():
 
 
 def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
-    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.train.sft_trainer import build_trainer
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), max_seq_length=256)
     rows = text_dataset(alpaca_rows(alpaca_jsonl, 400), tokenizer)
@@ -214,8 +214,8 @@ def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_j
 
 @pytest.mark.slow
 def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.trainer import build_trainer
-    from tinyllama_ft.training import train_and_evaluate
+    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.loop import train_and_evaluate
 
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu, max_seq_length=256)
@@ -257,7 +257,7 @@ def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir
 )
 def test_names_the_trainer_refuses_late_are_refused_by_the_plan(field, value, named, cpu):
     """Before, each failed after the model had loaded (the trainer's or transformers' own message, exit 1)."""
-    from tinyllama_ft.coercion import ConfigError
+    from tinyllama_ft.config.coercion import ConfigError
 
     with pytest.raises(ConfigError, match=named):
         plan_run(FinetuneConfig(**{field: value}), cpu, model_config={})

@@ -1,10 +1,10 @@
 """One dtype decision from the compute capability, and the trainer flags that follow it."""
 
-from tinyllama_ft.plan import plan_run
+from tinyllama_ft.train.plan import plan_run
 import pytest
 
-from tinyllama_ft.hardware import Hardware
-from tinyllama_ft.precision import resolve_dtype, torch_dtype, trainer_precision_flags
+from tinyllama_ft.machine.hardware import Hardware
+from tinyllama_ft.models.precision import resolve_dtype, torch_dtype, trainer_precision_flags
 
 H100 = Hardware(cuda=True, capability=(9, 0), gpu_name="NVIDIA H100 80GB HBM3", total_memory_gib=79.1)
 
@@ -66,9 +66,9 @@ def test_torch_dtype():
 
 
 def test_cpu_autocasts_to_bf16_only_where_it_computes_bf16_and_dtype_is_auto(cpu):
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.trainer import sft_config_kwargs
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.sft_trainer import sft_config_kwargs
 
     from trl import SFTConfig
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from conftest import REPO
-from tinyllama_ft import preflight
+from tinyllama_ft.machine import preflight
 
 DEMO_ROWS = str(REPO / "data" / "alpaca_demo" / "alpaca_demo.jsonl")
 
@@ -45,7 +45,7 @@ def test_runs_as_a_file_without_torch(tmp_path):
         "rc = m['main'](['--model-name', sys.argv[2], '--dataset', sys.argv[3]]); "
         "assert 'torch' not in sys.modules and 'transformers' not in sys.modules; sys.exit(rc)"
     )
-    script = str(REPO / "tinyllama_ft" / "preflight.py")
+    script = str(REPO / "tinyllama_ft" / "machine" / "preflight.py")
     ok = subprocess.run(
         [sys.executable, "-c", code, script, preflight.DEMO_MODEL_ID, DEMO_ROWS], capture_output=True, text=True
     )

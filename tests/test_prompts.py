@@ -6,7 +6,7 @@ from itertools import islice
 import datasets
 import pytest
 
-from tinyllama_ft.prompts import add_eos, format_prompt, make_formatting_func, training_text
+from tinyllama_ft.data.alpaca_prompts import add_eos, format_prompt, make_formatting_func, training_text
 
 WITH_INPUT = (
     "Below is an instruction that describes a task, paired with an input that provides further context. "

@@ -142,7 +142,7 @@ def test_resumed_losses_match_the_uninterrupted_run(runs):
 
 def test_checkpoint_cut_short_by_a_kill_is_skipped(runs, tmp_path):
     """A kill during a save leaves checkpoint-N without (or with half of) trainer_state.json."""
-    from tinyllama_ft.checkpoints import last_checkpoint
+    from tinyllama_ft.train.checkpoints import last_checkpoint
 
     out = tmp_path / "out"
     shutil.copytree(runs["tmp"] / "killed", out)

@@ -4,7 +4,7 @@ The earlier run is a real 4-step training of stories260K on real Alpaca rows (ch
 transformers, ``run_config.json`` by ``prepare_output_dir``); Colab and its mount function are injected.
 """
 
-from tinyllama_ft.plan import plan_run
+from tinyllama_ft.train.plan import plan_run
 import json
 import os
 import shutil
@@ -14,16 +14,10 @@ from dataclasses import replace
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
-from tinyllama_ft.config import FIELD_NAMES, FinetuneConfig, identity_fields
-from tinyllama_ft.lock import LOCK_FILE
-from tinyllama_ft.runs import (
-    RUN_CONFIG,
-    ensure_drive,
-    identity_differences,
-    prepare_output_dir,
-    read_run_config,
-    run_identity,
-)
+from tinyllama_ft.config.finetune import FIELD_NAMES, FinetuneConfig, identity_fields
+from tinyllama_ft.machine.lock import LOCK_FILE
+from tinyllama_ft.models.run_record import RUN_CONFIG, read_run_config
+from tinyllama_ft.train.output_dir import ensure_drive, identity_differences, prepare_output_dir, run_identity
 
 #: Fields that do not change what is computed (free to change on resume): the ones not marked identity.
 NOT_IDENTITY = set(FIELD_NAMES) - set(identity_fields())
@@ -51,9 +45,9 @@ def _cfg(stories_dir, alpaca_jsonl, output_dir, **changes):
 
 
 def _train(cfg, stories_dir, alpaca_jsonl):
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.trainer import build_trainer
-    from tinyllama_ft.training import train_and_evaluate
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.loop import train_and_evaluate
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), cfg.max_seq_length, cfg.seed)
     ds = text_dataset(alpaca_rows(alpaca_jsonl, 40), tokenizer)
@@ -241,7 +235,7 @@ def test_overwrite_deletes_the_earlier_run_so_nothing_mixes(earlier, stories_dir
 
 def test_overwrite_deletes_the_earlier_runs_offline_wandb_runs(earlier, monkeypatch, capsys):
     """A real offline W&B run of the earlier run: ``wandb sync`` would upload it as if it were the new one."""
-    from tinyllama_ft.tracking import finish_tracking, start_tracking
+    from tinyllama_ft.train.tracking import finish_tracking, start_tracking
 
     for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_DIR"):
         monkeypatch.delenv(name, raising=False)
@@ -263,7 +257,7 @@ def test_overwrite_deletes_the_earlier_runs_offline_wandb_runs(earlier, monkeypa
 def test_new_config_fields_default_off_and_come_from_a_notebook_namespace():
     cfg = FinetuneConfig()
     assert cfg.overwrite_output_dir is False and cfg.mount_drive is False
-    from tinyllama_ft.params import config_from_notebook
+    from tinyllama_ft.config.sources import config_from_notebook
 
     namespace = {"overwrite_output_dir": True, "mount_drive": True, "In": []}
     cfg = config_from_notebook(namespace, names_before=set(namespace))
@@ -355,8 +349,8 @@ def test_an_adapter_outside_output_dir_is_an_earlier_run_too(stories_dir, alpaca
 
 
 def test_overwrite_output_dir_documents_everything_it_deletes():
-    from tinyllama_ft.config import field_docs
-    from tinyllama_ft.runs import DELETED_BY_OVERWRITE
+    from tinyllama_ft.config.finetune import field_docs
+    from tinyllama_ft.train.output_dir import DELETED_BY_OVERWRITE
 
     doc = field_docs()["overwrite_output_dir"]
     docs = Path(__file__).resolve().parents[1] / "docs"

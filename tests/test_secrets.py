@@ -17,8 +17,8 @@ import pytest
 
 from conftest import FAKE_HF_TOKEN, FAKE_WANDB_KEY, NOTEBOOK_STEPS
 from helpers import stories_lora
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.credentials import export_secrets
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.config.secrets import export_secrets
 from wandb_runfile import read_offline_metrics
 
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl", ".pickle")
@@ -53,8 +53,8 @@ def test_from_mapping_refuses_a_secret_name_without_showing_its_value(name):
 
 
 def test_tokenizer_and_config_names_are_not_taken_for_secrets():
-    from tinyllama_ft.coercion import ConfigError
-    from tinyllama_ft.credentials import refuse_secret_names
+    from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.config.secrets import refuse_secret_names
 
     names = {
         "eos_token": "</s>",
@@ -140,16 +140,16 @@ def custom_code_model(tmp_path_factory, stories_dir):
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory, stories_dir):
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.models.adapters import save_adapter
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tokenizer = stories_lora(stories_dir, Hardware())
     return Path(save_adapter(model, tokenizer, str(tmp_path_factory.mktemp("adapter") / "lora_model")))
 
 
 def test_model_code_from_the_repository_never_runs_by_default(custom_code_model, adapter, cpu):
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.models.loading import load_model
 
     folder, marker = custom_code_model
     cfg = FinetuneConfig(model_name=str(folder), backend="transformers", load_in_4bit=False, max_seq_length=512)
@@ -181,9 +181,9 @@ def test_asked_for_the_repository_code_runs_through_both_loaders(custom_code_mod
     """The same folder loads once asked: the refusal above is the flag's doing, and load_adapter passes it on."""
     folder, marker = custom_code_model
     code = (
-        "from tinyllama_ft.adapters import load_adapter\n"
-        "from tinyllama_ft.hardware import Hardware\n"
-        "from tinyllama_ft.modeling import load_model\n"
+        "from tinyllama_ft.models.adapters import load_adapter\n"
+        "from tinyllama_ft.machine.hardware import Hardware\n"
+        "from tinyllama_ft.models.loading import load_model\n"
         f"m, _ = load_model({str(folder)!r}, max_seq_length=512, load_in_4bit=False, backend='transformers', "
         f"hardware=Hardware(), trust_remote_code=True)\n"
         f"p, _ = load_adapter({str(adapter)!r}, max_seq_length=512, load_in_4bit=False, backend='transformers', "
@@ -201,8 +201,8 @@ def test_pickled_weights_are_never_loaded(stories_dir, adapter, tmp_path, cpu):
     import torch
     from safetensors.torch import load_file
 
-    from tinyllama_ft.adapters import load_adapter
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.models.loading import load_model
 
     def pickled_copy(src, weights: str, pickle_name: str):
         """``src`` with its safetensors weights replaced by the same tensors pickled under ``pickle_name``."""

@@ -5,7 +5,7 @@ import json
 import torch
 import transformers
 
-from tinyllama_ft.summary import library_versions, write_run_summary
+from tinyllama_ft.train.summary import library_versions, write_run_summary
 
 
 def test_library_versions_has_torch_and_transformers():

@@ -9,8 +9,8 @@ from pathlib import Path
 import datasets
 import pytest
 
-from tinyllama_ft.data import check_rows, load_instruction_data, read_rows
-from tinyllama_ft.prompts import format_prompt, make_formatting_func, training_text
+from tinyllama_ft.data.instructions import check_rows, load_instruction_data, read_rows
+from tinyllama_ft.data.alpaca_prompts import format_prompt, make_formatting_func, training_text
 
 WOMAN_TECHNOLOGIST = "\U0001f469\U0001f3fd\u200d\U0001f4bb"  # 👩🏽‍💻: woman + medium skin tone + ZWJ + laptop
 FAMILY = "\U0001f468\u200d\U0001f469\u200d\U0001f467\u200d\U0001f466"  # 👨‍👩‍👧‍👦: four people joined by ZWJ

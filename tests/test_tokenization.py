@@ -12,16 +12,16 @@ import math
 import pytest
 
 from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer, stories_lora
-from tinyllama_ft.lengths import apply_long_rows, length_report
-from tinyllama_ft.prompts import format_prompt, training_text
-from tinyllama_ft.tokenization import (
+from tinyllama_ft.data.lengths import apply_long_rows, length_report
+from tinyllama_ft.data.alpaca_prompts import format_prompt, training_text
+from tinyllama_ft.data.tokenization import (
     alpaca_segments,
     drop_unsupervised,
     encode_prompts,
     tokenize_dataset,
     tokenize_segments,
 )
-from tinyllama_ft.eos import _samples, eos_supervision
+from tinyllama_ft.data.eos_check import _samples, eos_supervision
 
 #: Special-token text of the Llama-2 and SmolLM2 (ChatML / GPT-2) vocabularies.
 SPECIAL_TEXTS = ("</s>", "<s>", "<unk>", "<|im_end|>", "<|endoftext|>", "<|im_start|>")
@@ -197,7 +197,7 @@ def test_rows_with_no_response_token_in_the_window_are_dropped_and_counted(tinyl
 def test_build_trainer_drops_the_rows_without_a_response_token(stories_dir, rows, tmp_path, capsys):
     import datasets
 
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tok = stories_lora(stories_dir, Hardware())
     ds = tokenize_dataset(datasets.Dataset.from_list(rows[:16]), tok)
@@ -264,7 +264,7 @@ def _cpu_trl_cannot_train() -> bool:
 def test_a_short_real_training_run_in_both_loss_modes(stories_dir, rows, tmp_path, completion_only_loss):
     import datasets
 
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tok = stories_lora(stories_dir, Hardware())
     ds = tokenize_dataset(datasets.Dataset.from_list(with_special_text(rows, 120)), tok)
@@ -334,8 +334,8 @@ def test_bfd_split_pieces_keep_the_mask_and_lose_only_each_piece_start(
 
 
 def test_generate_and_stream_feed_the_model_special_token_text_as_text(stories_dir):
-    from tinyllama_ft.generation import generate, stream
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.infer.generation import generate, stream
+    from tinyllama_ft.machine.hardware import Hardware
 
     model, tok = stories_lora(stories_dir, Hardware())
     seen = []

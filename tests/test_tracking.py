@@ -8,8 +8,8 @@ import types
 
 import pytest
 
-from tinyllama_ft.credentials import find_secret
-from tinyllama_ft.tracking import Tracking, finish_tracking, start_tracking
+from tinyllama_ft.config.secrets import find_secret
+from tinyllama_ft.train.tracking import Tracking, finish_tracking, start_tracking
 from wandb_runfile import read_offline_metrics
 
 
@@ -30,7 +30,7 @@ def test_key_from_environment_then_colab_secrets(monkeypatch):
 
 
 def test_colab_secrets_are_read_through_google_colab_userdata(monkeypatch):
-    from tinyllama_ft.credentials import colab_secret
+    from tinyllama_ft.config.secrets import colab_secret
 
     userdata = types.SimpleNamespace(get=lambda name: {"WANDB_API_KEY": "from-colab"}[name])
     colab = types.ModuleType("google.colab")
@@ -182,7 +182,7 @@ def test_key_without_a_reachable_server_goes_offline_within_seconds(
     indirect=["server"],
 )
 def test_probe_takes_any_http_answer_as_reachable_and_says_why_not(server, why):
-    from tinyllama_ft.tracking import probe_server
+    from tinyllama_ft.train.tracking import probe_server
 
     start = time.monotonic()
     said = probe_server(server, timeout=2)
@@ -191,7 +191,7 @@ def test_probe_takes_any_http_answer_as_reachable_and_says_why_not(server, why):
 
 
 def test_probe_says_when_the_name_does_not_resolve():
-    from tinyllama_ft.tracking import probe_server
+    from tinyllama_ft.train.tracking import probe_server
 
     assert "name" in probe_server("http://wandb.invalid", timeout=2).lower()
 
@@ -199,7 +199,7 @@ def test_probe_says_when_the_name_does_not_resolve():
 def test_headless_process_without_key_never_prompts_and_says_where(tmp_path):
     """stdin not a terminal (papermill, CI): no prompt, no hang; the run finishes and names its folder."""
     code = (
-        "from tinyllama_ft.tracking import can_prompt, start_tracking, finish_tracking\n"
+        "from tinyllama_ft.train.tracking import can_prompt, start_tracking, finish_tracking\n"
         "import wandb\n"
         "assert not can_prompt()\n"
         f"t = start_tracking(report_to='wandb', wandb_project='tiny-llama', wandb_run_name='headless', output_dir={str(tmp_path)!r})\n"

@@ -21,11 +21,11 @@ def test_every_helper_works_on_the_just_trained_model_on_the_cpu_plan(stories_di
 
 
 def test_flex_attention_is_swapped_for_sdpa_outside_training_and_restored(stories_dir):
-    from tinyllama_ft.generation import generate
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.inference_attention import attention_implementation, sdpa_outside_training
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.infer.generation import generate
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.attention import attention_implementation, sdpa_outside_training
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     model, tokenizer = load_model(
         str(stories_dir),
@@ -51,9 +51,9 @@ def test_flex_attention_is_swapped_for_sdpa_outside_training_and_restored(storie
 
 
 def _flex_stories(stories_dir, lora=True):
-    from tinyllama_ft.hardware import Hardware
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     model, tokenizer = load_model(
         str(stories_dir),
@@ -87,7 +87,7 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
     import copy
 
     from helpers import alpaca_rows
-    from tinyllama_ft.inference_attention import attention_implementation
+    from tinyllama_ft.models.attention import attention_implementation
 
     model, tokenizer = _flex_stories(stories_dir, lora=helper != "stream_eager")  # static decoders: plain models
     seen = []
@@ -97,31 +97,31 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
     )
     rows = alpaca_rows(alpaca_jsonl, 3)
     if helper == "generate":
-        from tinyllama_ft.generation import generate
+        from tinyllama_ft.infer.generation import generate
 
         generate(model, tokenizer, QUESTIONS, max_new_tokens=4)
     elif helper.startswith("stream_"):
-        from tinyllama_ft.generation import stream
+        from tinyllama_ft.infer.generation import stream
 
         stream(model, tokenizer, QUESTIONS[:1], max_new_tokens=4, decode=helper.split("_")[1])
     elif helper == "held_out_scores":
-        from tinyllama_ft.evaluation import held_out_scores
+        from tinyllama_ft.evaluate.held_out import held_out_scores
 
         held_out_scores(model, tokenizer, rows)
     elif helper == "greedy_answers":
-        from tinyllama_ft.evaluation import greedy_answers
+        from tinyllama_ft.evaluate.held_out import greedy_answers
 
         greedy_answers(model, tokenizer, rows, max_new_tokens=4)
     elif helper.startswith("chat_"):
-        from tinyllama_ft import chat_generation
-        from tinyllama_ft.chat_templates import set_chat_template
+        from tinyllama_ft.infer import chat_generation
+        from tinyllama_ft.models.chat_templates import set_chat_template
 
         tokenizer = copy.deepcopy(tokenizer)
         set_chat_template(tokenizer, model, chat_template="zephyr")
         getattr(chat_generation, helper)(model, tokenizer, [[{"role": "user", "content": "Hi"}]], max_new_tokens=4)
     else:
         ipywidgets = pytest.importorskip("ipywidgets")
-        from tinyllama_ft.tryout import answer_into
+        from tinyllama_ft.infer.tryout import answer_into
 
         answer_into(ipywidgets.Output(), model, tokenizer, QUESTIONS[0], max_new_tokens=4)
     hook.remove()
@@ -137,7 +137,7 @@ def test_the_trainer_evaluates_on_sdpa_with_the_eval_loss_flex_attention_gives(s
     from helpers import alpaca_rows, sft_trainer
     from trl import SFTTrainer
 
-    from tinyllama_ft.inference_attention import attention_implementation
+    from tinyllama_ft.models.attention import attention_implementation
 
     model, tokenizer = _flex_stories(stories_dir)
     rows = alpaca_rows(alpaca_jsonl, 48)

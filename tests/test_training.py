@@ -1,14 +1,14 @@
 """Trainer construction on the installed TRL/transformers (run in both library sets by .ci/run)."""
 
-from tinyllama_ft.plan import plan_run
+from tinyllama_ft.train.plan import plan_run
 import inspect
 
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
-from tinyllama_ft.config import FinetuneConfig
-from tinyllama_ft.eos import eos_supervision
-from tinyllama_ft.trainer import RENAMED_ARGUMENTS, build_trainer, sft_config_kwargs, training_plan
+from tinyllama_ft.config.finetune import FinetuneConfig
+from tinyllama_ft.data.eos_check import eos_supervision
+from tinyllama_ft.train.sft_trainer import RENAMED_ARGUMENTS, build_trainer, sft_config_kwargs, training_plan
 
 
 def test_kwargs_use_the_installed_spelling_of_every_renamed_argument(cpu):
@@ -61,7 +61,7 @@ def test_too_old_a_config_class_is_an_error(cpu):
 
 @pytest.fixture(scope="module")
 def trainer(stories_dir, alpaca_jsonl, tmp_path_factory):
-    from tinyllama_ft.hardware import Hardware
+    from tinyllama_ft.machine.hardware import Hardware
 
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu)

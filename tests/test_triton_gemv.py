@@ -10,7 +10,7 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported
 pytest.importorskip("triton")
 
-from tinyllama_ft.triton_gemv import gemv  # noqa: E402
+from tinyllama_ft.infer.fast.triton_gemv import gemv  # noqa: E402
 
 
 @pytest.mark.parametrize("n,k,config", [(40, 64, (8, 32, 4)), (37, 100, (8, 64, 4)), (512, 64, (16, 32, 4))])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from helpers import stories_lora
-from tinyllama_ft import tryout
+from tinyllama_ft.infer import tryout
 
 
 @pytest.fixture(scope="module")

@@ -44,9 +44,9 @@ def run(
 
     ``eval_rows`` > 0: that many further rows are an eval set, evaluated before training, after every step
     (``eval_steps=1``: the Trainer's own eval loop between training steps) and after training."""
-    from tinyllama_ft.config import FinetuneConfig
-    from tinyllama_ft.hardware import Hardware, cap_gpu_memory, detect_hardware
-    from tinyllama_ft.plan import plan_run
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.machine.hardware import Hardware, cap_gpu_memory, detect_hardware
+    from tinyllama_ft.train.plan import plan_run
 
     real = detect_hardware()
     hardware = {
@@ -85,14 +85,14 @@ def run(
     cap_gpu_memory(cfg.gpu_memory_cap_gib, real)
 
     from helpers import alpaca_rows, text_dataset
-    from tinyllama_ft.adapters import load_adapter, save_adapter
-    from tinyllama_ft.eos import eos_supervision
-    from tinyllama_ft.generation import generate, prepare_for_inference, stream
-    from tinyllama_ft.inference_attention import attention_implementation
-    from tinyllama_ft.lora import add_lora, trainable_parameters
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.trainer import build_trainer, training_plan
-    from tinyllama_ft.training import train_and_evaluate
+    from tinyllama_ft.models.adapters import load_adapter, save_adapter
+    from tinyllama_ft.data.eos_check import eos_supervision
+    from tinyllama_ft.infer.generation import generate, prepare_for_inference, stream
+    from tinyllama_ft.models.attention import attention_implementation
+    from tinyllama_ft.models.lora import add_lora, trainable_parameters
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+    from tinyllama_ft.train.loop import train_and_evaluate
 
     load = dict(
         max_seq_length=cfg.max_seq_length,
@@ -124,7 +124,7 @@ def run(
             return None
 
     record["attention_before"] = attention_implementation(model)
-    from tinyllama_ft.modeling import loaded_backend
+    from tinyllama_ft.models.loading import loaded_backend
 
     record["loaded_backend"] = loaded_backend(model)  # what prepare_for_inference reads
     record["for_inference_calls"] = 0

@@ -3,6 +3,19 @@
 Importing the package is cheap and imports neither torch nor transformers, so the install cell can run
 first and ``unsloth`` can be imported before ``transformers`` (it patches it). Each helper lives in one
 module; the names below are loaded from there on first use.
+
+The subpackages are layers, lowest first; a module imports from its own layer and those below, never
+from one above (tests/test_package.py checks it with scripts/import_graph.py):
+
+    machine   hardware, processes of a launch, install, paths, lock, temporaries, preflight
+    config    FinetuneConfig, coercion and ConfigError, recipes and notebook parameters, secrets
+    models    loading, LoRA, adapters and their record, demo model, GGUF sources, families, chat templates
+    data      row files, Alpaca rows and conversations, prompts, tokenization, long rows, EOS check
+    infer     generation and streaming (``fast/``: the CUDA-graph and compiled decoders), the try-out box
+    evaluate  held-out checks, base vs. tuned answers
+    train     plan, trainer, loop, checkpoints, output folder, tracking, progress, summary
+    export    merged, GGUF, Ollama, Hub
+    (top)     ``formats`` (what differs between dataset formats), ``pipeline`` (the run), ``cli``
 """
 
 from __future__ import annotations
@@ -12,58 +25,58 @@ import importlib
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "FinetuneConfig": "config",
-    "DEFAULTS": "config",
-    "config_from_notebook": "params",
-    "config_from_recipe": "params",
-    "Hardware": "hardware",
-    "detect_hardware": "hardware",
-    "cap_gpu_memory": "hardware",
-    "install": "install",
-    "plan_install": "install",
-    "resolve_dtype": "precision",
-    "RunPlan": "plan",
-    "plan_run": "plan",
-    "load_model": "modeling",
-    "add_lora": "lora",
-    "trainable_parameters": "lora",
-    "format_prompt": "prompts",
-    "make_formatting_func": "prompts",
-    "load_instruction_data": "data",
-    "split_train_eval": "data",
-    "length_report": "lengths",
-    "apply_long_rows": "lengths",
-    "tokenize_dataset": "tokenization",
-    "ensure_drive": "runs",
-    "prepare_output_dir": "runs",
-    "release_run_lock": "lock",
-    "data_fingerprint": "fingerprint",
-    "last_checkpoint": "checkpoints",
-    "expand_path": "paths",
-    "start_tracking": "tracking",
-    "finish_tracking": "tracking",
-    "export_secrets": "credentials",
-    "build_trainer": "trainer",
-    "training_plan": "trainer",
-    "eos_supervision": "eos",
-    "eos_first_batch": "eos",
-    "train_and_evaluate": "training",
-    "save_adapter": "adapters",
-    "load_adapter": "adapters",
-    "generate": "generation",
-    "stream": "generation",
-    "build_run_summary": "summary",
-    "write_run_summary": "summary",
-    "loss_curve": "plotting",
+    "FinetuneConfig": "config.finetune",
+    "DEFAULTS": "config.finetune",
+    "config_from_notebook": "config.sources",
+    "config_from_recipe": "config.sources",
+    "Hardware": "machine.hardware",
+    "detect_hardware": "machine.hardware",
+    "cap_gpu_memory": "machine.hardware",
+    "install": "machine.install",
+    "plan_install": "machine.install",
+    "resolve_dtype": "models.precision",
+    "RunPlan": "train.plan",
+    "plan_run": "train.plan",
+    "load_model": "models.loading",
+    "add_lora": "models.lora",
+    "trainable_parameters": "models.lora",
+    "format_prompt": "data.alpaca_prompts",
+    "make_formatting_func": "data.alpaca_prompts",
+    "load_instruction_data": "data.instructions",
+    "split_train_eval": "data.instructions",
+    "length_report": "data.lengths",
+    "apply_long_rows": "data.lengths",
+    "tokenize_dataset": "data.tokenization",
+    "ensure_drive": "train.output_dir",
+    "prepare_output_dir": "train.output_dir",
+    "release_run_lock": "machine.lock",
+    "data_fingerprint": "data.fingerprint",
+    "last_checkpoint": "train.checkpoints",
+    "expand_path": "machine.paths",
+    "start_tracking": "train.tracking",
+    "finish_tracking": "train.tracking",
+    "export_secrets": "config.secrets",
+    "build_trainer": "train.sft_trainer",
+    "training_plan": "train.sft_trainer",
+    "eos_supervision": "data.eos_check",
+    "eos_first_batch": "data.eos_check",
+    "train_and_evaluate": "train.loop",
+    "save_adapter": "models.adapters",
+    "load_adapter": "models.adapters",
+    "generate": "infer.generation",
+    "stream": "infer.generation",
+    "build_run_summary": "train.summary",
+    "write_run_summary": "train.summary",
+    "loss_curve": "train.plotting",
     "run_training": "pipeline",
-    "load_conversations": "conversations",
-    "load_conversation_sources": "conversations",
-    "prepare_family": "families",
-    "set_chat_template": "chat_templates",
-    "tokenize_conversations": "chat_masks",
-    "assistant_supervision": "chat_masks",
-    "chat_generate": "chat_generation",
-    "chat_stream": "chat_generation",
+    "load_conversations": "data.conversations",
+    "load_conversation_sources": "data.conversations",
+    "prepare_family": "models.families",
+    "set_chat_template": "models.chat_templates",
+    "tokenize_conversations": "data.chat_masks",
+    "assistant_supervision": "data.chat_masks",
+    "chat_generate": "infer.chat_generation",
+    "chat_stream": "infer.chat_generation",
     "run_chat_training": "chat_pipeline",
 }
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .config import FinetuneConfig
+from .config.finetune import FinetuneConfig
 
 
 def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
@@ -35,7 +35,7 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         ValueError: under a multi-process launch (``accelerate launch``): the chat run has no main-process-only
             rules yet (``pipeline.run_training`` has them), so every process would write the folder.
     """
-    from .distributed import world_size
+    from .machine.distributed import world_size
 
     if world_size() > 1:
         raise ValueError(
@@ -44,29 +44,29 @@ def run_chat_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         )
     from accelerate.utils import release_memory
 
-    from .adapters import load_adapter, save_adapter
-    from .chat_generation import chat_generate, chat_stream
-    from .chat_masks import assistant_supervision, describe_supervision, show_supervision, tokenize_conversations
-    from .conversations import load_conversation_sources
-    from .credentials import export_secrets
-    from .data import split_train_eval
-    from .export import check_export_tools, describe_exports, export_adapter
-    from .families import prepare_family
-    from .fingerprint import data_fingerprint
-    from .generation import as_samples, format_answers
-    from .hardware import cap_gpu_memory, detect_hardware
-    from .install import install
-    from .lock import release_run_lock
-    from .lora import add_lora, trainable_parameters
-    from .modeling import load_model
-    from .plan import plan_run
-    from .plotting import loss_curve
-    from .run_record import adapter_record
-    from .runs import ensure_drive, prepare_output_dir
-    from .summary import build_run_summary, write_run_summary
-    from .tracking import finish_tracking, start_tracking
-    from .trainer import build_trainer, training_plan
-    from .training import train_and_evaluate
+    from .config.secrets import export_secrets
+    from .data.chat_masks import assistant_supervision, describe_supervision, show_supervision, tokenize_conversations
+    from .data.conversations import load_conversation_sources
+    from .data.fingerprint import data_fingerprint
+    from .data.instructions import split_train_eval
+    from .export.adapter_export import check_export_tools, describe_exports, export_adapter
+    from .infer.chat_generation import chat_generate, chat_stream
+    from .infer.generation import as_samples, format_answers
+    from .machine.hardware import cap_gpu_memory, detect_hardware
+    from .machine.install import install
+    from .machine.lock import release_run_lock
+    from .models.adapters import load_adapter, save_adapter
+    from .models.families import prepare_family
+    from .models.loading import load_model
+    from .models.lora import add_lora, trainable_parameters
+    from .models.run_record import adapter_record
+    from .train.loop import train_and_evaluate
+    from .train.output_dir import ensure_drive, prepare_output_dir
+    from .train.plan import plan_run
+    from .train.plotting import loss_curve
+    from .train.sft_trainer import build_trainer, training_plan
+    from .train.summary import build_run_summary, write_run_summary
+    from .train.tracking import finish_tracking, start_tracking
 
     print("secrets:", export_secrets())
     hardware = hardware or detect_hardware()

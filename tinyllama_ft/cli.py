@@ -29,8 +29,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from .coercion import ConfigError, unknown_keys_error
-from .config import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
+from .config.coercion import ConfigError, unknown_keys_error
+from .config.finetune import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
 GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
@@ -73,7 +73,7 @@ def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
 
 
 def _add_train_arguments(parser) -> None:
-    from .params import recipe_names
+    from .config.sources import recipe_names
 
     parser.add_argument(
         "--config",
@@ -86,7 +86,7 @@ def _add_train_arguments(parser) -> None:
 
 
 def _run_train(values: dict, given: set) -> dict:
-    from .params import config_from_recipe
+    from .config.sources import config_from_recipe
     from .pipeline import run_training
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
@@ -138,11 +138,11 @@ def _recorded_flags(values: dict, given: set, where: str) -> dict:
 
 
 def _run_generate(values: dict, given: set) -> list[str]:
-    from .adapters import adapter_base_model, load_adapter
-    from .chat_generation import chat_stream
-    from .generation import stream
-    from .hardware import detect_hardware
-    from .run_record import is_chat, read_record, resolve_settings
+    from .infer.chat_generation import chat_stream
+    from .infer.generation import stream
+    from .machine.hardware import detect_hardware
+    from .models.adapters import adapter_base_model, load_adapter
+    from .models.run_record import is_chat, read_record, resolve_settings
 
     where = "tinyllama-ft generate"
     base = values["base_model"] or adapter_base_model(values["adapter"])
@@ -180,7 +180,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
 
 
 def _add_export_arguments(parser) -> None:
-    from .config import EXPORT_FORMATS
+    from .config.finetune import EXPORT_FORMATS
 
     parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
     parser.add_argument(
@@ -212,7 +212,7 @@ def _add_export_arguments(parser) -> None:
 def _run_export(values: dict, given: set) -> dict:
     import os
 
-    from .export import describe_exports, export_adapter
+    from .export.adapter_export import describe_exports, export_adapter
 
     formats = FinetuneConfig.from_mapping(
         {"export_formats": values["format"]}, where="tinyllama-ft export --format"
@@ -279,7 +279,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
         else {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
     )
     given = _given_flags(argv)
-    from .credentials import refuse_secret_names
+    from .config.secrets import refuse_secret_names
 
     refuse_secret_names(dict.fromkeys(given), f"tinyllama-ft {command}")  # --hf_token X: never a flag (not shown)
     unknown = [g for g in given if g not in known]

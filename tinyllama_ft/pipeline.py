@@ -15,14 +15,14 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .config import FinetuneConfig
+from .config.finetune import FinetuneConfig
 
 
 def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     """Fine-tune, save the adapter, reload it, answer ``cfg.prompts`` and write the run summary.
 
     Args:
-        cfg: the run's configuration (``params.config_from_recipe`` for the command line).
+        cfg: the run's configuration (``sources.config_from_recipe`` for the command line).
         hardware: injected machine facts; default ``hardware.detect_hardware()``.
 
     Returns:
@@ -37,7 +37,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         folder's run lock is released however the run ends. A non-main process of a launch raises
         ``distributed.MainProcessError`` when the main process failed to install or prepare the folder.
     """
-    from .export import check_export_tools, describe_exports, export_adapter
+    from .export.adapter_export import check_export_tools, describe_exports, export_adapter
 
     check_export_tools(cfg.export_formats)  # a quantizer missing for gguf_q4_k_m stops before training, not after
     if cfg.dataset_format != "alpaca":  # conversations: the chat notebook's run
@@ -46,30 +46,30 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         return run_chat_training(cfg, hardware=hardware)
     from accelerate.utils import release_memory
 
-    from .adapters import load_adapter, save_adapter
-    from .comparison import answers_table, compare_answers
-    from .credentials import export_secrets
-    from .data import load_instruction_data, split_train_eval
-    from .distributed import is_main_process, main_process_first, same_on_all_processes
-    from .fingerprint import data_fingerprint
-    from .eos import describe_eos, eos_first_batch
-    from .evaluation import held_out_check, held_out_rows, heldout_summary
-    from .generation import as_samples, format_answers, generate, stream
-    from .hardware import cap_gpu_memory, detect_hardware
-    from .install import install
-    from .lengths import apply_long_rows, length_report
-    from .lock import release_run_lock
-    from .lora import add_lora, trainable_parameters
-    from .modeling import load_model
-    from .plan import plan_run
-    from .plotting import loss_curve
-    from .run_record import adapter_record
-    from .runs import ensure_drive, prepare_output_dir
-    from .summary import build_run_summary, write_run_summary
-    from .tokenization import tokenize_dataset
-    from .tracking import finish_tracking, start_tracking
-    from .trainer import build_trainer, training_plan
-    from .training import train_and_evaluate
+    from .config.secrets import export_secrets
+    from .data.eos_check import describe_eos, eos_first_batch
+    from .data.fingerprint import data_fingerprint
+    from .data.instructions import load_instruction_data, split_train_eval
+    from .data.lengths import apply_long_rows, length_report
+    from .data.tokenization import tokenize_dataset
+    from .evaluate.held_out import held_out_check, held_out_rows, heldout_summary
+    from .evaluate.side_by_side import answers_table, compare_answers
+    from .infer.generation import as_samples, format_answers, generate, stream
+    from .machine.distributed import is_main_process, main_process_first, same_on_all_processes
+    from .machine.hardware import cap_gpu_memory, detect_hardware
+    from .machine.install import install
+    from .machine.lock import release_run_lock
+    from .models.adapters import load_adapter, save_adapter
+    from .models.loading import load_model
+    from .models.lora import add_lora, trainable_parameters
+    from .models.run_record import adapter_record
+    from .train.loop import train_and_evaluate
+    from .train.output_dir import ensure_drive, prepare_output_dir
+    from .train.plan import plan_run
+    from .train.plotting import loss_curve
+    from .train.sft_trainer import build_trainer, training_plan
+    from .train.summary import build_run_summary, write_run_summary
+    from .train.tracking import finish_tracking, start_tracking
 
     print("secrets:", export_secrets())
     hardware = hardware or detect_hardware()

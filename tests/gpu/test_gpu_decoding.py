@@ -15,14 +15,14 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU", allow_module_level=True)
 
-from tinyllama_ft.hardware import detect_hardware  # noqa: E402
+from tinyllama_ft.machine.hardware import detect_hardware  # noqa: E402
 
 
 def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_dir, tmp_path):
-    from tinyllama_ft.adapters import load_adapter, save_adapter
-    from tinyllama_ft.generation import stream
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.models.adapters import load_adapter, save_adapter
+    from tinyllama_ft.infer.generation import stream
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
 
     if "unsloth" in sys.modules:
         pytest.skip("Unsloth is loaded in this process: run this file alone")
@@ -60,9 +60,9 @@ def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_
 def test_graph_decoder_gives_generates_greedy_tokens_on_a_real_model_and_batches(stories_dir, tmp_path):
     """The fused CUDA-graph decoder (Liger kernels where installed), float32: generate's greedy tokens, one
     prompt at a time and in a left-padded batch."""
-    from tinyllama_ft.generation import generate, stream
-    from tinyllama_ft.graph_decoding import fused_decoder_for
-    from tinyllama_ft.modeling import load_model
+    from tinyllama_ft.infer.generation import generate, stream
+    from tinyllama_ft.infer.fast.graph_decoder import fused_decoder_for
+    from tinyllama_ft.models.loading import load_model
 
     model, tokenizer = load_model(
         str(stories_dir),

@@ -40,8 +40,8 @@ if "unsloth" in sys.modules:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: helpers
 from helpers import alpaca_rows, text_dataset  # noqa: E402
-from tinyllama_ft.config import FinetuneConfig  # noqa: E402
-from tinyllama_ft.hardware import detect_hardware  # noqa: E402
+from tinyllama_ft.config.finetune import FinetuneConfig  # noqa: E402
+from tinyllama_ft.machine.hardware import detect_hardware  # noqa: E402
 
 SHAPED = os.environ.get("TINYLLAMA_SHAPED", "/tmp/tinyllama-shaped")
 PROBES = [
@@ -68,12 +68,12 @@ def trained_4bit(alpaca_jsonl, tmp_path_factory):
     (``{name: W + scale * B @ A}`` on the GPU), the trained model's logits and the base's (adapter disabled)."""
     import bitsandbytes.functional as bnbf
 
-    from tinyllama_ft.adapters import save_adapter
-    from tinyllama_ft.inference_attention import sdpa_outside_training
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.models.adapters import save_adapter
+    from tinyllama_ft.models.attention import sdpa_outside_training
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.sft_trainer import build_trainer
 
     if not os.path.isfile(os.path.join(SHAPED, "config.json")):
         pytest.fail(f"no TinyLlama-shaped model at {SHAPED}: run benchmarks/build_tinyllama_shaped.py")
@@ -137,7 +137,7 @@ def trained_4bit(alpaca_jsonl, tmp_path_factory):
 def test_merged_16bit_from_a_4bit_base_is_the_dequantized_base_plus_the_update(trained_4bit):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.export import export_adapter
+    from tinyllama_ft.export.adapter_export import export_adapter
 
     out, adapter, exact, adapter_logits, base_logits = trained_4bit
     result = export_adapter(

@@ -27,8 +27,8 @@ except ImportError:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: helpers
 from helpers import alpaca_rows, text_dataset  # noqa: E402
-from tinyllama_ft.config import FinetuneConfig  # noqa: E402
-from tinyllama_ft.hardware import Hardware, detect_hardware  # noqa: E402
+from tinyllama_ft.config.finetune import FinetuneConfig  # noqa: E402
+from tinyllama_ft.machine.hardware import Hardware, detect_hardware  # noqa: E402
 
 SHAPED = os.environ.get("TINYLLAMA_SHAPED", "/tmp/tinyllama-shaped")
 
@@ -41,10 +41,10 @@ def shaped():
 
 
 def _trainer(model_dir, rows, cfg, hardware, plan=None):
-    from tinyllama_ft.lora import add_lora
-    from tinyllama_ft.modeling import load_model
-    from tinyllama_ft.plan import plan_run
-    from tinyllama_ft.trainer import build_trainer
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.sft_trainer import build_trainer
 
     plan = plan or plan_run(cfg, hardware)
     model, tokenizer = load_model(
@@ -64,7 +64,7 @@ def _trainer(model_dir, rows, cfg, hardware, plan=None):
 
 
 def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.training import train_and_evaluate
+    from tinyllama_ft.train.loop import train_and_evaluate
 
     hardware = detect_hardware()
     rows = alpaca_rows(alpaca_jsonl, 400)
@@ -124,8 +124,8 @@ def test_out_of_memory_names_the_knobs_and_keeps_the_last_checkpoint(shaped, alp
 
 
 def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.hardware import cap_gpu_memory
-    from tinyllama_ft.plan import plan_run
+    from tinyllama_ft.machine.hardware import cap_gpu_memory
+    from tinyllama_ft.train.plan import plan_run
 
     real = detect_hardware()
     t4 = Hardware(cuda=True, capability=(7, 5), gpu_name="T4 stand-in", total_memory_gib=real.total_memory_gib)
@@ -169,7 +169,7 @@ def test_fp16_on_a_t4_like_gpu_never_meets_bf16(shaped, alpaca_jsonl, tmp_path):
 
 
 def test_unsloth_packed_batches_supervise_one_eos_per_sample(shaped, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.eos import eos_supervision
+    from tinyllama_ft.data.eos_check import eos_supervision
 
     hardware = detect_hardware()
     from transformers import AutoTokenizer

@@ -3,7 +3,7 @@
 stand-in (fp16, Unsloth). Each plan runs ``tests/trained_model_driver.py`` in its own process (Unsloth
 patches transformers for the whole process); the CPU plan is ``tests/test_trained_model.py``. The bf16 fast plan
 also evaluates a held-out set before, between (every step) and after its flex-attention training steps: the
-Trainer's own eval loop runs on SDPA (``trainer.sdpa_evaluating``) and must give finite losses.
+Trainer's own eval loop runs on SDPA (``sft_trainer.sdpa_evaluating``) and must give finite losses.
 
     TINYLLAMA_SHAPED=/tmp/tinyllama-shaped python3 -m pytest -q tests/gpu/test_gpu_trained_model.py
 """

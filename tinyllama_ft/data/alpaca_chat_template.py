@@ -1,0 +1,111 @@
+"""The trained prompt format as the chat template a reader applies: Jinja (transformers, vLLM, llama.cpp,
+LM Studio), an Ollama ``TEMPLATE`` and the stop strings.
+
+An Alpaca-tuned model must be prompted in Alpaca, not in the ChatML or Llama-2 template a reader falls back
+to. The Jinja template here renders exactly ``alpaca_prompts.format_prompt`` (preceded by ``bos_token``, which
+transformers' ``apply_chat_template`` does not add by itself and llama.cpp strips when its vocabulary adds
+BOS):
+
+* ``[{"role": "user", "content": instruction}]`` (optionally with an ``"input"`` key on that message, the
+  Alpaca Input block) -> the generation prompt, ending in ``"### Response:\\n"``;
+* ``[user, {"role": "assistant", "content": output}]`` -> the training text (``alpaca_prompts.training_text``:
+  the response and ``eos_token`` once).
+
+Alpaca has no system turn and no multi-turn conversation; any other list of messages raises in the
+template (``raise_exception``) rather than prompting the model in a format it never saw.
+"""
+
+from __future__ import annotations
+
+from .alpaca_prompts import ALPACA_PROMPT, ALPACA_PROMPT_NO_INPUT, format_prompt
+
+#: Stop strings beyond EOS: Alpaca starts every new turn with this header; a model that goes on past its
+#: response into a new instruction is stopped there.
+ALPACA_TURN_HEADER = "### Instruction:"
+
+_CHECK = (
+    "{% if messages | length < 1 or messages | length > 2 or messages[0]['role'] != 'user'"
+    " or (messages | length == 2 and messages[1]['role'] != 'assistant') %}"
+    "{{ raise_exception('The Alpaca format takes one user message (the instruction; an optional key "
+    "input holds the Input block) and optionally the assistant response: no system or multi-turn "
+    "messages') }}{% endif %}"
+)
+_INSTRUCTION = "{{ messages[0]['content'] }}"
+_INPUT = "{{ messages[0]['input'] | default('', true) }}"
+_OUTPUT = "{% if messages | length == 2 %}{{ messages[1]['content'] + eos_token }}{% endif %}"
+
+
+def _fill(prompt: str, instruction: str, input: str = "", output: str = "") -> str:
+    """``prompt`` with its ``{instruction}``/``{input}``/``{output}`` fields replaced by template code."""
+    # str.replace, not str.format: the template code holds braces of its own.
+    return prompt.replace("{instruction}", instruction).replace("{input}", input).replace("{output}", output)
+
+
+def jinja_chat_template(template: str = "alpaca") -> str:
+    """The Jinja chat template that renders ``alpaca_prompts.format_prompt`` for the given prompt template.
+
+    Args:
+        template: the prompt template the model was trained with: ``"alpaca"`` (the article's: the Input
+            block always, empty when the message has no ``input``) or ``"alpaca_no_input"`` (the no-input
+            variant when ``input`` is empty or absent).
+
+    Returns:
+        The template text, for ``tokenizer.chat_template`` (written by ``save_pretrained`` as
+        ``chat_template.jinja``) and for GGUF's ``tokenizer.chat_template``.
+
+    Raises:
+        ValueError: unknown ``template``.
+    """
+    format_prompt("", template=template)  # raises on an unknown template
+    with_input = _fill(ALPACA_PROMPT, _INSTRUCTION, _INPUT, _OUTPUT)
+    if template == "alpaca":
+        body = with_input
+    else:
+        body = (
+            "{% if messages[0]['input'] | default('', true) %}"
+            + with_input
+            + "{% else %}"
+            + _fill(ALPACA_PROMPT_NO_INPUT, _INSTRUCTION, output=_OUTPUT)
+            + "{% endif %}"
+        )
+    return "{{ bos_token }}" + _CHECK + body
+
+
+def ollama_template(template: str = "alpaca") -> str:
+    """The prompt format as an Ollama Modelfile ``TEMPLATE`` (Go template; ``.Prompt``/``.Response``).
+
+    Ollama passes a user message only, no Alpaca Input: ``"alpaca"`` renders the empty Input block (what
+    ``format_prompt(instruction)`` gives), ``"alpaca_no_input"`` the no-input variant.
+
+    Args:
+        template: as ``jinja_chat_template``.
+
+    Returns:
+        The TEMPLATE text; with ``{{ .Prompt }}`` = instruction and ``{{ .Response }}`` = "" it is exactly
+        ``format_prompt(instruction, template=template)``.
+
+    Raises:
+        ValueError: unknown ``template``.
+    """
+    format_prompt("", template=template)
+    prompt = ALPACA_PROMPT if template == "alpaca" else ALPACA_PROMPT_NO_INPUT
+    return _fill(prompt, "{{ .Prompt }}", "", "{{ .Response }}")
+
+
+def stop_strings(eos_token: str, template: str = "alpaca") -> list[str]:
+    """Strings that end a response in the trained format: the EOS text, then Alpaca's turn header.
+
+    Args:
+        eos_token: the tokenizer's EOS text (``"</s>"`` for Llama, ``"<|im_end|>"`` for SmolLM2).
+        template: as ``jinja_chat_template``.
+
+    Returns:
+        ``[eos_token, "### Instruction:"]``.
+
+    Raises:
+        ValueError: no ``eos_token``, or an unknown ``template``.
+    """
+    format_prompt("", template=template)
+    if not eos_token:
+        raise ValueError("eos_token is empty: the trained format ends every response with the tokenizer's EOS")
+    return [eos_token, ALPACA_TURN_HEADER]

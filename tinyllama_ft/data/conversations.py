@@ -1,0 +1,285 @@
+"""Conversation data: rows as OpenAI-style ``messages`` or ShareGPT ``conversations``, checked and normalised.
+
+A conversation row reaches the chat template as ``{"messages": [{"role", "content"}, ...]}`` with roles
+``system`` / ``user`` / ``assistant``. Two source layouts are read:
+
+* ``messages``: ``[{"role": "user", "content": "..."}, ...]`` (OpenAI, TRL's conversational format);
+* ``conversations``: ShareGPT, ``[{"from": "human", "value": "..."}, ...]`` with ``from`` one of
+  ``SHAREGPT_ROLES`` (``human`` / ``gpt`` / ``system``, plus ``user`` / ``assistant`` that some exports write),
+  as TRL's ``maybe_convert_to_chatml`` maps them.
+
+Alpaca rows (``instructions.check_rows``) become one-turn conversations: the instruction, then a blank line and the
+input when there is one, as the user turn; the output as the assistant turn.
+
+Every row is checked as ``instructions.check_rows`` checks Alpaca rows (same ``BadRow`` / ``DataReport``, same
+``strict`` behaviour naming the 0-based row and the field, e.g. ``messages[2].role``): a row that is not an
+object, a missing or non-list column, a turn that is not an object, a role or content that is missing or not
+a string, an unknown role, an empty (or whitespace-only) turn, no assistant turn, turns out of order (a system
+turn only first; then user and assistant alternate, starting with user; the last turn is the assistant's),
+or an exact duplicate of an earlier row is dropped and counted by kind. Tool / function turns are not
+supported (an unknown role). Text is kept exactly as read (no stripping).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Sequence
+
+from ..config.finetune import (  # dataset_format values; "auto" reads the first object's columns
+    DATASET_FORMATS,
+    DEFAULTS,
+)
+from .instructions import BadRow, DataReport, check_rows
+from .row_files import UnreadableRow, read_rows
+
+#: Roles of the normalised ``messages``.
+ROLES = ("system", "user", "assistant")
+#: ShareGPT ``from`` values and the role each becomes (TRL's ``maybe_convert_to_chatml`` maps the first three).
+SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user": "user", "assistant": "assistant"}
+
+
+def alpaca_to_messages(instruction: str, input: str = "", output: str = "") -> list[dict[str, str]]:
+    """One Alpaca row as a one-turn conversation.
+
+    Args:
+        instruction: the task (the user turn).
+        input: extra context, appended to the user turn after a blank line when not empty.
+        output: the response (the assistant turn).
+
+    Returns:
+        ``[{"role": "user", "content": instruction [+ "\\n\\n" + input]}, {"role": "assistant", "content": output}]``.
+    """
+    user = f"{instruction}\n\n{input}" if input else instruction
+    return [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
+
+
+def detect_format(rows: Iterable[Any]) -> str:
+    """``"messages"``, ``"sharegpt"`` or ``"alpaca"``: the layout of the first row that is an object.
+
+    Raises:
+        ValueError: no row is an object holding ``messages``, ``conversations`` or ``instruction``.
+    """
+    for row in rows:
+        if isinstance(row, dict):
+            if "messages" in row:
+                return "messages"
+            if "conversations" in row:
+                return "sharegpt"
+            if "instruction" in row:
+                return "alpaca"
+            raise ValueError(
+                f"dataset_format='auto': the first row has columns {sorted(row)}; expected 'messages', "
+                "'conversations' (ShareGPT) or 'instruction' (Alpaca); set dataset_format"
+            )
+    raise ValueError("dataset_format='auto': no row is an object, so the layout cannot be read")
+
+
+def _turn_problem(turn: Any, j: int, column: str, sharegpt: bool) -> tuple[tuple[str, str, str] | None, dict | None]:
+    """``(problem, normalised turn)`` for turn ``j``: exactly one of the two is None."""
+    where = f"{column}[{j}]"
+    if not isinstance(turn, dict):
+        return (where, f"is of type {type(turn).__name__}, not an object", "wrong type"), None
+    role_key, content_key = ("from", "value") if sharegpt else ("role", "content")
+    for key in (role_key, content_key):
+        value = turn.get(key)
+        if value is None:
+            why = ("is missing", "missing") if key not in turn else ("is None", "null")
+            return (f"{where}.{key}", *why), None
+        if not isinstance(value, str):
+            return (f"{where}.{key}", f"is of type {type(value).__name__}, not a string", "wrong type"), None
+    role = turn[role_key]
+    known = SHAREGPT_ROLES if sharegpt else {r: r for r in ROLES}
+    if role not in known:
+        return (f"{where}.{role_key}", f"is {role!r}, not one of {sorted(known)}", "unknown role"), None
+    content = turn[content_key]
+    if not content.strip():
+        return (f"{where}.{content_key}", "is whitespace-only" if content else "is empty", "empty turn"), None
+    return None, {"role": known[role], "content": content}
+
+
+def _order_problem(messages: list[dict[str, str]], column: str) -> tuple[str, str, str] | None:
+    """The first turn out of order: system only first, then user/assistant alternating from user, assistant last."""
+    start = 1 if messages[0]["role"] == "system" else 0
+    for j, message in enumerate(messages[start:], start=start):
+        expected = "user" if (j - start) % 2 == 0 else "assistant"
+        if message["role"] != expected:
+            where = "a system turn is allowed only first" if message["role"] == "system" else f"expected {expected!r}"
+            return f"{column}[{j}]", f"is a {message['role']!r} turn out of order ({where})", "out of order"
+    if not any(m["role"] == "assistant" for m in messages):
+        return column, "has no assistant turn", "no assistant turn"
+    if messages[-1]["role"] != "assistant":
+        return f"{column}[{len(messages) - 1}]", "is the last turn but not the assistant's", "out of order"
+    return None
+
+
+def conversation_problem(
+    row: Any, *, dataset_format: str = "messages", column: str | None = None
+) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
+    """Check one conversation row and normalise it.
+
+    Args:
+        row: a raw row (a dict, or what ``row_files.read_rows`` left for a line it could not parse).
+        dataset_format: ``"messages"`` or ``"sharegpt"``.
+        column: the column holding the turns; default ``"messages"`` / ``"conversations"``.
+
+    Returns:
+        ``(problem, messages)``: ``problem`` is ``(field, reason, kind)`` of the first fault and ``messages`` None,
+        or ``problem`` is None and ``messages`` the normalised turns.
+    """
+    sharegpt = dataset_format == "sharegpt"
+    column = column or ("conversations" if sharegpt else "messages")
+    if isinstance(row, UnreadableRow):
+        return (row.field, row.reason, row.kind), None
+    if not isinstance(row, dict):
+        return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
+    turns = row.get(column)
+    if turns is None:
+        return ((column, "is missing", "missing") if column not in row else (column, "is None", "null")), None
+    if not isinstance(turns, list):
+        return (column, f"is of type {type(turns).__name__}, not a list of turns", "wrong type"), None
+    if not turns:
+        return (column, "has no turns", "empty turn"), None
+    messages = []
+    for j, turn in enumerate(turns):
+        problem, message = _turn_problem(turn, j, column, sharegpt)
+        if problem:
+            return problem, None
+        messages.append(message)
+    problem = _order_problem(messages, column)
+    return (problem, None) if problem else (None, messages)
+
+
+def check_conversations(
+    rows: Iterable[Any],
+    *,
+    dataset_format: str = "auto",
+    strict: bool = DEFAULTS.strict,
+    source: str = "rows",
+    column: str | None = None,
+) -> tuple[list[dict[str, list[dict[str, str]]]], DataReport]:
+    """Keep well-formed conversations, normalised to ``{"messages": [...]}``, once each.
+
+    Args:
+        rows: raw rows, e.g. from ``row_files.read_rows`` (a list; ``auto`` reads the first object's columns).
+        dataset_format: one of ``DATASET_FORMATS`` (default "auto": the first object's columns decide). ``"alpaca"`` checks the rows with ``instructions.check_rows`` and turns
+            each kept row into a one-turn conversation (``alpaca_to_messages``).
+        strict: raise on the first bad row instead of dropping it (default ``DEFAULTS.strict``).
+        source: name used in messages (the file or dataset id).
+        column: the turns' column; default ``"messages"`` / ``"conversations"`` (ShareGPT).
+
+    Returns:
+        ``(clean, report)``: ``clean`` rows as ``{"messages": [{"role", "content"}, ...]}``; ``report`` counts rows
+        read, kept and dropped per kind (``"unknown role"``, ``"empty turn"``, ``"wrong type"``, ``"missing"``,
+        ``"null"``, ``"no assistant turn"``, ``"out of order"``, ``"duplicate"``, ``"not an object"``,
+        ``"unparseable"``).
+
+    Raises:
+        ValueError: unknown ``dataset_format``; the layout cannot be detected (``auto``); with ``strict=True``, at
+            the first bad row, naming ``source``, the 0-based row index and the field (e.g. ``messages[2].role``).
+    """
+    if dataset_format not in DATASET_FORMATS:
+        raise ValueError(f"dataset_format={dataset_format!r} is not one of {DATASET_FORMATS}")
+    rows = list(rows)
+    if dataset_format == "auto":
+        dataset_format = detect_format(rows)
+    if dataset_format == "alpaca":
+        clean, report = check_rows(rows, strict=strict, source=source)
+        return [{"messages": alpaca_to_messages(r["instruction"], r["input"], r["output"])} for r in clean], report
+    report = DataReport(source=source)
+    clean: list[dict[str, list[dict[str, str]]]] = []
+    first_index: dict[tuple, int] = {}
+    for index, row in enumerate(rows):
+        report.total += 1
+        problem, messages = conversation_problem(row, dataset_format=dataset_format, column=column)
+        if problem is None:
+            key = tuple((m["role"], m["content"]) for m in messages)
+            if key in first_index:
+                problem = "<row>", f"duplicates row {first_index[key]} (same turns)", "duplicate"
+            first_index.setdefault(key, index)
+        if problem is not None:
+            report.reject(BadRow(index, *problem), strict=strict)
+            continue
+        clean.append({"messages": messages})
+    report.kept = len(clean)
+    return clean, report
+
+
+def messages_features():
+    """``datasets.Features`` of a conversation dataset: ``messages``, a list of ``{role, content}`` strings."""
+    import datasets
+
+    return datasets.Features({"messages": [{"role": datasets.Value("string"), "content": datasets.Value("string")}]})
+
+
+def load_conversations(
+    source: str = DEFAULTS.dataset,
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    dataset_format: str = "auto",
+    strict: bool = DEFAULTS.strict,
+    column: str | None = None,
+):
+    """Read and check conversation rows (or Alpaca rows, as one-turn conversations) into a ``datasets.Dataset``.
+
+    Args:
+        source, split, config: as ``row_files.read_rows`` (a local ``.json``/``.jsonl``/``.parquet`` file, a folder or
+            a Hub id); defaults from ``config.DEFAULTS``.
+        dataset_format, strict, column: as ``check_conversations``.
+
+    Returns:
+        ``(dataset, report)``: a ``datasets.Dataset`` with one column ``messages`` and the ``DataReport`` (printed).
+
+    Raises:
+        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped (the message
+            gives the first reasons); or as ``row_files.read_rows`` / ``check_conversations``.
+    """
+    import datasets
+
+    rows = read_rows(source, split=split, config=config)
+    clean, report = (
+        check_conversations(rows, dataset_format=dataset_format, strict=strict, source=source, column=column)
+        if rows
+        else ([], DataReport(source=source))
+    )
+    print(report.summary())
+    if not clean:
+        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
+        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
+    return datasets.Dataset.from_list(clean, features=messages_features()), report
+
+
+def load_conversation_sources(
+    sources: Sequence[str],
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    dataset_format: str = "auto",
+    strict: bool = DEFAULTS.strict,
+):
+    """``load_conversations`` on each source in turn (``dataset``, then ``extra_datasets``), concatenated in order.
+
+    Args:
+        sources: Hub ids or local files (at least one); each is read with ``dataset_format`` (``"auto"``: each
+            source's own layout, so Alpaca rows and ``messages`` rows can be mixed).
+        split, config, dataset_format, strict: as ``load_conversations`` (defaults from ``config.DEFAULTS``).
+
+    Returns:
+        ``(dataset, report)``: one ``messages`` dataset; one ``DataReport`` over all sources (``source`` joins
+        their names with " + ", counts are summed, each bad row keeps its 0-based index in its own source and
+        names that source in its reason). Each source's own report is printed as it is read.
+
+    Raises:
+        ValueError: no source given; as ``load_conversations`` (a source with no usable row names itself).
+    """
+    import datasets
+
+    if not sources:
+        raise ValueError("load_conversation_sources: no source given (set dataset)")
+    parts, report = [], DataReport(source=" + ".join(sources))
+    for source in sources:
+        part, own = load_conversations(source, split=split, config=config, dataset_format=dataset_format, strict=strict)
+        parts.append(part)
+        report.total += own.total
+        report.kept += own.kept
+        report.bad += [BadRow(b.index, b.field, f"{b.reason} (in {source})", b.kind) for b in own.bad]
+    return (parts[0] if len(parts) == 1 else datasets.concatenate_datasets(parts)), report

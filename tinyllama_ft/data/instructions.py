@@ -1,0 +1,229 @@
+"""Instruction data: check the rows read from the Hub or a local file (``row_files``), split off an eval set.
+
+The article loads ``yahma/alpaca-cleaned`` (split ``train``) and holds out ``test_size=0.004`` of it. Here
+the same call also takes a local ``.json`` / ``.jsonl`` / ``.csv`` / ``.parquet`` file (or a folder
+``datasets.load_dataset`` understands), maps other column names onto instruction/input/output, and
+checks every row before it reaches the tokenizer: a bad row (``None``, missing, not a string, empty or
+whitespace-only instruction or output, a JSONL line that does not parse, a CSV line with too few or too
+many values, an exact duplicate of an earlier row) is dropped and counted by reason, or with
+``strict=True`` raises naming the row (0-based) and field. A file that cannot be read at all (not UTF-8,
+binary, a ``.json`` that does not parse) raises naming the file and line; so does a file with no usable
+row. Text is kept exactly as read: no Unicode normalization, no stripping (a whitespace-only input is
+the one exception: it counts as no input and becomes ``""``).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from ..config.finetune import DEFAULTS
+from .row_files import UnreadableRow, read_rows
+
+#: How many bad rows a report names.
+SHOW_BAD_ROWS = 5
+
+
+@dataclass
+class BadRow:
+    """One rejected row: its 0-based index in the source, the field at fault, why, and the kind of fault.
+
+    ``field`` is a column name, ``"<row>"`` (the whole row: not an object, a duplicate, too many CSV
+    values) or ``"<line>"`` (a JSONL line that does not parse). ``kind`` is the short reason the report
+    counts by: ``"missing"``, ``"null"``, ``"wrong type"``, ``"empty"``, ``"not an object"``,
+    ``"unparseable"``, ``"column count"`` or ``"duplicate"``.
+    """
+
+    index: int
+    field: str
+    reason: str
+    kind: str = "bad"
+
+    def __str__(self) -> str:
+        return f"row {self.index}: field {self.field!r} {self.reason}"
+
+
+@dataclass
+class DataReport:
+    """What ``load_instruction_data`` kept and dropped.
+
+    Attributes:
+        source: the dataset id or path read.
+        total: rows read.
+        kept: rows that passed the checks.
+        bad: every rejected row (index, field, reason, kind).
+    """
+
+    source: str
+    total: int = 0
+    kept: int = 0
+    bad: list[BadRow] = field(default_factory=list)
+
+    def reject(self, bad: BadRow, *, strict: bool) -> None:
+        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once.
+
+        Raises:
+            ValueError: ``strict`` is True; the message names ``source``, the 0-based row index and the field.
+        """
+        if strict:
+            raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
+        self.bad.append(bad)
+
+    @property
+    def dropped(self) -> int:
+        """How many rows were rejected."""
+        return len(self.bad)
+
+    @property
+    def by_reason(self) -> dict[str, int]:
+        """Rejected rows per kind of fault (e.g. ``{"empty": 2, "duplicate": 1}``), first seen first."""
+        return dict(Counter(b.kind for b in self.bad))
+
+    def summary(self) -> str:
+        """One or two lines for the notebook: counts (per reason), and the first few bad rows.
+
+        Returns:
+            ``"<source>: N rows read, K kept, D dropped"``, then, if any row was dropped, the counts per
+            reason and a second line naming the first ``SHOW_BAD_ROWS`` bad rows (0-based indices).
+        """
+        line = f"{self.source}: {self.total} rows read, {self.kept} kept, {self.dropped} dropped"
+        if self.bad:
+            line += " (" + ", ".join(f"{kind}: {n}" for kind, n in self.by_reason.items()) + ")"
+            shown = "; ".join(str(b) for b in self.bad[:SHOW_BAD_ROWS])
+            more = f" (and {self.dropped - SHOW_BAD_ROWS} more)" if self.dropped > SHOW_BAD_ROWS else ""
+            line += f"\n  dropped (row index from 0): {shown}{more}"
+        return line
+
+
+def check_rows(
+    rows: Iterable[Any],
+    instruction_column: str = "instruction",
+    input_column: str = "input",
+    output_column: str = "output",
+    strict: bool = False,
+    source: str = "rows",
+) -> tuple[list[dict[str, str]], DataReport]:
+    """Keep rows with a non-blank string instruction and output, a string (or absent) input, once each.
+
+    Args:
+        rows: raw rows (dicts), e.g. from ``read_rows``.
+        instruction_column, input_column, output_column: the source's column names.
+        strict: raise on the first bad row instead of dropping it.
+        source: name used in messages (the file or dataset id).
+
+    Returns:
+        ``(clean, report)``: clean rows as ``{"instruction", "input", "output"}`` dicts, text exactly as
+        read (no stripping, no Unicode normalization; ``strip()`` only decides emptiness); a missing,
+        ``None`` or whitespace-only input becomes ``""``. A row whose (instruction, input, output) equals
+        an earlier kept row's is dropped as a ``"duplicate"`` naming that row. ``report`` has the counts.
+
+    Raises:
+        ValueError: with ``strict=True``, at the first bad row (duplicates and unparseable lines
+            included), naming ``source``, the row's 0-based index and the field.
+    """
+    report = DataReport(source=source)
+    clean: list[dict[str, str]] = []
+    first_index: dict[tuple[str, str, str], int] = {}
+    for index, row in enumerate(rows):
+        report.total += 1
+        problem = _row_problem(row, instruction_column, input_column, output_column)
+        if problem is None:
+            inp = row.get(input_column)
+            item = {
+                "instruction": row[instruction_column],
+                "input": inp if inp and inp.strip() else "",
+                "output": row[output_column],
+            }
+            key = (item["instruction"], item["input"], item["output"])
+            if key in first_index:
+                earlier = f"duplicates row {first_index[key]} (same instruction, input and output)"
+                problem = "<row>", earlier, "duplicate"
+            first_index.setdefault(key, index)
+        if problem is not None:
+            report.reject(BadRow(index, *problem), strict=strict)
+            continue
+        clean.append(item)
+    report.kept = len(clean)
+    return clean, report
+
+
+def _row_problem(row: Any, ins_col: str, inp_col: str, out_col: str) -> tuple[str, str, str] | None:
+    """``(field, reason, kind)`` of the first fault in ``row``, or ``None`` for a good row."""
+    if isinstance(row, UnreadableRow):
+        return row.field, row.reason, row.kind
+    if not isinstance(row, dict):
+        return "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
+    return (
+        _field_problem(row, ins_col, True) or _field_problem(row, out_col, True) or _field_problem(row, inp_col, False)
+    )
+
+
+def _field_problem(row: dict, name: str, required: bool) -> tuple[str, str, str] | None:
+    value = row.get(name)
+    if value is None:
+        if not required:
+            return None
+        return (name, "is missing", "missing") if name not in row else (name, "is None", "null")
+    if not isinstance(value, str):
+        return name, f"is of type {type(value).__name__}, not a string", "wrong type"
+    if required and not value.strip():
+        return name, "is whitespace-only" if value else "is empty", "empty"
+    return None
+
+
+def load_instruction_data(
+    source: str = DEFAULTS.dataset,
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
+    strict: bool = DEFAULTS.strict,
+):
+    """Read and check instruction rows into a ``datasets.Dataset``.
+
+    Args:
+        source, split, config: as ``read_rows``; the default is the article's dataset.
+        instruction_column, input_column, output_column, strict: as ``check_rows``.
+
+    Returns:
+        ``(dataset, report)``: a ``datasets.Dataset`` with string columns ``instruction``, ``input``,
+        ``output``, and the ``DataReport`` (already printed).
+
+    Raises:
+        ValueError: ``"<source>: no usable rows"`` when the source is empty (0 bytes, only blank lines, a
+            CSV header alone, ``[]``) or every row was dropped (the message gives the first reasons), so
+            nothing trains zero steps; or as ``read_rows`` / ``check_rows``.
+    """
+    import datasets
+
+    rows = read_rows(source, split=split, config=config)
+    clean, report = check_rows(rows, instruction_column, input_column, output_column, strict=strict, source=source)
+    print(report.summary())
+    if not clean:
+        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
+        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
+    features = datasets.Features({k: datasets.Value("string") for k in ("instruction", "input", "output")})
+    return datasets.Dataset.from_list(clean, features=features), report
+
+
+def split_train_eval(dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed):
+    """Hold out ``test_size`` of the rows for evaluation (the article's ``train_test_split``).
+
+    Args:
+        dataset: a ``datasets.Dataset`` of n rows.
+        test_size: fraction of rows for the eval set (rounded up to at least one row).
+        seed: shuffle seed (the article's 3407).
+
+    Returns:
+        ``(train, eval)``: disjoint datasets; with 2+ rows and ``test_size > 0`` eval has at least one
+        row and train at least one; with 1 row (or ``test_size == 0``) eval is ``None``.
+    """
+    n = len(dataset)
+    if n < 2 or test_size <= 0:
+        return dataset, None
+    n_test = min(max(1, int(-(-test_size * n // 1))), n - 1)
+    parts = dataset.train_test_split(test_size=n_test, seed=seed)
+    return parts["train"], parts["test"]

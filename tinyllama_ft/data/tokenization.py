@@ -1,0 +1,346 @@
+"""Training rows tokenized by us: ``input_ids`` + ``completion_mask``, with text from the data kept as text.
+
+TRL's ``SFTTrainer`` tokenizes a ``text`` column with ``tokenizer(text=...)``, which parses special-token
+text: a literal ``</s>`` in a response becomes a real, supervised EOS id with the Llama tokenizer (``<s>`` and
+``<unk>`` become BOS and the unk id; the same for ``<|im_end|>``, ``<|endoftext|>``... in other vocabularies).
+Here a row is a list of segments ``(text, supervised)``; their joined text is tokenized once with
+``split_special_tokens=True`` (special-token text stays text), the tokenizer's own special tokens added by
+its convention (Llama-2: BOS; SmolLM2: none), and the template's EOS appended as an id: the one control
+token of an Alpaca row. For rows without special-token text the ids equal TRL's tokenization of the old
+``text`` column (checked on the 5,000 real rows, ``tests/test_tokenization.py``).
+
+The turn-boundary rule (``token_supervision``, shared with the chat path, ``chat_masks``): the prompt and the
+response are never tokenized apart; the whole text is tokenized once and a token is supervised when one of its
+characters (``return_offsets_mapping``) lies in a supervised segment. So a token that straddles the boundary,
+holding the prompt's last characters and the response's first, is supervised: with SmolLM2's byte-level BPE a
+response starting with ``" "`` or ``"\\n"`` merges with the template's ``"\\n"`` (``'ĊĠ'``, ``'ĊĊ'``), and after a
+prompt ending in a space every vocabulary merges that space with the first word (``'ĠThe'``, ``'▁The'``). Why
+this way: the ids trained on stay exactly the rendered text's ids (what ``tokenizer(text)`` and
+``apply_chat_template(tokenize=True)`` give, and what the model sees when a whole conversation is fed back), and
+no character of the response loses supervision; masking that token (a prompt-length mask) drops the response's
+first characters from the loss, and tokenizing the response apart trains ids that no tokenization of the text
+produces. transformers' ``return_assistant_tokens_mask`` (5.17: the token holding the span's first character;
+5.24: every token overlapping it), TRL's prompt/completion rows (1.15 and 1.16: the completion starts where the
+tokenized prompt and prompt+completion diverge, with a warning) and Axolotl's ``chat_template`` turn finder (the
+first token that differs from a dummy turn's) supervise it too. The cost, accepted: such a token also holds the
+prompt's end, and at generation the prompt, tokenized alone, ends in its own last token (``'Ċ'``) where training
+had the merged one (``'ĊĠ'``) as the first target, so that row never trains the split context generation starts
+from; every answer character after it is trained in its real context. Rare for Alpaca (none of the 5,000 shared
+real rows has a response starting with whitespace); a template whose generation prompt ends in a space puts it on
+every row, the template's fault (end the header on a token boundary, e.g. a newline).
+
+TRL (1.15.0 and 1.16.0, read in both) skips its own tokenization and EOS step when ``input_ids`` is a
+column; it turns ``completion_mask`` into ``labels`` (-100 where 0) only when ``SFTConfig.completion_only_loss``
+is True: ``None`` would enable it only for ``prompt``/``completion`` columns, so ``sft_trainer.sft_config_kwargs``
+passes ``FinetuneConfig.completion_only_loss``, a bool. ``labels`` then travel with ``input_ids`` through
+"bfd"/"bfd_split" packing, and the padding-free collator sets -100 at every ``position_ids`` reset (each
+sample's first token). Without packing TRL truncates to ``max_length`` and silently drops rows left with no
+label: ``drop_unsupervised`` does it first, counted.
+
+A conversation (issue 12) plugs in as more segments: user/system turns unsupervised, assistant turns
+supervised, each turn's end token appended the way the EOS is here.
+"""
+
+from __future__ import annotations
+
+from itertools import accumulate
+from typing import Callable, Sequence
+
+from ..config.finetune import DEFAULTS
+from .alpaca_prompts import format_prompt
+
+#: Rows per tokenizer call in ``tokenize_dataset``'s ``datasets.map`` batches.
+BATCH_SIZE = 1000
+#: A segment of a training row: ``(text, supervised)``.
+Segment = tuple[str, bool]
+
+
+def alpaca_segments(instruction: str, input: str, output: str, *, template: str = DEFAULTS.template) -> list[Segment]:
+    """An Alpaca row as segments: the filled prompt (not supervised), then the response (supervised).
+
+    Args:
+        instruction, input, output: the row's fields (``input`` may be ``""`` or None).
+        template: as ``alpaca_prompts.format_prompt``.
+
+    Returns:
+        ``[(prompt, False), (output, True)]``; joined they are ``format_prompt(instruction, input, output)``.
+
+    Raises:
+        ValueError: unknown ``template``.
+    """
+    prompt = format_prompt(instruction, input or "", "", template)
+    return [(prompt, False), (output, True)]
+
+
+def _eos_id(tokenizer) -> int:
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos_token: training rows need one so generation stops")
+    return tokenizer.eos_token_id
+
+
+def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[int] | bytes) -> list[int]:
+    """The turn-boundary rule of the Alpaca and chat paths: a token is supervised when its span holds a
+    supervised character, so a token straddling a prompt/answer boundary is supervised (module docstring).
+
+    Args:
+        offsets: each token's ``(start, end)`` character span in the tokenized text, end exclusive
+            (``return_offsets_mapping``); a zero-width span ``(s, s)`` (a prefix such as SentencePiece's ``▁``)
+            counts as the character at ``s``, one at the text's end as none.
+        supervised: one value per character of the text, truthy where the character is supervised (a list of
+            0/1, a ``bytes`` / ``bytearray``).
+
+    Returns:
+        One 0/1 per token, in order.
+
+    Raises:
+        ValueError: a span that starts or ends outside the text.
+    """
+    n = len(supervised)
+    cum = list(accumulate((1 if c else 0 for c in supervised), initial=0))  # supervised characters before i
+    mask = []
+    for s, e in offsets:
+        if not 0 <= s <= e <= n:
+            raise ValueError(f"token span ({s}, {e}) lies outside the text of {n} characters")
+        mask.append(int(cum[max(e, min(s + 1, n))] > cum[s]))
+    return mask
+
+
+def tokenize_segments(
+    rows: Sequence[Sequence[Segment]], tokenizer, *, append_eos: bool = True
+) -> tuple[list[list[int]], list[list[int]]]:
+    """Tokenize rows of segments in one batched call; special-token text in the segments stays text.
+
+    Args:
+        rows: each row a list of ``(text, supervised)`` segments, in order.
+        tokenizer: a fast (``tokenizers``-backed) tokenizer: offsets give the mask.
+        append_eos: append ``tokenizer.eos_token_id`` (the template's EOS, supervised when the row's last
+            segment is). An EOS the tokenizer's own post-processor appends is replaced by it, never doubled.
+
+    Returns:
+        ``(input_ids, completion_mask)``: one list of ids and one of 0/1 per row, of equal lengths; 1 marks a
+        token holding supervised text (``token_supervision``: a token straddling the prompt/response boundary
+        included) and the appended EOS, 0 the rest (BOS and other tokens the tokenizer adds included).
+
+    Raises:
+        ValueError: a slow tokenizer (no offsets), or no ``eos_token`` with ``append_eos``.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the response mask needs its offsets")
+    eos = _eos_id(tokenizer) if append_eos else None
+    texts = ["".join(text for text, _ in segments) for segments in rows]
+    enc = tokenizer(
+        texts,
+        split_special_tokens=True,
+        return_offsets_mapping=True,
+        return_special_tokens_mask=True,
+        return_attention_mask=False,
+    )
+    all_ids, all_masks = [], []
+    for segments, text, ids, offsets, added in zip(
+        rows, texts, enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]
+    ):
+        chars = b"".join((b"\1" if supervised else b"\0") * len(seg_text) for seg_text, supervised in segments)
+        ids, offsets, added = list(ids), list(offsets), list(added)
+        if eos is not None and ids and added[-1] and ids[-1] == eos:  # the tokenizer's own EOS: ours replaces it
+            ids, offsets, added = ids[:-1], offsets[:-1], added[:-1]
+        mask = [0 if special else m for m, special in zip(token_supervision(offsets, chars), added)]
+        if eos is not None:
+            ids.append(eos)
+            mask.append(int(bool(segments) and segments[-1][1]))
+        all_ids.append(ids)
+        all_masks.append(mask)
+    return all_ids, all_masks
+
+
+def make_tokenize_func(
+    tokenizer,
+    *,
+    template: str = DEFAULTS.template,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
+) -> Callable[[dict[str, list]], dict[str, list]]:
+    """A batched ``datasets.Dataset.map`` function: Alpaca columns -> ``input_ids`` + ``completion_mask``.
+
+    Args:
+        tokenizer: the run's (fast) tokenizer.
+        template: as ``alpaca_prompts.format_prompt`` (default ``FinetuneConfig.template``).
+        instruction_column, input_column, output_column: column names; a missing input column, or a None
+            input, counts as empty.
+
+    Returns:
+        ``f(batch) -> {"input_ids": [...], "completion_mask": [...]}`` (see ``tokenize_segments``).
+
+    Raises:
+        ValueError: no ``eos_token`` (here, before any batch); unknown ``template`` (at the first batch).
+    """
+    _eos_id(tokenizer)
+
+    def tokenize_func(batch: dict[str, list]) -> dict[str, list]:
+        n = len(batch[instruction_column])
+        inputs = batch.get(input_column) or [""] * n
+        rows = [
+            alpaca_segments(ins, inp, out, template=template)
+            for ins, inp, out in zip(batch[instruction_column], inputs, batch[output_column])
+        ]
+        ids, masks = tokenize_segments(rows, tokenizer)
+        return {"input_ids": ids, "completion_mask": masks}
+
+    return tokenize_func
+
+
+def tokenize_dataset(
+    dataset,
+    tokenizer,
+    *,
+    template: str = DEFAULTS.template,
+    instruction_column: str = DEFAULTS.instruction_column,
+    input_column: str = DEFAULTS.input_column,
+    output_column: str = DEFAULTS.output_column,
+):
+    """Add ``input_ids`` and ``completion_mask`` to an Alpaca dataset (a ``text`` column is removed).
+
+    Args:
+        dataset: ``datasets.Dataset`` with the Alpaca columns (``instructions.load_instruction_data`` output).
+        tokenizer, template, instruction_column, input_column, output_column: as ``make_tokenize_func``.
+
+    Returns:
+        The dataset with the two columns added; every other column kept, in the same row order.
+
+    Raises:
+        ValueError: as ``make_tokenize_func``; a missing instruction or output column (naming it).
+    """
+    for column in (instruction_column, output_column):
+        if column not in dataset.column_names:
+            raise ValueError(f"tokenize_dataset: no {column!r} column (columns: {dataset.column_names})")
+    drop = [c for c in ("text", "input_ids", "completion_mask") if c in dataset.column_names]
+    func = make_tokenize_func(
+        tokenizer,
+        template=template,
+        instruction_column=instruction_column,
+        input_column=input_column,
+        output_column=output_column,
+    )
+    return dataset.map(func, batched=True, batch_size=BATCH_SIZE, remove_columns=drop or None)
+
+
+def training_rows(dataset, tokenizer, *, template: str = DEFAULTS.template):
+    """The rows the trainer gets: already tokenized ones as they are, Alpaca ones tokenized here.
+
+    Args:
+        dataset: a ``datasets.Dataset`` with ``input_ids`` (``tokenize_dataset`` output), or the Alpaca
+            columns ``instruction``/``output`` (and ``input``), or only a ``text`` column.
+        tokenizer: the run's tokenizer.
+        template: as ``alpaca_prompts.format_prompt`` (used only for Alpaca columns).
+
+    Returns:
+        ``dataset`` itself when it holds ``input_ids`` or has only ``text`` (TRL tokenizes that text as it is,
+        special-token text parsed: build rows with ``tokenize_dataset`` to avoid it); else
+        ``tokenize_dataset(dataset, tokenizer, template=template)``.
+    """
+    if "input_ids" in dataset.column_names or not {"instruction", "output"} <= set(dataset.column_names):
+        return dataset
+    return tokenize_dataset(dataset, tokenizer, template=template)
+
+
+def supervised_tokens(completion_mask: Sequence[int], *, window: int | None, completion_only_loss: bool) -> int:
+    """Tokens of one row the loss sees within its first ``window`` tokens.
+
+    Args:
+        completion_mask: the row's mask (``tokenize_segments``).
+        window: tokens the trainer keeps (``max_seq_length``); None: all.
+        completion_only_loss: only mask-1 tokens count; else every token but the first (no predecessor).
+
+    Returns:
+        The count (0: the row trains nothing).
+    """
+    n = len(completion_mask) if window is None else min(window, len(completion_mask))
+    return sum(completion_mask[:n]) if completion_only_loss else max(0, n - 1)
+
+
+def drop_unsupervised(
+    dataset, *, max_seq_length: int | None, completion_only_loss: bool, split: bool = False, name: str = "train"
+):
+    """Remove the rows whose loss would see no token, count them and say so.
+
+    Args:
+        dataset: tokenized rows (``input_ids`` + ``completion_mask``).
+        max_seq_length: the trainer's window: TRL keeps a row's first ``max_seq_length`` tokens ("bfd",
+            no packing); None: no cut.
+        completion_only_loss: only ``completion_mask`` 1 tokens are supervised.
+        split: "bfd_split" or "wrapped" packing, which keep every token (the window does not cut).
+        name: the dataset's name in messages ("train", "eval").
+
+    Returns:
+        ``(dataset, dropped)``: the rows kept (order kept) and the 0-based indices removed.
+
+    Raises:
+        ValueError: every row would be dropped (naming the dataset, ``max_seq_length`` and
+            ``completion_only_loss``), so a run never trains on nothing.
+    """
+    window = None if split else max_seq_length
+    masks = dataset["completion_mask"]
+    dropped = [
+        i
+        for i, m in enumerate(masks)
+        if supervised_tokens(m, window=window, completion_only_loss=completion_only_loss) == 0
+    ]
+    if not dropped:
+        return dataset, []
+    if len(dropped) == len(masks):
+        raise ValueError(
+            f"{name} dataset: none of its {len(masks)} rows has a token to train on within "
+            f"max_seq_length={max_seq_length} with completion_only_loss={completion_only_loss} (the "
+            "prompt fills the window, or no response token is left): raise max_seq_length, or apply "
+            "lengths.apply_long_rows first"
+        )
+    print(
+        f"{name} dataset: {len(dropped)} of {len(masks)} rows dropped, no token to train on within "
+        f"max_seq_length={max_seq_length} (rows from 0: {', '.join(map(str, dropped[:5]))}"
+        f"{', ...' if len(dropped) > 5 else ''})"
+    )
+    gone = set(dropped)
+    return dataset.select([i for i in range(len(masks)) if i not in gone]), dropped
+
+
+def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
+    """Tokenize (``training_rows``) and drop rows with nothing to train on (``drop_unsupervised``), for the trainer.
+
+    Args:
+        train_dataset, eval_dataset: as ``build_trainer`` (eval may be None).
+        tokenizer: the run's tokenizer.
+        cfg: the run's ``FinetuneConfig`` (``template``, ``max_seq_length``, ``packing``, ``packing_strategy``,
+            ``completion_only_loss``).
+
+    Returns:
+        ``(train_dataset, eval_dataset)``; a text-only dataset comes back as it is.
+
+    Raises:
+        ValueError: as ``drop_unsupervised``.
+    """
+    only = cfg.completion_only_loss
+    out = []
+    for name, ds in (("train", train_dataset), ("eval", eval_dataset)):
+        if ds is not None:
+            ds = training_rows(ds, tokenizer, template=cfg.template)
+            if "completion_mask" in ds.column_names:
+                split = cfg.packing and cfg.packing_strategy in ("bfd_split", "wrapped")  # no token cut
+                ds, _ = drop_unsupervised(
+                    ds, max_seq_length=cfg.max_seq_length, completion_only_loss=only, split=split, name=name
+                )
+        out.append(ds)
+    return out[0], out[1]
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], **kwargs):
+    """Tokenize generation prompts as training rows are tokenized: special-token text stays text.
+
+    Args:
+        tokenizer: the run's tokenizer.
+        prompts: the filled templates (empty response).
+        **kwargs: passed to the tokenizer call (``return_tensors="pt"``, ``padding=True``...).
+
+    Returns:
+        The tokenizer's ``BatchEncoding``.
+    """
+    return tokenizer(list(prompts), split_special_tokens=True, **kwargs)

@@ -1,0 +1,394 @@
+"""Held-out checks of a (LoRA) model on Alpaca rows: losses, perplexity, EOS probability, stopping count.
+
+What the loss choice (``completion_only_loss``) is judged by, on rows the model did not train on:
+
+* **response loss**: mean negative log-likelihood (nats/token) of the response tokens and the EOS after
+  them, given the prompt: what an answer costs, whatever the loss trained on;
+* **full-text loss**: the same over every token but the first (the article's training loss, on held-out
+  rows); ``perplexity`` = ``exp`` of either;
+* **EOS probability** (the main check): teacher forced on the reference response, the probability the
+  model gives EOS right after it, averaged over rows. A model that learned to stop puts mass there;
+* **stopping count**: of held-out instructions with short reference answers, how many greedy answers end
+  with EOS within ``max_new_tokens`` (128 here, twice the article's 64).
+
+Rows are tokenized as training rows are (``tokenization.tokenize_segments``: the Alpaca prompt, the
+response, EOS appended as an id), so the response mask is the training ``completion_mask``. Everything runs
+in batches under ``torch.inference_mode`` on the model's device, CPU included, with the caller's torch
+thread count (nothing here starts threads or processes); the model's train/eval mode is restored.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+from ..config.finetune import DEFAULTS
+from ..data.alpaca_prompts import format_prompt
+from ..data.tokenization import alpaca_segments, tokenize_segments
+from ..models.attention import sdpa_outside_training
+from ..models.pad_token import encode_left_padded
+
+#: Held-out instructions with short reference answers in the notebook's stopping count.
+STOP_ROWS = 20
+
+#: ``max_new_tokens`` of the stopping count: twice the article's 64, room for a short answer to end.
+STOP_MAX_NEW_TOKENS = 128
+#: A "short reference answer": at most this many tokens (so an answer like it fits ``STOP_MAX_NEW_TOKENS``).
+SHORT_ANSWER_TOKENS = 64
+
+
+@dataclass(frozen=True)
+class HeldOutScores:
+    """``held_out_scores``' result.
+
+    Attributes:
+        rows: rows scored (rows longer than ``max_seq_length`` are skipped and counted in ``skipped``).
+        response_loss: mean NLL (nats/token) over response + EOS tokens.
+        full_text_loss: mean NLL over every token but each row's first.
+        eos_probability: mean over rows of p(EOS | prompt + reference response), teacher forced.
+        response_tokens, full_text_tokens: tokens averaged over.
+        skipped: 0-based indices of rows not scored (too long).
+    """
+
+    rows: int
+    response_loss: float
+    full_text_loss: float
+    eos_probability: float
+    response_tokens: int
+    full_text_tokens: int
+    skipped: list[int] = field(default_factory=list)
+
+    @property
+    def response_perplexity(self) -> float:
+        return math.exp(self.response_loss)
+
+    @property
+    def full_text_perplexity(self) -> float:
+        return math.exp(self.full_text_loss)
+
+    def as_dict(self) -> dict:
+        return {
+            **asdict(self),
+            "response_perplexity": self.response_perplexity,
+            "full_text_perplexity": self.full_text_perplexity,
+        }
+
+    def __str__(self) -> str:
+        return (
+            f"response loss {self.response_loss:.3f} (perplexity {self.response_perplexity:.2f}), full-text loss "
+            f"{self.full_text_loss:.3f}, EOS probability at response end {self.eos_probability:.3f} "
+            f"({self.rows} rows)"
+        )
+
+
+@contextmanager
+def eval_mode(model):
+    """``model.eval()`` on SDPA attention inside the block (``inference_attention``), both restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        with sdpa_outside_training(model):
+            yield model
+    finally:
+        model.train(was_training)
+
+
+def _fields(row: dict) -> tuple[str, str, str]:
+    try:
+        return row["instruction"], row.get("input") or "", row["output"]
+    except (KeyError, AttributeError, TypeError) as err:
+        raise ValueError(f"row {row!r:.80} lacks instruction/output ({err})") from None
+
+
+def held_out_scores(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+    max_seq_length: int | None = None,
+) -> HeldOutScores:
+    """Response loss, full-text loss and teacher-forced EOS probability on held-out Alpaca rows.
+
+    Args:
+        model: a causal LM (a PEFT model too), on any device.
+        tokenizer: its (fast) tokenizer, with a pad token.
+        rows: dicts with ``instruction``, ``output`` and optionally ``input``.
+        template: as ``alpaca_prompts.format_prompt`` (default ``FinetuneConfig.template``).
+        batch_size: rows per forward pass (memory: batch x tokens x vocab logits, ~200 MB at 4 x 256 x 49,152).
+        max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
+
+    Returns:
+        ``HeldOutScores``.
+
+    Raises:
+        ValueError: no rows, a row without instruction/output (naming it), or every row skipped.
+    """
+    import torch
+
+    if not rows:
+        raise ValueError("held_out_scores: no rows")
+    segments = [alpaca_segments(*_fields(r), template=template) for r in rows]
+    ids, masks = tokenize_segments(segments, tokenizer)
+    keep = [i for i, x in enumerate(ids) if max_seq_length is None or len(x) <= max_seq_length]
+    skipped = sorted(set(range(len(ids))) - set(keep))
+    if not keep:
+        raise ValueError(f"held_out_scores: every row is longer than max_seq_length={max_seq_length}")
+    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
+    pad_id = eos_id if pad_id is None else pad_id
+    resp_nll = full_nll = eos_p = 0.0
+    resp_n = full_n = 0
+    device = next(model.parameters()).device
+    with eval_mode(model), torch.inference_mode():
+        for start in range(0, len(keep), batch_size):
+            chunk = keep[start : start + batch_size]
+            width = max(len(ids[i]) for i in chunk)
+            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
+            attention = torch.zeros((len(chunk), width), dtype=torch.long)
+            response = torch.zeros((len(chunk), width), dtype=torch.bool)
+            for b, i in enumerate(chunk):
+                n = len(ids[i])
+                input_ids[b, :n] = torch.tensor(ids[i])
+                attention[b, :n] = 1
+                response[b, :n] = torch.tensor(masks[i], dtype=torch.bool)
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float().cpu()
+            logp = torch.log_softmax(logits[:, :-1], dim=-1)
+            target = input_ids[:, 1:]
+            nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            real = attention[:, 1:].bool()
+            resp = response[:, 1:] & real
+            full_nll += nll[real].sum().item()
+            full_n += int(real.sum())
+            resp_nll += nll[resp].sum().item()
+            resp_n += int(resp.sum())
+            last = attention.sum(dim=1) - 2  # the position whose next token is the appended EOS
+            eos_p += logp[torch.arange(len(chunk)), last, eos_id].exp().sum().item()
+    return HeldOutScores(
+        rows=len(keep),
+        response_loss=resp_nll / max(resp_n, 1),
+        full_text_loss=full_nll / max(full_n, 1),
+        eos_probability=eos_p / len(keep),
+        response_tokens=resp_n,
+        full_text_tokens=full_n,
+        skipped=skipped,
+    )
+
+
+def _output_tokens(row: dict, tokenizer) -> int:
+    return len(tokenizer(_fields(row)[2], add_special_tokens=False, split_special_tokens=True)["input_ids"])
+
+
+def short_answer_rows(
+    rows: Sequence[dict], tokenizer, *, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS
+) -> list[dict]:
+    """The first ``n`` rows (in order) whose reference ``output`` is at most ``max_tokens`` tokens.
+
+    Args:
+        rows: dicts with ``instruction`` and ``output`` (the reference answer).
+        tokenizer: counts the output's tokens (no special tokens added, special-token text kept as text).
+        n: rows wanted.
+        max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
+
+    Returns:
+        The rows, in their order.
+
+    Raises:
+        ValueError: fewer than ``n`` such rows.
+    """
+    picked = []
+    for row in rows:
+        if _output_tokens(row, tokenizer) <= max_tokens:
+            picked.append(row)
+            if len(picked) == n:
+                return picked
+    raise ValueError(f"only {len(picked)} of {len(rows)} rows have an output of <= {max_tokens} tokens; {n} asked")
+
+
+@dataclass(frozen=True)
+class StoppingReport:
+    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with EOS in time.
+
+    Attributes:
+        stopped, total: counts.
+        max_new_tokens: the budget each answer had.
+        answers: the answers' text (special tokens removed), in row order.
+        new_tokens: tokens each answer used (EOS included when it came).
+        ended: per row, whether it ended with EOS.
+    """
+
+    stopped: int
+    total: int
+    max_new_tokens: int
+    answers: list[str]
+    new_tokens: list[int]
+    ended: list[bool]
+
+    def __str__(self) -> str:
+        return f"{self.stopped}/{self.total} answers ended with EOS within {self.max_new_tokens} new tokens"
+
+
+def greedy_answers(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+) -> list[list[int]]:
+    """Greedy new token ids for each row's Alpaca prompt (empty response), in batches padded on the left.
+
+    Each list stops after the first EOS (included) or at ``max_new_tokens``; prompts are tokenized as
+    training rows are (``tokenization.encode_prompts``).
+    """
+    import torch
+
+    prompts = [format_prompt(*_fields(r)[:2], "", template) for r in rows]
+    eos_id = tokenizer.eos_token_id
+    result = []
+    with eval_mode(model), torch.inference_mode():
+        for start in range(0, len(prompts), batch_size):  # padded with the package's pad token, never EOS
+            batch = encode_left_padded(
+                tokenizer, prompts[start : start + batch_size], model=model, split_special_tokens=True
+            )  # as tokenization.encode_prompts
+            out = model.generate(
+                **batch,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=eos_id,
+                pad_token_id=tokenizer.pad_token_id,
+                use_cache=True,
+            )
+            for row in out[:, batch["input_ids"].shape[1] :].tolist():
+                result.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
+    return result
+
+
+def stopping_count(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+) -> StoppingReport:
+    """How many greedy answers to the rows' instructions end with EOS within ``max_new_tokens``.
+
+    Args:
+        model, tokenizer: as ``held_out_scores``.
+        rows: held-out rows (``short_answer_rows`` picks ones with short reference answers).
+        max_new_tokens: budget per answer (default ``STOP_MAX_NEW_TOKENS`` = 128).
+        template: as ``alpaca_prompts.format_prompt``.
+        batch_size: prompts per ``generate`` call.
+
+    Returns:
+        ``StoppingReport``.
+    """
+    new = greedy_answers(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template, batch_size=batch_size
+    )
+    eos_id = tokenizer.eos_token_id
+    ended = [bool(ids) and ids[-1] == eos_id for ids in new]
+    return StoppingReport(
+        stopped=sum(ended),
+        total=len(rows),
+        max_new_tokens=max_new_tokens,
+        answers=[tokenizer.decode(ids, skip_special_tokens=True) for ids in new],
+        new_tokens=[len(ids) for ids in new],
+        ended=ended,
+    )
+
+
+def held_out_rows(dataset) -> list[dict]:
+    """The Alpaca fields of a held-out split as plain dicts (``instruction``, ``input``, ``output``).
+
+    Args:
+        dataset: the eval split (``instructions.split_train_eval``), tokenized or not; None (no eval split) gives [].
+
+    Returns:
+        One dict per row, in order.
+    """
+    if dataset is None:
+        return []
+    columns = [c for c in ("instruction", "input", "output") if c in dataset.column_names]
+    return dataset.select_columns(columns).to_list()
+
+
+@dataclass(frozen=True)
+class HeldOutCheck:
+    """``held_out_check``'s result: the scores and the stopping count of one model state."""
+
+    scores: HeldOutScores
+    stopping: StoppingReport
+
+    def __str__(self) -> str:
+        return f"{self.scores}; {self.stopping}"
+
+
+def held_out_check(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    stop_rows: int = STOP_ROWS,
+    template: str = DEFAULTS.template,
+    max_seq_length: int | None = DEFAULTS.max_seq_length,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+) -> HeldOutCheck | None:
+    """The notebook's held-out check of one model state: ``held_out_scores`` and a ``stopping_count``.
+
+    Args:
+        model, tokenizer: as ``held_out_scores`` (before training, the LoRA model is the base: its adapter is 0).
+        rows: held-out rows (``held_out_rows``); [] skips the check (one printed line).
+        stop_rows: instructions in the stopping count, the first rows whose reference answer has at most
+            ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20).
+        template, max_seq_length: as ``held_out_scores`` (defaults: ``FinetuneConfig``'s).
+        max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
+
+    Returns:
+        ``HeldOutCheck``, or None without rows.
+
+    Raises:
+        ValueError: as ``held_out_scores`` (every row longer than ``max_seq_length``, a row without fields).
+    """
+    if not rows:
+        print("held-out check skipped: no held-out rows (test_size=0)")
+        return None
+    scores = held_out_scores(model, tokenizer, rows, template=template, max_seq_length=max_seq_length)
+    short = short_rows(rows, tokenizer, n=stop_rows)
+    stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, template=template)
+    return HeldOutCheck(scores, stopping)
+
+
+def short_rows(rows: Sequence[dict], tokenizer, *, n: int, max_tokens: int = SHORT_ANSWER_TOKENS) -> list[dict]:
+    """Up to ``n`` rows whose reference answer has at most ``max_tokens`` tokens (``short_answer_rows`` without
+    its error when fewer are short)."""
+    try:
+        return short_answer_rows(rows, tokenizer, n=n, max_tokens=max_tokens)
+    except ValueError:
+        return [r for r in rows if _output_tokens(r, tokenizer) <= max_tokens]
+
+
+def heldout_summary(
+    before: HeldOutCheck | None, after: HeldOutCheck | None, side_by_side: list[dict] | None = None
+) -> dict:
+    """The run summary's held-out fields (``summary.build_run_summary(heldout=...)``).
+
+    Returns:
+        ``{"heldout_before", "heldout_after"}`` (``HeldOutScores.as_dict``, or None), ``"stopped_before"``,
+        ``"stopped_after"``, ``"stop_total"``, ``"stop_max_new_tokens"`` and ``"side_by_side"``
+        (``side_by_side.compare_answers`` rows, or []).
+    """
+    return {
+        "heldout_before": before.scores.as_dict() if before else None,
+        "heldout_after": after.scores.as_dict() if after else None,
+        "stopped_before": before.stopping.stopped if before else None,
+        "stopped_after": after.stopping.stopped if after else None,
+        "stop_total": (after or before).stopping.total if (after or before) else None,
+        "stop_max_new_tokens": (after or before).stopping.max_new_tokens if (after or before) else None,
+        "side_by_side": list(side_by_side or []),
+    }

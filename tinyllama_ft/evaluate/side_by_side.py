@@ -1,0 +1,123 @@
+"""Base vs. fine-tuned answers side by side, from one PEFT model: the adapter switched off, then on.
+
+The base answers come from the very weights being fine-tuned with the LoRA adapter disabled
+(``with model.disable_adapter():``, PEFT's context manager), before any merge: no second model load,
+no second copy in memory. Answers are greedy, so a row differs only because the adapter does.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Sequence
+
+from ..config.finetune import DEFAULTS
+from .held_out import STOP_MAX_NEW_TOKENS, greedy_answers
+
+
+def _answers(model, tokenizer, rows, max_new_tokens, template, batch_size):
+    eos_id = tokenizer.eos_token_id
+    ids = greedy_answers(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template, batch_size=batch_size
+    )
+    return [(tokenizer.decode(x, skip_special_tokens=True).strip(), bool(x) and x[-1] == eos_id) for x in ids]
+
+
+def compare_answers(
+    model,
+    tokenizer,
+    rows: Sequence[dict],
+    *,
+    max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    template: str = DEFAULTS.template,
+    batch_size: int = 4,
+) -> list[dict]:
+    """Answer each row's instruction with the adapter off (base) and on (fine-tuned).
+
+    Args:
+        model: a PEFT model (``lora.add_lora`` output, trained or not), not merged.
+        tokenizer: its tokenizer.
+        rows: held-out dicts with ``instruction``, optionally ``input`` and ``output`` (the reference).
+        max_new_tokens: budget per answer (default 128, as the stopping count).
+        template: as ``alpaca_prompts.format_prompt``.
+        batch_size: prompts per ``generate`` call.
+
+    Returns:
+        One dict per row: ``instruction``, ``input``, ``reference``, ``base``, ``tuned`` (answer text) and
+        ``base_stopped``, ``tuned_stopped`` (ended with EOS within ``max_new_tokens``).
+
+    Raises:
+        TypeError: ``model`` has no ``disable_adapter`` (not a PEFT model, or already merged).
+    """
+    if not hasattr(model, "disable_adapter"):
+        raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
+    with model.disable_adapter():
+        base = _answers(model, tokenizer, rows, max_new_tokens, template, batch_size)
+    tuned = _answers(model, tokenizer, rows, max_new_tokens, template, batch_size)
+    return [
+        {
+            "instruction": r["instruction"],
+            "input": r.get("input") or "",
+            "reference": r.get("output", ""),
+            "base": b,
+            "tuned": t,
+            "base_stopped": bs,
+            "tuned_stopped": ts,
+        }
+        for r, (b, bs), (t, ts) in zip(rows, base, tuned)
+    ]
+
+
+def _cell(text: str, width: int | None) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
+def answers_table(
+    rows: Sequence[dict], *, width: int | None = 160, columns: Sequence[str] = ("instruction", "base", "tuned")
+) -> str:
+    """A Markdown table of ``compare_answers`` rows (plain text, no pandas).
+
+    Args:
+        rows: ``compare_answers`` output.
+        width: characters kept per cell (longer text ends with "…"); None keeps all.
+        columns: which keys, in order; an answer that did not end with EOS gets " [no EOS]".
+
+    Returns:
+        The table, one line per row plus a header.
+    """
+
+    def value(row, key):
+        text = _cell(row.get(key, ""), width)
+        stopped = row.get(f"{key}_stopped")
+        return text + (" [no EOS]" if stopped is False else "")
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(value(r, k) for k in columns) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def answers_html(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> str:
+    """The same table as HTML (for ``IPython.display.HTML`` in Jupyter), text escaped, newlines kept."""
+
+    def cell(row, key):
+        text = html.escape(str(row.get(key, ""))).replace("\n", "<br>")
+        if row.get(f"{key}_stopped") is False:
+            text += " <i>[no EOS]</i>"
+        return f'<td style="text-align:left;vertical-align:top">{text}</td>'
+
+    head = "".join(f'<th style="text-align:left">{html.escape(k)}</th>' for k in columns)
+    body = "".join("<tr>" + "".join(cell(r, k) for k in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def show_answers(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> None:
+    """Display the table: HTML in a Jupyter kernel (papermill too), Markdown text printed elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(HTML(answers_html(rows, columns=columns)))
+    else:
+        print(answers_table(rows, columns=columns))

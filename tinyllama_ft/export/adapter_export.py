@@ -1,0 +1,426 @@
+"""Export a trained adapter where people run models: a merged 16-bit model, GGUF files, an Ollama Modelfile.
+
+``export_adapter(adapter_dir=..., formats=[...], output_dir=...)`` writes each format to
+``<output_dir>/export/<format>/``:
+
+* ``merged_16bit``: the base with the adapter merged (``adapters.load_adapter(merged=True)``: a 4-bit base
+  is dequantized to 16 bits and merged there, never in place into 4-bit, never from another checkpoint),
+  as safetensors with the tokenizer, the generation config and the chat template of the prompt format it
+  was trained on (Alpaca's, rendered as Jinja; a chat adapter keeps its own, saved with its tokenizer); plain ``AutoModelForCausalLM.from_pretrained`` loads it (so do vLLM and TGI).
+* ``gguf_f16``, ``gguf_bf16``, ``gguf_q8_0``: llama.cpp's converter on the merged model
+  (``gguf_export``), a ``Modelfile`` beside each; ``gguf_q4_k_m``: f16, then llama.cpp's quantizer.
+* ``gguf_lora``: the adapter alone as a GGUF LoRA (``llama-cli -m base.gguf --lora adapter-f16.gguf``).
+
+Each format folder is built in a hidden staging folder and moved into place only when complete; free disk
+space is checked before anything is written. A killed export leaves its staging folder (named after its host
+and process); the next export into the same folder removes it, and says what it removed and how much space that
+freed. Runs offline once llama.cpp's converter is cached.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import time
+from pathlib import Path
+
+from ..config.finetune import DEFAULTS, EXPORT_FORMATS
+from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, stale_temporaries
+from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
+
+#: GGUF file names inside each format folder.
+GGUF_NAMES = {
+    "gguf_f16": "model-f16.gguf",
+    "gguf_bf16": "model-bf16.gguf",
+    "gguf_q8_0": "model-q8_0.gguf",
+    "gguf_q4_k_m": "model-q4_k_m.gguf",
+    "gguf_lora": "adapter-f16.gguf",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class ExportResult:
+    """One exported format.
+
+    Attributes:
+        format: the format name.
+        path: the format folder (``<output_dir>/export/<format>``).
+        files: the file paths written there.
+        bytes: their total size in bytes.
+        seconds: wall time of this format's conversion (the shared merge not included), seconds.
+    """
+
+    format: str
+    path: str
+    files: tuple[str, ...]
+    bytes: int
+    seconds: float
+
+
+def _files(folder: Path) -> tuple[str, ...]:
+    return tuple(sorted(str(p) for p in folder.rglob("*") if p.is_file()))
+
+
+def _publish(staged: Path, target: Path) -> None:
+    """Move a complete staged folder to ``target``, replacing an older export only once the new one is whole."""
+    old = None
+    if target.exists():  # .<fmt>.old-<host>-<pid>-<token>: if killed right here, _clean_stale_exports restores it
+        old = make_temporary(target.parent, f".{target.name}.old-", create=None)
+        os.replace(target, old)
+    os.replace(staged, target)
+    if old:
+        discard_temporary(old)
+
+
+def _clean_stale_exports(root: Path) -> list[str]:
+    """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per kind of repair.
+
+    A ``.staging-<host>-<pid>-<token>`` folder (the merged 16-bit copy and partial files: gigabytes for TinyLlama)
+    or a ``.<fmt>.old-...`` folder of a process that no longer exists is removed; an ``.old`` one whose ``<fmt>``
+    folder is missing (killed between its two renames) holds the last complete export and is renamed back. A
+    live export's folders (another process's, or a concurrent one of this process) are left alone, and so are
+    another host's (``temporaries.stale_temporaries``).
+
+    Returns:
+        The lines printed, e.g. ``"export: removed 1 temporary left by a killed export in runs/a/export:
+        .staging-box-4242-1f2e3d4c (2.05 GiB); 2.05 GiB freed"``; ``[]`` when nothing was left.
+    """
+    lines = []
+    for fmt in EXPORT_FORMATS:
+        for old in stale_temporaries(root, f".{fmt}.old-")[0]:
+            if not os.path.lexists(root / fmt):
+                os.replace(old, root / fmt)
+                discard_temporary(old)
+                lines.append(f"export: restored {root / fmt} from {old.name} (an export killed while replacing it)")
+                print(lines[-1], flush=True)
+    patterns = [(".staging-", "")] + [(f".{fmt}.old-", "") for fmt in EXPORT_FORMATS]
+    return lines + clean_stale(root, patterns, label="export", left_by="a killed export")
+
+
+#: Tokenizer sources that transformers' ``save_pretrained`` no longer writes (v5 saves ``tokenizer.json`` only) and
+#: llama.cpp's converter needs: SentencePiece's model carries the merge scores llama.cpp tokenizes with.
+TOKENIZER_SOURCES = ("tokenizer.model",)
+
+
+def save_merged(
+    *,
+    model,
+    tokenizer,
+    target_dir: str | os.PathLike,
+    template: str | None,
+    dtype: str | None = None,
+    base_dir: str | None = None,
+) -> Path:
+    """Save a merged model as a plain transformers folder with the trained prompt format as chat template.
+
+    Args:
+        model: the merged model (``load_adapter(..., merged=True)``), cast in place to ``dtype`` when given.
+        tokenizer: its tokenizer; for an Alpaca ``template`` its ``chat_template`` is set to
+            ``alpaca_chat_template.jinja_chat_template(template)``; with ``template=None`` (a chat adapter) its own chat
+            template, the one it was trained with, is kept.
+        target_dir: the folder to write (created; not atomic by itself, ``export_adapter`` stages it).
+        template: the Alpaca prompt template the adapter was trained with, or None for a chat adapter.
+        dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, or None to keep the model's.
+        base_dir: the base model's local folder; its ``TOKENIZER_SOURCES`` are copied when the save lacks
+            them (without ``tokenizer.model`` llama.cpp's converter rebuilds a SentencePiece vocabulary from
+            ``tokenizer.json`` without its scores, and llama.cpp then splits prompts differently).
+
+    Returns:
+        ``target_dir`` as a Path (``model.safetensors``, ``config.json``, ``generation_config.json``, tokenizer
+        files, ``chat_template.jinja``).
+
+    Raises:
+        ValueError: a 4-bit model; ``template=None`` and the tokenizer has no chat template.
+    """
+    import torch
+
+    from ..data.alpaca_chat_template import jinja_chat_template
+
+    if getattr(model, "hf_quantizer", None) is not None:
+        raise ValueError(
+            "save_merged takes a dequantized merged model (load_adapter(..., merged=True)), not a 4-bit one"
+        )
+    if dtype is not None:
+        model.to(getattr(torch, dtype))
+    if template is not None:
+        tokenizer.chat_template = jinja_chat_template(template)
+    elif not tokenizer.chat_template:
+        raise ValueError("save_merged(template=None) keeps the tokenizer's own chat template, and it has none")
+    if tokenizer.eos_token_id is not None:
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+    if tokenizer.pad_token_id is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    target = Path(target_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(target))
+    tokenizer.save_pretrained(str(target))
+    for name in TOKENIZER_SOURCES:
+        source = os.path.join(base_dir, name) if base_dir else ""
+        if source and os.path.isfile(source) and not (target / name).exists():
+            shutil.copyfile(source, target / name)
+    return target
+
+
+def _local_base_dir(base: str, required: bool = True) -> str | None:
+    """A local folder holding the base's config and tokenizer (the folder itself, or the Hub cache's copy).
+
+    Raises:
+        FileNotFoundError: neither exists and ``required`` (else None).
+    """
+    if os.path.isdir(base):
+        return base
+    from huggingface_hub import snapshot_download
+
+    try:
+        return snapshot_download(base, allow_patterns=["*.json", "*.model", "*.txt"], local_files_only=True)
+    except Exception as err:
+        if not required:
+            return None
+        raise FileNotFoundError(
+            f"gguf_lora needs the base model's config and tokenizer locally; {base!r} is neither "
+            f"a folder nor in the Hugging Face cache (pass base_model=<local folder>)"
+        ) from err
+
+
+def check_export_tools(formats, *, whole_modules: bool = False) -> None:
+    """Refuse, before anything is trained or loaded, an export this machine (or this adapter) cannot finish.
+
+    Args:
+        formats: export format names (``export_formats``).
+        whole_modules: the adapter trains (or trained) whole modules beside its LoRA matrices: the embeddings and
+            LM head of a chat template's added tokens (``adapters.saves_whole_modules``).
+
+    Raises:
+        coercion.ConfigError: ``gguf_lora`` with ``whole_modules``: a GGUF LoRA holds LoRA matrices only
+            (llama.cpp's converter stops at the saved embeddings); the message names the formats that work.
+        RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (``gguf_export.QUANTIZER_MISSING``: what to
+            install, and that ``gguf_q8_0`` needs neither).
+    """
+    from ..config.coercion import ConfigError
+    from . import gguf_export
+
+    if "gguf_lora" in formats and whole_modules:
+        raise ConfigError(
+            "export_formats: gguf_lora holds LoRA matrices only, and this adapter also trains the "
+            "embeddings and LM head (the chat template's added tokens): export gguf_f16, gguf_q8_0 or "
+            "merged_16bit instead (the merged model carries them)"
+        )
+
+    if "gguf_q4_k_m" in formats and gguf_export.find_quantizer() is None:
+        raise RuntimeError(gguf_export.QUANTIZER_MISSING)
+
+
+def export_adapter(
+    *,
+    adapter_dir: str,
+    formats,
+    output_dir: str,
+    template: str | None = None,
+    base_model: str | None = None,
+    max_seq_length: int | None = None,
+    dtype: str | None = None,
+    load_in_4bit: bool | None = None,
+    merged_dtype: str = "auto",
+    converter_dir: str | None = None,
+    cache_dir: str | None = None,
+    sdist: str | None = None,
+    hardware=None,
+    trust_remote_code: bool = DEFAULTS.trust_remote_code,
+) -> dict[str, ExportResult]:
+    """Export an adapter in each of ``formats`` to ``<output_dir>/export/<format>/``.
+
+    Args:
+        adapter_dir: a folder written by ``adapters.save_adapter`` (the notebook's ``<output_dir>/lora_model``).
+        formats: names from ``config.EXPORT_FORMATS`` (the config field ``export_formats``), e.g.
+            ``["merged_16bit", "gguf_q8_0"]``; empty: nothing to do (returns ``{}`` at once).
+        output_dir: the run's output folder.
+        template: the Alpaca prompt template trained with; None: what the run recorded (``run_record.read_record``:
+            the adapter's ``tinyllama_ft.json``, else the run's ``run_config.json``), else ``DEFAULTS.template`` (the
+            article's ``"alpaca"``). A chat adapter (recorded ``dataset_format`` other than ``"alpaca"``) keeps its
+            own chat template in the merged model, the GGUF and the Modelfile; a template given for it is refused.
+        base_model: a local copy of the base (default: the adapter's recorded base).
+        max_seq_length, load_in_4bit, dtype: how the base is loaded for the merge (``load_adapter``); None:
+            the run's recorded values, else the base's trained positions (no RoPE scaling), 4-bit as the
+            article's recipe (dequantized before the merge; full precision on a CPU), the hardware's dtype.
+            A ``max_seq_length`` other than the recorded one is refused (``run_record.resolve_settings``).
+        merged_dtype: dtype of ``merged_16bit``'s safetensors: ``"auto"`` (the merge dtype when it is 16-bit,
+            else bfloat16), ``"bfloat16"``, ``"float16"`` or ``"float32"`` (a full-precision reference).
+        converter_dir, cache_dir, sdist: llama.cpp's converter folder, or where/how to fetch it
+            (``gguf_export.llama_cpp_converter``).
+        hardware: injected machine facts (default ``detect_hardware()``).
+        trust_remote_code: as ``loading.load_model`` (the config field's default: off).
+
+    Returns:
+        ``{format: ExportResult}`` in the order asked.
+
+    Raises:
+        ValueError: an unknown format name (before anything runs); coercion.ConfigError (a ValueError): a
+            ``template`` or ``max_seq_length`` that contradicts the record.
+        RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (checked first; the message names what to
+            install), no converter (offline and not cached), or a conversion failed.
+        OSError: ``errno.ENOSPC`` when the estimated size does not fit (nothing written); NotADirectoryError:
+            ``output_dir`` is a file.
+        coercion.ConfigError: ``gguf_lora`` for an adapter that saved whole modules (``check_export_tools``).
+        FileNotFoundError: as ``adapters.load_adapter``.
+    """
+    from ..models.adapters import adapter_base_model, load_adapter, saves_whole_modules
+    from . import gguf_export
+
+    formats = list(dict.fromkeys(formats))
+    unknown = [f for f in formats if f not in EXPORT_FORMATS]
+    if unknown:
+        raise ValueError(f"formats: {unknown} not among {list(EXPORT_FORMATS)}")
+    if not formats:
+        return {}
+    adapter_base_model(adapter_dir)  # raises early when adapter_dir is not an adapter
+    check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
+    from ..models.run_record import is_chat, read_record, resolve_settings
+
+    record = read_record(adapter_dir)
+    settings = resolve_settings(
+        record,
+        {"template": template, "max_seq_length": max_seq_length},
+        defaults={"template": DEFAULTS.template},
+        where="export",
+    )  # load_adapter: the rest
+    template = None if is_chat(record) else settings["template"]  # None: the chat adapter's own template
+    converter = None
+    if any(f.startswith("gguf_") for f in formats):
+        converter = (
+            Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
+        )
+    root = Path(output_dir) / "export"
+    made = [p for p in (Path(output_dir), root) if not p.exists()]  # removed again if the export leaves them empty
+    root.mkdir(parents=True, exist_ok=True)
+    _clean_stale_exports(root)
+    staging = make_temporary(root, ".staging-")  # .staging-<host>-<pid>-<token>: whose it is, if killed
+    results: dict[str, ExportResult] = {}
+
+    def done(fmt: str, folder: Path, seconds: float) -> None:
+        target = root / fmt
+        _publish(folder, target)
+        files = _files(target)
+        results[fmt] = ExportResult(fmt, str(target), files, sum(os.path.getsize(f) for f in files), seconds)
+
+    try:
+        merged_formats = [f for f in formats if f != "gguf_lora"]
+        if merged_formats:
+            model, tokenizer = load_adapter(
+                adapter_dir,
+                max_seq_length=max_seq_length,
+                dtype=dtype,
+                load_in_4bit=load_in_4bit,
+                backend="transformers",
+                hardware=hardware,
+                base_model=base_model,
+                trust_remote_code=trust_remote_code,
+                merged=True,
+            )
+            if hasattr(model, "peft_config"):  # load_adapter fell back to base + adapter: Unsloth patched this process
+                raise RuntimeError(
+                    "export needs the merged 16-bit model, which cannot be built after Unsloth was used "
+                    "in this process: restart the runtime and run the export first"
+                )
+            merge_dtype = str(model.dtype).replace("torch.", "")
+            n_params = sum(p.numel() for p in model.parameters())
+            check_free_space(
+                path=str(root),
+                needed_bytes=estimate_bytes(
+                    n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize
+                ),
+            )
+            base_dir = _local_base_dir(base_model or adapter_base_model(adapter_dir), required=False)
+            if any(f in OUTTYPES_OR_Q4 for f in formats):
+                full = save_merged(
+                    model=model,
+                    tokenizer=tokenizer,
+                    target_dir=staging / "merged-full",
+                    template=template,
+                    base_dir=base_dir,
+                )
+            for fmt in merged_formats:
+                start, folder = time.perf_counter(), staging / fmt
+                if fmt == "merged_16bit":
+                    out_dtype = (
+                        merged_dtype
+                        if merged_dtype != "auto"
+                        else (merge_dtype if merge_dtype in ("bfloat16", "float16") else "bfloat16")
+                    )
+                    save_merged(
+                        model=model,
+                        tokenizer=tokenizer,
+                        target_dir=folder,
+                        template=template,
+                        dtype=out_dtype,
+                        base_dir=base_dir,
+                    )
+                else:
+                    folder.mkdir()
+                    gguf = folder / GGUF_NAMES[fmt]
+                    if fmt == "gguf_q4_k_m":
+                        f16 = staging / "q4_k_m-source-f16.gguf"
+                        gguf_export.convert_to_gguf(model_dir=full, target=f16, outtype="f16", converter=converter)
+                        gguf_export.quantize_gguf(source=f16, target=gguf)
+                        f16.unlink()
+                    else:
+                        gguf_export.convert_to_gguf(
+                            model_dir=full, target=gguf, outtype=gguf_export.OUTTYPES[fmt], converter=converter
+                        )
+                    from .ollama import write_modelfile
+
+                    write_modelfile(
+                        gguf_path=gguf,
+                        eos_token=tokenizer.eos_token,
+                        template=template,
+                        stop_tokens=_chat_stop_tokens(tokenizer, record) if template is None else (),
+                    )
+                done(fmt, folder, time.perf_counter() - start)
+        if "gguf_lora" in formats:
+            start, folder = time.perf_counter(), staging / "gguf_lora"
+            folder.mkdir()
+            check_free_space(
+                path=str(root),
+                needed_bytes=2 * os.path.getsize(Path(adapter_dir) / "adapter_model.safetensors") + DISK_MARGIN_BYTES,
+            )
+            gguf_export.convert_lora_to_gguf(
+                adapter_dir=adapter_dir,
+                converter=converter,
+                target=folder / GGUF_NAMES["gguf_lora"],
+                base_dir=_local_base_dir(base_model or adapter_base_model(adapter_dir)),
+            )
+            done("gguf_lora", folder, time.perf_counter() - start)
+    finally:
+        discard_temporary(staging)
+        for folder in reversed(made):  # a refused export (no disk space, a failed merge) leaves no empty folders
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+    return {f: results[f] for f in formats}
+
+
+def _chat_stop_tokens(tokenizer, record) -> list[str]:
+    """A chat adapter's stop strings: the recorded stop ids' tokens (end-of-turn first), else the template's."""
+    ids = record.get("stop_token_ids")
+    if not ids:
+        from ..models.chat_templates import stop_token_ids
+
+        ids = stop_token_ids(tokenizer)
+    return [t for t in dict.fromkeys(tokenizer.convert_ids_to_tokens(list(ids))) if t]
+
+
+def describe_exports(results: dict[str, ExportResult]) -> str:
+    """One line per exported format: name, size in MiB, seconds and folder (what the notebook and CLI print).
+
+    Args:
+        results: ``export_adapter``'s return value.
+
+    Returns:
+        The lines; ``"no export asked (export_formats is empty)"`` when ``results`` is empty.
+    """
+    if not results:
+        return "no export asked (export_formats is empty)"
+    return "\n".join(
+        f"{r.format:<13} {r.bytes / 2**20:9.2f} MiB {r.seconds:7.1f} s  {r.path}" for r in results.values()
+    )

@@ -1,0 +1,354 @@
+"""Greedy decoding of a Llama model with fused projections, a static KV cache and a captured CUDA graph.
+
+``generate`` runs each token's ~300 small kernels one by one from Python (29-35 tokens/s for TinyLlama on
+an H200); compiling the step with inductor (``compiled_decoder.py``) reached 506 tokens/s but took ~27 s to
+compile in a fresh process. This decoder needs no compiler: it runs transformers' Llama math with fewer
+kernels (``llama_ops.py``) and records one decode step as a CUDA graph (capture well under a second),
+replayed for every token: 673 tokens/s through ``stream`` on the H200 (602 with cuBLAS's projections),
+first 256-token answer 5.7 s in a fresh process against plain ``generate``'s 33 s (benchmarks/README.md).
+
+* q/k/v and gate/up projections as one matrix each (the weights concatenated: the same products); at
+  batch 1 they run as Triton matrix-vector products (``triton_gemv.py``, ``MATMUL``), else cuBLAS;
+* Liger's fused kernels where installed (residual add + RMSNorm, RoPE, SiLU * up), else torch operations
+  (and on a CPU, where nothing is captured);
+* one ``scaled_dot_product_attention`` per layer over the static cache, the query heads sharing a
+  key/value head passed as that head's rows (grouped-query attention without copying the cache); the
+  attention kernel is the fastest of ``ATTENTION_BACKENDS``, timed at capture;
+* the step advances its own position and writes its token, so the host only replays the graph and
+  reads the tokens every few steps.
+
+Batches of prompts are left-padded: each row has its own RoPE positions and ignores its padding.
+The fused q|k|v and gate|up weights are a copy (TinyLlama: 1.25 GB in bf16) kept on the model.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from .llama_ops import fused_weights, liger_ops, rms_norm, rope, silu_mul, why_not_fusable
+
+#: SDPA kernels tried for the decode step (one row of queries per key/value head): each is captured and
+#: timed, the fastest kept. None = PyTorch's own choice (cuDNN on the H200, ~11 us a layer at 512 keys).
+ATTENTION_BACKENDS = (None, "EFFICIENT_ATTENTION")
+#: Replays timed per candidate.
+ATTENTION_TRIAL_STEPS = 20  # < CACHE_BLOCK: the trial replays advance through the cache
+#: Batch-1 projections: "cublas" (``F.linear``), "triton" (``triton_gemv.gemv``: 673 vs 602 tokens/s through
+#: ``stream`` on the H200, the same agreement with ``generate``; benchmarks/README.md) or "auto" (Triton on
+#: CUDA where it imports, else cuBLAS); what ``fused_decoder_for`` builds.
+MATMUL = "auto"
+MATMULS = ("auto", "cublas", "triton")
+#: Cache lengths are rounded up to this many tokens, so requests of similar length share one decoder.
+CACHE_BLOCK = 512
+
+
+def fused_decoder_for(model, batch_size: int, tokens: int) -> "FusedLlamaDecoder":
+    """The model's ``FusedLlamaDecoder`` for ``batch_size`` rows holding at least ``tokens`` tokens (made
+    once per batch size and kept on the model; a longer request makes a longer one). The decoders of one
+    model share its fused weights.
+
+    Raises:
+        ValueError: as ``FusedLlamaDecoder``.
+    """
+    kept = getattr(model, "_tinyllama_ft_fused_decoders", None)
+    if kept is None:
+        kept = model._tinyllama_ft_fused_decoders = {}
+    decoder = kept.get(batch_size)
+    if decoder is None or decoder.L < tokens:
+        kept.pop(batch_size, None)  # free the shorter cache and its graph first
+        decoder = kept[batch_size] = FusedLlamaDecoder(
+            model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size, matmul=MATMUL
+        )
+    return decoder
+
+
+class FusedLlamaDecoder:
+    """Greedy decoding for ``batch_size`` prompts with a cache of ``max_cache_len`` tokens.
+
+    Args:
+        model: a transformers Llama causal LM in 16/32 bits (``why_not_fusable`` is None), on its device.
+        max_cache_len: prompt (padded) + answer tokens the cache holds.
+        batch_size: prompts decoded together.
+        graph: capture the step as a CUDA graph (None: on a CUDA device).
+        kernels: "liger" (fused Triton kernels, CUDA only), "torch", or None (Liger where it imports).
+        matmul: one of ``MATMULS``: the batch-1 decode step's projections through cuBLAS or the Triton
+            matrix-vector kernel (CUDA only; prompts and batches always use cuBLAS); "auto": Triton on
+            CUDA where it imports.
+
+    Raises:
+        ValueError: the model is not fusable, ``kernels="liger"`` where Liger is not available, or
+            ``matmul`` is not one of ``MATMULS`` ("triton" off CUDA).
+    """
+
+    def __init__(
+        self,
+        model,
+        max_cache_len: int,
+        batch_size: int = 1,
+        graph: bool | None = None,
+        kernels: str | None = None,
+        matmul: str = "auto",
+    ):
+        import torch
+
+        why = why_not_fusable(model)
+        if why is not None:
+            raise ValueError(f"the fused decoder cannot run this model: {why}")
+        c, inner = model.config, model.model
+        self.device, self.dtype = model.device, model.dtype
+        self.B, self.L = batch_size, max_cache_len
+        self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
+        self.D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        self.eps = c.rms_norm_eps
+        self.scale = self.D**-0.5  # transformers' Llama attention scaling
+        cuda = self.device.type == "cuda"
+        liger = liger_ops() if cuda and kernels in (None, "liger") else None
+        if kernels == "liger" and liger is None:
+            raise ValueError("kernels='liger' needs liger-kernel and a CUDA device")
+        self.kernels = "liger" if liger else "torch"
+        if matmul not in MATMULS or (matmul == "triton" and not cuda):
+            raise ValueError(f"matmul={matmul!r}: choose one of {MATMULS} ('triton' needs a CUDA device)")
+        if matmul == "auto":
+            from ...machine.hardware import is_importable
+
+            matmul = "triton" if cuda and is_importable("triton") else "cublas"
+        self.matmul = matmul
+        self.liger = liger
+        weights = fused_weights(model)
+        self.layers, self.embed, self.norm, self.lm_head = (weights[k] for k in ("layers", "embed", "norm", "lm_head"))
+        with torch.no_grad():
+            positions = torch.arange(max_cache_len, device=self.device)
+            probe = torch.empty(1, dtype=self.dtype, device=self.device)
+            cos, sin = inner.rotary_emb(probe, positions[None])  # transformers' own RoPE (scaling included)
+            self.cos, self.sin = cos[0], sin[0]  # (L, D)
+        shape = (batch_size, self.KV, max_cache_len, self.D)
+        self.cache = [
+            (
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+                torch.zeros(shape, dtype=self.dtype, device=self.device),
+            )
+            for _ in self.layers
+        ]
+        self.columns = torch.arange(max_cache_len, device=self.device)
+        # the step's inputs and outputs, fixed tensors (a CUDA graph reads and writes these addresses)
+        self.token = torch.zeros(batch_size, 1, dtype=torch.long, device=self.device)
+        self.slot = torch.zeros(1, dtype=torch.long, device=self.device)  # cache column of `token`
+        self.rope_pos = torch.zeros(batch_size, dtype=torch.long, device=self.device)  # its position, per row
+        self.first_key = torch.zeros(batch_size, 1, dtype=torch.long, device=self.device)  # padding per row
+        self.answer = torch.zeros(batch_size, max_cache_len, dtype=torch.long, device=self.device)
+        self.count = torch.zeros(1, dtype=torch.long, device=self.device)  # tokens in `answer`
+        self.graph, self.backend, self.attention_ms = None, None, {}
+        self.use_graph = cuda if graph is None else graph
+        if self.use_graph and max_cache_len <= ATTENTION_TRIAL_STEPS + 2:
+            raise ValueError(
+                f"max_cache_len={max_cache_len}: a captured decoder needs more than "
+                f"{ATTENTION_TRIAL_STEPS + 2} tokens of cache"
+            )
+
+    def _norm(self, x, w, residual=None):
+        return rms_norm(x, w, self.eps, residual, self.liger)
+
+    def _linear(self, h, w):
+        """``h @ w.T`` for h ``(B, T, K)``: the Triton kernel for one row when ``matmul="triton"``."""
+        import torch.nn.functional as F
+
+        if self.matmul == "triton" and h.shape[0] * h.shape[1] == 1:
+            from .triton_gemv import gemv
+
+            return gemv(h.reshape(-1).contiguous(), w).view(1, 1, -1)
+        return F.linear(h, w)
+
+    def _forward(self, ids, slots, rope_pos, mask):
+        """Logits of the last position: ids (B, T) written at cache columns ``slots`` (T,), RoPE positions
+        ``rope_pos`` (B, T), boolean ``mask`` (B, 1, T, keys) over the first ``keys`` cache columns."""
+        import torch.nn.functional as F
+
+        B, T = ids.shape
+        H, KV, D = self.H, self.KV, self.D
+        keys = mask.shape[-1]
+        x = F.embedding(ids, self.embed)
+        cos, sin = self.cos[rope_pos], self.sin[rope_pos]
+        residual = None
+        for (w_in, w_qkv, w_o, w_post, w_gu, w_down), (k_cache, v_cache) in zip(self.layers, self.cache):
+            h, residual = self._norm(x, w_in, residual)
+            qkv = self._linear(h, w_qkv).view(B, T, H + 2 * KV, D)
+            q, k, v = (
+                qkv[:, :, :H].transpose(1, 2),
+                qkv[:, :, H : H + KV].transpose(1, 2),
+                qkv[:, :, H + KV :].transpose(1, 2),
+            )
+            q, k = rope(q, k, cos, sin, self.liger)
+            k_cache.index_copy_(2, slots, k)
+            v_cache.index_copy_(2, slots, v)
+            if T == 1:  # the query heads sharing a key/value head are that head's rows: no copy of the cache
+                out = F.scaled_dot_product_attention(
+                    q.reshape(B, KV, H // KV, D), k_cache, v_cache, attn_mask=mask, scale=self.scale
+                )
+            else:
+                groups = H // KV
+                out = F.scaled_dot_product_attention(
+                    q,
+                    k_cache[:, :, :keys].repeat_interleave(groups, 1),
+                    v_cache[:, :, :keys].repeat_interleave(groups, 1),
+                    attn_mask=mask,
+                    scale=self.scale,
+                )
+                out = out.transpose(1, 2)
+            x = self._linear(out.reshape(B, T, H * D), w_o)
+            h, residual = self._norm(x, w_post, residual)
+            gate, up = self._linear(h, w_gu).chunk(2, dim=-1)
+            x = self._linear(silu_mul(gate, up, self.liger), w_down)
+        h, _ = self._norm(x[:, -1:].contiguous(), self.norm, residual[:, -1:].contiguous())
+        return self._linear(h, self.lm_head)[:, -1]
+
+    def _step(self):
+        """One token for every row, reading and advancing the fixed buffers (the captured region)."""
+        import torch
+
+        valid = ((self.columns >= self.first_key) & (self.columns <= self.slot))[:, None, None, :]
+        # an additive mask made once per step (SDPA would convert a boolean one in each of the layers)
+        mask = torch.zeros(valid.shape, dtype=self.dtype, device=self.device).masked_fill_(~valid, float("-inf"))
+        with self._attention_backend():
+            next_token = self._forward(self.token, self.slot, self.rope_pos[:, None], mask).argmax(-1, keepdim=True)
+        self.answer.index_copy_(1, self.count, next_token)
+        self.token.copy_(next_token)
+        self.slot.add_(1)
+        self.rope_pos.add_(1)
+        self.count.add_(1)
+
+    def _attention_backend(self):
+        """SDPA's kernel choice for the step: ``self.backend`` (a ``SDPBackend`` name) or PyTorch's own."""
+        import contextlib
+
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return contextlib.nullcontext() if self.backend is None else sdpa_kernel([getattr(SDPBackend, self.backend)])
+
+    def _capture_one(self):
+        import torch
+
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # compiles Liger's kernels and creates the cuBLAS handles before the capture
+                self._prime()
+                self._step()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        self._prime()
+        with torch.cuda.graph(graph):
+            self._step()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(ATTENTION_TRIAL_STEPS):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        return graph, start.elapsed_time(end) / ATTENTION_TRIAL_STEPS
+
+    def _capture(self) -> None:
+        """Capture the step once per attention kernel in ``ATTENTION_BACKENDS`` (each ~0.1 s) and keep the
+        fastest; ``self.attention_ms`` records each one's time per step."""
+        self.attention_ms = {}
+        best = None
+        for backend in ATTENTION_BACKENDS:
+            self.backend = backend
+            try:
+                graph, ms = self._capture_one()
+            except Exception as e:  # noqa: BLE001  a kernel that refuses these shapes: try the next
+                self.attention_ms[str(backend)] = f"{type(e).__name__}"
+                continue
+            self.attention_ms[str(backend)] = round(ms, 4)
+            if best is None or ms < best[1]:
+                best = (graph, ms, backend)
+        if best is None:
+            raise RuntimeError(f"no attention kernel could be captured: {self.attention_ms}")
+        self.graph, _, self.backend = best
+
+    def _prime(self) -> None:
+        """Valid buffers for trial steps: they advance from column 0 (the caches are zeroed before a prompt)."""
+        self.token.zero_()
+        self.slot.zero_()
+        self.rope_pos.zero_()
+        self.first_key.zero_()
+        self.count.zero_()
+
+    def decode(
+        self,
+        input_ids,
+        attention_mask,
+        max_new_tokens: int,
+        eos_token_id: int | None,
+        on_tokens: Callable[[list[list[int]]], None] | None = None,
+        every: int = 8,
+    ) -> list[list[int]]:
+        """Greedy answers to a left-padded batch.
+
+        Args:
+            input_ids: ``(B, n)`` prompt ids on the model's device, padded on the left.
+            attention_mask: ``(B, n)`` 1 for prompt tokens, 0 for padding (None: no padding).
+            max_new_tokens: most tokens per answer.
+            eos_token_id: a row stops at this token (not returned); None never stops.
+            on_tokens: called with each chunk (one list of new ids per row) as it is ready.
+            every: tokens per chunk (one host synchronisation each).
+
+        Returns:
+            One list of new token ids per row, without the EOS.
+
+        Raises:
+            ValueError: the batch is not ``batch_size`` rows, or prompt + answer exceeds the cache.
+        """
+        import torch
+
+        B, n = input_ids.shape
+        if B != self.B:
+            raise ValueError(f"input_ids has {B} rows; this decoder decodes {self.B}")
+        if n + max_new_tokens > self.L:
+            raise ValueError(
+                f"prompt ({n} tokens) + max_new_tokens ({max_new_tokens}) exceeds the cache ({self.L} tokens)"
+            )
+        if attention_mask is None:
+            attention_mask = torch.ones_like(input_ids)
+        with torch.no_grad():
+            if self.use_graph and self.graph is None:
+                self._capture()
+            pads = (attention_mask.shape[1] - attention_mask.long().sum(1)).to(self.device)
+            columns = self.columns[:n]
+            rope_pos = (columns[None] - pads[:, None]).clamp(min=0)
+            # causal, padding ignored; a padding query sees itself (no empty softmax row)
+            mask = (columns[None, :] <= columns[:, None])[None] & (
+                (columns[None, None, :] >= pads[:, None, None]) | (columns[None, :] == columns[:, None])[None]
+            )
+            for k_cache, v_cache in self.cache:
+                k_cache.zero_()
+                v_cache.zero_()
+            first = self._forward(input_ids, columns, rope_pos, mask[:, None]).argmax(-1, keepdim=True)
+            self.token.copy_(first)
+            self.slot.fill_(n)
+            self.rope_pos.copy_(n - pads)
+            self.first_key.copy_(pads[:, None])
+            self.answer[:, 0:1].copy_(first)
+            self.count.fill_(1)
+            answers: list[list[int]] = [[] for _ in range(B)]
+            done = [False] * B
+            sent = 0
+            for k in range(1, max_new_tokens + 1):
+                if k % every == 0 or k == max_new_tokens:
+                    chunk = self.answer[:, sent:k].tolist()
+                    sent = k
+                    for row, ids in enumerate(chunk):
+                        if done[row]:
+                            chunk[row] = []
+                        elif eos_token_id is not None and eos_token_id in ids:
+                            chunk[row] = ids[: ids.index(eos_token_id)]
+                            done[row] = True
+                        answers[row] += chunk[row]
+                    if on_tokens:
+                        on_tokens(chunk)
+                    if all(done):
+                        break
+                if k < max_new_tokens:
+                    if self.graph is not None:
+                        self.graph.replay()
+                    else:
+                        self._step()
+        return answers

@@ -1,0 +1,207 @@
+"""A try-out box for the notebook: type an instruction, press Submit, watch the answer stream.
+
+An ipywidgets form (instruction text area, optional input, sliders for ``max_new_tokens`` and
+``temperature``, a Submit button) over an ``Output`` area. The answer is generated with the run's
+Alpaca prompt and streamed token by token into the ``Output`` area through a transformers
+``TextStreamer`` whose text goes to the widget instead of stdout. Temperature 0 is greedy decoding.
+
+Headless runs (papermill, a script) get nothing: ``tryout_box`` prints one line and returns None.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..config.finetune import DEFAULTS
+from ..models.attention import sdpa_outside_training
+
+#: Slider ranges: (min, max, step, default).
+MAX_NEW_TOKENS_SLIDER = (16, 512, 16, 128)
+TEMPERATURE_SLIDER = (0.0, 1.5, 0.05, 0.0)
+
+
+def _parent_is_papermill() -> bool:
+    """True when this kernel's parent process is the ``papermill`` command (Linux ``/proc``; else False)."""
+    try:
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+            return b"papermill" in f.read()
+    except OSError:
+        return False
+
+
+def in_interactive_kernel() -> bool:
+    """True in a Jupyter/Colab kernel that a person can interact with.
+
+    False outside IPython, in a terminal IPython, and in a kernel started by the ``papermill`` command.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and getattr(shell, "kernel", None) is not None and not _parent_is_papermill()
+
+
+def _widget_streamer(tokenizer, output):
+    from transformers import TextStreamer
+
+    class WidgetStreamer(TextStreamer):
+        """``TextStreamer`` writing finished text pieces into an ipywidgets ``Output`` (no stdout)."""
+
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if text:
+                output.append_stdout(text)
+
+    return WidgetStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+
+
+def answer_into(
+    output,
+    model,
+    tokenizer,
+    instruction: str,
+    *,
+    input: str = "",
+    max_new_tokens: int = 128,
+    temperature: float = 0.0,
+    template: str = DEFAULTS.template,
+) -> str:
+    """Generate an answer, streaming it into ``output`` (an ipywidgets ``Output``), and return its text.
+
+    Args:
+        output: the ``Output`` widget written to (cleared first).
+        model, tokenizer: the run's (PEFT) model and tokenizer.
+        instruction, input: the Alpaca fields (``input`` may be ``""``).
+        max_new_tokens: most tokens generated.
+        temperature: 0 = greedy; > 0 samples at that temperature.
+        template: as ``alpaca_prompts.format_prompt``.
+
+    Returns:
+        The answer up to (not including) EOS, special tokens removed.
+
+    Raises:
+        ValueError: empty instruction, ``max_new_tokens`` < 1 or ``temperature`` < 0.
+    """
+    import torch
+
+    from ..data.alpaca_prompts import format_prompt
+    from ..data.tokenization import encode_prompts
+    from .generation import prepare_for_inference
+
+    if not instruction.strip():
+        raise ValueError("instruction is empty: type an instruction first")
+    if max_new_tokens < 1 or temperature < 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1 and temperature={temperature} >= 0")
+    output.clear_output()
+    prepare_for_inference(model)
+    batch = encode_prompts(tokenizer, [format_prompt(instruction, input, "", template)], return_tensors="pt")
+    batch = batch.to(next(model.parameters()).device)
+    kwargs = dict(
+        max_new_tokens=int(max_new_tokens),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        use_cache=True,
+        do_sample=temperature > 0,
+    )
+    if temperature > 0:
+        kwargs.update(temperature=float(temperature), top_p=1.0)
+    with torch.inference_mode(), sdpa_outside_training(model):
+        out = model.generate(**batch, streamer=_widget_streamer(tokenizer, output), **kwargs)
+    ids = out[0, batch["input_ids"].shape[1] :].tolist()
+    if tokenizer.eos_token_id in ids:
+        ids = ids[: ids.index(tokenizer.eos_token_id)]
+    return tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
+    """The try-out form, built without displaying it (what ``tryout_box`` shows; tests call its handler).
+
+    Returns:
+        An ``ipywidgets.VBox`` with attributes ``instruction``, ``input``, ``max_new_tokens``,
+        ``temperature``, ``submit``, ``output`` (the widgets) and ``on_submit(button=None) -> str`` (the
+        Submit handler: it streams the answer into ``output`` and returns it; an error is written there).
+
+    Raises:
+        ImportError: ipywidgets is not installed (``pip install ipywidgets``).
+    """
+    try:
+        import ipywidgets as w
+    except ImportError as err:
+        raise ImportError("the try-out box needs ipywidgets: pip install ipywidgets") from err
+
+    instruction = w.Textarea(
+        placeholder="Type an instruction, e.g. Name three primary colors.",
+        layout=w.Layout(width="100%", height="4em"),
+        description="Instruction",
+    )
+    context = w.Textarea(
+        placeholder="(optional) input / context", layout=w.Layout(width="100%", height="3em"), description="Input"
+    )
+    lo, hi, step, value = MAX_NEW_TOKENS_SLIDER
+    max_new_tokens = w.IntSlider(
+        value=value, min=lo, max=hi, step=step, description="max_new_tokens", style={"description_width": "initial"}
+    )
+    lo, hi, step, value = TEMPERATURE_SLIDER
+    temperature = w.FloatSlider(
+        value=value, min=lo, max=hi, step=step, description="temperature", style={"description_width": "initial"}
+    )
+    submit = w.Button(description="Submit", button_style="primary")
+    output = w.Output(layout=w.Layout(border="1px solid #ccc", padding="4px", width="100%"))
+    box = w.VBox([instruction, context, w.HBox([max_new_tokens, temperature, submit]), output])
+
+    def on_submit(button=None) -> str:
+        submit.disabled = True
+        try:
+            return answer_into(
+                output,
+                model,
+                tokenizer,
+                instruction.value,
+                input=context.value,
+                max_new_tokens=max_new_tokens.value,
+                temperature=temperature.value,
+                template=template,
+            )
+        except ValueError as err:
+            output.clear_output()
+            output.append_stderr(f"{err}\n")
+            return ""
+        finally:
+            submit.disabled = False
+
+    submit.on_click(on_submit)
+    for name, widget in (
+        ("instruction", instruction),
+        ("input", context),
+        ("max_new_tokens", max_new_tokens),
+        ("temperature", temperature),
+        ("submit", submit),
+        ("output", output),
+    ):
+        setattr(box, name, widget)
+    box.on_submit = on_submit
+    return box
+
+
+def tryout_box(model, tokenizer, *, template: str = DEFAULTS.template, interactive: bool | None = None):
+    """Show the try-out box in an interactive notebook; do nothing (one printed line) elsewhere.
+
+    Args:
+        model, tokenizer: the run's (PEFT or merged) model and tokenizer.
+        template: as ``alpaca_prompts.format_prompt``.
+        interactive: None detects it (``in_interactive_kernel``); False always skips (headless runs can
+            pass it); True always builds and displays.
+
+    Returns:
+        The displayed ``VBox`` (see ``build_tryout``), or None when skipped.
+    """
+    if interactive is None:
+        interactive = in_interactive_kernel()
+    if not interactive:
+        print("try-out box skipped: no interactive notebook kernel (papermill or a script)")
+        return None
+    box = build_tryout(model, tokenizer, template=template)
+    from IPython.display import display
+
+    display(box)
+    return box

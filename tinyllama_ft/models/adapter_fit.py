@@ -1,0 +1,261 @@
+"""Does a saved LoRA adapter fit a base model? Checked before PEFT loads it.
+
+PEFT loads an adapter onto any base whose module names match, and a base with another vocabulary then
+fails only at generation (``IndexError: index out of range in self``: the adapter's tokenizer makes ids the
+base cannot embed). ``adapter_fit_problems`` compares, without loading the adapter's weights:
+
+* the adapter's recorded base (``base_model_name_or_path`` in ``adapter_config.json``), when its config is
+  on this machine (a local folder or the Hugging Face cache): vocabulary, hidden sizes, layers and heads
+  against the base's config (another ``model_type`` is named beside a real difference, but alone it is no
+  misfit: a repository shipping its own code for the same weights has its own ``model_type``);
+* the adapter's tokenizer (saved beside it by ``adapters.save_adapter``): every id must have a row in the
+  base's input embeddings;
+* each tensor in ``adapter_model.safetensors`` (its header only): the module it adapts must exist in the
+  base, with the input/output sizes the LoRA matrices were trained for; a full tensor saved with the
+  adapter (``modules_to_save``, e.g. resized embeddings) must have the base parameter's shape. Tensors are
+  compared by the base parameter PEFT loads them into (``base_name``), not by their saved names: PEFT saves a
+  ``modules_to_save`` module's trained copy as ``lm_head.weight`` and, when the vocabulary was resized against a
+  base it can find, also its wrapper's ``lm_head.modules_to_save.weight`` and ``lm_head.original_module.weight``
+  (or, spelled with the adapter's name, ``lm_head.modules_to_save.default.weight``), and a targeted embedding's as
+  ``...base_layer.weight``; none of those names exists in a plain base, and all of them are ``lm_head.weight`` there.
+
+An adapter trained after a chat template added tokens (``chat_templates.set_chat_template``) holds the
+resized embedding matrices (``lora.add_lora``'s ``train_embeddings``): ``saved_embedding_rows`` gives the size
+``adapters.load_adapter`` resizes the base to first; the base's ``vocab_size`` may then differ from the
+recorded base's by exactly that resize.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+
+from ..machine.paths import expand_path
+
+#: Config fields an adapter's base and the base it is loaded onto must share.
+CONFIG_FIELDS = (
+    "model_type",
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+)
+#: PEFT's prefix of saved tensor names (``PeftModel`` wraps the base as ``base_model.model``).
+_PREFIX = "base_model.model."
+#: LoRA tensor suffix -> (which dimension of the tensor is the module's input/output size, and which size).
+_LORA = {
+    ".lora_A.weight": (1, "in"),
+    ".lora_B.weight": (0, "out"),
+    ".lora_embedding_A": (1, "in"),
+    ".lora_embedding_B": (0, "out"),
+}
+#: Infixes PEFT's wrappers add to the names of the modules they wrap (``ModulesToSaveWrapper``, a LoRA layer).
+_WRAPPER_INFIXES = ("modules_to_save", "original_module", "base_layer")
+
+
+class AdapterMismatchError(ValueError):
+    """The adapter was trained on another base model than the one it is being loaded onto."""
+
+
+def _safetensors_shapes(path: str) -> dict[str, list[int]]:
+    with open(path, "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n).decode("utf-8"))
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def _saved_tensors(adapter_dir: str) -> dict[str, list[int]]:
+    """Shapes of the adapter's tensors by saved name (PEFT's prefix dropped)."""
+    return {
+        key[len(_PREFIX) :] if key.startswith(_PREFIX) else key: shape
+        for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items()
+    }
+
+
+def base_name(saved_name: str, modules: dict) -> str:
+    """The name, in the plain base, of the parameter or module a saved adapter tensor is loaded into.
+
+    PEFT's wrappers put infixes into the names of what they wrap (``lm_head.modules_to_save.weight``,
+    ``lm_head.original_module.weight``, ``model.embed_tokens.base_layer.weight``, or with the adapter's name after
+    ``modules_to_save``): each is dropped where it follows a module of the base that has no such child
+    or attribute of its own, as PEFT maps them back (a base's own module called ``base_layer`` stays).
+
+    Args:
+        saved_name: a tensor name of ``adapter_model.safetensors`` without PEFT's ``base_model.model.`` prefix.
+        modules: the base's ``dict(named_modules())``, before any adapter wraps it.
+
+    Returns:
+        ``saved_name`` without the wrapper infixes (``"lm_head.weight"``); unchanged when it has none.
+    """
+    parts, kept, i = saved_name.split("."), [], 0
+    while i < len(parts):
+        owner = modules.get(".".join(kept)) if kept else None
+        if owner is not None and parts[i] in _WRAPPER_INFIXES and not hasattr(owner, parts[i]):
+            i += 1
+            if parts[i - 1] == "modules_to_save" and i < len(parts) - 1 and not hasattr(owner, parts[i]):
+                i += 1  # the adapter's name (``modules_to_save.default.weight``)
+            continue
+        kept.append(parts[i])
+        i += 1
+    return ".".join(kept)
+
+
+def _loaded_tensors(adapter_dir: str, base_model) -> dict[str, list[list[int]]]:
+    """The distinct shapes saved for each base name (``base_name``) of the adapter's tensors, in file order."""
+    modules = dict(base_model.named_modules())
+    loaded: dict[str, list[list[int]]] = {}
+    for name, shape in _saved_tensors(adapter_dir).items():
+        shapes = loaded.setdefault(base_name(name, modules), [])
+        if list(shape) not in shapes:
+            shapes.append(list(shape))
+    return loaded
+
+
+def saved_embedding_rows(adapter_dir: str, base_model) -> int | None:
+    """Rows of the input embedding matrix saved with the adapter, or None when it saved none.
+
+    PEFT saves the whole matrix when the vocabulary was resized before training (new tokens of a chat
+    template); the base must be resized to this many rows before the adapter loads onto it. The matrix is found
+    under any of PEFT's names for it (``base_name``: ``model.embed_tokens.weight``,
+    ``model.embed_tokens.modules_to_save.weight``...).
+
+    Args:
+        adapter_dir: a PEFT LoRA folder (``adapter_model.safetensors``; only its header is read).
+        base_model: the base (a transformers model) before the adapter is added.
+
+    Returns:
+        The saved matrix's rows, or None.
+
+    Raises:
+        OSError: ``adapter_dir`` has no readable ``adapter_model.safetensors``.
+    """
+    names = {id(module): name for name, module in base_model.named_modules()}
+    embeddings = names.get(id(base_model.get_input_embeddings()), "") + ".weight"
+    shapes = _loaded_tensors(adapter_dir, base_model).get(embeddings)
+    return shapes[0][0] if shapes else None
+
+
+def _module_sizes(module) -> tuple[int | None, int | None]:
+    """``(in, out)`` of a Linear (also bitsandbytes' 4-bit one) or an Embedding."""
+    if hasattr(module, "in_features"):
+        return module.in_features, module.out_features
+    if hasattr(module, "num_embeddings"):
+        return module.num_embeddings, module.embedding_dim
+    return None, None
+
+
+def _recorded_base_config(name: str | None) -> dict | None:
+    """The adapter's base's config, if it is on this machine (never downloads)."""
+    if not name:
+        return None
+    path = os.path.join(expand_path(name), "config.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(name, local_files_only=True).to_dict()
+    except (OSError, ValueError):
+        return None
+
+
+def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> list[str]:
+    """What keeps the adapter in ``adapter_dir`` from fitting ``base_model``; ``[]`` when it fits.
+
+    Args:
+        adapter_dir: a PEFT LoRA folder (``adapter_config.json`` + ``adapter_model.safetensors``).
+        base_model: the loaded base (a transformers model, 4-bit or not), before the adapter is added.
+        tokenizer: the tokenizer generation will use; default: the one saved in ``adapter_dir``, if any.
+
+    Returns:
+        One sentence per difference (``"vocab_size: 512 in the adapter's base, 32000 in this base"``,
+        ``"model.layers.3.self_attn.q_proj: the adapter adapts it, this base has no such module"``...).
+    """
+    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+        adapter_config = json.load(f)
+    problems = []
+    recorded = _recorded_base_config(adapter_config.get("base_model_name_or_path"))
+    base_config = base_model.config.to_dict()
+    resized = saved_embedding_rows(adapter_dir, base_model)
+    other_type = None
+    if recorded is not None:
+        for field in CONFIG_FIELDS:
+            then, now = recorded.get(field), base_config.get(field)
+            if field == "vocab_size" and now == resized:  # the base resized for the adapter's added tokens
+                continue
+            if then is not None and now is not None and then != now:
+                said = f"{field}: {then!r} in the adapter's base, {now!r} in this base"
+                if field == "model_type":
+                    other_type = said
+                else:
+                    problems.append(said)
+    embeddings = base_model.get_input_embeddings().num_embeddings
+    if tokenizer is None and os.path.isfile(os.path.join(adapter_dir, "tokenizer_config.json")):
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(adapter_dir)
+    if tokenizer is not None and len(tokenizer) > embeddings:
+        problems.append(
+            f"vocabulary: the adapter's tokenizer has {len(tokenizer)} tokens, this base embeds "
+            f"{embeddings} (ids from {embeddings} on would fail with IndexError at generation)"
+        )
+    modules = dict(base_model.named_modules())
+    missing, wrong = [], []
+    for name, shapes in _loaded_tensors(adapter_dir, base_model).items():  # by what PEFT loads them into
+        suffix = next((s for s in _LORA if name.endswith(s)), None)
+        if suffix is None:  # a full tensor saved with the adapter (modules_to_save)
+            try:
+                have = list(base_model.get_parameter(name).shape)
+            except AttributeError:
+                missing.append(name)
+                continue
+            other = next((shape for shape in shapes if shape != have), None)
+            if other is not None:
+                wrong.append(f"{name}: {other} in the adapter, {have} in this base")
+            continue
+        module_name = name[: -len(suffix)]
+        if module_name not in modules:
+            missing.append(module_name)
+            continue
+        dim, side = _LORA[suffix]
+        size = _module_sizes(modules[module_name])[0 if side == "in" else 1]
+        other = next((shape for shape in shapes if size is not None and size != shape[dim]), None)
+        if other is not None:
+            wrong.append(f"{module_name}: the adapter's LoRA {side}put size is {other[dim]}, this base's is {size}")
+    missing = sorted(set(missing))
+    if missing:
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        problems.append(
+            f"target modules this base lacks: {', '.join(missing[:3])}{more} "
+            f"(the adapter's target_modules: {adapter_config.get('target_modules')})"
+        )
+    if wrong:
+        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
+        problems.append("hidden sizes differ: " + "; ".join(wrong[:3]) + more)
+    return [other_type] + problems if problems and other_type else problems
+
+
+def check_adapter_fits(adapter_dir: str, base_model, *, base_name: str | None = None, tokenizer=None) -> None:
+    """Raise, naming every difference, unless the adapter in ``adapter_dir`` fits ``base_model``.
+
+    Args:
+        adapter_dir, base_model, tokenizer: as ``adapter_fit_problems``.
+        base_name: how the base was named (for the message), e.g. ``load_adapter``'s ``base_model``.
+
+    Raises:
+        AdapterMismatchError: (a ``ValueError``) the adapter was trained on another base.
+    """
+    problems = adapter_fit_problems(adapter_dir, base_model, tokenizer=tokenizer)
+    if problems:
+        with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+            trained_on = json.load(f).get("base_model_name_or_path")
+        raise AdapterMismatchError(
+            f"the adapter in {adapter_dir!r} (trained on {trained_on!r}) does not fit the base "
+            f"{base_name or base_model.config.name_or_path!r}: "
+            + "; ".join(problems)
+            + ". Load it onto the base it was trained on (load_adapter's base_model, or leave it None)"
+        )

@@ -1,0 +1,270 @@
+"""Save a trained LoRA adapter (article cell 8) and load it back (cell 9).
+
+The adapter folder is PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with the
+tokenizer beside it, so plain PEFT loads it in a fresh process without this package::
+
+    from peft import AutoPeftModelForCausalLM
+    model = AutoPeftModelForCausalLM.from_pretrained("outputs/lora_model")
+
+Saving is atomic: files are written to a hidden sibling folder and moved into place only once
+complete, so an interrupted save never leaves a half-written adapter behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+
+from ..config.finetune import DEFAULTS
+from ..machine.paths import expand_path
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+
+
+def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, record: dict | None = None) -> str:
+    """Write the adapter and tokenizer to ``adapter_dir`` atomically.
+
+    Args:
+        model: a ``peft`` model (only the adapter weights are written, as safetensors).
+        tokenizer: saved beside the adapter.
+        adapter_dir: destination folder (the article's ``"lora_model"``).
+        overwrite: replace an existing adapter there; the old one is removed only after the new one
+            is complete.
+        record: ``run_record.adapter_record(cfg, plan, family=...)``, written as ``tinyllama_ft.json`` beside the
+            adapter: how later commands (``load_adapter``, ``tinyllama-ft generate`` / ``export``) prompt and load
+            it. None writes none (they then read the run's ``run_config.json``, if any).
+
+    Returns:
+        The absolute path of the adapter folder.
+
+    Raises:
+        FileExistsError: ``adapter_dir`` exists and ``overwrite`` is False.
+        RuntimeError: the save did not produce ``adapter_config.json`` and ``adapter_model.safetensors``
+            (e.g. ``model`` has no adapter); nothing is left behind.
+    """
+    target = os.path.abspath(expand_path(adapter_dir))
+    if os.path.exists(target) and not overwrite:
+        raise FileExistsError(f"adapter_dir={adapter_dir!r} exists; pass overwrite=True to replace it")
+    parent = os.path.dirname(target)
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.saving-", dir=parent)
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        if record is not None:
+            from .run_record import write_record
+
+            write_record(staging, record)
+        missing = [f for f in ADAPTER_FILES if not os.path.isfile(os.path.join(staging, f))]
+        if missing:
+            raise RuntimeError(f"saving the adapter wrote no {missing}: is the model a LoRA (peft) model?")
+        old = None
+        if os.path.exists(target):
+            old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=parent)
+            os.rmdir(old)
+            os.replace(target, old)
+        os.replace(staging, target)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def adapter_base_model(adapter_dir: str) -> str:
+    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``).
+
+    Raises:
+        FileNotFoundError: ``adapter_dir`` holds no ``adapter_config.json`` (checked first: PEFT would
+            look the folder name up on the Hub).
+    """
+    adapter_dir = expand_path(adapter_dir)
+    if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[0])):
+        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no adapter_config.json: not a saved adapter")
+    from peft import PeftConfig
+
+    return PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
+
+
+def load_adapter(
+    adapter_dir: str,
+    *,
+    max_seq_length: int | None = None,
+    dtype: str | None = None,
+    load_in_4bit: bool | None = None,
+    backend: str = DEFAULTS.backend,
+    hardware=None,
+    base_model: str | None = None,
+    trust_remote_code: bool = DEFAULTS.trust_remote_code,
+    merged: bool = False,
+):
+    """Load base model + saved adapter for inference (the article's reload cell).
+
+    Args:
+        adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
+        max_seq_length, dtype, load_in_4bit: as ``loading.load_model``; None (the default): what the run recorded
+            (``run_record.read_record``: the adapter's ``tinyllama_ft.json``, else the run's ``run_config.json``),
+            else the base's trained positions (no RoPE scaling), the hardware's dtype and
+            ``DEFAULTS.load_in_4bit``. A ``max_seq_length`` other than the recorded one is refused (RoPE scaling
+            follows it, so the model would answer garbled); another ``dtype`` / ``load_in_4bit`` is used, said in
+            one line.
+        backend, hardware, trust_remote_code: as ``loading.load_model``.
+        base_model: override the base recorded in the adapter (e.g. a local copy of it).
+        merged: return a plain 16-bit model with the adapter merged into the weights, on the transformers
+            backend: the base is loaded as it was trained (4-bit when ``load_in_4bit`` on CUDA), dequantized
+            to the compute dtype, and the LoRA update added (``merge_and_unload``). The weights the
+            adapter was trained against, in one matrix each: what ``generation.stream``'s compiled decoder
+            needs (the notebook's reload default). False: the article's base + adapter on top.
+            An adapter trained after a chat template added tokens (``lora.add_lora``'s ``train_embeddings``) saved
+            the resized embeddings: the base is resized to them first (``adapter_fit.saved_embedding_rows``),
+            on the transformers backend.
+
+    Returns:
+        ``(model, tokenizer)``: the model in eval mode (a peft model, or the merged transformers model)
+        and the adapter's tokenizer.
+
+    Raises:
+        FileNotFoundError: as ``adapter_base_model``; or ``adapter_dir`` has no
+            ``adapter_model.safetensors`` (adapter weights are read as safetensors only, never a pickle).
+        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base (another model
+            type, vocabulary or hidden sizes, or target modules the base lacks): names each difference.
+        coercion.ConfigError: (a ``ValueError``) ``max_seq_length`` contradicts the recorded one (names both).
+        FileNotFoundError: the adapter folder has no tokenizer files and saved resized embeddings (the base's
+            tokenizer lacks the added tokens); without resized embeddings the base's tokenizer is used, said in
+            one line.
+    """
+    from ..machine.hardware import detect_hardware, is_importable
+    from .loading import choose_backend, ensure_pad_token, load_model
+    from .precision import resolve_dtype, torch_dtype
+    from .run_record import read_record, resolve_settings
+
+    hardware = hardware or detect_hardware()
+    adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
+    base = base_model or expand_path(adapter_base_model(adapter_dir))
+    if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
+        raise FileNotFoundError(
+            f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
+            f"loaded as safetensors only (re-save it with save_adapter)"
+        )
+    settings = resolve_settings(
+        read_record(adapter_dir),
+        {"max_seq_length": max_seq_length, "dtype": dtype, "load_in_4bit": load_in_4bit},
+        defaults={"max_seq_length": None, "dtype": None, "load_in_4bit": DEFAULTS.load_in_4bit},
+    )
+    max_seq_length, dtype, load_in_4bit = settings["max_seq_length"], settings["dtype"], settings["load_in_4bit"]
+    if max_seq_length is None:  # nothing recorded: the base's own positions, never a RoPE scaling nobody trained
+        max_seq_length = base_positions(base, trust_remote_code=trust_remote_code)
+    if merged and "unsloth" in sys.modules:
+        # Unsloth replaces transformers' Llama forward methods for the whole process when it loads a model:
+        # a plain transformers model built now would run Unsloth's code. Reload the article's way instead.
+        warnings.warn(
+            "merged=True after Unsloth was used in this process: reloading base + adapter with "
+            "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)",
+            stacklevel=2,
+        )
+        merged = False
+    chosen = "transformers" if merged else choose_backend(backend, hardware, is_importable("unsloth"))
+    if chosen == "unsloth" and saves_whole_modules(adapter_dir):
+        warnings.warn(
+            "this adapter trained whole modules (the embeddings of a chat template's added tokens), which "
+            "Unsloth's loader does not resize for: loading it with transformers + PEFT",
+            stacklevel=2,
+        )
+        chosen = "transformers"
+    load = dict(
+        max_seq_length=max_seq_length,
+        dtype=dtype,
+        load_in_4bit=load_in_4bit,
+        hardware=hardware,
+        trust_remote_code=trust_remote_code,
+    )
+    if chosen == "unsloth" and base_model is None:
+        # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
+        model, tokenizer = load_model(adapter_dir, backend="unsloth", **load)
+    else:
+        from peft import PeftModel
+        from transformers import AutoTokenizer
+
+        from .adapter_fit import check_adapter_fits, saved_embedding_rows
+
+        base_model_obj, _ = load_model(base, backend=chosen, **load)
+        if merged and getattr(base_model_obj, "hf_quantizer", None) is not None:
+            base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(resolve_dtype(dtype, hardware)))
+        rows = saved_embedding_rows(adapter_dir, base_model_obj)
+        if rows and rows > base_model_obj.get_input_embeddings().num_embeddings:  # a chat template's added tokens
+            base_model_obj.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
+        check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
+        model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
+        if merged:
+            model = model.merge_and_unload()
+            if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
+                del model.peft_config
+        tokenizer = AutoTokenizer.from_pretrained(
+            adapter_tokenizer_source(adapter_dir, base, resized=bool(rows)), trust_remote_code=trust_remote_code
+        )
+        ensure_pad_token(tokenizer)
+    model.eval()
+    return model, tokenizer
+
+
+def saves_whole_modules(adapter_dir: str) -> bool:
+    """The adapter saved whole modules beside its LoRA matrices (peft's ``modules_to_save``: the embeddings and LM
+    head of a chat template's added tokens).
+
+    Raises:
+        OSError / ValueError: ``adapter_config.json`` is missing or not JSON.
+    """
+    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
+        return bool(json.load(f).get("modules_to_save"))
+
+
+#: Files of a saved tokenizer, any one of which ``AutoTokenizer`` reads a tokenizer from.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json", "vocab.json")
+
+
+def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = False) -> str:
+    """Where the adapter's tokenizer is read from: the adapter folder (``save_adapter`` writes it there), else the base.
+
+    Args:
+        adapter_dir: the adapter folder.
+        base: the base model's folder or Hub id.
+        resized: the adapter saved resized embeddings (a chat template's added tokens), which the base's own
+            tokenizer cannot produce.
+
+    Returns:
+        ``adapter_dir``, or ``base`` (said in one line) when the folder holds no tokenizer file (a PEFT folder saved
+        without one).
+
+    Raises:
+        FileNotFoundError: no tokenizer file in ``adapter_dir`` and ``resized``: names the folder and what to copy.
+    """
+    if any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES):
+        return adapter_dir
+    if resized:
+        raise FileNotFoundError(
+            f"adapter_dir={adapter_dir!r} has no tokenizer files ({', '.join(TOKENIZER_FILES)}), "
+            f"and its embeddings were resized for added tokens that the base's tokenizer lacks: "
+            f"copy the tokenizer files of the run that trained it into that folder"
+        )
+    print(f"adapter_dir={adapter_dir!r} has no tokenizer files: using the base's tokenizer ({base})")
+    return base
+
+
+def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote_code) -> int:
+    """The base model's trained positions (``max_position_embeddings``), the ``max_seq_length`` that applies no
+    RoPE scaling; ``DEFAULTS.max_seq_length`` when its config has none.
+
+    Raises:
+        OSError: as ``transformers.AutoConfig.from_pretrained`` (no such folder, not cached offline).
+    """
+    from transformers import AutoConfig
+
+    from .demo_model import resolve_model_name
+
+    config = AutoConfig.from_pretrained(resolve_model_name(base), trust_remote_code=trust_remote_code)
+    return getattr(config, "max_position_embeddings", None) or DEFAULTS.max_seq_length

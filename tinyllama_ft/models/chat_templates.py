@@ -1,0 +1,323 @@
+"""Chat templates: the tokenizer's own, or a named one for a base model, with EOS and stop tokens to match.
+
+``set_chat_template(tokenizer, model, chat_template="auto")`` keeps the tokenizer's own template (SmolLM2,
+Qwen, Llama-3.2-Instruct and Phi-3 ship one) or installs a named one (``NAMED_TEMPLATES``) on a base model
+without one, as TRL's ``clone_chat_template`` does from a source tokenizer: the template's tokens are added
+(and the embeddings resized), EOS becomes the template's end-of-turn token, and the model's config and
+generation config stop on it. Then ``check_stop_tokens`` refuses, before any training, a template whose
+end-of-turn token the model's generation config does not stop on (generation would run on past the answer).
+
+The end-of-turn token is read from the template itself (``end_of_turn_token``): a probe conversation is
+rendered with placeholder contents (``render_turns``), and the first special token after the assistant's
+content is the one that closes its turn (``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama-3, ``<|end|>``
+for Phi-3, ``</s>`` for Zephyr on a Llama-2 tokenizer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config.finetune import DEFAULTS
+
+#: ChatML as TRL's former ``setup_chat_format`` (``ChatMlSpecialTokens``) wrote it: no default system turn.
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
+    "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+#: Zephyr's template (HuggingFaceH4/zephyr-7b-beta, TinyLlama/TinyLlama-1.1B-Chat-v1.0 tokenizer_config.json): role
+#: markers as plain text, every turn closed by the tokenizer's own EOS (``</s>`` on Llama-2), so no new token.
+ZEPHYR_TEMPLATE = (
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
+    "{% elif message['role'] == 'assistant' %}\n{{ '<|assistant|>\n'  + message['content'] + eos_token }}\n{% endif %}\n"
+    "{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}"
+)
+
+
+@dataclass(frozen=True)
+class NamedTemplate:
+    """A chat template for a base model: its Jinja text (or the TRL file holding it), the special tokens it
+    needs, and its end-of-turn token (None: the tokenizer's own EOS)."""
+
+    template: str | None
+    special_tokens: tuple[str, ...]
+    end_of_turn: str | None
+    source: str
+    trl_file: str | None = None
+
+
+NAMED_TEMPLATES = {
+    "chatml": NamedTemplate(
+        CHATML_TEMPLATE, ("<|im_start|>", "<|im_end|>"), "<|im_end|>", "ChatML, as TRL's setup_chat_format wrote it"
+    ),
+    "zephyr": NamedTemplate(
+        ZEPHYR_TEMPLATE, (), None, "TinyLlama-1.1B-Chat-v1.0 / zephyr-7b-beta tokenizer_config.json"
+    ),
+    "llama-3": NamedTemplate(
+        None,
+        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
+        "<|eot_id|>",
+        "Meta Llama 3, the copy TRL ships (trl/chat_templates/llama3.jinja)",
+        "llama3.jinja",
+    ),
+}
+
+#: Placeholder contents: private-use characters no template touches and no real text holds.
+_MARK = "\ue000tlft{}\ue001"
+
+
+def template_text(name: str) -> str:
+    """The Jinja text of a ``NAMED_TEMPLATES`` entry (a TRL file is read from the installed TRL).
+
+    Raises:
+        ValueError: unknown name. FileNotFoundError: the installed TRL lacks the file.
+    """
+    if name not in NAMED_TEMPLATES:
+        raise ValueError(f"chat_template={name!r}: not one of {sorted(NAMED_TEMPLATES)} (or 'auto', or a Jinja string)")
+    spec = NAMED_TEMPLATES[name]
+    if spec.template is not None:
+        return spec.template
+    from importlib.resources import files
+
+    path = files("trl") / "chat_templates" / spec.trl_file
+    if not path.is_file():
+        raise FileNotFoundError(f"chat_template={name!r}: the installed TRL has no chat_templates/{spec.trl_file}")
+    return path.read_text(encoding="utf-8")
+
+
+class TemplateMismatch(ValueError):
+    """The template does not render a conversation as placeholder turns predict (it drops, reorders or
+    rewrites a turn's content beyond trimming, or leaves an assistant turn unclosed)."""
+
+
+def render(tokenizer, messages, *, add_generation_prompt: bool = False, chat_template: str | None = None) -> str:
+    """``tokenizer.apply_chat_template`` as text (no tokenization).
+
+    Args:
+        tokenizer: with a chat template (or pass ``chat_template``).
+        messages: turns as ``[{"role", "content"}]``.
+        add_generation_prompt: end with the assistant's header, for generation.
+        chat_template: a Jinja template to use instead of the tokenizer's.
+
+    Returns:
+        The rendered conversation.
+
+    Raises:
+        ValueError: the tokenizer has no chat template and none is given (transformers' message).
+    """
+    return tokenizer.apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=chat_template
+    )
+
+
+def render_turns(
+    tokenizer, messages, *, end_of_turn: str | None = None, chat_template: str | None = None
+) -> list[tuple[str, bool, bool]]:
+    """The rendered conversation cut into ``(text, supervised, is_content)`` pieces, in order.
+
+    The template is rendered once with placeholder contents, which locates each turn's content and the markup
+    around it; the real contents are then put back (as rendered: exactly, or trimmed when the template trims)
+    and the joined pieces are checked to equal the real rendering. An assistant turn is supervised from the end
+    of the generation prompt (when the template is prefix-preserving there; else from its content) through its
+    ``end_of_turn`` token; everything else (system, user, markup, the newline after end-of-turn) is not.
+
+    Args:
+        tokenizer: with a chat template. messages: normalised turns (``conversations``).
+        end_of_turn: the token closing an assistant turn; default ``end_of_turn_token(tokenizer)``.
+        chat_template: a template to use instead of the tokenizer's.
+
+    Returns:
+        Pieces whose texts join to ``render(tokenizer, messages)``; ``is_content`` marks a turn's own text.
+
+    Raises:
+        TemplateMismatch: as the class says.
+    """
+    end_of_turn = end_of_turn or end_of_turn_token(tokenizer, chat_template=chat_template)
+    marks = [{"role": m["role"], "content": _MARK.format(i)} for i, m in enumerate(messages)]
+    probe = render(tokenizer, marks, chat_template=chat_template)
+    pieces: list[tuple[str, bool, bool]] = []
+    at = 0
+    for i, message in enumerate(messages):
+        where = probe.find(_MARK.format(i), at)
+        if where < 0:
+            raise TemplateMismatch(f"the chat template drops, reorders or rewrites turn {i} ({message['role']})")
+        markup = probe[at:where]
+        if message["role"] == "assistant":
+            prompt = render(tokenizer, marks[:i], add_generation_prompt=True, chat_template=chat_template)
+            cut = len(prompt) - at if probe.startswith(prompt) and at <= len(prompt) <= where else len(markup)
+            pieces += [(markup[:cut], False, False), (markup[cut:], True, False)]
+        else:
+            pieces.append((markup, False, False))
+        pieces.append((message["content"], message["role"] == "assistant", True))
+        at = where + len(_MARK.format(i))
+        if message["role"] == "assistant":
+            nxt = probe.find(_MARK.format(i + 1), at) if i + 1 < len(messages) else len(probe)
+            close = probe.find(end_of_turn, at, nxt)
+            if close < 0:
+                raise TemplateMismatch(f"the chat template does not close assistant turn {i} with {end_of_turn!r}")
+            pieces.append((probe[at : close + len(end_of_turn)], True, False))
+            at = close + len(end_of_turn)
+    pieces.append((probe[at:], False, False))
+    real = render(tokenizer, messages, chat_template=chat_template)
+    if "".join(p[0] for p in pieces) != real:
+        trimmed = [(p[0].strip() if p[2] else p[0], p[1], p[2]) for p in pieces]
+        if "".join(p[0] for p in trimmed) != real:
+            raise TemplateMismatch("the chat template rewrites a turn's content (beyond trimming it)")
+        pieces = trimmed
+    return [p for p in pieces if p[0]]
+
+
+def end_of_turn_token(tokenizer, *, chat_template: str | None = None) -> str:
+    """The special token the template closes an assistant turn with (first special token after its content).
+
+    Raises:
+        ValueError: the tokenizer has no chat template, or no special token follows an assistant's content.
+    """
+    if chat_template is None and not tokenizer.chat_template:
+        raise ValueError(
+            "the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
+            f"one, else one of {sorted(NAMED_TEMPLATES)}"
+        )
+    marks = [
+        {"role": "user", "content": _MARK.format(0)},
+        {"role": "assistant", "content": _MARK.format(1)},
+        {"role": "user", "content": _MARK.format(2)},
+    ]
+    probe = render(tokenizer, marks, chat_template=chat_template)
+    after = probe[probe.find(_MARK.format(1)) + len(_MARK.format(1)) : probe.find(_MARK.format(2))]
+    specials = special_tokens(tokenizer)
+    found = [(after.find(t), -len(t), t) for t in specials if t in after]
+    if not found:
+        raise ValueError(
+            f"the chat template closes an assistant turn with {after!r}: no special token, so "
+            "generation cannot stop on one; use a template whose turns end in a special token"
+        )
+    return min(found)[2]
+
+
+def special_tokens(tokenizer) -> list[str]:
+    """Texts of the tokenizer's special tokens: its named ones and every added token marked special."""
+    added = [t.content for t in tokenizer.added_tokens_decoder.values() if t.special]
+    return sorted({t for t in [*tokenizer.all_special_tokens, *added] if t})
+
+
+def stop_token_ids(tokenizer, model=None, *, chat_template: str | None = None) -> list[int]:
+    """Ids generation stops on: the template's end-of-turn token, the tokenizer's EOS, then the model's generation
+    config EOS ids (Qwen: ``<|im_end|>`` and ``<|endoftext|>``), each once."""
+    ids = [tokenizer.convert_tokens_to_ids(end_of_turn_token(tokenizer, chat_template=chat_template))]
+    more = [tokenizer.eos_token_id] + (_generation_eos_ids(model) if model is not None else [])
+    return ids + [i for i in dict.fromkeys(more) if i is not None and i not in ids]
+
+
+def _generation_eos_ids(model) -> list[int]:
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    if eos is None:
+        eos = getattr(model.config, "eos_token_id", None)
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+def check_stop_tokens(tokenizer, model) -> int:
+    """Refuse a template whose end-of-turn token the model's generation config does not stop on.
+
+    Returns:
+        The end-of-turn token id.
+
+    Raises:
+        ValueError: the end-of-turn id is not in ``model.generation_config.eos_token_id`` (or ``config``'s),
+            naming both, and saying how to fix it.
+    """
+    token = end_of_turn_token(tokenizer)
+    token_id = tokenizer.convert_tokens_to_ids(token)
+    eos_ids = _generation_eos_ids(model)
+    if token_id not in eos_ids:
+        raise ValueError(
+            f"the chat template ends assistant turns with {token!r} (id {token_id}) but the model's generation config "
+            f"stops on eos_token_id={eos_ids}: a trained model would not stop after its answer. Use a template whose "
+            f"end-of-turn token the model stops on, or set_chat_template(..., chat_template=<name>) on a base model "
+            f"(it sets the generation config), or add {token_id} to model.generation_config.eos_token_id"
+        )
+    return token_id
+
+
+@dataclass
+class ChatFormat:
+    """What ``set_chat_template`` set: the template's name, end-of-turn token, stop ids, and the ids of tokens
+    it added (their embedding rows are new: train them, e.g. peft's ``trainable_token_indices``)."""
+
+    name: str
+    end_of_turn: str
+    stop_token_ids: list[int]
+    added_token_ids: list[int] = field(default_factory=list)
+
+
+def set_chat_template(tokenizer, model=None, *, chat_template: str = DEFAULTS.chat_template) -> ChatFormat:
+    """Choose the chat template (in place) and make EOS, stop tokens and the model's configs agree with it.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        model: the model (its embeddings are resized for new tokens; its config and generation config get the
+            stop ids); None to set the tokenizer only.
+        chat_template: ``"auto"`` (the tokenizer's own; ``DEFAULTS.chat_template``), a ``NAMED_TEMPLATES`` name
+            (``chatml``, ``zephyr``, ``llama-3``) for a base model, or a Jinja string (used as is, EOS unchanged).
+
+    Returns:
+        A ``ChatFormat``.
+
+    Raises:
+        ValueError: ``"auto"`` on a tokenizer without a template; an unknown name; a template without a special
+            end-of-turn token; with a model, as ``check_stop_tokens``.
+    """
+    from .loading import ensure_pad_token
+
+    added: list[int] = []
+    name = chat_template
+    if chat_template == "auto":
+        if not tokenizer.chat_template:
+            raise ValueError(
+                "chat_template='auto': this tokenizer has no chat template (a base model); name one of "
+                f"{sorted(NAMED_TEMPLATES)}"
+            )
+        name = "own"
+    elif chat_template in NAMED_TEMPLATES:
+        spec = NAMED_TEMPLATES[chat_template]
+        tokenizer.chat_template = template_text(chat_template)
+        new = [t for t in spec.special_tokens if t not in tokenizer.get_vocab()]
+        if new:
+            tokenizer.add_tokens(new, special_tokens=True)
+            added = tokenizer.convert_tokens_to_ids(new)
+        if spec.end_of_turn:
+            tokenizer.eos_token = spec.end_of_turn
+    elif "{%" in chat_template or "{{" in chat_template:
+        tokenizer.chat_template, name = chat_template, "custom"
+    else:
+        template_text(chat_template)  # raises naming the choices
+    eot = end_of_turn_token(tokenizer)
+    stops = stop_token_ids(tokenizer)
+    if model is not None and name not in NAMED_TEMPLATES:
+        stops = stop_token_ids(tokenizer, model)
+    if model is not None:
+        if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+            model.resize_token_embeddings(len(tokenizer))
+        if name in NAMED_TEMPLATES:
+            model.config.eos_token_id = stops[0]
+            if getattr(model, "generation_config", None) is not None:
+                model.generation_config.eos_token_id = stops
+        ensure_pad_token(tokenizer, model)
+        check_stop_tokens(tokenizer, model)
+    return ChatFormat(name=name, end_of_turn=eot, stop_token_ids=stops, added_token_ids=added)
+
+
+def chat_prompt(tokenizer, messages) -> str:
+    """The generation prompt for ``messages``: the template with ``add_generation_prompt=True``, so the model
+    answers as the assistant.
+
+    Args:
+        tokenizer: with a chat template. messages: a conversation's turns, or a string (one user turn).
+
+    Returns:
+        The prompt text (special tokens as text; tokenize with ``add_special_tokens=False``).
+    """
+    if isinstance(messages, str):
+        messages = [{"role": "user", "content": messages}]
+    return render(tokenizer, messages, add_generation_prompt=True)

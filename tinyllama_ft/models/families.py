@@ -1,0 +1,256 @@
+"""Small-model families: LoRA targets, end-of-turn and stop tokens, a pad token that is not EOS, RoPE limits.
+
+``FAMILIES`` is the documented default per family (values from each model's published ``config.json``,
+``tokenizer_config.json`` and ``generation_config.json``):
+
+=============  ===========  =====================================  ==================  ============================
+family         model_type   LoRA targets                           end of turn         pad (never EOS)
+=============  ===========  =====================================  ==================  ============================
+llama-2        llama        q,k,v,o,gate,up,down ``_proj``         ``</s>`` (Zephyr)   ``<unk>``
+llama-3        llama        q,k,v,o,gate,up,down ``_proj``         ``<|eot_id|>``      ``<|finetune_right_pad_id|>``
+smollm2        llama        q,k,v,o,gate,up,down ``_proj``         ``<|im_end|>``      ``<|endoftext|>``
+qwen2.5        qwen2        q,k,v,o,gate,up,down ``_proj``         ``<|im_end|>``      ``<|vision_pad|>`` (note)
+qwen3          qwen3        q,k,v,o,gate,up,down ``_proj``         ``<|im_end|>``      ``<|vision_pad|>`` (note)
+phi-3          phi3         ``qkv_proj``, ``o_proj``,               ``<|end|>``         ``<unk>``
+                            ``gate_up_proj``, ``down_proj`` (fused)
+=============  ===========  =====================================  ==================  ============================
+
+Note: Qwen publishes ``<|endoftext|>`` as its pad token, but it is also a stop token of its generation config,
+so the first of the family's pad candidates that is neither EOS nor a stop token is taken instead (Unsloth
+also pads Qwen2.5 with ``<|vision_pad|>``).
+
+Where possible the loaded model decides instead of the table: ``lora_target_modules`` reads the names of the
+linear layers inside the decoder blocks (Phi-3's fused ``qkv_proj`` / ``gate_up_proj`` are found as they are),
+and the end-of-turn token is read from the chat template (``chat_templates.end_of_turn_token``). Qwen's base
+models end text with ``<|endoftext|>`` and their instruct models end turns with ``<|im_end|>``; Llama-3's with
+``<|end_of_text|>`` and ``<|eot_id|>``: the stop ids hold both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.finetune import DEFAULTS, LLAMA_TARGET_MODULES
+
+#: The seven Llama-style projections (the article's ``target_modules``, ``config.LLAMA_TARGET_MODULES``).
+LLAMA_TARGETS = LLAMA_TARGET_MODULES
+#: Phi-3's fused projections.
+PHI3_TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
+
+
+@dataclass(frozen=True)
+class Family:
+    """A model family's defaults (see the module table)."""
+
+    name: str
+    model_type: str
+    target_modules: tuple[str, ...]
+    end_of_turn: str
+    pad_tokens: tuple[str, ...]
+    base_template: str | None
+    examples: str
+
+
+FAMILIES = {
+    f.name: f
+    for f in (
+        Family("llama-2", "llama", LLAMA_TARGETS, "</s>", ("<unk>",), "zephyr", "TinyLlama-1.1B, Llama-2"),
+        Family(
+            "llama-3",
+            "llama",
+            LLAMA_TARGETS,
+            "<|eot_id|>",
+            ("<|finetune_right_pad_id|>",),
+            "llama-3",
+            "Llama-3.2-1B/3B",
+        ),
+        Family("smollm2", "llama", LLAMA_TARGETS, "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
+        Family(
+            "qwen2.5",
+            "qwen2",
+            LLAMA_TARGETS,
+            "<|im_end|>",
+            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
+            "chatml",
+            "Qwen2.5-0.5B/1.5B/3B",
+        ),
+        Family(
+            "qwen3",
+            "qwen3",
+            LLAMA_TARGETS,
+            "<|im_end|>",
+            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
+            "chatml",
+            "Qwen3-0.6B/1.7B/4B",
+        ),
+        Family(
+            "phi-3", "phi3", PHI3_TARGETS, "<|end|>", ("<unk>", "<|placeholder6|>"), None, "Phi-3-mini, Phi-3.5-mini"
+        ),
+    )
+}
+
+
+def detect_family(model_config, tokenizer) -> Family:
+    """The family of a model, from its ``config.model_type`` and (for ``llama``) its tokenizer's tokens.
+
+    Raises:
+        ValueError: a model type outside ``FAMILIES``, naming the supported ones.
+    """
+    model_type = getattr(model_config, "model_type", None)
+    if model_type in ("qwen2", "qwen3", "phi3"):
+        return FAMILIES[{"qwen2": "qwen2.5", "qwen3": "qwen3", "phi3": "phi-3"}[model_type]]
+    if model_type == "llama":
+        vocab = tokenizer.get_vocab()
+        if "<|eot_id|>" in vocab or "<|begin_of_text|>" in vocab:
+            return FAMILIES["llama-3"]
+        if "<|im_end|>" in vocab:
+            return FAMILIES["smollm2"]
+        return FAMILIES["llama-2"]
+    raise ValueError(
+        f"model_type={model_type!r}: supported families are "
+        + ", ".join(f"{f.name} ({f.examples})" for f in FAMILIES.values())
+    )
+
+
+def lora_target_modules(model) -> tuple[str, ...]:
+    """The LoRA targets of a loaded model: the names of the linear layers inside its decoder blocks.
+
+    Args:
+        model: a causal LM (plain, 4-bit, or already PEFT-wrapped).
+
+    Returns:
+        The distinct last name parts of every ``torch.nn.Linear`` (bitsandbytes' 4-bit layers subclass it) under
+        ``layers.<i>.``, in the table's order (unknown names last): the seven projections on Llama / Qwen, ``qkv_proj``, ``o_proj``,
+        ``gate_up_proj``, ``down_proj`` on Phi-3. LoRA's own ``lora_A`` / ``lora_B`` layers are left out.
+
+    Raises:
+        ValueError: no linear layer sits in numbered decoder blocks (an architecture this does not know).
+    """
+    import re
+
+    import torch
+
+    names: list[str] = []
+    for name, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear) or not re.search(r"\.layers\.\d+\.", name):
+            continue
+        parts = name.split(".")
+        if any(p.startswith("lora_") for p in parts):  # peft's adapter layers
+            continue
+        leaf = parts[-2] if parts[-1] == "base_layer" else parts[-1]  # peft keeps the wrapped layer as base_layer
+        if leaf not in names:
+            names.append(leaf)
+    if not names:
+        raise ValueError(f"{type(model).__name__}: no linear layer inside numbered decoder blocks; pass target_modules")
+    order = {n: i for i, n in enumerate(PHI3_TARGETS if "qkv_proj" in names else LLAMA_TARGETS)}
+    return tuple(sorted(names, key=lambda n: order.get(n, len(order))))
+
+
+def choose_pad_token(tokenizer, family: Family, *, avoid_ids=()) -> str:
+    """Set (in place) and return a pad token that is neither EOS, the end-of-turn token nor any stop token.
+
+    The first of ``family.pad_tokens`` the vocabulary has; else ``<unk>``; else a new ``<|pad|>`` token (the
+    caller resizes the embeddings; ``prepare_family`` does).
+
+    Args:
+        tokenizer: the model's tokenizer (changed in place). family: from ``detect_family``.
+        avoid_ids: more ids the pad must not be (the template's stop ids).
+
+    Returns:
+        The pad token's text.
+    """
+    avoid = {tokenizer.eos_token, family.end_of_turn, *tokenizer.convert_ids_to_tokens(list(avoid_ids))}
+    vocab = tokenizer.get_vocab()
+    for token in (*family.pad_tokens, tokenizer.unk_token):
+        if token and token in vocab and token not in avoid:
+            tokenizer.pad_token = token
+            return token
+    tokenizer.add_special_tokens({"pad_token": "<|pad|>"})
+    return "<|pad|>"
+
+
+@dataclass(frozen=True)
+class RopeLimits:
+    """The positions a model was trained for and how its RoPE is set."""
+
+    max_position_embeddings: int | None
+    rope_theta: float | None
+    rope_type: str | None
+    fits: bool
+
+
+def rope_limits(model_config, *, max_seq_length: int = DEFAULTS.max_seq_length) -> RopeLimits:
+    """Whether ``max_seq_length`` fits the model's trained positions, and its RoPE base and scaling type.
+
+    ``rope_type`` is ``"default"`` (plain RoPE), ``"llama3"`` (Llama-3.2's scaled RoPE), ``"linear"``, ``"yarn"``...
+    as the config says (transformers 5 ``rope_parameters``, or the older ``rope_scaling`` / ``rope_theta``).
+    ``fits`` is False when ``max_seq_length`` exceeds ``max_position_embeddings``: ``loading.load_model`` then
+    scales RoPE linearly, which is only sound on ``"default"`` RoPE.
+    """
+    params = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
+    theta = params.get("rope_theta", getattr(model_config, "rope_theta", None))
+    rope_type = params.get("rope_type", params.get("type", "default" if theta is not None else None))
+    limit = getattr(model_config, "max_position_embeddings", None)
+    return RopeLimits(limit, theta, rope_type, limit is None or max_seq_length <= limit)
+
+
+@dataclass(frozen=True)
+class FamilySetup:
+    """What ``prepare_family`` decided for a loaded model."""
+
+    family: str
+    target_modules: tuple[str, ...]
+    end_of_turn: str
+    stop_token_ids: list[int]
+    pad_token: str
+    added_token_ids: list[int]
+    rope: RopeLimits
+
+
+def prepare_family(
+    model, tokenizer, *, chat_template: str = DEFAULTS.chat_template, max_seq_length: int = DEFAULTS.max_seq_length
+) -> FamilySetup:
+    """Make a loaded model and tokenizer ready for chat fine-tuning, family by family (in place).
+
+    The template: the tokenizer's own when it has one (``"auto"``), else the family's named template (Zephyr for
+    a Llama-2 base such as TinyLlama, Llama-3's for a Llama-3 base, ChatML for Qwen / SmolLM2 bases), or the
+    given one. Then EOS / stop ids and a pad token that is not EOS, and the generation-config check.
+
+    Args:
+        model, tokenizer: from ``loading.load_model`` (or ``from_pretrained``).
+        chat_template: as ``chat_templates.set_chat_template`` (``DEFAULTS.chat_template``); ``"auto"`` falls back
+            to the family's template when the tokenizer has none.
+        max_seq_length: tokens per sequence, checked against the RoPE limits (``DEFAULTS.max_seq_length``).
+
+    Returns:
+        A ``FamilySetup``: ``target_modules`` from the model's own layers (``lora_target_modules``).
+
+    Raises:
+        ValueError: an unknown family with no template; as ``chat_templates.set_chat_template``.
+    """
+    from .chat_templates import set_chat_template
+
+    family = detect_family(model.config, tokenizer)
+    if chat_template == "auto" and not tokenizer.chat_template:
+        if family.base_template is None:
+            raise ValueError(
+                f"{family.name}: the tokenizer has no chat template and the family has no default; pass chat_template"
+            )
+        chat_template = family.base_template
+    choose_pad_token(tokenizer, family)
+    fmt = set_chat_template(tokenizer, model, chat_template=chat_template)
+    pad = choose_pad_token(tokenizer, family, avoid_ids=fmt.stop_token_ids)
+    if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
+        model.resize_token_embeddings(len(tokenizer))
+    model.config.pad_token_id = tokenizer.pad_token_id
+    if getattr(model, "generation_config", None) is not None:
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return FamilySetup(
+        family.name,
+        lora_target_modules(model),
+        fmt.end_of_turn,
+        fmt.stop_token_ids,
+        pad,
+        fmt.added_token_ids,
+        rope_limits(model.config, max_seq_length=max_seq_length),
+    )

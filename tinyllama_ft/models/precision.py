@@ -1,0 +1,76 @@
+"""One precision decision for the whole run: model weights, 4-bit compute dtype and trainer flags.
+
+The article passes ``dtype=None`` to Unsloth ("auto": fp16 on T4/V100, bf16 on Ampere and newer) and
+sets the trainer's ``fp16 = not is_bf16_supported()`` / ``bf16 = is_bf16_supported()``. Here that
+decision is made once, from the compute capability, and everything else follows it.
+"""
+
+from __future__ import annotations
+
+from ..config.coercion import ConfigError
+from ..machine.hardware import Hardware
+
+_ALIASES = {
+    "bf16": "bfloat16",
+    "bfloat16": "bfloat16",
+    "fp16": "float16",
+    "float16": "float16",
+    "half": "float16",
+    "fp32": "float32",
+    "float32": "float32",
+    "float": "float32",
+}
+
+
+def resolve_dtype(dtype: str | None, hardware: Hardware) -> str:
+    """Name of the torch dtype to compute in.
+
+    Args:
+        dtype: ``None`` or ``"auto"`` to decide from the hardware; else a dtype name
+            (``"bfloat16"``/``"bf16"``, ``"float16"``/``"fp16"``, ``"float32"``/``"fp32"``).
+        hardware: the machine's facts (``detect_hardware()``).
+
+    Returns:
+        ``"bfloat16"`` on CUDA capability >= 8.0, ``"float16"`` on older CUDA GPUs (a T4 is 7.5),
+        ``"float32"`` on a CPU; or the requested dtype's canonical name.
+
+    Raises:
+        coercion.ConfigError: (a ValueError) unknown dtype name; ``"bfloat16"`` asked on a CUDA GPU below capability 8.0;
+            ``"float16"`` asked on a CPU (CPU training in fp16 is not supported by the trainer).
+    """
+    if dtype is None or dtype == "auto":
+        if not hardware.cuda:
+            return "float32"
+        return "bfloat16" if hardware.bf16_capable else "float16"
+    name = _ALIASES.get(str(dtype).replace("torch.", ""))
+    if name is None:
+        raise ConfigError(f"dtype={dtype!r} is not one of None, 'auto', 'bfloat16', 'float16', 'float32'")
+    if name == "bfloat16" and hardware.cuda and not hardware.bf16_capable:
+        raise ConfigError(
+            f"dtype='bfloat16' needs compute capability >= 8.0; this GPU ({hardware.gpu_name}) is "
+            f"{hardware.capability}: use dtype=None (float16)"
+        )
+    if name == "float16" and not hardware.cuda:
+        raise ConfigError("dtype='float16' needs a CUDA GPU; on a CPU use dtype=None (float32)")
+    return name
+
+
+def torch_dtype(name: str):
+    """The ``torch.dtype`` for a name returned by ``resolve_dtype`` (imports torch)."""
+    import torch
+
+    return getattr(torch, name)
+
+
+def trainer_precision_flags(dtype_name: str, cpu_autocast_bf16: bool = False) -> dict[str, bool]:
+    """The trainer's mixed-precision flags for the run's dtype: ``{"fp16": ..., "bf16": ...}``.
+
+    Args:
+        dtype_name: the run's dtype (``resolve_dtype``).
+        cpu_autocast_bf16: fp32 weights on a CPU that computes bf16 natively, dtype chosen automatically:
+            bf16 autocast for the matmuls (TRL's ``SFTConfig`` default, what its CPU users get), weights
+            and optimizer state staying fp32.
+
+    fp32 sets neither otherwise.
+    """
+    return {"fp16": dtype_name == "float16", "bf16": dtype_name == "bfloat16" or cpu_autocast_bf16}

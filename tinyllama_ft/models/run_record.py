@@ -1,0 +1,194 @@
+"""What a run recorded beside its adapter, and how later commands take it: ``generate``, ``load_adapter``, the
+reload cell and ``export`` prompt, load and stop the model as it was trained.
+
+``save_adapter(..., record=adapter_record(cfg, plan, family=family))`` writes ``<adapter_dir>/tinyllama_ft.json``:
+the prompt format (``dataset_format``, ``template``, ``chat_template``, the end-of-turn token and stop ids of a
+chat run) and how the base was loaded (``model_name``, ``max_seq_length``, the plan's ``dtype`` and
+``load_in_4bit``). The file travels with the adapter folder. An adapter saved before the record existed is read
+from the run's ``run_config.json`` in the adapter folder or its parent (the run's ``output_dir``); a plain PEFT
+folder from elsewhere has neither, and the package's defaults apply.
+
+``resolve_settings`` merges what a caller passes with the record: a value left out (None) is the recorded one;
+one that contradicts the record is refused where it would change the model's answers (the prompt format,
+``max_seq_length``: RoPE scaling follows it) and used with a one-line notice where it is only another precision
+(``dtype``, ``load_in_4bit``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, Mapping
+
+from ..config.coercion import ConfigError
+from ..machine.paths import expand_path
+
+#: The record's file name inside the adapter folder.
+RECORD_FILE = "tinyllama_ft.json"
+#: The run's identity, written in ``output_dir`` when a run starts (``train.output_dir.prepare_output_dir``).
+RUN_CONFIG = "run_config.json"
+#: Recorded settings that change what the model answers: a different explicit value is refused.
+MUST_MATCH = ("dataset_format", "template", "chat_template", "max_seq_length")
+#: Recorded settings that only change the precision the base runs in: a different explicit value is used, said once.
+MAY_DIFFER = ("dtype", "load_in_4bit")
+
+
+def read_run_config(output_dir: str) -> dict[str, Any] | None:
+    """The identity recorded in ``<output_dir>/run_config.json``, or None when there is none (or it is unreadable)."""
+    try:
+        with open(os.path.join(expand_path(output_dir), RUN_CONFIG), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def adapter_record(cfg, plan=None, *, family=None) -> dict[str, Any]:
+    """The record ``save_adapter`` writes beside an adapter.
+
+    Args:
+        cfg: the run's ``FinetuneConfig``.
+        plan: its ``plan.RunPlan`` (the dtype and 4-bit choice the base was actually loaded with); None: the
+            configuration's ``dtype`` / ``load_in_4bit``.
+        family: ``families.prepare_family``'s ``FamilySetup`` for a chat run (its end-of-turn token and stop ids).
+
+    Returns:
+        ``{"model_name", "dataset_format", "template", "chat_template", "max_seq_length", "dtype", "load_in_4bit"}``,
+        plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run. JSON-ready.
+    """
+    record = {
+        "model_name": cfg.model_name,
+        "dataset_format": cfg.dataset_format,
+        "template": cfg.template,
+        "chat_template": cfg.chat_template,
+        "max_seq_length": cfg.max_seq_length,
+        "dtype": plan.dtype if plan is not None else cfg.dtype,
+        "load_in_4bit": plan.load_in_4bit if plan is not None else cfg.load_in_4bit,
+    }
+    if family is not None:
+        record.update(end_of_turn=family.end_of_turn, stop_token_ids=list(family.stop_token_ids))
+    return record
+
+
+def write_record(folder: str, record: Mapping[str, Any]) -> str:
+    """Write ``record`` to ``<folder>/tinyllama_ft.json``; returns the path. (``save_adapter`` calls it inside its
+    staging folder, so the record appears with the adapter or not at all.)"""
+    path = os.path.join(folder, RECORD_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(dict(record), f, indent=2, sort_keys=True)
+    return path
+
+
+def read_record(adapter_dir: str) -> dict[str, Any]:
+    """What the run that saved ``adapter_dir`` recorded; ``{}`` when nothing was.
+
+    Args:
+        adapter_dir: an adapter folder.
+
+    Returns:
+        The adapter's own ``tinyllama_ft.json``; else the recorded fields of the run's ``run_config.json`` in the
+        folder or its parent (adapters saved before the record existed; there ``dtype`` / ``load_in_4bit`` are
+        the configuration's, not the plan's); else ``{}`` (a PEFT folder from elsewhere).
+
+    Raises:
+        ConfigError: ``tinyllama_ft.json`` exists but is not a JSON object, or a recorded value is not one the
+            configuration allows (``dtype: "float99"``, ``max_seq_length: -5``): names the file and the field.
+    """
+
+    path = os.path.join(adapter_dir, RECORD_FILE)
+    if os.path.isfile(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                record = json.load(f)
+        except ValueError as err:
+            raise ConfigError(
+                f"{path}: not readable JSON ({err}); delete it to load the adapter with the package's defaults"
+            ) from None
+        if not isinstance(record, dict):
+            raise ConfigError(f"{path}: expected a JSON object, got {type(record).__name__}")
+        return _checked(record, path)
+    for folder in (adapter_dir, os.path.dirname(os.path.abspath(adapter_dir))):
+        found = read_run_config(folder)
+        if found:
+            record = {k: found[k] for k in ("model_name", *MUST_MATCH, *MAY_DIFFER) if k in found}
+            return _checked(record, os.path.join(folder, RUN_CONFIG))
+    if os.path.abspath(adapter_dir) not in _SAID_UNRECORDED:
+        _SAID_UNRECORDED.add(os.path.abspath(adapter_dir))
+        print(
+            f"{adapter_dir}: no {RECORD_FILE} or {RUN_CONFIG} records how it was trained: prompting it as Alpaca "
+            f"(template='alpaca'), with the base's own positions; pass template / max_seq_length if it was trained "
+            f"otherwise",
+            file=sys.stderr,  # a notice: stdout stays the answers
+        )
+    return {}
+
+
+#: Adapter folders already said to have no record (said once per process).
+_SAID_UNRECORDED: set[str] = set()
+
+
+def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """``record``, once its values pass the configuration's own checks (``FinetuneConfig``).
+
+    Raises:
+        ConfigError: the first value the configuration refuses, with the file named.
+    """
+    from ..config.finetune import FinetuneConfig
+
+    values = {k: record[k] for k in (*MUST_MATCH, *MAY_DIFFER) if k in record}
+    try:
+        FinetuneConfig.from_mapping(values, where=path)
+    except ConfigError as err:
+        raise ConfigError(
+            f"{path}: {err} (the record of the run that trained this adapter: fix or delete it)"
+        ) from None
+    return record
+
+
+def is_chat(record: Mapping[str, Any]) -> bool:
+    """The record is a chat run's (``dataset_format`` other than ``"alpaca"``)."""
+    return record.get("dataset_format", "alpaca") != "alpaca"
+
+
+def resolve_settings(
+    record: Mapping[str, Any], given: Mapping[str, Any], *, defaults: Mapping[str, Any], where: str = "load_adapter"
+) -> dict[str, Any]:
+    """The settings to load and prompt an adapter with: the caller's, the record's, then the defaults.
+
+    Args:
+        record: ``read_record``'s result.
+        given: name -> value the caller passed; None means "not given".
+        defaults: name -> value used when neither gives one (e.g. ``max_seq_length=None``: the base's positions).
+        where: the caller, for messages (``"tinyllama-ft generate"``).
+
+    Returns:
+        ``{name: value}`` for every name in ``defaults``, and every name of ``given`` that is given or recorded.
+
+    Raises:
+        ConfigError: a given value of ``MUST_MATCH`` differs from the recorded one; the message names the field,
+            both values and how to fix it. A given ``template`` on a chat record is refused the same way (a chat
+            adapter is prompted through its own chat template).
+    """
+    out = dict(defaults)
+    out.update({k: v for k, v in record.items() if k in out or k in given})
+    for name, value in given.items():
+        if value is None:
+            continue
+        recorded = record.get(name)
+        if name == "template" and is_chat(record):
+            raise ConfigError(
+                f"{where}: template={value!r}, but the adapter was trained on conversations "
+                f"(dataset_format={record['dataset_format']!r}, chat_template={record.get('chat_template')!r}): "
+                f"it is prompted through its chat template; leave template out"
+            )
+        if recorded is not None and recorded != value:
+            if name in MUST_MATCH:
+                raise ConfigError(
+                    f"{where}: {name}={value!r}, but the adapter was trained with {name}={recorded!r} "
+                    f"(recorded in its {RECORD_FILE} / run_config.json): leave {name} out to use the "
+                    f"recorded value"
+                )
+            if name in MAY_DIFFER:
+                print(f"{where}: {name}={value!r} (the run trained with {recorded!r})")
+        out[name] = value
+    return out

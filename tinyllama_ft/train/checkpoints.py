@@ -1,0 +1,211 @@
+"""Checkpoint folders in ``output_dir``: which exist, which are complete and readable, which to resume from.
+
+transformers writes ``checkpoint-<step>`` folders (``transformers.trainer_utils.PREFIX_CHECKPOINT_DIR``) and
+``get_last_checkpoint`` returns the newest by name, whatever its state. A resume reads these files, and each can
+be damaged by a kill during a save (a Colab disconnect) or a disk that filled up:
+
+* ``trainer_state.json`` (written last: missing or cut short means the save was interrupted): must parse
+  as JSON with a ``global_step``;
+* ``adapter_config.json`` (PEFT) and any other ``*.json`` the resume reads: must parse;
+* ``*.safetensors`` (the adapter, or full weights): the header must parse and the tensors' byte ranges
+  must match their dtypes and shapes and fill the file exactly (a truncated file fails; bytes garbled
+  inside a tensor cannot be seen: safetensors stores no checksum);
+* ``optimizer.pt``, ``scheduler.pt``, ``scaler.pt``, ``rng_state*.pth``: ``torch.save`` zip archives; every
+  record's CRC-32 is checked (``zipfile.testzip``): a truncated file (no central directory) and garbled
+  bytes both fail, where ``torch.load`` reads garbled tensor data without a word or suggests
+  ``weights_only=False``, which is wrong for a damaged file.
+
+``last_checkpoint`` walks from the newest folder back, skipping (with a message naming the file and why)
+any that fails, and returns the newest good one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import zipfile
+
+from ..machine.paths import expand_path
+
+#: transformers' checkpoint folder names: ``checkpoint-<optimizer step>`` (``trainer_utils._re_checkpoint``).
+_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
+#: Bytes per element of each safetensors dtype.
+_DTYPE_BYTES = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E5M2": 1,
+    "F8_E4M3": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+}
+#: Files in a checkpoint that a resume reads as ``torch.save`` zip archives.
+_TORCH_FILE = re.compile(
+    r"^(optimizer\.pt|optimizer\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|.*-optimizer\.pt)$"
+)
+#: JSON files a resume reads.
+_JSON_FILES = ("trainer_state.json", "adapter_config.json", "config.json", "model.safetensors.index.json")
+
+
+class DamagedCheckpointError(RuntimeError):
+    """``resume=True`` and no checkpoint in ``output_dir`` is complete and readable."""
+
+
+def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
+    """Every ``checkpoint-N`` folder in ``output_dir``, complete or not, oldest first.
+
+    Args:
+        output_dir: the trainer's output folder (need not exist).
+
+    Returns:
+        ``[(N, path), ...]`` sorted by the optimizer step N; ``[]`` when there is none or no folder.
+    """
+    output_dir = expand_path(output_dir)
+    if not os.path.isdir(output_dir):
+        return []
+    found = [
+        (int(m.group(1)), os.path.join(output_dir, name))
+        for name in os.listdir(output_dir)
+        if (m := _CHECKPOINT_DIR.match(name))
+    ]
+    return sorted((step, path) for step, path in found if os.path.isdir(path))
+
+
+def _json_problem(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f)
+    except UnicodeDecodeError as e:
+        return f"is not UTF-8 text ({e.reason} at byte {e.start})"
+    except ValueError as e:
+        return f"is not valid JSON ({e}): cut short or garbled"
+    if os.path.basename(path) == "trainer_state.json" and not (isinstance(value, dict) and "global_step" in value):
+        return "has no global_step"
+    return None
+
+
+def _safetensors_problem(path: str) -> str | None:
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            return f"is {size} bytes long: shorter than a safetensors header"
+        (n,) = struct.unpack("<Q", head)
+        if 8 + n > size:
+            return f"declares a {n}-byte header but the file has {size} bytes: cut short or garbled"
+        try:
+            header = json.loads(f.read(n).decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as e:
+            return f"has a header that is not valid JSON ({e}): garbled"
+    if not isinstance(header, dict):
+        return "has a header that is not a JSON object: garbled"
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            begin, stop = info["data_offsets"]
+            count = 1
+            for dim in info["shape"]:
+                count *= int(dim)
+            want = count * _DTYPE_BYTES[info["dtype"]]
+        except (KeyError, TypeError, ValueError) as e:
+            return f"has a malformed entry for tensor {name!r} ({e!r}): garbled"
+        if stop - begin != want:
+            return (
+                f"tensor {name!r} ({info['dtype']} {info['shape']}) spans {stop - begin} bytes, needs {want}: garbled"
+            )
+        end = max(end, stop)
+    if size != 8 + n + end:
+        return (
+            f"is {size} bytes long but its header describes {8 + n + end}: cut short"
+            if size < 8 + n + end
+            else f"is {size} bytes long but its header describes {8 + n + end}: garbled"
+        )
+    return None
+
+
+def _torch_file_problem(path: str) -> str | None:
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except zipfile.BadZipFile as e:
+        return f"is not a complete torch.save archive ({e}): cut short or garbled"
+    except (OSError, EOFError, RuntimeError, ValueError) as e:  # a garbled local header or size
+        return f"cannot be read as a torch.save archive ({type(e).__name__}: {e}): garbled"
+    if bad is not None:
+        return f"fails its CRC-32 check in record {bad!r}: garbled"
+    return None
+
+
+def checkpoint_problem(checkpoint: str) -> tuple[str, str] | None:
+    """The first damaged file a resume from ``checkpoint`` would read, or None when all are sound.
+
+    Args:
+        checkpoint: a ``checkpoint-N`` folder.
+
+    Returns:
+        ``(path, why)`` (e.g. ``(".../optimizer.pt", "fails its CRC-32 check ...")``), or None. A folder
+        without ``trainer_state.json`` (transformers writes it last) is an interrupted save.
+    """
+    state = os.path.join(checkpoint, "trainer_state.json")
+    if not os.path.isfile(state):
+        return state, "is missing: the save was interrupted"
+    for name in sorted(os.listdir(checkpoint)):
+        path = os.path.join(checkpoint, name)
+        if not os.path.isfile(path):
+            continue
+        if name in _JSON_FILES:
+            why = _json_problem(path)
+        elif name.endswith(".safetensors"):
+            why = _safetensors_problem(path)
+        elif _TORCH_FILE.match(name):
+            why = _torch_file_problem(path)
+        else:
+            continue
+        if why:
+            return path, why
+    return None
+
+
+def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
+    """Newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound.
+
+    Unlike transformers' ``get_last_checkpoint``, a folder left half-written by a kill during a save, or
+    holding a truncated or garbled file, is skipped with a message naming the file and why, so resuming
+    falls back to the checkpoint before it.
+
+    Args:
+        output_dir: the trainer's output folder.
+        required: raise instead of returning None when checkpoints exist but none is sound.
+
+    Returns:
+        The checkpoint's path, or None (no checkpoint folder at all, or none sound and not ``required``).
+
+    Raises:
+        DamagedCheckpointError: ``required`` and every checkpoint is damaged; names each one's bad file.
+    """
+    skipped = []
+    for _, path in reversed(checkpoint_dirs(output_dir)):
+        problem = checkpoint_problem(path)
+        if problem is None:
+            return path
+        print(f"resume: skipping {path}: {problem[0]} {problem[1]}")
+        skipped.append(f"{problem[0]} {problem[1]}")
+    if required and skipped:
+        raise DamagedCheckpointError(
+            f"resume: no checkpoint in output_dir={output_dir!r} can be resumed: "
+            + "; ".join(skipped)
+            + ". Start over with overwrite_output_dir=True (resume=False), or restore the files from a copy"
+        )
+    return None

@@ -1,0 +1,129 @@
+"""Train and evaluate (the article's cell 7), with the numbers a run reports, and what to do when CUDA runs out.
+
+Which checkpoint a resume starts from (complete, undamaged) is ``checkpoints.last_checkpoint``'s decision.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from typing import Any
+
+from .checkpoints import last_checkpoint
+
+
+def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
+    """Evaluate, train, evaluate again; measure tokens, time and peak GPU memory.
+
+    With several processes (``args..world_size`` > 1, DDP) the first evaluation runs inside
+    ``train.`` (``eval_on_start``): an ``evaluate()`` before it would leave the model without its DDP
+    wrapper (see the comment in the code); ``eval_loss_before`` and the timings mean the same either way.
+
+    Args:
+        trainer: from ``build_trainer``.
+        resume: continue from the newest checkpoint in ``args.output_dir`` when there is one.
+
+    Returns:
+        ``{"eval_loss_before", "eval_loss_after"`` (None without an eval set), ``"train_runtime_s"``
+        (seconds in ``train.``), ``"eval_in_train_s"`` (seconds of it spent in the evaluations every
+        ``eval_steps``), ``"train_tokens"`` (non-padding tokens fed in this run: all processes'
+        under DDP, the trainer gathers them), ``"tokens_per_s"``
+        (train_tokens over the training time, evaluations excluded, checkpoint saves included),
+        ``"peak_memory_gib"`` (``torch.cuda.max_memory_allocated``; None on CPU),
+        ``"peak_reserved_gib"``, ``"peak_host_rss_gib"`` (this process's peak resident memory), ``"global_step"``, ``"resumed_from"``, ``"train_loss"``,
+        ``"log_history"`` (the trainer's per-step logs)}``.
+
+    Raises:
+        checkpoints.DamagedCheckpointError: ``resume`` and every checkpoint holds a truncated or garbled
+            file (a damaged newest one is skipped with a message, falling back to the one before).
+    """
+    import torch
+
+    has_eval = trainer.eval_dataset is not None
+    checkpoint = last_checkpoint(trainer.args.output_dir, required=True) if resume else None
+    if resume and checkpoint is None:
+        print(f"resume: no checkpoint in {trainer.args.output_dir}; starting from step 0")
+    # Several processes: evaluate() before train() marks the model as prepared by accelerate (evaluation mode,
+    # no DDP wrapper), so train() then skips the DDP wrap (transformers 5.24, accelerate 1.15): no gradient
+    # all-reduce, the processes drift apart while each logs a plausible loss. The eval before training then
+    # runs inside train(), on the wrapped model (eval_on_start), and only when training starts from step 0.
+    eval_on_start = trainer.args.world_size > 1 and has_eval and checkpoint is None
+    if eval_on_start:
+        trainer.args.eval_on_start = True
+    eval_before = trainer.evaluate()["eval_loss"] if has_eval and checkpoint is None and not eval_on_start else None
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process
+    tokens_before = _tokens_in_checkpoint(checkpoint) if checkpoint else trainer.state.num_input_tokens_seen
+    first_step = _checkpoint_state(checkpoint).global_step if checkpoint else trainer.state.global_step
+    start = time.perf_counter()
+    try:
+        output = trainer.train(resume_from_checkpoint=checkpoint)
+    except torch.OutOfMemoryError as e:
+        raise torch.OutOfMemoryError(out_of_memory_advice(trainer)) from e
+    runtime = time.perf_counter() - start
+    # evaluations every eval_steps in this process (a resumed state also holds the earlier process's)
+    evals = [h for h in trainer.state.log_history if "eval_loss" in h]
+    eval_in_train = sum(h.get("eval_runtime", 0.0) for h in evals if h.get("step", 0) > first_step)
+    if eval_on_start:  # logged at step 0, inside train()'s time
+        eval_before = evals[0]["eval_loss"]
+        eval_in_train += evals[0].get("eval_runtime", 0.0)
+    tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
+    eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
+    cuda = torch.cuda.is_available()
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return {
+        "eval_loss_before": eval_before,
+        "eval_loss_after": eval_after,
+        "train_runtime_s": round(runtime, 2),
+        "eval_in_train_s": round(eval_in_train, 2),
+        "train_tokens": tokens,
+        "tokens_per_s": round(tokens / (runtime - eval_in_train), 1) if runtime > eval_in_train else None,
+        "peak_memory_gib": round(torch.cuda.max_memory_allocated() / 2**30, 3) if cuda else None,
+        "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2**30, 3) if cuda else None,
+        "peak_host_rss_gib": round(rss_kib / 2**20, 3),
+        "global_step": trainer.state.global_step,
+        "resumed_from": checkpoint,
+        "train_loss": output.training_loss,
+        "log_history": list(trainer.state.log_history),
+    }
+
+
+def out_of_memory_advice(trainer) -> str:
+    """What to say when CUDA runs out of memory in training: the step, the knobs to lower, the last checkpoint.
+
+    Frees the cached CUDA memory first (the failed step's tensors are gone once the exception is handled).
+    """
+    from accelerate.utils import release_memory
+
+    release_memory()  # garbage collection + emptying the CUDA cache
+    args = trainer.args
+    checkpointing = bool(
+        getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False)
+    )
+    kept = last_checkpoint(args.output_dir)
+    return (
+        f"CUDA ran out of memory at step {trainer.state.global_step + 1} with per_device_train_batch_size="
+        f"{args.per_device_train_batch_size} (x gradient_accumulation_steps={args.gradient_accumulation_steps}), "
+        f"max_seq_length={trainer.args.max_length if hasattr(args, 'max_length') else args.max_seq_length} and "
+        f"gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
+        f"gradient_accumulation_steps to keep the effective batch), lower max_seq_length, or set "
+        f"gradient_checkpointing=True; recipe='fast' sizes these to the free memory. "
+        + (
+            f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it (in a notebook, "
+            f"restart the runtime first: the failed step may still hold GPU memory)."
+            if kept
+            else "No checkpoint was written yet."
+        )
+    )
+
+
+def _checkpoint_state(checkpoint: str):
+    from transformers import TrainerState
+
+    return TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
+
+
+def _tokens_in_checkpoint(checkpoint: str) -> int:
+    return int(_checkpoint_state(checkpoint).num_input_tokens_seen)

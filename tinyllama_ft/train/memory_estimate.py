@@ -1,0 +1,146 @@
+"""The GPU memory estimate behind the fast recipe's micro-batch choice (``plan.plan_run``).
+
+How a run trains fast without changing what it computes: backend, attention, kernels, batch split.
+
+``recipe="article"`` runs the article's cell values literally: Unsloth on a GPU (when installed), batch
+2 x accumulation 4, gradient checkpointing on. ``recipe="fast"`` (the default) keeps the same math
+(the same effective batch of ``per_device_train_batch_size * gradient_accumulation_steps`` sequences per
+optimizer step, learning-rate schedule, optimizer, LoRA and 4-bit base weights) and changes only how
+it is executed:
+
+* bf16 GPU (compute capability >= 8.0): transformers + PEFT with flex attention (TRL's padding-free
+  packing hands each packed row its own ``position_ids``; transformers turns them into a document mask,
+  so rows do not attend to each other and fully masked blocks are skipped) and Liger's fused kernels
+  (RMSNorm, RoPE, SwiGLU, and linear + cross-entropy without materialising the logits);
+* fp16 GPU (a T4): Unsloth, whose kernels target that generation, as in the article;
+* every GPU: the micro-batch is the largest that memory allows (accumulation shrinks to keep the
+  effective batch; the trainer averages the loss over all tokens of the step, so the gradient is the
+  same), and gradient checkpointing is off when the activations fit;
+* CPU: transformers with SDPA (also document-masked from ``position_ids``), checkpointing off (it only
+  costs time there), the configured split.
+
+Measured on an H200 (TinyLlama-1.1B shape, 4-bit, seq 4096, effective batch 8; benchmarks/README.md):
+the article's recipe 14.8k tokens/s; Unsloth at batch 8 without checkpointing 21k; this fast recipe
+(transformers 4-bit + flex attention + Liger, batch 8, no checkpointing) 64k at 42 GiB.
+
+The memory estimate (``estimate_peak_gib``; a real gap: no library sizes a LoRA micro-batch from a model config) scales activation bytes per token with the model's layers
+and widths, with coefficients measured on that machine; it is an estimate, with headroom.
+"""
+
+from __future__ import annotations
+
+from ..config.finetune import DEFAULTS
+
+#: Fraction of the GPU memory budget the plan may fill (the rest: allocator fragmentation, eval, saving).
+HEADROOM = 0.8
+#: Activation elements kept per token per decoder layer, as multiples of (8 * hidden + 3 * intermediate)
+#: without checkpointing or of hidden with it; measured on the H200 (TinyLlama shape, 4-bit, bf16, seq
+#: 4096, batch 8): transformers + flex + Liger 41.9 GiB without checkpointing (package_default), 11.2 GiB
+#: with it (benchmarks/levers.py); Unsloth 39.2 GiB without, 5.9 GiB with.
+ACTIVATION_COEFFICIENTS = {
+    ("transformers", False): 0.95,
+    ("transformers", True): 2.8,
+    ("unsloth", False): 0.9,
+    ("unsloth", True): 1.1,
+}
+#: Logits bytes per token and vocabulary entry without a fused loss: fp32 logits and their gradient.
+LOGIT_BYTES = 8
+
+
+def model_dims(model_config) -> dict[str, int]:
+    """``{"layers", "hidden", "intermediate", "vocab", "kv_dim"}`` from a transformers config (or a dict).
+
+    Raises:
+        KeyError: the config lacks one of the standard decoder fields (``num_hidden_layers``,
+            ``hidden_size``, ``intermediate_size``, ``vocab_size``).
+    """
+    get = model_config.get if isinstance(model_config, dict) else lambda k, d=None: getattr(model_config, k, d)
+    hidden = int(get("hidden_size"))
+    heads = int(get("num_attention_heads") or 1)
+    kv_heads = int(get("num_key_value_heads") or heads)
+    return {
+        "layers": int(get("num_hidden_layers")),
+        "hidden": hidden,
+        "intermediate": int(get("intermediate_size")),
+        "vocab": int(get("vocab_size")),
+        "kv_dim": hidden * kv_heads // heads,
+    }
+
+
+def estimate_peak_gib(
+    dims: dict[str, int],
+    *,
+    micro_batch: int,
+    max_seq_length: int,
+    gradient_checkpointing: bool,
+    backend: str,
+    load_in_4bit: bool,
+    fused_loss: bool,
+    lora_r: int = DEFAULTS.lora_r,
+) -> float:
+    """Estimated peak CUDA memory of one training micro-step, in GiB.
+
+    Args:
+        dims: ``model_dims`` output.
+        micro_batch: sequences per micro-batch; ``max_seq_length``: tokens per sequence.
+        gradient_checkpointing: activations recomputed in backward (only layer inputs kept).
+        backend: ``"transformers"`` or ``"unsloth"`` (their activation footprints differ).
+        load_in_4bit: base weights in NF4 (half a byte per weight) instead of 16-bit.
+        fused_loss: the loss is fused with the output layer (Liger, Unsloth): no full logits tensor.
+        lora_r: adapter rank (adapter weights, gradients and Adam states in fp32).
+
+    Returns:
+        Weights + adapter/optimizer state + activations + logits, in GiB.
+    """
+    L, h, i, v, kv = dims["layers"], dims["hidden"], dims["intermediate"], dims["vocab"], dims["kv_dim"]
+    layer_weights = L * (2 * h * h + 2 * h * kv + 3 * h * i)
+    weights = layer_weights * (0.5 if load_in_4bit else 2) + 2 * v * h * 2
+    lora = L * lora_r * (2 * (h + h) + 2 * (h + kv) + 3 * (h + i)) * 16  # fp32 weight, grad, two Adam moments
+    tokens = micro_batch * max_seq_length
+    coefficient = ACTIVATION_COEFFICIENTS[(backend, bool(gradient_checkpointing))]
+    per_layer = coefficient * (h if gradient_checkpointing else 8 * h + 3 * i)
+    activations = tokens * L * per_layer * 2
+    if gradient_checkpointing:  # one layer's full activations while it is recomputed
+        activations += tokens * ACTIVATION_COEFFICIENTS[(backend, False)] * (8 * h + 3 * i) * 2
+    logits = 0 if fused_loss else tokens * v * LOGIT_BYTES
+    return (weights + lora + activations + logits) / 2**30
+
+
+def splits(effective_batch: int) -> list[int]:
+    """Micro-batch sizes dividing the effective batch, largest first."""
+    return [m for m in range(effective_batch, 0, -1) if effective_batch % m == 0]
+
+
+def read_model_config(model_name: str) -> dict:
+    """A model's ``config.json`` as a dict, from a local folder or the Hub, without importing transformers
+    (Unsloth must be imported before transformers to patch it).
+
+    Raises:
+        OSError: no ``config.json`` in the folder and the Hub does not answer.
+    """
+    import json
+    import os
+
+    from ..machine.paths import expand_path
+
+    path = os.path.join(expand_path(model_name), "config.json")
+    if not os.path.isfile(path):
+        from huggingface_hub import hf_hub_download
+
+        path = hf_hub_download(model_name, "config.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def gpu_budget_gib(cap_gib: float) -> float:
+    """Free memory on this process's CUDA device in GiB, at most ``cap_gib`` when that is set (> 0).
+
+    The device is 0 alone, ``LOCAL_RANK`` under ``accelerate launch`` (``distributed.local_process_index``).
+    """
+    import torch
+
+    from ..machine.distributed import local_process_index
+
+    free, _ = torch.cuda.mem_get_info(local_process_index())
+    free_gib = free / 2**30
+    return min(free_gib, cap_gib) if cap_gib else free_gib

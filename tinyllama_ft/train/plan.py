@@ -1,0 +1,359 @@
+"""What to train vs. how it runs: the execution plan, computed once from the configuration and the machine.
+
+``plan_run(cfg, hardware)`` decides, in this one place, the backend, the compute dtype, the attention
+kernel, fused kernels, the micro-batch split of the effective batch, gradient checkpointing, the
+optimizer and whether the base is really 4-bit; the result is a frozen ``RunPlan`` that the helpers read.
+The configuration is never rewritten: ``cfg`` says what to train, the plan how this machine runs it.
+
+``recipe="article"`` runs the article's cell values literally: Unsloth on a GPU (when installed), batch
+2 x accumulation 4, gradient checkpointing on. ``recipe="fast"`` (the default) keeps the same math (the
+effective batch, schedule, optimizer, LoRA and 4-bit base) and changes only how it is executed:
+
+* bf16 GPU: transformers + PEFT with flex attention (packed rows masked from each other) and Liger's
+  fused kernels; fp16 GPU (a T4): Unsloth, whose kernels target that generation;
+* every GPU: the largest micro-batch that memory allows (``memory_estimate.estimate_peak_gib``), accumulation
+  shrinking to keep the effective batch, checkpointing only when the activations do not fit;
+* CPU: transformers with SDPA, checkpointing off (it only costs time there), the configured split.
+
+Under ``accelerate launch --num_processes N`` (DDP, ``distributed.world_size()``) the effective batch stays
+the configuration's: each process takes 1/N of it, ``per_device_train_batch_size`` x
+``gradient_accumulation_steps`` of the plan being one process's share (``split_over_processes``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..config.coercion import ConfigError
+from ..config.finetune import FinetuneConfig
+from ..machine.hardware import Hardware, is_importable
+from ..models.loading import choose_backend, rope_scaling_factor
+from ..models.precision import resolve_dtype
+from .memory_estimate import HEADROOM, estimate_peak_gib, gpu_budget_gib, model_dims, read_model_config, splits
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """How a run executes on this machine; computed once by ``plan_run``, read by the helpers.
+
+    Attributes:
+        recipe: ``"fast"`` or ``"article"``.
+        device: ``"cuda"`` or ``"cpu"``.
+        backend: ``"unsloth"`` or ``"transformers"``.
+        dtype: compute dtype name (``"bfloat16"``, ``"float16"``, ``"float32"``).
+        load_in_4bit: the base weights really are 4-bit (asked for, and CUDA present).
+        cpu_autocast_bf16: fp32 weights on a CPU that computes bf16 natively, dtype left automatic:
+            the matmuls run under bf16 autocast (TRL's default).
+        attn_implementation: transformers' attention kernel, or None for the backend's own.
+        use_liger_kernel: Liger's fused kernels through the trainer.
+        per_device_train_batch_size, gradient_accumulation_steps: the split of the effective batch, per
+            process: sequences per micro-batch in each process, micro-batches per optimizer step.
+        gradient_checkpointing: recompute activations in the backward pass.
+        optim: the trainer's optimizer name.
+        rope_scaling_factor: linear RoPE factor the load applies (None: the model's positions suffice,
+            or its config was unreadable).
+        estimated_peak_gib, budget_gib: estimated peak CUDA memory and the memory planned for, in GiB
+            (None on a CPU or without the model config).
+        reasons: one line per decision.
+        world_size: processes training together (``accelerate launch --num_processes``); 1 alone.
+    """
+
+    recipe: str
+    device: str
+    backend: str
+    dtype: str
+    load_in_4bit: bool
+    cpu_autocast_bf16: bool
+    attn_implementation: str | None
+    use_liger_kernel: bool
+    per_device_train_batch_size: int
+    gradient_accumulation_steps: int
+    gradient_checkpointing: bool
+    optim: str
+    rope_scaling_factor: float | None = None
+    estimated_peak_gib: float | None = None
+    budget_gib: float | None = None
+    reasons: tuple[str, ...] = ()
+    world_size: int = 1
+
+    @property
+    def effective_batch_size(self) -> int:
+        """Sequences per optimizer step, all processes together (the configuration's, whatever the split)."""
+        return self.per_device_train_batch_size * self.gradient_accumulation_steps * self.world_size
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (recorded in ``run_summary.json`` under ``"execution"``)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    def summary(self) -> str:
+        """A few lines for the notebook: the choices, then why."""
+        head = (
+            f"recipe {self.recipe!r} on {self.device}: backend {self.backend}, {self.dtype}"
+            f"{' (bf16 autocast)' if self.cpu_autocast_bf16 else ''}, 4-bit {self.load_in_4bit}, attention "
+            f"{self.attn_implementation or 'backend default'}, liger {self.use_liger_kernel}, batch "
+            f"{self.per_device_train_batch_size} x accumulation {self.gradient_accumulation_steps}, gradient "
+            f"checkpointing {self.gradient_checkpointing}, optimizer {self.optim}"
+            f"{f', x {self.world_size} processes' if self.world_size > 1 else ''}"
+        )
+        if self.estimated_peak_gib is not None:
+            head += f", estimated peak {self.estimated_peak_gib:.1f} of {self.budget_gib:.1f} GiB"
+        return "\n".join([head, *(f"  {r}" for r in self.reasons)])
+
+
+def _text_config(model_config):
+    if isinstance(model_config, dict):
+        return model_config.get("text_config") or model_config
+    return getattr(model_config, "text_config", None) or model_config
+
+
+def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
+    """Refuse, before any model loads, the names the trainer and transformers would only refuse later: an unknown
+    ``lr_scheduler_type`` (``transformers.SchedulerType``), ``optim`` (``transformers.training_args.OptimizerNames``)
+    or ``attn_implementation``, and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
+
+    Raises:
+        coercion.ConfigError: names the field, the value and the choices.
+    """
+    from transformers import SchedulerType
+    from transformers.training_args import OptimizerNames
+
+    schedulers = [s.value for s in SchedulerType]
+    if cfg.lr_scheduler_type not in schedulers:
+        raise ConfigError(
+            f"FinetuneConfig.lr_scheduler_type={cfg.lr_scheduler_type!r} is not a transformers "
+            f"scheduler: one of {schedulers}"
+        )
+    if cfg.optim is not None:
+        optimizers = [o.value for o in OptimizerNames]
+        if cfg.optim not in optimizers:
+            raise ConfigError(
+                f"FinetuneConfig.optim={cfg.optim!r} is not a transformers optimizer: one of {optimizers}"
+            )
+        if not hardware.cuda and ("8bit" in cfg.optim or "paged" in cfg.optim or "bnb" in cfg.optim):
+            raise ConfigError(
+                f"FinetuneConfig.optim={cfg.optim!r} is a bitsandbytes optimizer, which needs a CUDA "
+                f"GPU: use optim=None ('adamw_torch' on a CPU)"
+            )
+    if cfg.attn_implementation is not None and "/" not in cfg.attn_implementation:  # "org/kernel": a Hub kernel
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        kernels = ["eager", *ALL_ATTENTION_FUNCTIONS.keys()]
+        if cfg.attn_implementation not in kernels:
+            raise ConfigError(
+                f"FinetuneConfig.attn_implementation={cfg.attn_implementation!r} is not an attention "
+                f"kernel of the installed transformers: one of {kernels}"
+            )
+
+
+def plan_run(
+    cfg: FinetuneConfig,
+    hardware: Hardware,
+    model_config=None,
+    *,
+    budget_gib: float | None = None,
+    importable=is_importable,
+    world_size: int | None = None,
+) -> RunPlan:
+    """Decide how ``cfg`` runs on ``hardware``; the configuration itself is not changed.
+
+    Args:
+        cfg: the run's configuration; ``per_device_train_batch_size * gradient_accumulation_steps`` is the
+            effective batch every plan keeps.
+        hardware: the machine (``hardware.detect_hardware()``).
+        model_config: the base model's config (transformers object or dict); None = read ``config.json``
+            from ``cfg.model_name`` (on failure the fast recipe keeps the configured split, checkpointed).
+        budget_gib: GPU memory to plan for, in GiB; None = free memory on this process's device, within
+            ``cfg.gpu_memory_cap_gib`` when set.
+        importable: ``hardware.is_importable``-like probe (tests inject which optional packages exist).
+        world_size: processes training together; None = ``distributed.world_size()`` (``WORLD_SIZE``, set
+            by ``accelerate launch`` / ``torchrun``; 1 in a plain process).
+
+    Returns:
+        The frozen ``RunPlan`` (its split is one process's share of the effective batch).
+
+    Raises:
+        coercion.ConfigError: as ``check_trainer_names`` (an unknown scheduler, optimizer or attention kernel, a
+            bitsandbytes optimizer without CUDA).
+        ValueError / ImportError: as ``precision.resolve_dtype`` and ``loading.choose_backend`` (e.g.
+            ``dtype="bfloat16"`` on a T4, ``backend="unsloth"`` on a CPU); ``split_over_processes`` (the
+            effective batch does not divide over the processes); ``backend="unsloth"`` with several
+            processes (Unsloth trains on one GPU).
+    """
+    from ..machine.distributed import world_size as launched_world_size
+
+    world = launched_world_size() if world_size is None else world_size
+    if world > 1:
+        share = split_over_processes(cfg, world)
+        if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
+            share = dataclasses.replace(share, backend="transformers")
+        return _per_process(
+            plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1),
+            cfg,
+            world,
+        )
+    check_trainer_names(cfg, hardware)
+    dtype = resolve_dtype(cfg.dtype, hardware)
+    backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
+    cuda = hardware.cuda
+    reasons: list[str] = []
+    if cfg.load_in_4bit and not cuda:
+        reasons.append("load_in_4bit=True needs a CUDA GPU (bitsandbytes): full-precision weights here")
+    common = dict(
+        device="cuda" if cuda else "cpu",
+        dtype=dtype,
+        load_in_4bit=cfg.load_in_4bit and cuda,
+        cpu_autocast_bf16=not cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype == "float32",
+        optim=cfg.optim or ("adamw_8bit" if cuda else "adamw_torch"),
+    )
+    split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
+    dims, rope, unreadable = None, None, None
+    try:
+        text_config = _text_config(model_config if model_config is not None else read_model_config(cfg.model_name))
+        dims = model_dims(text_config)
+        positions = (
+            text_config.get("max_position_embeddings")
+            if isinstance(text_config, dict)
+            else getattr(text_config, "max_position_embeddings", None)
+        )
+        rope = rope_scaling_factor(cfg.max_seq_length, positions)
+    except Exception as e:  # unreadable config: the plan says so and keeps what was configured
+        unreadable = type(e).__name__
+    if cfg.recipe == "article":
+        return RunPlan(
+            "article",
+            backend=backend,
+            attn_implementation=cfg.attn_implementation,
+            use_liger_kernel=cfg.use_liger_kernel,
+            per_device_train_batch_size=split[0],
+            gradient_accumulation_steps=split[1],
+            gradient_checkpointing=cfg.gradient_checkpointing,
+            rope_scaling_factor=rope,
+            reasons=tuple(reasons + ["the article's cell values, as configured"]),
+            **common,
+        )
+    if not cuda:
+        reasons.append("CPU: SDPA (packed rows masked from each other), no checkpointing (it only costs time)")
+        return RunPlan(
+            "fast",
+            backend="transformers",
+            attn_implementation=cfg.attn_implementation or "sdpa",
+            use_liger_kernel=False,
+            per_device_train_batch_size=split[0],
+            gradient_accumulation_steps=split[1],
+            gradient_checkpointing=False,
+            rope_scaling_factor=rope,
+            reasons=tuple(reasons),
+            **common,
+        )
+    bf16 = dtype == "bfloat16" and hardware.bf16_capable
+    if cfg.backend == "auto":
+        if bf16:
+            backend = "transformers"
+            reasons.append(
+                "bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
+                "tokens/s at the same batch on the H200)"
+            )
+        else:
+            reasons.append(
+                f"{dtype} GPU: Unsloth (its kernels target the T4 generation)"
+                if backend == "unsloth"
+                else f"{dtype} GPU: transformers (unsloth is not installed)"
+            )
+    attn, liger = cfg.attn_implementation, False
+    if backend == "transformers":
+        attn = attn or ("flex_attention" if bf16 else "sdpa")
+        liger = bf16 and importable("liger_kernel")
+        if bf16 and not liger:
+            reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
+    execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger, rope_scaling_factor=rope)
+    if dims is None:
+        reasons.append(
+            f"model config unreadable ({unreadable}): keeping batch {split[0]} x {split[1]} with gradient checkpointing"
+        )
+        return RunPlan(
+            "fast",
+            per_device_train_batch_size=split[0],
+            gradient_accumulation_steps=split[1],
+            gradient_checkpointing=True,
+            reasons=tuple(reasons),
+            **execution,
+            **common,
+        )
+    effective = split[0] * split[1]
+    budget = budget_gib if budget_gib is not None else gpu_budget_gib(cfg.gpu_memory_cap_gib)
+    sizes = dict(
+        max_seq_length=cfg.max_seq_length,
+        backend=backend,
+        load_in_4bit=common["load_in_4bit"],
+        fused_loss=liger or backend == "unsloth",
+        lora_r=cfg.lora_r,
+    )
+    candidates = (
+        [(m, False) for m in splits(effective)[:2]]
+        + [(m, True) for m in splits(effective)]
+        + [(m, False) for m in splits(effective)[2:]]
+    )
+    for micro, gc in candidates:
+        peak = estimate_peak_gib(dims, micro_batch=micro, gradient_checkpointing=gc, **sizes)
+        if peak <= HEADROOM * budget:
+            break
+    else:
+        micro, gc = 1, True
+        peak = estimate_peak_gib(dims, micro_batch=micro, gradient_checkpointing=gc, **sizes)
+        reasons.append("even batch 1 with checkpointing may not fit: lower max_seq_length if it runs out of memory")
+    reasons.append(
+        f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
+        f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)"
+    )
+    return RunPlan(
+        "fast",
+        per_device_train_batch_size=micro,
+        gradient_accumulation_steps=effective // micro,
+        gradient_checkpointing=gc,
+        estimated_peak_gib=round(peak, 2),
+        budget_gib=round(budget, 2),
+        reasons=tuple(reasons),
+        **execution,
+        **common,
+    )
+
+
+def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
+    """``cfg`` with one process's share of the effective batch, for planning (never shown as the run's config).
+
+    Micro-batches stay as configured where they can (``gradient_accumulation_steps`` divided by the
+    processes), else the largest micro-batch that divides the share: every optimizer step then holds the
+    same rows, in the same order, as the single-process run (accelerate hands process ``r`` the micro-batches
+    ``r, r + N, r + 2N, ...`` of the one seeded permutation).
+
+    Raises:
+        ValueError: the effective batch does not divide over ``world_size`` processes (names the fields).
+    """
+    effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
+    if effective % world_size:
+        raise ValueError(
+            f"per_device_train_batch_size={cfg.per_device_train_batch_size} x gradient_accumulation_steps="
+            f"{cfg.gradient_accumulation_steps} = {effective} sequences per optimizer step do not divide over "
+            f"{world_size} processes: make their product a multiple of {world_size} (or launch "
+            f"{math.gcd(effective, world_size)} process(es))"
+        )
+    share = effective // world_size
+    micro = math.gcd(cfg.per_device_train_batch_size, share)
+    return dataclasses.replace(cfg, per_device_train_batch_size=micro, gradient_accumulation_steps=share // micro)
+
+
+def _per_process(plan: RunPlan, cfg: FinetuneConfig, world_size: int) -> RunPlan:
+    if plan.backend == "unsloth":
+        raise ValueError(
+            f"backend='unsloth' trains on one GPU only, not {world_size} processes: set "
+            f"backend='transformers' (or 'auto') for accelerate launch"
+        )
+    line = (
+        f"{world_size} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
+        f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
+        f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes"
+    )
+    return dataclasses.replace(plan, world_size=world_size, reasons=(*plan.reasons, line))

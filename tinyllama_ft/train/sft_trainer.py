@@ -1,0 +1,212 @@
+"""TRL ``SFTTrainer`` with the article's arguments (cells 6-7), spelled for the installed TRL/transformers.
+
+The article's ``TrainingArguments`` + ``SFTTrainer(tokenizer=..., dataset_text_field=..., max_seq_length=...,
+packing=True)`` moved since 2024: TRL's ``SFTConfig`` now carries the data arguments, ``max_seq_length``
+became ``max_length``, ``tokenizer`` became ``processing_class``, transformers 5 renamed
+``evaluation_strategy`` to ``eval_strategy`` and folded ``warmup_ratio`` into ``warmup_steps`` (a float
+below 1 is a ratio). ``sft_config_kwargs`` reads the installed signature and uses whichever name it
+has, so the same code runs on TRL 1.15 / transformers 5.17 (what Unsloth accepts) and on newer releases.
+
+Packing: TRL's ``"bfd"`` strategy (best-fit decreasing) places whole rows into ``max_seq_length`` windows
+without padding, each row with its own ``position_ids`` starting at 0; a row longer than the window
+is truncated (``"bfd_split"`` splits it instead). Tokens are counted as the non-padding tokens fed to
+the model (transformers' ``include_num_input_tokens_seen="non_padding"``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any
+
+from ..config.finetune import FinetuneConfig
+from ..data.tokenization import prepare_training_rows
+from ..machine.paths import expand_path
+from ..models.attention import sdpa_outside_training
+from ..models.precision import trainer_precision_flags
+from .plan import RunPlan
+
+#: Arguments whose name changed across TRL / transformers releases: our name -> spellings, newest first.
+RENAMED_ARGUMENTS = {
+    "max_length": ("max_length", "max_seq_length"),  # TRL 0.20
+    "eval_strategy": ("eval_strategy", "evaluation_strategy"),  # transformers 4.46
+    "gradient_checkpointing": ("activation_checkpointing", "gradient_checkpointing"),  # transformers 5.2x
+    "gradient_checkpointing_kwargs": ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
+}
+
+
+def _accepts(cls, name: str) -> bool:
+    return name in inspect.signature(cls.__init__).parameters
+
+
+def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
+    """Keyword arguments for the installed ``trl.SFTConfig``: what to train from ``cfg``, how from ``plan``.
+
+    Args:
+        cfg: the run's configuration (the article's values by default): schedule, optimizer settings,
+            packing, steps, saving, logging.
+        plan: the run's ``RunPlan``: micro-batch split, checkpointing, optimizer name, Liger, the
+            mixed-precision flags (``plan.dtype``, ``plan.cpu_autocast_bf16``), the device and the number
+            of processes (``world_size`` > 1: the loss averaged over all processes' tokens).
+        has_eval: an eval set exists (evaluation every ``eval_steps`` steps, else none).
+        config_cls: the class whose signature decides the spelling; default ``trl.SFTConfig``.
+
+    Returns:
+        A dict whose keys all exist in ``config_cls.__init__``'s signature.
+
+    Raises:
+        TypeError: the installed class has no spelling for one of the arguments (too old a TRL).
+    """
+    if config_cls is None:
+        from trl import SFTConfig as config_cls
+    kwargs: dict[str, Any] = dict(
+        output_dir=expand_path(cfg.output_dir),  # cfg expands it; a field set after construction is not
+        per_device_train_batch_size=plan.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=plan.gradient_accumulation_steps,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        optim=plan.optim,
+        seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        report_to=[] if cfg.report_to == "none" else [cfg.report_to],
+        run_name=cfg.wandb_run_name,
+        gradient_checkpointing=plan.gradient_checkpointing,
+        dataset_text_field="text",
+        completion_only_loss=cfg.completion_only_loss,  # explicit: None enables it only for prompt/completion columns
+        packing=cfg.packing,
+        dataset_num_proc=cfg.dataset_num_proc,
+        include_num_input_tokens_seen="non_padding",
+        **trainer_precision_flags(plan.dtype, cpu_autocast_bf16=plan.cpu_autocast_bf16),
+    )
+    if plan.world_size > 1:  # DDP: one loss over the tokens of all processes; every LoRA weight gets a gradient
+        kwargs.update(average_tokens_across_devices=True, ddp_find_unused_parameters=False)
+    if plan.device == "cpu":  # transformers accepts bf16 autocast on a CPU only when told it trains there
+        kwargs["use_cpu"] = True
+    if plan.use_liger_kernel:  # TRL applies Liger to the model and skips the logits-based metrics
+        kwargs["use_liger_kernel"] = True
+    if plan.gradient_checkpointing:
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    if cfg.packing:
+        kwargs["packing_strategy"] = cfg.packing_strategy
+    kwargs["eval_strategy"] = "steps" if has_eval else "no"
+    if has_eval:
+        kwargs["eval_steps"] = cfg.eval_steps
+    kwargs["max_length"] = cfg.max_seq_length
+    for name, spellings in RENAMED_ARGUMENTS.items():
+        if name not in kwargs:
+            continue
+        accepted = next((s for s in spellings if _accepts(config_cls, s)), name)
+        kwargs[accepted] = kwargs.pop(name)
+    if _accepts(config_cls, "warmup_ratio"):
+        kwargs["warmup_ratio"] = cfg.warmup_ratio
+    else:  # transformers 5 folded it in: warmup_steps below 1 is a fraction of the total steps
+        kwargs["warmup_steps"] = cfg.warmup_ratio
+    unknown = [k for k in kwargs if not _accepts(config_cls, k)]
+    if unknown:
+        raise TypeError(f"the installed {config_cls.__name__} takes none of {unknown}: upgrade trl/transformers")
+    return kwargs
+
+
+def build_trainer(
+    *,
+    model,
+    tokenizer,
+    train_dataset,
+    eval_dataset=None,
+    cfg: FinetuneConfig,
+    plan: RunPlan,
+    callbacks=None,
+    progress: bool = True,
+):
+    """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output).
+
+    Unlike the other helpers it takes the whole configuration and plan (it needs some 25 of their values);
+    ``sft_config_kwargs(cfg, plan, has_eval=...)`` shows exactly which ``SFTConfig`` arguments they become.
+
+    Args:
+        model: the LoRA model (``lora.add_lora``).
+        tokenizer: its tokenizer (passed as ``processing_class``, or ``tokenizer`` on old TRL).
+        train_dataset, eval_dataset: ``datasets.Dataset`` with ``input_ids`` + ``completion_mask``, or Alpaca
+            columns (tokenized here, ``cfg.template``), or only ``"text"`` (TRL tokenizes it, special-token text
+            parsed); eval may be None. Rows with no token to train on are dropped and counted
+            (``tokenization.prepare_training_rows``).
+        cfg, plan: as ``sft_config_kwargs``.
+        callbacks: extra ``transformers.TrainerCallback`` objects.
+        progress: add ``progress.ProgressPrinter`` (one printed line per logging step: step, loss, tokens/s).
+
+    Returns:
+        The trainer; its ``train_dataset`` is already tokenized and packed.
+
+    Raises:
+        ValueError: no row of a dataset has a token to train on.
+    """
+    from trl import SFTConfig, SFTTrainer
+
+    from .progress import ProgressPrinter
+
+    train_dataset, eval_dataset = prepare_training_rows(
+        train_dataset=train_dataset, eval_dataset=eval_dataset, tokenizer=tokenizer, cfg=cfg
+    )
+
+    callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
+    args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
+    tok_arg = "processing_class" if _accepts(SFTTrainer, "processing_class") else "tokenizer"
+    return sdpa_evaluating(SFTTrainer)(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        callbacks=callbacks,
+        **{tok_arg: tokenizer},
+    )
+
+
+def sdpa_evaluating(trainer_cls):
+    """``trainer_cls`` (TRL's ``SFTTrainer``, Unsloth's patched one too) evaluating on SDPA attention.
+
+    A model that trains with flex attention is switched to SDPA for each evaluation loop (``eval_loss``
+    every ``eval_steps``) and back for training: inductor's no-grad recompile of flex attention found no
+    kernel on the GPU (``attention.py``). Packed eval rows stay apart: transformers builds SDPA's
+    mask from the rows' ``position_ids`` (each packed row restarts at 0), the documents flex attention
+    separates (tests/test_trained_model.py compares the two eval losses).
+    """
+
+    class Trainer(trainer_cls):
+        def evaluation_loop(self, *args, **kwargs):
+            with sdpa_outside_training(self.model):
+                return super().evaluation_loop(*args, **kwargs)
+
+    Trainer.__name__ = Trainer.__qualname__ = trainer_cls.__name__
+    return Trainer
+
+
+def training_plan(trainer) -> dict[str, int]:
+    """Optimizer steps and tokens the trainer will run, before it runs.
+
+    Returns:
+        ``{"sequences": packed training sequences per epoch, "tokens_per_epoch": tokens in them,
+        "steps_per_epoch": optimizer steps per epoch, "planned_steps": steps the run will take,
+        "planned_tokens": tokens it will feed (at most)}``.
+    """
+    args = trainer.args
+    ds = trainer.train_dataset
+    sequences = len(ds)
+    tokens = int(sum(len(ids) for ids in ds["input_ids"]))
+    per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
+    steps_per_epoch = max(1, math.ceil(sequences / per_step))
+    planned = args.max_steps if args.max_steps > 0 else math.ceil(steps_per_epoch * args.num_train_epochs)
+    planned_tokens = min(tokens * math.ceil(planned / steps_per_epoch), round(tokens * planned / steps_per_epoch))
+    return {
+        "sequences": sequences,
+        "tokens_per_epoch": tokens,
+        "steps_per_epoch": steps_per_epoch,
+        "planned_steps": planned,
+        "planned_tokens": int(planned_tokens),
+    }

@@ -1,0 +1,135 @@
+"""``run_summary.json``: one file that says what a run did, on what, with which libraries."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+from typing import Any
+
+from ..machine.paths import expand_path
+
+#: Distributions whose versions a summary records (missing ones are recorded as None).
+LIBRARIES = (
+    "torch",
+    "transformers",
+    "trl",
+    "peft",
+    "accelerate",
+    "datasets",
+    "unsloth",
+    "unsloth_zoo",
+    "bitsandbytes",
+    "wandb",
+    "tinyllama-ft",
+)
+
+
+def library_versions(names=LIBRARIES) -> dict[str, str | None]:
+    """Installed version of each distribution in ``names``, or None when it is not installed."""
+    versions: dict[str, str | None] = {"python": platform.python_version()}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def git_commit(path: str | None = None) -> str | None:
+    """The commit checked out at ``path`` (default: this package's folder), or None outside git."""
+    path = path or os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def build_run_summary(
+    *,
+    cfg,
+    plan,
+    hardware,
+    results: dict,
+    work: dict | None = None,
+    data_report=None,
+    trainable: tuple[int, int] | None = None,
+    adapter_dir: str | None = None,
+    samples: list[dict] | None = None,
+    length_report=None,
+    eos: dict | None = None,
+    heldout: dict | None = None,
+) -> dict[str, Any]:
+    """The fields of ``run_summary.json``.
+
+    Args:
+        cfg: the run's ``FinetuneConfig`` (recorded whole under ``"config"``).
+        plan: the run's ``plan.RunPlan`` (backend, dtype, 4-bit, RoPE factor; recorded whole under
+            ``"execution"``).
+        hardware: ``Hardware`` of the machine (``"gpu"``: its name, or None on a CPU).
+        results: ``loop.train_and_evaluate`` output (eval losses, runtime in s, tokens, tokens/s,
+            peak GiB).
+        work: ``sft_trainer.training_plan`` output (planned steps and tokens; recorded under ``"plan"``).
+        data_report: ``data.DataReport`` of the rows read.
+        trainable: ``(trainable, total)`` parameter counts.
+        adapter_dir: where the adapter was saved.
+        samples: ``[{"instruction", "response"}]`` generated after reloading.
+        length_report: ``lengths.LengthReport`` of the rows against ``max_seq_length`` (after
+            ``apply_long_rows``): recorded under ``"lengths"`` (counts in rows and tokens).
+        eos: ``eos_check.eos_first_batch`` counts, recorded as ``plan["eos_first_batch"]``.
+        heldout: ``held_out.heldout_summary`` output (held-out scores and stopping counts before/after
+            training, the side-by-side answers), recorded at the top level.
+
+    Returns:
+        A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
+        ``tokens_per_s``, ``peak_memory_gib``, ``adapter_dir``, ``backend``, ``dtype``, ``gpu`` and the rest.
+    """
+    summary: dict[str, Any] = dict(results)
+    summary.update(
+        adapter_dir=adapter_dir,
+        backend=plan.backend,
+        dtype=plan.dtype,
+        load_in_4bit=plan.load_in_4bit,
+        rope_scaling_factor=plan.rope_scaling_factor,
+        gpu=hardware.gpu_name,
+        gpu_capability=list(hardware.capability) if hardware.capability else None,
+        trainable_parameters=trainable[0] if trainable else None,
+        total_parameters=trainable[1] if trainable else None,
+        plan={**(work or {}), "eos_first_batch": eos},
+        execution=plan.to_dict(),
+        data={
+            "source": data_report.source,
+            "rows_read": data_report.total,
+            "rows_kept": data_report.kept,
+            "rows_dropped": data_report.dropped,
+        }
+        if data_report is not None
+        else None,
+        samples=samples or [],
+        lengths=length_report.to_dict() if length_report is not None else None,
+        config=cfg.to_dict(),
+    )
+    summary.update(heldout or {})
+    return summary
+
+
+def write_run_summary(path: str, **fields: Any) -> str:
+    """Write ``fields`` plus ``library_versions`` and ``git_commit`` as JSON to ``path`` atomically.
+
+    Returns:
+        ``path``.
+    """
+    path = expand_path(path)
+    summary = dict(fields)
+    summary.setdefault("versions", library_versions())
+    summary.setdefault("git_commit", git_commit())
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(summary, f, indent=2, ensure_ascii=False, default=str)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,205 @@
+"""Weights & Biases logging as in the article (cell 5), without ever hanging on a login prompt.
+
+The article calls ``wandb.login()`` (which prompts for a key), sets ``WANDB_WATCH=all`` and
+``WANDB_SILENT=true``, then ``wandb.init(project="tiny-llama", name="tiny-llama-unsloth-sft")``; the
+trainer logs every step and ``wandb.finish()`` closes the run. Here the key comes from the environment
+(``WANDB_API_KEY``) or Colab's secrets, never from a parameter; with no key and no terminal to type one
+into (papermill, CI, a scheduled job) the run logs offline and says where, in one line.
+
+With a key but no way to reach the W&B server, ``wandb.init`` would wait out its 90-second
+``init_timeout``: ``start_tracking`` first asks the server for any HTTP answer within a few seconds
+(``probe_server``) and bounds the online ``wandb.init`` itself (``init_timeout``); either failing, the run
+logs offline and says why, in one line. ``tests/wandb_runfile.py`` reads the logged
+history back from an offline run's ``.wandb`` file; ``credentials`` finds the key.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+from ..config.finetune import DEFAULTS
+from ..config.secrets import export_secrets
+from ..machine.paths import expand_path
+
+#: Seconds the server gets to answer the reachability probe before the run goes offline.
+PROBE_TIMEOUT_S = 3.0
+#: Seconds an online ``wandb.init`` may take before the run goes offline (W&B's own default is 90).
+INIT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class Tracking:
+    """How this run logs.
+
+    Attributes:
+        report_to: ``"wandb"`` or ``"none"``.
+        mode: W&B mode (``"online"``, ``"offline"``) or ``None`` without W&B.
+        key_source: where the key came from: ``"environment"``, ``"colab-secrets"``, ``"prompt"``, or None.
+        run_dir: the W&B run folder (offline runs sync from there), once started.
+        offline_reason: why the run logs offline (no key, server unreachable, online init failed), or None.
+    """
+
+    report_to: str
+    mode: str | None = None
+    key_source: str | None = None
+    run_dir: str | None = None
+    offline_reason: str | None = None
+
+
+def can_prompt() -> bool:
+    """True when a person can answer a prompt: stdin is a terminal, or a notebook front end that
+    allows input (Colab, Jupyter), but not papermill (its kernels run with stdin disabled)."""
+    if sys.stdin is not None and sys.stdin.isatty():
+        return True
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    kernel = getattr(shell, "kernel", None)
+    return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
+
+
+def wandb_base_url(env=None) -> str:
+    """The W&B server to talk to: ``WANDB_BASE_URL``, else wandb's own setting (``wandb login --host``
+    or the installed wandb's default server)."""
+    env = os.environ if env is None else env
+    url = env.get("WANDB_BASE_URL")
+    if not url:
+        from wandb.sdk import wandb_setup
+
+        url = wandb_setup.singleton().settings.base_url
+    return str(url).rstrip("/")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # a redirect is an answer: do not follow it
+        return None
+
+
+def probe_server(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
+    """Whether an HTTP server answers at ``url`` within ``timeout`` seconds, name lookup included.
+
+    Any HTTP status counts as an answer (the server is there); a refused or timed-out connection, a
+    failed name lookup or TLS handshake does not. Proxies from the environment are used as W&B uses them.
+
+    Args:
+        url: the server's base URL (``wandb_base_url()``).
+        timeout: seconds for the whole probe.
+
+    Returns:
+        None when the server answered, else why not (one short phrase).
+    """
+    result: dict[str, str | None] = {}
+    opener = urllib.request.build_opener(_NoRedirect)
+
+    def ask() -> None:
+        try:
+            opener.open(url + "/healthz", timeout=timeout).close()
+            result["why"] = None
+        except urllib.error.HTTPError:
+            result["why"] = None  # 3xx/4xx/5xx: a server answered
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            result["why"] = str(getattr(e, "reason", e)) or type(e).__name__
+
+    worker = threading.Thread(target=ask, daemon=True, name="wandb-probe")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive() or "why" not in result:
+        return f"no answer within {timeout:g} s"
+    return result["why"]
+
+
+def start_tracking(
+    *,
+    report_to: str = DEFAULTS.report_to,
+    wandb_project: str = DEFAULTS.wandb_project,
+    wandb_run_name: str = DEFAULTS.wandb_run_name,
+    output_dir: str = DEFAULTS.output_dir,
+    config: dict | None = None,
+    prompt_allowed: bool | None = None,
+    probe_timeout: float = PROBE_TIMEOUT_S,
+    init_timeout: float = INIT_TIMEOUT_S,
+) -> Tracking:
+    """Set up W&B for the trainer (or nothing, with ``report_to="none"``) and start the run.
+
+    Online needs a key (environment, Colab secret, or a prompt when a person can answer) and a server
+    that answers within ``probe_timeout`` and starts the run within ``init_timeout``; otherwise the run
+    logs offline under ``<output_dir>/wandb`` and one printed line says why and where.
+
+    Args:
+        report_to: ``"wandb"`` or ``"none"``.
+        wandb_project, wandb_run_name: the W&B project and run name (the article's ``"tiny-llama"``,
+            ``"tiny-llama-unsloth-sft"``).
+        output_dir: the run's folder; W&B writes under ``<output_dir>/wandb``.
+        config: the run configuration to record (no secrets: keys are never parameters).
+        prompt_allowed: whether a missing key may be asked for; default ``can_prompt()``.
+        probe_timeout: seconds the W&B server (``WANDB_BASE_URL``) gets to answer before going offline.
+        init_timeout: seconds an online ``wandb.init`` may take before going offline (W&B's default: 90).
+
+    Returns:
+        A ``Tracking`` saying how the run logs.
+
+    Raises:
+        ImportError: ``report_to="wandb"`` but wandb is not installed (the message says what to do).
+        wandb.errors.Error: an offline or disabled ``wandb.init`` failed (an online one falls back instead).
+    """
+    if report_to == "none":
+        return Tracking(report_to="none")
+    try:
+        import wandb
+    except ImportError as e:
+        raise ImportError("report_to='wandb' needs wandb: pip install wandb, or set report_to='none'") from e
+    os.environ.setdefault("WANDB_WATCH", "all")  # the article's: log gradients and parameters
+    os.environ.setdefault("WANDB_SILENT", "true")
+    source = export_secrets(("WANDB_API_KEY",))["WANDB_API_KEY"]  # W&B's own variable; never printed
+    mode = os.environ.get("WANDB_MODE") or "online"
+    reason = "WANDB_MODE=offline" if mode == "offline" else None
+    if mode == "online" and not source:
+        if prompt_allowed if prompt_allowed is not None else can_prompt():
+            source = "prompt"
+        else:
+            mode, reason = "offline", "no API key (WANDB_API_KEY or Colab secret) and no prompt possible"
+    url = wandb_base_url()
+    if mode == "online":
+        unreachable = probe_server(url, probe_timeout)
+        if unreachable:
+            mode, reason = "offline", f"W&B server {url} not reachable ({unreachable})"
+        elif source == "prompt":
+            wandb.login()  # the article's cell: asks for the key
+    output_dir = expand_path(output_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    init = dict(project=wandb_project, name=wandb_run_name, dir=os.path.abspath(output_dir), config=config or {})
+    try:
+        run = wandb.init(mode=mode, settings=wandb.Settings(init_timeout=init_timeout, base_url=url), **init)
+    except wandb.errors.Error as e:
+        if mode != "online":
+            raise
+        detail = " ".join(str(e).replace(os.environ.get("WANDB_API_KEY") or "\0", "***").split())[:120]
+        detail = "an HTML page, not the W&B API" if detail.startswith("<") else detail or "no message"
+        mode, reason = "offline", f"online wandb.init to {url} failed ({type(e).__name__}: {detail})"
+        run = wandb.init(mode="offline", **init)
+    tracking = Tracking(
+        report_to="wandb",
+        mode=run.settings.mode,
+        key_source=source,
+        run_dir=run.dir,
+        offline_reason=reason if run.settings.mode == "offline" else None,
+    )
+    if tracking.mode == "offline":
+        folder = os.path.dirname(run.dir)
+        print(f"W&B: logging offline to {folder}: {reason or 'offline mode'}; upload later with `wandb sync {folder}`")
+    return tracking
+
+
+def finish_tracking(tracking: Tracking) -> None:
+    """Close the W&B run (the article's ``wandb.finish()``); nothing without W&B."""
+    if tracking.report_to == "wandb":
+        import wandb
+
+        wandb.finish()
