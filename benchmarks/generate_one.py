@@ -178,6 +178,9 @@ for rows in [int(b) for b in a.batches.split(",") if b.strip()]:
     batches[str(rows)] = dict(
         tokens_per_s=round(rows * a.new / warm_b, 1), first_call_s=round(first_b, 2), warm_call_s=round(warm_b, 3)
     )
+from tinyllama_ft.infer.core import GRAPH_FAILED  # noqa: E402  (what the package keeps per model, if anything)
+from tinyllama_ft.infer.fast.graph_decoder import FUSED_DECODERS  # noqa: E402
+
 result = dict(
     name=a.mode,
     load_s=round(load_s, 2),
@@ -189,10 +192,8 @@ result = dict(
     first_ids=ids[:16],
     same_ids_every_call=all(w == ids for w, _ in warm),
     batches=batches,
-    decoder_failed=getattr(model, "_tinyllama_ft_graph_failed", None),
-    decoder_attention_ms={
-        str(b): d.attention_ms for b, d in getattr(model, "_tinyllama_ft_fused_decoders", {}).items()
-    },
+    decoder_failed=GRAPH_FAILED.get(model),
+    decoder_attention_ms={str(b): d.attention_ms for b, d in FUSED_DECODERS.get(model, {}).items()},
     peak_gib=round(torch.cuda.max_memory_allocated() / 2**30, 3),
 )
 print("\nRESULT " + json.dumps(result), flush=True)

@@ -169,13 +169,3 @@ def test_two_launched_processes_agree_on_the_plan_and_share_the_main_process_fai
         "FileExistsError: output_dir='x' holds an earlier run"
     ) in lines
     assert not any("after a failure" in line for line in lines)
-
-
-def test_chat_training_refuses_a_multi_process_launch_before_doing_anything(monkeypatch, tmp_path):
-    from tinyllama_ft.chat_pipeline import run_chat_training
-
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    cfg = FinetuneConfig(dataset_format="messages", output_dir=str(tmp_path / "run"))
-    with pytest.raises(ValueError, match=r"dataset_format='messages': chat training runs in one process only"):
-        run_chat_training(cfg)
-    assert not (tmp_path / "run").exists()

@@ -126,11 +126,17 @@ def test_merged_reload_is_a_plain_model_computing_what_the_adapter_computes(merg
 
 @pytest.mark.parametrize("ignore_eos", [False, True])
 def test_static_cache_decoder_matches_generates_greedy_tokens(merged_and_adapter, capsys, ignore_eos):
+    """The static-cache decoder (uncompiled here: its "eager" mode; "inductor" is the one the core picks on CUDA)
+    gives generate's greedy tokens for the same prompt ids."""
+    from tinyllama_ft.infer.fast.compiled_decoder import decoder_for
+
     (model, tokenizer), _ = merged_and_adapter
     questions = ["Tell me a story about a cat.", "What is the capital of France?"]
-    fast = stream(
-        model, tokenizer, questions, max_new_tokens=120, decode="eager", ignore_eos=ignore_eos, return_ids=True
-    )
+    fast = []
+    for question in questions:
+        ids = tokenizer([format_prompt(question)], return_tensors="pt", split_special_tokens=True).input_ids
+        stops = [] if ignore_eos else [tokenizer.eos_token_id]
+        fast.append(decoder_for(model, ids.shape[1] + 120, "eager").decode(ids, 120, stops))
     plain = stream(
         model, tokenizer, questions, max_new_tokens=120, decode="plain", ignore_eos=ignore_eos, return_ids=True
     )
@@ -138,7 +144,7 @@ def test_static_cache_decoder_matches_generates_greedy_tokens(merged_and_adapter
     assert (
         all(len(ids) == 120 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
     )
-    texts = stream(model, tokenizer, questions, max_new_tokens=120, decode="eager")
+    texts = stream(model, tokenizer, questions, max_new_tokens=120, decode="plain")
     printed = capsys.readouterr().out
     assert texts == [tokenizer.decode(ids, skip_special_tokens=True) for ids in fast] or ignore_eos
     assert all(t.strip()[:40] in printed for t in texts)
@@ -163,21 +169,22 @@ def test_decoder_is_reused_and_streams_in_chunks(merged_and_adapter):
 
 
 def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merged_and_adapter):
-    from tinyllama_ft.infer.generation import decode_mode
+    from tinyllama_ft.infer.core import decode_mode
 
     (merged, _), (on_top, _) = merged_and_adapter
     assert decode_mode(merged, "auto", False, 1.0, None) == "plain"  # CPU: generate
     assert decode_mode(merged, "auto", False, 1.0, None, new_tokens=10_000) == "plain"  # compiling pays on CUDA only
-    assert decode_mode(merged, "eager", False, 1.0, None) == "eager"
+    assert decode_mode(merged, "inductor", False, 1.0, None) == "inductor"
     for args, why in [
-        ((on_top, "eager", False, 1.0, None), "PEFT"),
+        ((on_top, "inductor", False, 1.0, None), "PEFT"),
         ((merged, "inductor", True, 1.0, None), "do_sample"),
-        ((merged, "eager", False, 1.2, None), "repetition_penalty"),
+        ((merged, "inductor", False, 1.2, None), "repetition_penalty"),
     ]:
         with pytest.raises(ValueError, match=why):
             decode_mode(*args)
-    with pytest.raises(ValueError, match="choose one of"):
-        decode_mode(merged, "turbo", False, 1.0, None)
+    for unknown in ("turbo", "eager"):  # the uncompiled static decoder is a test's, not a choice
+        with pytest.raises(ValueError, match="choose one of"):
+            decode_mode(merged, unknown, False, 1.0, None)
 
 
 def test_merged_reload_after_unsloth_in_the_process_reloads_unmerged_and_says_so(trained_adapter, monkeypatch):

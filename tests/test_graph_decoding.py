@@ -4,7 +4,8 @@ or a left-padded batch, on the real stories260K model in float32 with a merged a
 import pytest
 
 from helpers import trained_stories_adapter
-from tinyllama_ft.infer.generation import decode_mode, generate, stream
+from tinyllama_ft.infer.core import decode_mode
+from tinyllama_ft.infer.generation import generate, stream
 from tinyllama_ft.data.alpaca_prompts import format_prompt
 
 QUESTIONS = ["Tell me a story about a cat.", "What is the capital of France?", "Write a haiku about the sea, please."]

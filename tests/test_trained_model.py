@@ -70,7 +70,6 @@ def _flex_stories(stories_dir, lora=True):
 HELPERS = [
     "generate",
     "stream_plain",
-    "stream_eager",
     "held_out_scores",
     "greedy_answers",
     "chat_generate",
@@ -89,7 +88,7 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
     from helpers import alpaca_rows
     from tinyllama_ft.models.attention import attention_implementation
 
-    model, tokenizer = _flex_stories(stories_dir, lora=helper != "stream_eager")  # static decoders: plain models
+    model, tokenizer = _flex_stories(stories_dir)
     seen = []
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     hook = base.model.layers[0].self_attn.register_forward_pre_hook(

@@ -87,7 +87,8 @@ def run(
     from helpers import alpaca_rows, text_dataset
     from tinyllama_ft.models.adapters import load_adapter, save_adapter
     from tinyllama_ft.data.eos_check import eos_supervision
-    from tinyllama_ft.infer.generation import generate, prepare_for_inference, stream
+    from tinyllama_ft.infer.core import GRAPH_FAILED, prepare_for_inference
+    from tinyllama_ft.infer.generation import generate, stream
     from tinyllama_ft.models.attention import attention_implementation
     from tinyllama_ft.models.lora import add_lora, trainable_parameters
     from tinyllama_ft.models.loading import load_model
@@ -203,7 +204,7 @@ def run(
                     f"{tag}_stream_plain",
                     lambda: stream(reloaded, reloaded_tokenizer, QUESTIONS, max_new_tokens=24, decode="plain"),
                 )
-                record[f"{tag}_graph_failed"] = getattr(reloaded, "_tinyllama_ft_graph_failed", None)
+                record[f"{tag}_graph_failed"] = GRAPH_FAILED.get(reloaded)
                 del reloaded, loaded
     # training goes on after generating (flex attention restored)
     trainer.args.max_steps = steps + 1

@@ -10,12 +10,14 @@ from one above (tests/test_package.py checks it with scripts/import_graph.py):
     machine   hardware, processes of a launch, install, paths, lock, temporaries, preflight
     config    FinetuneConfig, coercion and ConfigError, recipes and notebook parameters, secrets
     models    loading, LoRA, adapters and their record, demo model, GGUF sources, families, chat templates
-    data      row files, Alpaca rows and conversations, prompts, tokenization, long rows, EOS check
-    infer     generation and streaming (``fast/``: the CUDA-graph and compiled decoders), the try-out box
+    data      row files, Alpaca rows and conversations, prompts, tokenization, long rows, EOS check, and
+              ``formats`` (one object per dataset format: what differs between Alpaca rows and conversations)
+    infer     the generation core (``core``: batching, stop tokens, decoder choice, streaming), Alpaca and chat
+              prompts on it, the try-out box (``fast/``: the CUDA-graph and compiled decoders)
     evaluate  held-out checks, base vs. tuned answers
     train     plan, trainer, loop, checkpoints, output folder, tracking, progress, summary
     export    merged, GGUF, Ollama, Hub
-    (top)     ``formats`` (what differs between dataset formats), ``pipeline`` (the run), ``cli``
+    (top)     ``pipeline`` (the run, for every dataset format), ``cli``
 """
 
 from __future__ import annotations
@@ -77,7 +79,9 @@ _EXPORTS = {
     "assistant_supervision": "data.chat_masks",
     "chat_generate": "infer.chat_generation",
     "chat_stream": "infer.chat_generation",
-    "run_chat_training": "chat_pipeline",
+    "data_format": "data.formats",
+    "generate_answers": "infer.core",
+    "stream_answers": "infer.core",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]

@@ -1,8 +1,10 @@
 """The whole run as one function: what ``tinyllama-ft train`` executes.
 
-``run_training`` calls the same helpers, with the same arguments, in the same order as the notebook's
-cells (the notebook keeps one call per cell, so that it reads as documentation and each cell can be
-copied); tests/test_cli.py checks that both give the same eval losses on the same inputs.
+``run_training`` calls the same helpers, with the same arguments, in the same order as the cells of both
+notebooks (``finetune_tinyllama`` on Alpaca rows, ``finetune_chat`` on conversations: one code cell per step,
+so that each reads as documentation and each cell can be copied); what differs between the data formats is
+the object ``formats.data_format(cfg)`` returns. tests/test_cli.py checks that each notebook and the command
+line give the same eval losses on the same inputs.
 
 Under ``accelerate launch --num_processes N`` every process runs this function and trains (DDP); the main
 process alone takes the output folder's lock and prepares it (the others wait, and fail with its error if
@@ -19,41 +21,37 @@ from .config.finetune import FinetuneConfig
 
 
 def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
-    """Fine-tune, save the adapter, reload it, answer ``cfg.prompts`` and write the run summary.
+    """Fine-tune, save the adapter, reload it, answer ``cfg.prompts`` and write the run summary, for every
+    ``dataset_format``.
+
+    What differs between Alpaca rows and conversations is the format object (``formats.data_format(cfg)``: how
+    rows are read, checked, tokenized and prompted, the stop tokens, the first-batch check); every step here
+    runs for both, in the notebooks' order.
 
     Args:
         cfg: the run's configuration (``sources.config_from_recipe`` for the command line).
         hardware: injected machine facts; default ``hardware.detect_hardware()``.
 
     Returns:
-        The run summary, as written to ``<output_dir>/run_summary.json``; in a non-main process of a
-        multi-process launch, ``{"process_index", "global_step", "train_loss"}`` (it writes nothing). A
-        ``dataset_format`` other than ``"alpaca"`` runs ``chat_pipeline.run_chat_training`` instead (the chat
-        notebook's cells).
+        The run summary, as written to ``<output_dir>/run_summary.json`` (a conversation run adds ``"chat"``:
+        ``formats.ConversationFormat.summary_fields``); in a non-main process of a multi-process launch,
+        ``{"process_index", "global_step", "train_loss"}`` (it writes nothing).
 
     Raises:
         Whatever the helpers raise (``prepare_output_dir`` refusing an earlier run or a locked folder, a
-        data error naming the row, an out-of-memory message naming the knobs), unchanged. The output
-        folder's run lock is released however the run ends. A non-main process of a launch raises
-        ``distributed.MainProcessError`` when the main process failed to install or prepare the folder.
+        data error naming the row, an out-of-memory message naming the knobs, a missing quantizer for an
+        export format before training), unchanged. The output folder's run lock is released however the run
+        ends. A non-main process of a launch raises ``distributed.MainProcessError`` when the main process
+        failed to install or prepare the folder.
     """
-    from .export.adapter_export import check_export_tools, describe_exports, export_adapter
-
-    check_export_tools(cfg.export_formats)  # a quantizer missing for gguf_q4_k_m stops before training, not after
-    if cfg.dataset_format != "alpaca":  # conversations: the chat notebook's run
-        from .chat_pipeline import run_chat_training
-
-        return run_chat_training(cfg, hardware=hardware)
     from accelerate.utils import release_memory
 
     from .config.secrets import export_secrets
-    from .data.eos_check import describe_eos, eos_first_batch
-    from .data.fingerprint import data_fingerprint
-    from .data.instructions import load_instruction_data, split_train_eval
-    from .data.lengths import apply_long_rows, length_report
-    from .data.tokenization import tokenize_dataset
+    from .data.formats import data_format
+    from .data.instructions import split_train_eval
     from .evaluate.held_out import held_out_check, held_out_rows, heldout_summary
     from .evaluate.side_by_side import answers_table, compare_answers
+    from .export.adapter_export import check_export_tools, describe_exports, export_adapter
     from .infer.generation import as_samples, format_answers, generate, stream
     from .machine.distributed import is_main_process, main_process_first, same_on_all_processes
     from .machine.hardware import cap_gpu_memory, detect_hardware
@@ -71,6 +69,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .train.summary import build_run_summary, write_run_summary
     from .train.tracking import finish_tracking, start_tracking
 
+    fmt = data_format(cfg)
     print("secrets:", export_secrets())
     hardware = hardware or detect_hardware()
     print(hardware)
@@ -78,6 +77,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
     plan = plan_run(cfg, hardware)
     print(plan.summary())
+    check_export_tools(cfg.export_formats)  # a quantizer missing for gguf_q4_k_m stops before training, not after
     split = (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing)
     same_on_all_processes(
         split,
@@ -86,18 +86,10 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     )
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
     with main_process_first("loading the dataset"):  # a Hub dataset is downloaded into the cache once
-        rows, data_report = load_instruction_data(
-            cfg.dataset,
-            split=cfg.dataset_split,
-            config=cfg.dataset_config,
-            instruction_column=cfg.instruction_column,
-            input_column=cfg.input_column,
-            output_column=cfg.output_column,
-            strict=cfg.strict,
-        )
+        rows, data_report = fmt.load(cfg)
     with main_process_first("preparing output_dir") as main:  # the lock, the check, the clearing: main only
         if main:
-            prepared = prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))
+            prepared = prepare_output_dir(cfg, data_fingerprint=fmt.fingerprint(rows))
             print(f"output_dir {cfg.output_dir!r}: {prepared}")
     try:
         cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
@@ -111,33 +103,27 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             trust_remote_code=cfg.trust_remote_code,
             hardware=hardware,
         )
+        target_modules = fmt.prepare(model, tokenizer, cfg)  # a chat template, stop ids, pad token: conversations
+        check_export_tools(cfg.export_formats, whole_modules=fmt.trains_embeddings)  # a template's new tokens
         model = add_lora(
             model,
             lora_r=cfg.lora_r,
             lora_alpha=cfg.lora_alpha,
             lora_dropout=cfg.lora_dropout,
             lora_bias=cfg.lora_bias,
-            target_modules=cfg.target_modules,
+            target_modules=target_modules,
             use_rslora=cfg.use_rslora,
             gradient_checkpointing=plan.gradient_checkpointing,
             seed=cfg.seed,
             backend=plan.backend,
+            train_embeddings=fmt.trains_embeddings,
         )
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
-        rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
-        lengths = length_report(
-            rows,
-            tokenizer,
-            max_seq_length=cfg.max_seq_length,
-            packing=cfg.packing,
-            packing_strategy=cfg.packing_strategy,
-            data_report=data_report,
-        )
-        rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
-        print(lengths.summary())
+        rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
         train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
         print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
+        print(fmt.example(tokenizer, train_dataset[0]))
         tracking = start_tracking(
             report_to=cfg.report_to if main else "none",
             wandb_project=cfg.wandb_project,
@@ -151,13 +137,10 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         )
         work = training_plan(trainer)
         print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
-        eos = eos_first_batch(trainer)
-        print(describe_eos(eos))
-        held_out = held_out_rows(eval_dataset)
+        print(fmt.check_first_batch(trainer))
+        held_out = held_out_rows(eval_dataset, fmt)
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
-            before = held_out_check(
-                model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length
-            )
+            before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
             print(f"before: {before}")
         results = train_and_evaluate(trainer, resume=cfg.resume)
         if not is_main_process():
@@ -166,12 +149,14 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                 "global_step": results["global_step"],
                 "train_loss": results["train_loss"],
             }
-        after = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+        after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
         print(f"after:  {after}")
-        side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
+        side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
         print(answers_table(side_by_side))
         finish_tracking(tracking)
-        adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan))
+        adapter_dir = save_adapter(
+            model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=fmt.family)
+        )
         print(f"adapter saved to {adapter_dir}")
         exports = export_adapter(
             adapter_dir=adapter_dir,
@@ -179,7 +164,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             output_dir=cfg.output_dir,
             hardware=hardware,
             trust_remote_code=cfg.trust_remote_code,
-        )  # as recorded
+        )  # the prompt format as recorded: Alpaca's template, or the chat adapter's own
         print(describe_exports(exports))
         trainer, model = release_memory(trainer, model)
         model, tokenizer = load_adapter(
@@ -189,9 +174,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             trust_remote_code=cfg.trust_remote_code,
             merged=cfg.reload_merged,
         )
-        answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+        answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
         print(format_answers(cfg.prompts, answers))
-        streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+        streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
         summary = build_run_summary(
             cfg=cfg,
             plan=plan,
@@ -202,9 +187,8 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             trainable=trainable,
             adapter_dir=adapter_dir,
             samples=as_samples(cfg.prompts, streamed),
-            length_report=lengths,
-            eos=eos,
             heldout=heldout_summary(before, after, side_by_side),
+            **fmt.summary_fields(),
         )
         print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
         loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))

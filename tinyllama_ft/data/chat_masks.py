@@ -116,8 +116,9 @@ def tokenize_conversations(
         name: what the rows are, for messages.
 
     Returns:
-        ``(tokenized, report)``: a ``datasets.Dataset`` with ``input_ids`` and ``assistant_masks`` (rows in order,
-        dropped ones left out), and a ``data.DataReport`` (kinds ``"template mismatch"``, ``"too long"``,
+        ``(tokenized, report)``: a ``datasets.Dataset`` with ``input_ids``, ``assistant_masks`` and the row's
+        ``messages`` (for the held-out checks; the trainer drops it, ``tokenization.prepare_training_rows``; rows
+        in order, dropped ones left out), and a ``data.DataReport`` (kinds ``"template mismatch"``, ``"too long"``,
         ``"no supervised token"``), already printed.
 
     Raises:
@@ -161,7 +162,7 @@ def tokenize_conversations(
         if bad is not None:
             report.reject(bad, strict=strict)
             continue
-        kept.append(enc)
+        kept.append({**enc, "messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]]})
     report.kept = len(kept)
     print(report.summary())
     if not kept:
@@ -173,6 +174,7 @@ def tokenize_conversations(
         {
             "input_ids": datasets.Sequence(datasets.Value("int32")),
             "assistant_masks": datasets.Sequence(datasets.Value("int8")),
+            "messages": [{"role": datasets.Value("string"), "content": datasets.Value("string")}],
         }
     )
     return datasets.Dataset.from_list(kept, features=features), report

@@ -322,6 +322,8 @@ def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
     out = []
     for name, ds in (("train", train_dataset), ("eval", eval_dataset)):
         if ds is not None:
+            if "input_ids" in ds.column_names and "messages" in ds.column_names:  # tokenized conversations
+                ds = ds.remove_columns("messages")  # kept for the held-out checks, not a training column
             ds = training_rows(ds, tokenizer, template=cfg.template)
             if "completion_mask" in ds.column_names:
                 split = cfg.packing and cfg.packing_strategy in ("bfd_split", "wrapped")  # no token cut

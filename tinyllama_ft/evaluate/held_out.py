@@ -1,18 +1,21 @@
-"""Held-out checks of a (LoRA) model on Alpaca rows: losses, perplexity, EOS probability, stopping count.
+"""Held-out checks of a (LoRA) model, for either data format: losses, perplexity, stop probability, stopping count.
 
 What the loss choice (``completion_only_loss``) is judged by, on rows the model did not train on:
 
-* **response loss**: mean negative log-likelihood (nats/token) of the response tokens and the EOS after
-  them, given the prompt: what an answer costs, whatever the loss trained on;
+* **response loss**: mean negative log-likelihood (nats/token) of the supervised tokens (Alpaca: the response
+  and the EOS after it; conversations: the assistant turns and their end-of-turn tokens), given what comes
+  before: what an answer costs, whatever the loss trained on;
 * **full-text loss**: the same over every token but the first (the article's training loss, on held-out
   rows); ``perplexity`` = ``exp`` of either;
-* **EOS probability** (the main check): teacher forced on the reference response, the probability the
-  model gives EOS right after it, averaged over rows. A model that learned to stop puts mass there;
-* **stopping count**: of held-out instructions with short reference answers, how many greedy answers end
-  with EOS within ``max_new_tokens`` (128 here, twice the article's 64).
+* **stop probability** (the main check; ``eos_probability``): teacher forced on the reference, the
+  probability the model gives the last supervised token (Alpaca: EOS; conversations: the end-of-turn token)
+  right where it comes, averaged over rows. A model that learned to stop puts mass there;
+* **stopping count**: of held-out prompts with short reference answers, how many greedy answers end with a
+  stop token within ``max_new_tokens`` (128 here, twice the article's 64).
 
-Rows are tokenized as training rows are (``tokenization.tokenize_segments``: the Alpaca prompt, the
-response, EOS appended as an id), so the response mask is the training ``completion_mask``. Everything runs
+Rows are tokenized as training rows are (the format's ``score_ids``: for Alpaca the prompt, the response,
+EOS appended as an id, so the mask is the training ``completion_mask``; for conversations the
+``assistant_masks``), and prompted as generation prompts them (``formats``; ``infer/core.py``). Everything runs
 in batches under ``torch.inference_mode`` on the model's device, CPU included, with the caller's torch
 thread count (nothing here starts threads or processes); the model's train/eval mode is restored.
 """
@@ -25,10 +28,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
-from ..data.alpaca_prompts import format_prompt
-from ..data.tokenization import alpaca_segments, tokenize_segments
+from ..data.formats import AlpacaFormat
+from ..infer.core import Answer, generate_answers
 from ..models.attention import sdpa_outside_training
-from ..models.pad_token import encode_left_padded
 
 #: Held-out instructions with short reference answers in the notebook's stopping count.
 STOP_ROWS = 20
@@ -45,9 +47,10 @@ class HeldOutScores:
 
     Attributes:
         rows: rows scored (rows longer than ``max_seq_length`` are skipped and counted in ``skipped``).
-        response_loss: mean NLL (nats/token) over response + EOS tokens.
+        response_loss: mean NLL (nats/token) over the supervised tokens (response + EOS; assistant turns).
         full_text_loss: mean NLL over every token but each row's first.
-        eos_probability: mean over rows of p(EOS | prompt + reference response), teacher forced.
+        eos_probability: mean over rows of p(last supervised token | what precedes it), teacher forced: EOS
+            after an Alpaca response, the end-of-turn token after a conversation's last assistant turn.
         response_tokens, full_text_tokens: tokens averaged over.
         skipped: 0-based indices of rows not scored (too long).
     """
@@ -78,7 +81,7 @@ class HeldOutScores:
     def __str__(self) -> str:
         return (
             f"response loss {self.response_loss:.3f} (perplexity {self.response_perplexity:.2f}), full-text loss "
-            f"{self.full_text_loss:.3f}, EOS probability at response end {self.eos_probability:.3f} "
+            f"{self.full_text_loss:.3f}, stop-token probability at answer end {self.eos_probability:.3f} "
             f"({self.rows} rows)"
         )
 
@@ -95,29 +98,24 @@ def eval_mode(model):
         model.train(was_training)
 
 
-def _fields(row: dict) -> tuple[str, str, str]:
-    try:
-        return row["instruction"], row.get("input") or "", row["output"]
-    except (KeyError, AttributeError, TypeError) as err:
-        raise ValueError(f"row {row!r:.80} lacks instruction/output ({err})") from None
-
-
 def held_out_scores(
     model,
     tokenizer,
     rows: Sequence[dict],
     *,
-    template: str = DEFAULTS.template,
+    data_format=None,
     batch_size: int = 4,
     max_seq_length: int | None = None,
 ) -> HeldOutScores:
-    """Response loss, full-text loss and teacher-forced EOS probability on held-out Alpaca rows.
+    """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
 
     Args:
         model: a causal LM (a PEFT model too), on any device.
         tokenizer: its (fast) tokenizer, with a pad token.
-        rows: dicts with ``instruction``, ``output`` and optionally ``input``.
-        template: as ``alpaca_prompts.format_prompt`` (default ``FinetuneConfig.template``).
+        rows: the format's held-out rows (``held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
+            optionally ``input``, or ``{"messages": [...]}``.
+        data_format: ``formats.AlpacaFormat`` (default, ``DEFAULTS.template``) or a prepared
+            ``formats.ConversationFormat``.
         batch_size: rows per forward pass (memory: batch x tokens x vocab logits, ~200 MB at 4 x 256 x 49,152).
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
 
@@ -131,14 +129,12 @@ def held_out_scores(
 
     if not rows:
         raise ValueError("held_out_scores: no rows")
-    segments = [alpaca_segments(*_fields(r), template=template) for r in rows]
-    ids, masks = tokenize_segments(segments, tokenizer)
+    ids, masks = (data_format or AlpacaFormat()).score_ids(tokenizer, rows)
     keep = [i for i, x in enumerate(ids) if max_seq_length is None or len(x) <= max_seq_length]
     skipped = sorted(set(range(len(ids))) - set(keep))
     if not keep:
         raise ValueError(f"held_out_scores: every row is longer than max_seq_length={max_seq_length}")
-    eos_id, pad_id = tokenizer.eos_token_id, tokenizer.pad_token_id
-    pad_id = eos_id if pad_id is None else pad_id
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # masked out: never read
     resp_nll = full_nll = eos_p = 0.0
     resp_n = full_n = 0
     device = next(model.parameters()).device
@@ -149,11 +145,13 @@ def held_out_scores(
             input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(chunk), width), dtype=torch.long)
             response = torch.zeros((len(chunk), width), dtype=torch.bool)
+            last = torch.zeros(len(chunk), dtype=torch.long)  # each row's last supervised token
             for b, i in enumerate(chunk):
                 n = len(ids[i])
                 input_ids[b, :n] = torch.tensor(ids[i])
                 attention[b, :n] = 1
                 response[b, :n] = torch.tensor(masks[i], dtype=torch.bool)
+                last[b] = max(j for j, m in enumerate(masks[i]) if m)
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float().cpu()
             logp = torch.log_softmax(logits[:, :-1], dim=-1)
             target = input_ids[:, 1:]
@@ -164,8 +162,8 @@ def held_out_scores(
             full_n += int(real.sum())
             resp_nll += nll[resp].sum().item()
             resp_n += int(resp.sum())
-            last = attention.sum(dim=1) - 2  # the position whose next token is the appended EOS
-            eos_p += logp[torch.arange(len(chunk)), last, eos_id].exp().sum().item()
+            rows_at = torch.arange(len(chunk))  # p(last supervised token), read one position before it
+            eos_p += logp[rows_at, last - 1, input_ids[rows_at, last]].exp().sum().item()
     return HeldOutScores(
         rows=len(keep),
         response_loss=resp_nll / max(resp_n, 1),
@@ -177,20 +175,22 @@ def held_out_scores(
     )
 
 
-def _output_tokens(row: dict, tokenizer) -> int:
-    return len(tokenizer(_fields(row)[2], add_special_tokens=False, split_special_tokens=True)["input_ids"])
+def _output_tokens(row: dict, tokenizer, data_format) -> int:
+    reference = (data_format or AlpacaFormat()).reference(row)
+    return len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"])
 
 
 def short_answer_rows(
-    rows: Sequence[dict], tokenizer, *, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS
+    rows: Sequence[dict], tokenizer, *, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS, data_format=None
 ) -> list[dict]:
-    """The first ``n`` rows (in order) whose reference ``output`` is at most ``max_tokens`` tokens.
+    """The first ``n`` rows (in order) whose reference answer is at most ``max_tokens`` tokens.
 
     Args:
-        rows: dicts with ``instruction`` and ``output`` (the reference answer).
-        tokenizer: counts the output's tokens (no special tokens added, special-token text kept as text).
+        rows: held-out rows of ``data_format`` (Alpaca dicts by default: the reference is ``output``).
+        tokenizer: counts the reference's tokens (no special tokens added, special-token text kept as text).
         n: rows wanted.
         max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
+        data_format: as ``held_out_scores``.
 
     Returns:
         The rows, in their order.
@@ -200,7 +200,7 @@ def short_answer_rows(
     """
     picked = []
     for row in rows:
-        if _output_tokens(row, tokenizer) <= max_tokens:
+        if _output_tokens(row, tokenizer, data_format) <= max_tokens:
             picked.append(row)
             if len(picked) == n:
                 return picked
@@ -209,14 +209,14 @@ def short_answer_rows(
 
 @dataclass(frozen=True)
 class StoppingReport:
-    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with EOS in time.
+    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with a stop token in time.
 
     Attributes:
         stopped, total: counts.
         max_new_tokens: the budget each answer had.
         answers: the answers' text (special tokens removed), in row order.
-        new_tokens: tokens each answer used (EOS included when it came).
-        ended: per row, whether it ended with EOS.
+        new_tokens: tokens each answer used (the stop token included when it came).
+        ended: per row, whether it ended with a stop token (Alpaca: EOS; conversations: the end of turn).
     """
 
     stopped: int
@@ -227,7 +227,7 @@ class StoppingReport:
     ended: list[bool]
 
     def __str__(self) -> str:
-        return f"{self.stopped}/{self.total} answers ended with EOS within {self.max_new_tokens} new tokens"
+        return f"{self.stopped}/{self.total} answers ended with a stop token within {self.max_new_tokens} new tokens"
 
 
 def greedy_answers(
@@ -236,35 +236,33 @@ def greedy_answers(
     rows: Sequence[dict],
     *,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    template: str = DEFAULTS.template,
+    data_format=None,
     batch_size: int = 4,
-) -> list[list[int]]:
-    """Greedy new token ids for each row's Alpaca prompt (empty response), in batches padded on the left.
+) -> list[Answer]:
+    """Greedy answers to each held-out row's prompt, through the generation core (``core.generate_answers``).
 
-    Each list stops after the first EOS (included) or at ``max_new_tokens``; prompts are tokenized as
-    training rows are (``tokenization.encode_prompts``).
+    Args:
+        model, tokenizer: as ``held_out_scores``; the model's train/eval mode is restored afterwards.
+        rows: held-out rows of ``data_format``.
+        max_new_tokens: budget per answer (``STOP_MAX_NEW_TOKENS`` = 128).
+        data_format: as ``held_out_scores``: the prompt (``row_prompt``), its tokenization and the stop ids.
+        batch_size: prompts per batch (left-padded with the pad token, never EOS or a stop token).
+
+    Returns:
+        One ``core.Answer`` per row: new ids up to the first stop token, and whether it came.
     """
-    import torch
-
-    prompts = [format_prompt(*_fields(r)[:2], "", template) for r in rows]
-    eos_id = tokenizer.eos_token_id
-    result = []
-    with eval_mode(model), torch.inference_mode():
-        for start in range(0, len(prompts), batch_size):  # padded with the package's pad token, never EOS
-            batch = encode_left_padded(
-                tokenizer, prompts[start : start + batch_size], model=model, split_special_tokens=True
-            )  # as tokenization.encode_prompts
-            out = model.generate(
-                **batch,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=eos_id,
-                pad_token_id=tokenizer.pad_token_id,
-                use_cache=True,
-            )
-            for row in out[:, batch["input_ids"].shape[1] :].tolist():
-                result.append(row[: row.index(eos_id) + 1] if eos_id in row else row)
-    return result
+    fmt = data_format or AlpacaFormat()
+    with eval_mode(model):
+        return generate_answers(
+            model,
+            tokenizer,
+            [fmt.row_prompt(tokenizer, r) for r in rows],
+            stop_token_ids=fmt.stop_token_ids(tokenizer),
+            encode_kwargs=fmt.encode_kwargs,
+            max_new_tokens=max_new_tokens,
+            batch_size=batch_size,
+            for_inference=False,  # mid-run: eval_mode switches and restores; Unsloth's inference mode stays off
+        )
 
 
 def stopping_count(
@@ -273,49 +271,46 @@ def stopping_count(
     rows: Sequence[dict],
     *,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    template: str = DEFAULTS.template,
+    data_format=None,
     batch_size: int = 4,
 ) -> StoppingReport:
-    """How many greedy answers to the rows' instructions end with EOS within ``max_new_tokens``.
+    """How many greedy answers to the rows' prompts end with a stop token within ``max_new_tokens``.
 
     Args:
         model, tokenizer: as ``held_out_scores``.
         rows: held-out rows (``short_answer_rows`` picks ones with short reference answers).
         max_new_tokens: budget per answer (default ``STOP_MAX_NEW_TOKENS`` = 128).
-        template: as ``alpaca_prompts.format_prompt``.
-        batch_size: prompts per ``generate`` call.
+        data_format: as ``held_out_scores``.
+        batch_size: prompts per batch.
 
     Returns:
         ``StoppingReport``.
     """
     new = greedy_answers(
-        model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template, batch_size=batch_size
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, batch_size=batch_size
     )
-    eos_id = tokenizer.eos_token_id
-    ended = [bool(ids) and ids[-1] == eos_id for ids in new]
     return StoppingReport(
-        stopped=sum(ended),
+        stopped=sum(a.stopped for a in new),
         total=len(rows),
         max_new_tokens=max_new_tokens,
-        answers=[tokenizer.decode(ids, skip_special_tokens=True) for ids in new],
-        new_tokens=[len(ids) for ids in new],
-        ended=ended,
+        answers=[tokenizer.decode(a.ids, skip_special_tokens=True) for a in new],
+        new_tokens=[a.new_tokens for a in new],
+        ended=[a.stopped for a in new],
     )
 
 
-def held_out_rows(dataset) -> list[dict]:
-    """The Alpaca fields of a held-out split as plain dicts (``instruction``, ``input``, ``output``).
+def held_out_rows(dataset, data_format=None) -> list[dict]:
+    """The held-out split as plain dicts, as ``data_format`` reads them (``formats.AlpacaFormat.held_out_rows``:
+    ``instruction``, ``input``, ``output``; ``ConversationFormat``: ``messages``).
 
     Args:
         dataset: the eval split (``instructions.split_train_eval``), tokenized or not; None (no eval split) gives [].
+        data_format: as ``held_out_scores``.
 
     Returns:
         One dict per row, in order.
     """
-    if dataset is None:
-        return []
-    columns = [c for c in ("instruction", "input", "output") if c in dataset.column_names]
-    return dataset.select_columns(columns).to_list()
+    return (data_format or AlpacaFormat()).held_out_rows(dataset)
 
 
 @dataclass(frozen=True)
@@ -335,18 +330,18 @@ def held_out_check(
     rows: Sequence[dict],
     *,
     stop_rows: int = STOP_ROWS,
-    template: str = DEFAULTS.template,
+    data_format=None,
     max_seq_length: int | None = DEFAULTS.max_seq_length,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
 ) -> HeldOutCheck | None:
-    """The notebook's held-out check of one model state: ``held_out_scores`` and a ``stopping_count``.
+    """The run's held-out check of one model state: ``held_out_scores`` and a ``stopping_count``.
 
     Args:
         model, tokenizer: as ``held_out_scores`` (before training, the LoRA model is the base: its adapter is 0).
         rows: held-out rows (``held_out_rows``); [] skips the check (one printed line).
-        stop_rows: instructions in the stopping count, the first rows whose reference answer has at most
+        stop_rows: prompts in the stopping count, the first rows whose reference answer has at most
             ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20).
-        template, max_seq_length: as ``held_out_scores`` (defaults: ``FinetuneConfig``'s).
+        data_format, max_seq_length: as ``held_out_scores`` (default ``FinetuneConfig``'s ``max_seq_length``).
         max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
 
     Returns:
@@ -358,19 +353,21 @@ def held_out_check(
     if not rows:
         print("held-out check skipped: no held-out rows (test_size=0)")
         return None
-    scores = held_out_scores(model, tokenizer, rows, template=template, max_seq_length=max_seq_length)
-    short = short_rows(rows, tokenizer, n=stop_rows)
-    stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, template=template)
+    scores = held_out_scores(model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length)
+    short = short_rows(rows, tokenizer, n=stop_rows, data_format=data_format)
+    stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
     return HeldOutCheck(scores, stopping)
 
 
-def short_rows(rows: Sequence[dict], tokenizer, *, n: int, max_tokens: int = SHORT_ANSWER_TOKENS) -> list[dict]:
+def short_rows(
+    rows: Sequence[dict], tokenizer, *, n: int, max_tokens: int = SHORT_ANSWER_TOKENS, data_format=None
+) -> list[dict]:
     """Up to ``n`` rows whose reference answer has at most ``max_tokens`` tokens (``short_answer_rows`` without
     its error when fewer are short)."""
     try:
-        return short_answer_rows(rows, tokenizer, n=n, max_tokens=max_tokens)
+        return short_answer_rows(rows, tokenizer, n=n, max_tokens=max_tokens, data_format=data_format)
     except ValueError:
-        return [r for r in rows if _output_tokens(r, tokenizer) <= max_tokens]
+        return [r for r in rows if _output_tokens(r, tokenizer, data_format) <= max_tokens]
 
 
 def heldout_summary(

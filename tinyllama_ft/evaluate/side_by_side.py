@@ -10,16 +10,15 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from ..config.finetune import DEFAULTS
+from ..data.formats import AlpacaFormat
 from .held_out import STOP_MAX_NEW_TOKENS, greedy_answers
 
 
-def _answers(model, tokenizer, rows, max_new_tokens, template, batch_size):
-    eos_id = tokenizer.eos_token_id
-    ids = greedy_answers(
-        model, tokenizer, rows, max_new_tokens=max_new_tokens, template=template, batch_size=batch_size
+def _answers(model, tokenizer, rows, max_new_tokens, data_format, batch_size):
+    found = greedy_answers(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, batch_size=batch_size
     )
-    return [(tokenizer.decode(x, skip_special_tokens=True).strip(), bool(x) and x[-1] == eos_id) for x in ids]
+    return [(tokenizer.decode(a.ids, skip_special_tokens=True).strip(), a.stopped) for a in found]
 
 
 def compare_answers(
@@ -28,36 +27,39 @@ def compare_answers(
     rows: Sequence[dict],
     *,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    template: str = DEFAULTS.template,
+    data_format=None,
     batch_size: int = 4,
 ) -> list[dict]:
-    """Answer each row's instruction with the adapter off (base) and on (fine-tuned).
+    """Answer each held-out row's prompt with the adapter off (base) and on (fine-tuned).
 
     Args:
         model: a PEFT model (``lora.add_lora`` output, trained or not), not merged.
         tokenizer: its tokenizer.
-        rows: held-out dicts with ``instruction``, optionally ``input`` and ``output`` (the reference).
+        rows: held-out rows of ``data_format`` (``held_out.held_out_rows``): Alpaca dicts with ``instruction``,
+            optionally ``input`` and ``output`` (the reference), or conversations.
         max_new_tokens: budget per answer (default 128, as the stopping count).
-        template: as ``alpaca_prompts.format_prompt``.
-        batch_size: prompts per ``generate`` call.
+        data_format: ``formats.AlpacaFormat`` (default) or a prepared ``formats.ConversationFormat``.
+        batch_size: prompts per batch.
 
     Returns:
-        One dict per row: ``instruction``, ``input``, ``reference``, ``base``, ``tuned`` (answer text) and
-        ``base_stopped``, ``tuned_stopped`` (ended with EOS within ``max_new_tokens``).
+        One dict per row: ``instruction`` (a conversation's last user message), ``input``, ``reference``,
+        ``base``, ``tuned`` (answer text) and ``base_stopped``, ``tuned_stopped`` (ended with a stop token
+        within ``max_new_tokens``).
 
     Raises:
         TypeError: ``model`` has no ``disable_adapter`` (not a PEFT model, or already merged).
     """
     if not hasattr(model, "disable_adapter"):
         raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
+    fmt = data_format or AlpacaFormat()
     with model.disable_adapter():
-        base = _answers(model, tokenizer, rows, max_new_tokens, template, batch_size)
-    tuned = _answers(model, tokenizer, rows, max_new_tokens, template, batch_size)
+        base = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
+    tuned = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
     return [
         {
-            "instruction": r["instruction"],
-            "input": r.get("input") or "",
-            "reference": r.get("output", ""),
+            "instruction": fmt.instruction(r)[0],
+            "input": fmt.instruction(r)[1],
+            "reference": fmt.reference(r) if ("output" in r or "messages" in r) else "",
             "base": b,
             "tuned": t,
             "base_stopped": bs,

@@ -5,6 +5,8 @@ The prompt is the conversation rendered with ``add_generation_prompt=True`` (the
 the template writes its own BOS where it has one). Generation stops on any of ``chat_templates.stop_token_ids``
 (the end-of-turn token, then EOS: Qwen's ``<|im_end|>`` and ``<|endoftext|>``, Llama-3's ``<|eot_id|>`` and
 ``<|end_of_text|>``); the answer is returned without the prompt, the stop token or any special-token text.
+Both helpers render the prompts and hand them to the generation core (``core.py``): the same batching, decoder
+choice (the CUDA-graph decoder for a merged Llama-class chat model on CUDA) and streaming as Alpaca answers.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
-from ..models.attention import sdpa_outside_training
 from ..models.chat_templates import chat_prompt
 from ..models.chat_templates import stop_token_ids as template_stop_ids
-from ..models.pad_token import encode_left_padded
-from .generation import prepare_for_inference
+from .core import decode_answers, generate_answers, stream_answers
+
+#: How chat prompts are tokenized: as ``apply_chat_template`` does (the template writes its own BOS).
+CHAT_ENCODING = {"add_special_tokens": False}
 
 
 def _conversations(conversations) -> list:
@@ -26,13 +29,6 @@ def _conversations(conversations) -> list:
     if conversations and isinstance(conversations[0], dict):  # one conversation given as its turns
         return [conversations]
     return conversations
-
-
-def _cut(ids: list[int], stops: Sequence[int]) -> list[int]:
-    for j, token_id in enumerate(ids):
-        if token_id in stops:
-            return ids[:j]
-    return ids
 
 
 def chat_generate(
@@ -47,6 +43,7 @@ def chat_generate(
     top_p: float = 1.0,
     logits_processor=None,
     return_ids: bool = False,
+    decode: str = "auto",
 ) -> list[str] | list[list[int]]:
     """Answer one or many conversations in one left-padded batch.
 
@@ -58,29 +55,28 @@ def chat_generate(
         do_sample, temperature, top_p: sampling (greedy by default); temperature/top_p apply only when sampling.
         logits_processor: optional ``transformers.LogitsProcessorList``.
         return_ids: return each answer's token ids (up to, not including, the stop token) instead of text.
+        decode: as ``core.generate_answers``.
 
     Returns:
         One answer per conversation: the text generated up to the first stop token, special tokens removed.
-    """
-    import torch
 
-    stops = list(stop_token_ids or template_stop_ids(tokenizer, model))
-    prompts = [chat_prompt(tokenizer, c) for c in _conversations(conversations)]
-    prepare_for_inference(model)
-    batch = encode_left_padded(tokenizer, prompts, model=model, add_special_tokens=False)
-    kwargs = dict(
+    Raises:
+        ValueError: as ``core.generate_answers`` (the pad token is a stop token).
+    """
+    answers = generate_answers(
+        model,
+        tokenizer,
+        [chat_prompt(tokenizer, c) for c in _conversations(conversations)],
+        stop_token_ids=list(stop_token_ids or template_stop_ids(tokenizer, model)),
+        encode_kwargs=CHAT_ENCODING,
         max_new_tokens=max_new_tokens,
         do_sample=do_sample,
-        eos_token_id=stops,
-        pad_token_id=tokenizer.pad_token_id,
-        use_cache=True,
+        temperature=temperature,
+        top_p=top_p,
+        logits_processor=logits_processor,
+        decode=decode,
     )
-    if do_sample:
-        kwargs.update(temperature=temperature, top_p=top_p)
-    with torch.inference_mode(), sdpa_outside_training(model):
-        out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
-    answers = [_cut(row.tolist(), stops) for row in out[:, batch["input_ids"].shape[1] :]]
-    return answers if return_ids else [tokenizer.decode(a, skip_special_tokens=True) for a in answers]
+    return [a.ids for a in answers] if return_ids else decode_answers(tokenizer, answers)
 
 
 def chat_stream(
@@ -90,36 +86,23 @@ def chat_stream(
     *,
     max_new_tokens: int = DEFAULTS.max_new_tokens,
     stop_token_ids: Sequence[int] | None = None,
+    decode: str = "auto",
 ) -> list[str]:
     """Print greedy answers as they are generated (``TextStreamer``), one conversation after another.
 
     Args:
-        model, tokenizer, conversations, max_new_tokens, stop_token_ids: as ``chat_generate``.
+        model, tokenizer, conversations, max_new_tokens, stop_token_ids, decode: as ``chat_generate``.
 
     Returns:
         The answers, as ``chat_generate`` returns them.
     """
-    import torch
-    from transformers import TextStreamer
-
-    stops = list(stop_token_ids or template_stop_ids(tokenizer, model))
-    prepare_for_inference(model)
-    answers = []
-    for conversation in _conversations(conversations):
-        prompt = chat_prompt(tokenizer, conversation)
-        batch = tokenizer([prompt], return_tensors="pt", add_special_tokens=False).to(model.device)
-        streamer = TextStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
-        with torch.inference_mode(), sdpa_outside_training(model):
-            out = model.generate(
-                **batch,
-                streamer=streamer,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=stops,
-                pad_token_id=tokenizer.pad_token_id,
-                use_cache=True,
-            )
-        answers.append(
-            tokenizer.decode(_cut(out[0, batch["input_ids"].shape[1] :].tolist(), stops), skip_special_tokens=True)
-        )
-    return answers
+    answers = stream_answers(
+        model,
+        tokenizer,
+        [chat_prompt(tokenizer, c) for c in _conversations(conversations)],
+        stop_token_ids=list(stop_token_ids or template_stop_ids(tokenizer, model)),
+        encode_kwargs=CHAT_ENCODING,
+        max_new_tokens=max_new_tokens,
+        decode=decode,
+    )
+    return decode_answers(tokenizer, answers)

@@ -2,8 +2,8 @@
 
 An ipywidgets form (instruction text area, optional input, sliders for ``max_new_tokens`` and
 ``temperature``, a Submit button) over an ``Output`` area. The answer is generated with the run's
-Alpaca prompt and streamed token by token into the ``Output`` area through a transformers
-``TextStreamer`` whose text goes to the widget instead of stdout. Temperature 0 is greedy decoding.
+Alpaca prompt through the generation core (``core.stream_answers``) and streamed token by token into the
+``Output`` area through a transformers ``TextStreamer`` whose text goes to the widget instead of stdout. Temperature 0 is greedy decoding.
 
 Headless runs (papermill, a script) get nothing: ``tryout_box`` prints one line and returns None.
 """
@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 
 from ..config.finetune import DEFAULTS
-from ..models.attention import sdpa_outside_training
 
 #: Slider ranges: (min, max, step, default).
 MAX_NEW_TOKENS_SLIDER = (16, 512, 16, 128)
@@ -52,7 +51,7 @@ def _widget_streamer(tokenizer, output):
             if text:
                 output.append_stdout(text)
 
-    return WidgetStreamer(tokenizer, skip_prompt=True, skip_special_tokens=True)
+    return WidgetStreamer(tokenizer, skip_special_tokens=True)
 
 
 def answer_into(
@@ -65,6 +64,7 @@ def answer_into(
     max_new_tokens: int = 128,
     temperature: float = 0.0,
     template: str = DEFAULTS.template,
+    data_format=None,
 ) -> str:
     """Generate an answer, streaming it into ``output`` (an ipywidgets ``Output``), and return its text.
 
@@ -75,45 +75,38 @@ def answer_into(
         max_new_tokens: most tokens generated.
         temperature: 0 = greedy; > 0 samples at that temperature.
         template: as ``alpaca_prompts.format_prompt``.
+        data_format: as ``generation.generate`` (a chat run's box renders the instruction as a user message).
 
     Returns:
-        The answer up to (not including) EOS, special tokens removed.
+        The answer up to (not including) the stop token, special tokens removed.
 
     Raises:
         ValueError: empty instruction, ``max_new_tokens`` < 1 or ``temperature`` < 0.
     """
-    import torch
-
-    from ..data.alpaca_prompts import format_prompt
-    from ..data.tokenization import encode_prompts
-    from .generation import prepare_for_inference
+    from .core import decode_answers, stream_answers
+    from .generation import render_prompts
 
     if not instruction.strip():
         raise ValueError("instruction is empty: type an instruction first")
     if max_new_tokens < 1 or temperature < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1 and temperature={temperature} >= 0")
     output.clear_output()
-    prepare_for_inference(model)
-    batch = encode_prompts(tokenizer, [format_prompt(instruction, input, "", template)], return_tensors="pt")
-    batch = batch.to(next(model.parameters()).device)
-    kwargs = dict(
+    _, prompts, fmt = render_prompts(tokenizer, instruction, input or None, template=template, data_format=data_format)
+    answers = stream_answers(
+        model,
+        tokenizer,
+        prompts,
+        stop_token_ids=fmt.stop_token_ids(tokenizer),
+        encode_kwargs=fmt.encode_kwargs,
         max_new_tokens=int(max_new_tokens),
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        use_cache=True,
         do_sample=temperature > 0,
+        temperature=float(temperature),
+        make_streamer=lambda tok: _widget_streamer(tok, output),
     )
-    if temperature > 0:
-        kwargs.update(temperature=float(temperature), top_p=1.0)
-    with torch.inference_mode(), sdpa_outside_training(model):
-        out = model.generate(**batch, streamer=_widget_streamer(tokenizer, output), **kwargs)
-    ids = out[0, batch["input_ids"].shape[1] :].tolist()
-    if tokenizer.eos_token_id in ids:
-        ids = ids[: ids.index(tokenizer.eos_token_id)]
-    return tokenizer.decode(ids, skip_special_tokens=True)
+    return decode_answers(tokenizer, answers)[0]
 
 
-def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
+def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template, data_format=None):
     """The try-out form, built without displaying it (what ``tryout_box`` shows; tests call its handler).
 
     Returns:
@@ -161,6 +154,7 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
                 max_new_tokens=max_new_tokens.value,
                 temperature=temperature.value,
                 template=template,
+                data_format=data_format,
             )
         except ValueError as err:
             output.clear_output()
@@ -183,12 +177,15 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template):
     return box
 
 
-def tryout_box(model, tokenizer, *, template: str = DEFAULTS.template, interactive: bool | None = None):
+def tryout_box(
+    model, tokenizer, *, template: str = DEFAULTS.template, interactive: bool | None = None, data_format=None
+):
     """Show the try-out box in an interactive notebook; do nothing (one printed line) elsewhere.
 
     Args:
         model, tokenizer: the run's (PEFT or merged) model and tokenizer.
         template: as ``alpaca_prompts.format_prompt``.
+        data_format: as ``generation.generate``.
         interactive: None detects it (``in_interactive_kernel``); False always skips (headless runs can
             pass it); True always builds and displays.
 
@@ -200,7 +197,7 @@ def tryout_box(model, tokenizer, *, template: str = DEFAULTS.template, interacti
     if not interactive:
         print("try-out box skipped: no interactive notebook kernel (papermill or a script)")
         return None
-    box = build_tryout(model, tokenizer, template=template)
+    box = build_tryout(model, tokenizer, template=template, data_format=data_format)
     from IPython.display import display
 
     display(box)

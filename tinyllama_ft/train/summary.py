@@ -62,6 +62,7 @@ def build_run_summary(
     length_report=None,
     eos: dict | None = None,
     heldout: dict | None = None,
+    chat: dict | None = None,
 ) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
@@ -82,6 +83,8 @@ def build_run_summary(
         eos: ``eos_check.eos_first_batch`` counts, recorded as ``plan["eos_first_batch"]``.
         heldout: ``held_out.heldout_summary`` output (held-out scores and stopping counts before/after
             training, the side-by-side answers), recorded at the top level.
+        chat: a conversation run's ``formats.ConversationFormat.summary_fields()["chat"]`` (family, stop ids,
+            tokenized-row counts, first-batch supervision), recorded under ``"chat"``; None for Alpaca runs.
 
     Returns:
         A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
@@ -113,6 +116,8 @@ def build_run_summary(
         config=cfg.to_dict(),
     )
     summary.update(heldout or {})
+    if chat is not None:
+        summary["chat"] = chat
     return summary
 
 

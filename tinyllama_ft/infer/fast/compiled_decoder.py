@@ -6,21 +6,25 @@ whatever the GPU (measured: benchmarks/generate_throughput.py). Compiled, the st
 there, after ~27 s of compilation in a fresh process. A ``transformers.StaticCache`` gives the step fixed shapes, so the step compiles once
 (``torch.compile``; ``mode="reduce-overhead"`` replays it as one CUDA graph), the pattern transformers'
 documentation gives for static-cache decoding. Tokens reach the caller every ``every`` steps (one
-host sync per chunk instead of per token), and generation stops at the first EOS of a chunk.
+host sync per chunk instead of per token), and generation stops at the first stop token of a chunk.
 
 Greedy only: sampling, repetition penalties and logits processors go through ``model.generate``
-(``generation.py`` decides). The decoder is kept on the model, so later answers reuse the compiled step.
+(``infer/core.py`` decides). The decoder is kept in ``DECODERS`` by model, so later answers reuse the compiled step.
 """
 
 from __future__ import annotations
 
 import inspect
-from typing import Callable
+import weakref
+from typing import Callable, Sequence
 
 #: Modes: "eager" (static cache, no compilation) and "inductor" (torch.compile with CUDA graphs).
 MODES = ("eager", "inductor")
 #: Cache lengths are rounded up to this many tokens, so answers of similar length share one compiled step.
 CACHE_BLOCK = 512
+#: Each model's decoders, by mode (``decoder_for``); an entry goes with its model (a decoder holds the model
+#: weakly, so the table never keeps a model alive).
+DECODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 class StaticDecoder:
@@ -41,7 +45,7 @@ class StaticDecoder:
 
         if mode not in MODES:
             raise ValueError(f"mode={mode!r}: choose one of {MODES}")
-        self.model, self.mode, self.max_cache_len = model, mode, max_cache_len
+        self._model, self.mode, self.max_cache_len = weakref.ref(model), mode, max_cache_len
         self.cache = StaticCache(config=model.config, max_cache_len=max_cache_len)
         self.positions = torch.arange(max_cache_len, device=model.device)
         # transformers 5.2x renamed the forward's past_key_values to cache; use whichever it takes
@@ -51,6 +55,11 @@ class StaticDecoder:
             self.step = torch.compile(self._step, mode="reduce-overhead", fullgraph=True)
         else:
             self.step = self._step
+
+    @property
+    def model(self):
+        """The model decoded (held weakly: ``DECODERS`` must not keep it alive)."""
+        return self._model()
 
     def _step(self, token, position):
         logits = self.model(
@@ -62,7 +71,7 @@ class StaticDecoder:
         self,
         input_ids,
         max_new_tokens: int,
-        eos_token_id: int | None,
+        stop_token_ids: Sequence[int] | None,
         on_tokens: Callable[[list[int]], None] | None = None,
         every: int = 8,
     ) -> list[int]:
@@ -71,7 +80,7 @@ class StaticDecoder:
         Args:
             input_ids: ``(1, n)`` prompt token ids on the model's device.
             max_new_tokens: most tokens generated.
-            eos_token_id: stop at this token (not returned); None never stops early.
+            stop_token_ids: stop at the first of these tokens (not returned); None or empty never stops early.
             on_tokens: called with each chunk of new token ids as it is ready (streaming).
             every: tokens per chunk (one host synchronisation each).
 
@@ -84,6 +93,7 @@ class StaticDecoder:
         import torch
 
         n = input_ids.shape[1]
+        stops = set(stop_token_ids or ())
         if input_ids.shape[0] != 1:
             raise ValueError(f"input_ids has {input_ids.shape[0]} rows: the static decoder answers one prompt")
         if n + max_new_tokens > self.max_cache_len:
@@ -103,8 +113,8 @@ class StaticDecoder:
                 if len(pending) == every or k == max_new_tokens - 1:
                     chunk = torch.cat(pending, dim=1)[0].tolist()
                     pending = []
-                    if eos_token_id is not None and eos_token_id in chunk:
-                        chunk = chunk[: chunk.index(eos_token_id)]
+                    if stops.intersection(chunk):
+                        chunk = chunk[: min(chunk.index(t) for t in stops.intersection(chunk))]
                         answer += chunk
                         if on_tokens and chunk:
                             on_tokens(chunk)
@@ -120,7 +130,7 @@ class StaticDecoder:
 
 def has_decoder(model, mode: str) -> bool:
     """True when ``model`` already holds a ``StaticDecoder`` for ``mode`` (its compilation is paid)."""
-    return mode in getattr(model, "_tinyllama_ft_decoders", {})
+    return mode in DECODERS.get(model, {})
 
 
 def decoder_for(model, tokens: int, mode: str) -> StaticDecoder:
@@ -128,10 +138,7 @@ def decoder_for(model, tokens: int, mode: str) -> StaticDecoder:
 
     A longer request than the kept decoder holds makes a new one (and compiles again).
     """
-    kept = getattr(model, "_tinyllama_ft_decoders", None)
-    if kept is None:
-        kept = {}
-        model._tinyllama_ft_decoders = kept
+    kept = DECODERS.setdefault(model, {})
     decoder = kept.get(mode)
     if decoder is None or decoder.max_cache_len < tokens:
         length = -(-tokens // CACHE_BLOCK) * CACHE_BLOCK

@@ -23,7 +23,8 @@ The fused q|k|v and gate|up weights are a copy (TinyLlama: 1.25 GB in bf16) kept
 
 from __future__ import annotations
 
-from typing import Callable
+import weakref
+from typing import Callable, Sequence
 
 from .llama_ops import fused_weights, liger_ops, rms_norm, rope, silu_mul, why_not_fusable
 
@@ -39,19 +40,19 @@ MATMUL = "auto"
 MATMULS = ("auto", "cublas", "triton")
 #: Cache lengths are rounded up to this many tokens, so requests of similar length share one decoder.
 CACHE_BLOCK = 512
+#: Each model's decoders, by batch size (``fused_decoder_for``); an entry goes with its model.
+FUSED_DECODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def fused_decoder_for(model, batch_size: int, tokens: int) -> "FusedLlamaDecoder":
     """The model's ``FusedLlamaDecoder`` for ``batch_size`` rows holding at least ``tokens`` tokens (made
-    once per batch size and kept on the model; a longer request makes a longer one). The decoders of one
-    model share its fused weights.
+    once per batch size and kept in ``FUSED_DECODERS``; a longer request makes a longer one). The decoders of
+    one model share its fused weights.
 
     Raises:
         ValueError: as ``FusedLlamaDecoder``.
     """
-    kept = getattr(model, "_tinyllama_ft_fused_decoders", None)
-    if kept is None:
-        kept = model._tinyllama_ft_fused_decoders = {}
+    kept = FUSED_DECODERS.setdefault(model, {})
     decoder = kept.get(batch_size)
     if decoder is None or decoder.L < tokens:
         kept.pop(batch_size, None)  # free the shorter cache and its graph first
@@ -277,7 +278,7 @@ class FusedLlamaDecoder:
         input_ids,
         attention_mask,
         max_new_tokens: int,
-        eos_token_id: int | None,
+        stop_token_ids: Sequence[int] | None,
         on_tokens: Callable[[list[list[int]]], None] | None = None,
         every: int = 8,
     ) -> list[list[int]]:
@@ -287,7 +288,7 @@ class FusedLlamaDecoder:
             input_ids: ``(B, n)`` prompt ids on the model's device, padded on the left.
             attention_mask: ``(B, n)`` 1 for prompt tokens, 0 for padding (None: no padding).
             max_new_tokens: most tokens per answer.
-            eos_token_id: a row stops at this token (not returned); None never stops.
+            stop_token_ids: a row stops at the first of these tokens (not returned); None or empty never stops.
             on_tokens: called with each chunk (one list of new ids per row) as it is ready.
             every: tokens per chunk (one host synchronisation each).
 
@@ -300,6 +301,7 @@ class FusedLlamaDecoder:
         import torch
 
         B, n = input_ids.shape
+        stops = set(stop_token_ids or ())
         if B != self.B:
             raise ValueError(f"input_ids has {B} rows; this decoder decodes {self.B}")
         if n + max_new_tokens > self.L:
@@ -338,8 +340,8 @@ class FusedLlamaDecoder:
                     for row, ids in enumerate(chunk):
                         if done[row]:
                             chunk[row] = []
-                        elif eos_token_id is not None and eos_token_id in ids:
-                            chunk[row] = ids[: ids.index(eos_token_id)]
+                        elif stops and stops.intersection(ids):
+                            chunk[row] = ids[: min(ids.index(t) for t in stops.intersection(ids))]
                             done[row] = True
                         answers[row] += chunk[row]
                     if on_tokens:

@@ -8,6 +8,10 @@ operations in plain torch (CPU, or no Liger).
 
 from __future__ import annotations
 
+import weakref
+
+#: Each model's fused weights (``fused_weights``); an entry goes with its model.
+FUSED_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 #: Model types whose decoder layers are transformers' Llama layers (Llama, TinyLlama, SmolLM2, stories260K).
 MODEL_TYPES = ("llama",)
 
@@ -28,8 +32,8 @@ def why_not_fusable(model) -> str | None:
 
 
 def fused_weights(model) -> dict:
-    """The model's weights as the fused decoder reads them, made once and kept on the model (a snapshot:
-    after changing the model's weights, ``del model._tinyllama_ft_fused_weights, model._tinyllama_ft_fused_decoders``).
+    """The model's weights as the fused decoder reads them, made once and kept in ``FUSED_WEIGHTS`` (a snapshot:
+    after changing the model's weights, call ``core.forget(model)``).
 
     Returns:
         ``{"layers": [(input norm, q|k|v, o, post-attention norm, gate|up, down)] per layer, "embed", "norm",
@@ -37,7 +41,7 @@ def fused_weights(model) -> dict:
     """
     import torch
 
-    kept = getattr(model, "_tinyllama_ft_fused_weights", None)
+    kept = FUSED_WEIGHTS.get(model)
     if kept is not None:
         return kept
     inner = model.model
@@ -61,7 +65,7 @@ def fused_weights(model) -> dict:
         "norm": inner.norm.weight,
         "lm_head": model.get_output_embeddings().weight,
     }
-    model._tinyllama_ft_fused_weights = kept
+    FUSED_WEIGHTS[model] = kept
     return kept
 
 

@@ -1,0 +1,363 @@
+"""What differs between a run on Alpaca rows and a run on conversations, as one object per ``dataset_format``.
+
+The run (``pipeline.run_training``, both notebooks) is written once and given one of these (``data_format``):
+
+* ``AlpacaFormat``: Alpaca rows, the Alpaca prompt (``alpaca_prompts``) with EOS appended, loss on the response
+  (``completion_mask``), generation stopping at EOS, the first batch checked for one supervised EOS per sample;
+* ``ConversationFormat``: ``messages`` / ShareGPT rows (or Alpaca rows as one-turn conversations), the model's own
+  chat template (``families.prepare_family``), loss on the assistant turns (``assistant_masks``), generation
+  stopping at the end-of-turn token, the first batch checked for supervised turns each closed by it.
+
+Each object says how rows are read and checked (``load``), which fields identify them (``fingerprint``), what the
+model needs before LoRA (``prepare``: a chat template, stop ids and a pad token, the LoRA targets, new embedding
+rows), how rows become ids and masks (``tokenize``, ``score_ids``), how a prompt is rendered for generation
+(``prompt``, ``row_prompt``, ``encode_kwargs``, ``stop_token_ids``), what the held-out checks compare
+(``held_out_rows``, ``reference``, ``instruction``), and what the run summary adds (``summary_fields``). The
+template an export writes into a merged model, a GGUF and a Modelfile follows from the adapter's record
+(``run_record.adapter_record(cfg, plan, family=data_format.family)``): Alpaca's for an Alpaca adapter, the
+adapter's own chat template for a chat one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..config.finetune import DEFAULTS
+from .alpaca_prompts import format_prompt
+from .fingerprint import FINGERPRINT_FIELDS, data_fingerprint
+
+#: What the Alpaca format's held-out rows hold.
+ALPACA_FIELDS = ("instruction", "input", "output")
+
+
+def _alpaca_fields(row: dict) -> tuple[str, str, str]:
+    try:
+        return row["instruction"], row.get("input") or "", row["output"]
+    except (KeyError, AttributeError, TypeError) as err:
+        raise ValueError(f"row {row!r:.80} lacks instruction/output ({err})") from None
+
+
+class AlpacaFormat:
+    """Alpaca rows: instruction, optional input, output; the article's prompt and EOS.
+
+    Args:
+        template: the prompt template (``alpaca_prompts.TEMPLATES``; ``DEFAULTS.template``).
+    """
+
+    name = "alpaca"
+    #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
+    #: special-token text typed by a user stays text.
+    encode_kwargs = {"split_special_tokens": True}
+
+    def __init__(self, template: str = DEFAULTS.template):
+        self.template = template
+        self.family = None  # no chat template: the record has none
+        self.trains_embeddings = False
+        self.lengths = None
+        self.first_batch = None
+
+    def __repr__(self) -> str:
+        return f"AlpacaFormat(template={self.template!r})"
+
+    # reading
+    def load(self, cfg):
+        """``(rows, data_report)``: ``instructions.load_instruction_data`` with ``cfg``'s columns and ``strict``."""
+        from .instructions import load_instruction_data
+
+        return load_instruction_data(
+            cfg.dataset,
+            split=cfg.dataset_split,
+            config=cfg.dataset_config,
+            instruction_column=cfg.instruction_column,
+            input_column=cfg.input_column,
+            output_column=cfg.output_column,
+            strict=cfg.strict,
+        )
+
+    def fingerprint(self, rows) -> str:
+        """``fingerprint.data_fingerprint`` over the Alpaca fields."""
+        return data_fingerprint(rows, fields=FINGERPRINT_FIELDS)
+
+    # the model
+    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
+        """Nothing to set (the tokenizer's pad token is set on loading); returns ``cfg.target_modules``."""
+        return cfg.target_modules
+
+    # ids and masks
+    def tokenize(self, rows, tokenizer, cfg, data_report=None):
+        """Rows -> ``input_ids`` + ``completion_mask`` (``tokenization.tokenize_dataset``), measured against
+        ``max_seq_length`` and handled per ``long_rows`` (``lengths``); the length report is printed and kept in
+        ``self.lengths``.
+
+        Returns:
+            The kept rows (a ``datasets.Dataset``, Alpaca columns kept beside the ids).
+        """
+        from .lengths import apply_long_rows, length_report
+        from .tokenization import tokenize_dataset
+
+        rows = tokenize_dataset(rows, tokenizer, template=self.template)
+        lengths = length_report(
+            rows,
+            tokenizer,
+            max_seq_length=cfg.max_seq_length,
+            packing=cfg.packing,
+            packing_strategy=cfg.packing_strategy,
+            data_report=data_report,
+        )
+        rows, self.lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
+        print(self.lengths.summary())
+        return rows
+
+    def example(self, tokenizer, row: dict) -> str:
+        """One tokenized row as the model reads it (its ids decoded)."""
+        return tokenizer.decode(row["input_ids"])
+
+    def check_first_batch(self, trainer) -> str:
+        """``eos_check.eos_first_batch`` (kept in ``self.first_batch``), described in one line."""
+        from .eos_check import describe_eos, eos_first_batch
+
+        self.first_batch = eos_first_batch(trainer)
+        return describe_eos(self.first_batch)
+
+    # generation
+    def stop_token_ids(self, tokenizer) -> list[int]:
+        """``[EOS id]``: what every training sample ends with."""
+        return [tokenizer.eos_token_id]
+
+    def prompt(self, tokenizer, text: str) -> str:
+        """A user's instruction (``cfg.prompts``) as the Alpaca prompt with an empty input and response."""
+        return format_prompt(text, "", "", self.template)
+
+    def row_prompt(self, tokenizer, row: dict) -> str:
+        """A held-out row's prompt: its instruction and input, the response left empty."""
+        instruction, context, _ = _alpaca_fields(row)
+        return format_prompt(instruction, context, "", self.template)
+
+    # held-out checks
+    def held_out_rows(self, dataset) -> list[dict]:
+        """The Alpaca fields of a held-out split as plain dicts; None (no split) gives []."""
+        if dataset is None:
+            return []
+        columns = [c for c in ALPACA_FIELDS if c in dataset.column_names]
+        return dataset.select_columns(columns).to_list()
+
+    def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
+        """``(ids, masks)`` per row as training tokenizes it (``tokenization.tokenize_segments``: the prompt, the
+        response, EOS as an id); masks are 1 on the response and EOS.
+
+        Raises:
+            ValueError: a row without instruction/output, naming it.
+        """
+        from .tokenization import alpaca_segments, tokenize_segments
+
+        return tokenize_segments([alpaca_segments(*_alpaca_fields(r), template=self.template) for r in rows], tokenizer)
+
+    def reference(self, row: dict) -> str:
+        """The row's reference answer (``output``)."""
+        return _alpaca_fields(row)[2]
+
+    def instruction(self, row: dict) -> tuple[str, str]:
+        """``(instruction, input)`` of the row, for the side-by-side table."""
+        return _alpaca_fields(row)[:2]
+
+    def summary_fields(self) -> dict[str, Any]:
+        """``summary.build_run_summary`` arguments: the length report and the first-batch EOS counts."""
+        return {"length_report": self.lengths, "eos": self.first_batch}
+
+
+def _last_assistant(messages: Sequence[dict]) -> int:
+    for j in range(len(messages) - 1, -1, -1):
+        if messages[j]["role"] == "assistant":
+            return j
+    raise ValueError(f"conversation {list(messages)!r:.80} has no assistant turn")
+
+
+class ConversationFormat:
+    """Conversations (``messages`` rows; ShareGPT and Alpaca rows converted) through the model's chat template.
+
+    Args:
+        dataset_format: ``"auto"``, ``"messages"`` or ``"sharegpt"`` (how ``conversations.load_conversations``
+            reads each source).
+        chat_template: ``"auto"`` (the tokenizer's own, else the family's), a named template or a Jinja string
+            (``families.prepare_family``).
+        assistant_only_loss: loss on the assistant turns only (else on every token).
+    """
+
+    encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
+
+    def __init__(
+        self,
+        dataset_format: str = "auto",
+        *,
+        chat_template: str = DEFAULTS.chat_template,
+        assistant_only_loss: bool = DEFAULTS.assistant_only_loss,
+    ):
+        self.name = dataset_format
+        self.chat_template = chat_template
+        self.assistant_only_loss = assistant_only_loss
+        self.family = None  # families.FamilySetup, once prepared
+        self.token_report = None
+        self.first_batch = None
+
+    def __repr__(self) -> str:
+        return f"ConversationFormat({self.name!r}, chat_template={self.chat_template!r})"
+
+    @property
+    def trains_embeddings(self) -> bool:
+        """True when the chat template added tokens: their embedding and LM-head rows train (and export whole)."""
+        return bool(self.family and self.family.added_token_ids)
+
+    def _family(self):
+        if self.family is None:
+            raise RuntimeError("call prepare(model, tokenizer, cfg) first: the chat template is set there")
+        return self.family
+
+    # reading
+    def load(self, cfg):
+        """``(rows, data_report)``: ``conversations.load_conversation_sources`` on ``dataset`` then
+        ``extra_datasets``."""
+        from .conversations import load_conversation_sources
+
+        return load_conversation_sources(
+            [cfg.dataset, *cfg.extra_datasets],
+            split=cfg.dataset_split,
+            config=cfg.dataset_config,
+            dataset_format=self.name,
+            strict=cfg.strict,
+        )
+
+    def fingerprint(self, rows) -> str:
+        """``fingerprint.data_fingerprint`` over the ``messages`` field."""
+        return data_fingerprint(rows, fields=("messages",))
+
+    # the model
+    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...]:
+        """``families.prepare_family`` (in place: template, EOS and stop ids, a pad token that is no stop token;
+        printed and kept in ``self.family``).
+
+        Returns:
+            The LoRA target modules: the model's own attention and MLP projections (``cfg.target_modules`` is
+            the Llama names, which another family may not have).
+
+        Raises:
+            ValueError: as ``families.prepare_family``.
+        """
+        from ..models.families import prepare_family
+
+        self.family = prepare_family(
+            model, tokenizer, chat_template=self.chat_template, max_seq_length=cfg.max_seq_length
+        )
+        print(self.family)
+        return self.family.target_modules
+
+    # ids and masks
+    def tokenize(self, rows, tokenizer, cfg, data_report=None):
+        """Conversations -> ``input_ids`` + ``assistant_masks`` (``chat_masks.tokenize_conversations``: rows that
+        cannot train dropped and counted, the report printed and kept in ``self.token_report``).
+
+        Returns:
+            The kept rows (a ``datasets.Dataset``, ``messages`` kept beside the ids for the held-out checks).
+        """
+        from .chat_masks import tokenize_conversations
+
+        rows, self.token_report = tokenize_conversations(
+            rows,
+            tokenizer,
+            max_seq_length=cfg.max_seq_length,
+            long_rows=cfg.long_rows,
+            assistant_only_loss=self.assistant_only_loss,
+            strict=cfg.strict,
+        )
+        return rows
+
+    def example(self, tokenizer, row: dict) -> str:
+        """One tokenized row with the supervised tokens in ``[[...]]`` (``chat_masks.show_supervision``)."""
+        from .chat_masks import show_supervision
+
+        return show_supervision(tokenizer, row["input_ids"], row["assistant_masks"])
+
+    def check_first_batch(self, trainer) -> str:
+        """``chat_masks.assistant_supervision`` on the first batch (kept in ``self.first_batch``), in one line."""
+        from .chat_masks import assistant_supervision, describe_supervision
+
+        family = self._family()
+        self.first_batch = assistant_supervision(trainer, family.stop_token_ids[0])
+        return describe_supervision(self.first_batch, end_of_turn=family.end_of_turn)
+
+    # generation
+    def stop_token_ids(self, tokenizer) -> list[int]:
+        """The template's end-of-turn token, then EOS and the generation config's EOS ids
+        (``families.FamilySetup.stop_token_ids``)."""
+        return list(self._family().stop_token_ids)
+
+    def prompt(self, tokenizer, text) -> str:
+        """A user message (or a conversation's turns) as the chat template's generation prompt."""
+        from ..models.chat_templates import chat_prompt
+
+        return chat_prompt(tokenizer, text)
+
+    def row_prompt(self, tokenizer, row: dict) -> str:
+        """A held-out conversation's prompt: its turns before the last assistant turn, then the assistant header."""
+        from ..models.chat_templates import chat_prompt
+
+        messages = list(row["messages"])
+        return chat_prompt(tokenizer, messages[: _last_assistant(messages)])
+
+    # held-out checks
+    def held_out_rows(self, dataset) -> list[dict]:
+        """``[{"messages": [...]}]`` of a held-out split; None (no split) gives []."""
+        if dataset is None:
+            return []
+        return dataset.select_columns(["messages"]).to_list()
+
+    def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
+        """``(ids, masks)`` per conversation as training tokenizes it (``chat_masks.tokenize_conversation``);
+        masks are 1 on the assistant turns and their end-of-turn tokens."""
+        from .chat_masks import tokenize_conversation
+
+        end = self._family().end_of_turn
+        encoded = [tokenize_conversation(tokenizer, r["messages"], end_of_turn=end) for r in rows]
+        return [e["input_ids"] for e in encoded], [e["assistant_masks"] for e in encoded]
+
+    def reference(self, row: dict) -> str:
+        """The last assistant turn's text."""
+        messages = list(row["messages"])
+        return messages[_last_assistant(messages)]["content"]
+
+    def instruction(self, row: dict) -> tuple[str, str]:
+        """``(the last user message before the last assistant turn, "")``, for the side-by-side table."""
+        messages = list(row["messages"])
+        before = [m["content"] for m in messages[: _last_assistant(messages)] if m["role"] == "user"]
+        return (before[-1] if before else ""), ""
+
+    def summary_fields(self) -> dict[str, Any]:
+        """``summary.build_run_summary`` arguments: ``chat`` (family, end-of-turn token, stop ids, pad token,
+        target modules, tokenized-row counts, the first-batch supervision counts)."""
+        family, report = self._family(), self.token_report
+        return {
+            "chat": {
+                "family": family.family,
+                "end_of_turn": family.end_of_turn,
+                "stop_token_ids": family.stop_token_ids,
+                "pad_token": family.pad_token,
+                "target_modules": list(family.target_modules),
+                "rows_tokenized": report.total if report else None,
+                "rows_kept": report.kept if report else None,
+                "rows_dropped": report.by_reason if report else None,
+                "supervision": self.first_batch,
+            }
+        }
+
+
+def data_format(cfg) -> AlpacaFormat | ConversationFormat:
+    """The format object of a run: ``AlpacaFormat`` for ``dataset_format="alpaca"``, else ``ConversationFormat``.
+
+    Args:
+        cfg: the run's ``FinetuneConfig`` (``dataset_format``, ``template``, ``chat_template``,
+            ``assistant_only_loss``).
+    """
+    if cfg.dataset_format == "alpaca":
+        return AlpacaFormat(cfg.template)
+    return ConversationFormat(
+        cfg.dataset_format, chat_template=cfg.chat_template, assistant_only_loss=cfg.assistant_only_loss
+    )

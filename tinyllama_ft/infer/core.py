@@ -1,0 +1,392 @@
+"""The one generation core: every answer the package generates goes through ``generate_answers`` or ``stream_answers``.
+
+Callers render their prompts (an Alpaca prompt with an empty response, a conversation through its chat template)
+and say how to tokenize them and which tokens end an answer; the core does the rest, once:
+
+* **batching**: prompts are tokenized as one batch padded on the left (``pad_token.encode_left_padded``) with the
+  package's pad token, which is never EOS or a stop token (refused here if it is);
+* **stop tokens**: an answer ends at the first of ``stop_token_ids`` (not returned; ``Answer.stopped`` says it
+  came within ``max_new_tokens``);
+* **the decoder**: ``decode_mode`` picks the CUDA-graph decoder (``fast/graph_decoder.py``) for greedy decoding
+  of a merged 16/32-bit Llama-class model on CUDA, the inductor-compiled step (``fast/compiled_decoder.py``) for
+  long requests to other 16-bit models, and transformers' ``generate`` otherwise (sampling, a repetition
+  penalty, logits processors, a 4-bit, PEFT-wrapped or Unsloth model, a CPU);
+* **streaming**: ``stream_answers`` answers one prompt after another through a ``TextStreamer`` (or the
+  caller's streamer, e.g. the try-out box's widget).
+
+State the fast decoders keep per model (fused weights, captured graphs, a decoder that failed) is held in
+``weakref.WeakKeyDictionary`` tables keyed by the model (``fast/``; ``GRAPH_FAILED`` here), never as attributes
+set on a Hugging Face model; ``forget(model)`` drops it after the model's weights change.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from ..models.attention import sdpa_outside_training
+from ..models.pad_token import encode_left_padded
+
+#: ``decode`` choices: "auto" (see ``decode_mode``), "plain" (always transformers' ``generate``), "graph"
+#: (``graph_decoder.FusedLlamaDecoder``, forced) or "inductor" (``compiled_decoder.StaticDecoder``, forced).
+DECODE_CHOICES = ("auto", "plain", "graph", "inductor")
+#: What "auto" compiles on a CUDA GPU.
+AUTO_DECODE_MODE = "inductor"
+#: New tokens (answers x max_new_tokens) from which "auto" compiles: compilation took 27 s on the H200,
+#: the time ``generate`` (35 tokens/s) needs for ~950 tokens, after which the compiled step (506/s) is ahead.
+AUTO_COMPILE_MIN_TOKENS = 1000
+
+#: Why the CUDA-graph decoder failed on a model (``"TypeError: ..."``), so "auto" does not try it again.
+GRAPH_FAILED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One generated answer.
+
+    Attributes:
+        ids: the new token ids, up to (not including) the first stop token.
+        stopped: True when a stop token came within ``max_new_tokens``.
+    """
+
+    ids: list[int]
+    stopped: bool
+
+    @property
+    def new_tokens(self) -> int:
+        """Tokens generated, the stop token included when it came."""
+        return len(self.ids) + int(self.stopped)
+
+
+def prepare_for_inference(model) -> None:
+    """Eval mode, plus ``FastLanguageModel.for_inference`` on a model Unsloth loaded (``loading.loaded_backend``;
+    in place)."""
+    from ..models.loading import loaded_backend
+
+    if loaded_backend(model) == "unsloth":
+        from unsloth import FastLanguageModel  # GPU extra
+
+        FastLanguageModel.for_inference(model)
+    model.eval()
+
+
+def forget(model) -> None:
+    """Drop what the fast decoders keep for ``model`` (fused weights, decoders, a recorded failure): call it after
+    changing the model's weights in place."""
+    from .fast.compiled_decoder import DECODERS
+    from .fast.graph_decoder import FUSED_DECODERS
+    from .fast.llama_ops import FUSED_WEIGHTS
+
+    for table in (GRAPH_FAILED, DECODERS, FUSED_DECODERS, FUSED_WEIGHTS):
+        table.pop(model, None)
+
+
+def decode_mode(
+    model, decode: str, do_sample: bool, repetition_penalty: float, logits_processor, new_tokens: int = 0
+) -> str:
+    """``"plain"``, ``"graph"`` or ``"inductor"``: the decoder the core will use.
+
+    "auto" on a CUDA GPU, where a static decoder applies: "graph" for a Llama-class model (no compilation, so
+    for every request length, unless it failed on this model before, ``GRAPH_FAILED``); for other models the
+    compiled decoder when it pays (``new_tokens`` = answers x ``max_new_tokens`` reaches
+    ``AUTO_COMPILE_MIN_TOKENS``, or the model already holds one); otherwise ``generate``.
+
+    Raises:
+        ValueError: ``decode`` is not one of ``DECODE_CHOICES``, or a static mode is forced where it cannot
+            apply (sampling, a repetition penalty, logits processors, a 4-bit, PEFT-wrapped or Unsloth model).
+    """
+    from .fast.compiled_decoder import can_decode_static, has_decoder
+    from .fast.llama_ops import why_not_fusable
+
+    if decode not in DECODE_CHOICES:
+        raise ValueError(f"decode={decode!r}: choose one of {DECODE_CHOICES}")
+    if decode == "plain":
+        return "plain"
+    why_not = (
+        "do_sample=True"
+        if do_sample
+        else "repetition_penalty != 1"
+        if repetition_penalty != 1.0
+        else "logits_processor"
+        if logits_processor
+        else None
+        if can_decode_static(model)
+        else "the model is 4-bit, PEFT-wrapped or Unsloth's (reload with merged=True)"
+    )
+    if decode == "auto":
+        if why_not is not None or model.device.type != "cuda":
+            return "plain"
+        if why_not_fusable(model) is None and model not in GRAPH_FAILED:
+            return "graph"
+        pays = new_tokens >= AUTO_COMPILE_MIN_TOKENS or has_decoder(model, AUTO_DECODE_MODE)
+        return AUTO_DECODE_MODE if pays else "plain"
+    if why_not is None and decode == "graph":
+        why_not = why_not_fusable(model)
+    if why_not is not None:
+        raise ValueError(f"decode={decode!r} needs greedy decoding on a plain 16/32-bit model: {why_not}")
+    return decode
+
+
+def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
+    for j, token_id in enumerate(ids):
+        if token_id in stops:
+            return Answer(ids[:j], True)
+    return Answer(ids, False)
+
+
+def _fused(model, batch, max_new_tokens, stops, forced: bool, on_tokens=None) -> list[list[int]] | None:
+    """``FusedLlamaDecoder`` answers, or None after a failure when not ``forced`` (said once and kept in
+    ``GRAPH_FAILED``; the caller then uses ``generate``)."""
+    import warnings
+
+    from .fast.graph_decoder import fused_decoder_for
+
+    ids, mask = batch["input_ids"], batch.get("attention_mask")
+    try:
+        decoder = fused_decoder_for(model, ids.shape[0], ids.shape[1] + max_new_tokens)
+        return decoder.decode(ids, mask, max_new_tokens, stops, on_tokens=on_tokens)
+    except Exception as e:  # noqa: BLE001  a kernel or graph capture that fails here: generate still works
+        if forced:
+            raise
+        GRAPH_FAILED[model] = f"{type(e).__name__}: {e}"
+        warnings.warn(
+            f"the CUDA-graph decoder failed on this model ({type(e).__name__}: {str(e)[:200]}); "
+            "answering with transformers' generate",
+            stacklevel=3,
+        )
+        return None
+
+
+def _stop_ids(tokenizer, stop_token_ids: Sequence[int]) -> list[int]:
+    stops = [int(i) for i in stop_token_ids if i is not None]
+    if not stops:
+        raise ValueError("stop_token_ids is empty: name the tokens that end an answer (or pass ignore_eos=True)")
+    return stops
+
+
+def _check_pad(tokenizer, stops: Sequence[int]) -> None:
+    if tokenizer.pad_token_id in stops:
+        raise ValueError(
+            f"the pad token {tokenizer.pad_token!r} (id {tokenizer.pad_token_id}) is a stop token {list(stops)}: a "
+            "padded row would read as ended; give the tokenizer another pad token (pad_token.ensure_pad_token, "
+            "families.prepare_family)"
+        )
+
+
+def _decode_batch(
+    model,
+    tokenizer,
+    batch,
+    mode: str,
+    *,
+    stops: list[int],
+    max_new_tokens: int,
+    sampling: dict,
+    logits_processor,
+    ignore_eos: bool,
+    forced: bool,
+    streamer=None,
+) -> list[Answer]:
+    """Answers to one tokenized batch with the decoder ``mode`` (a streamer: one row only)."""
+    import torch
+
+    from .fast.compiled_decoder import decoder_for
+
+    rows, n = batch["input_ids"].shape
+    cut_at = [] if ignore_eos else stops
+    if mode == "graph":
+        on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk[0])))
+        found = _fused(model, batch, max_new_tokens, cut_at, forced, on_tokens=on_tokens)
+        if found is not None:
+            if streamer is not None:
+                streamer.end()
+            return [Answer(ids, len(ids) < max_new_tokens and bool(cut_at)) for ids in found]
+    if mode == "inductor" and rows == 1:
+        decoder = decoder_for(model, n + max_new_tokens, mode)
+        on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk)))
+        ids = decoder.decode(batch["input_ids"], max_new_tokens, cut_at, on_tokens=on_tokens)
+        if streamer is not None:
+            streamer.end()
+        return [Answer(ids, len(ids) < max_new_tokens and bool(cut_at))]
+    kwargs = dict(
+        max_new_tokens=max_new_tokens,
+        eos_token_id=stops,
+        pad_token_id=tokenizer.pad_token_id,
+        use_cache=True,
+        **sampling,
+    )
+    if ignore_eos:
+        kwargs["min_new_tokens"] = max_new_tokens
+    if streamer is not None:
+        streamer.skip_prompt = True  # generate hands the streamer the prompt first
+        kwargs["streamer"] = streamer
+    with torch.inference_mode():
+        out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
+    return [_cut(row, cut_at) for row in out[:, n:].tolist()]
+
+
+def _sampling(do_sample: bool, temperature: float, top_p: float, repetition_penalty: float) -> dict:
+    kwargs = dict(do_sample=do_sample, repetition_penalty=repetition_penalty)
+    if do_sample:
+        kwargs.update(temperature=temperature, top_p=top_p)
+    return kwargs
+
+
+def generate_answers(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    stop_token_ids: Sequence[int],
+    encode_kwargs: dict | None = None,
+    max_new_tokens: int,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    logits_processor=None,
+    decode: str = "auto",
+    ignore_eos: bool = False,
+    batch_size: int | None = None,
+    for_inference: bool = True,
+) -> list[Answer]:
+    """Answer rendered prompts in left-padded batches.
+
+    Args:
+        model, tokenizer: a causal LM (PEFT-wrapped, merged or plain) and its tokenizer.
+        prompts: N rendered prompt strings (an Alpaca prompt with an empty response, a chat template's
+            generation prompt).
+        stop_token_ids: the ids that end an answer (Alpaca: EOS; chat: the end-of-turn token, then EOS).
+        encode_kwargs: tokenizer-call arguments for the prompts, as training tokenized them
+            (``split_special_tokens=True`` for Alpaca prompts, ``add_special_tokens=False`` for a chat template's).
+        max_new_tokens: most tokens generated per answer.
+        do_sample, temperature, top_p: sampling (greedy by default); temperature and top_p apply only when sampling.
+        repetition_penalty: >= 1.0 discourages repeats (1.0 = off).
+        logits_processor: optional ``transformers.LogitsProcessorList``.
+        decode: one of ``DECODE_CHOICES`` (``decode_mode``).
+        ignore_eos: generate exactly ``max_new_tokens`` tokens per answer (benchmarks).
+        batch_size: prompts per batch; None: all in one.
+        for_inference: switch the model to inference (``prepare_for_inference``: eval mode, Unsloth's inference
+            mode); False leaves it as the caller set it (the held-out checks run mid-run inside
+            ``held_out.eval_mode``, which restores training mode after).
+
+    Returns:
+        One ``Answer`` per prompt, in order; ``[]`` for no prompts.
+
+    Raises:
+        ValueError: empty ``stop_token_ids``; the pad token is a stop token; ``decode`` as ``decode_mode``.
+    """
+    prompts = list(prompts)
+    if not prompts:
+        return []
+    stops = _stop_ids(tokenizer, stop_token_ids)
+    if for_inference:
+        prepare_for_inference(model)
+    mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor)
+    size = batch_size or len(prompts)
+    answers: list[Answer] = []
+    with sdpa_outside_training(model):
+        for start in range(0, len(prompts), size):
+            batch = encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
+            _check_pad(tokenizer, stops)
+            answers += _decode_batch(
+                model,
+                tokenizer,
+                batch,
+                mode,
+                stops=stops,
+                max_new_tokens=max_new_tokens,
+                sampling=_sampling(do_sample, temperature, top_p, repetition_penalty),
+                logits_processor=logits_processor,
+                ignore_eos=ignore_eos,
+                forced=decode == mode,
+            )
+    return answers
+
+
+def text_streamer(tokenizer):
+    """The default streamer of ``stream_answers``: transformers' ``TextStreamer`` printing to stdout, special
+    tokens removed."""
+    from transformers import TextStreamer
+
+    return TextStreamer(tokenizer, skip_special_tokens=True)
+
+
+def stream_answers(
+    model,
+    tokenizer,
+    prompts: Sequence[str],
+    *,
+    stop_token_ids: Sequence[int],
+    encode_kwargs: dict | None = None,
+    max_new_tokens: int,
+    do_sample: bool = False,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    repetition_penalty: float = 1.0,
+    logits_processor=None,
+    decode: str = "auto",
+    ignore_eos: bool = False,
+    titles: Sequence[str] | None = None,
+    make_streamer: Callable | None = None,
+) -> list[Answer]:
+    """Answer rendered prompts one after another, streaming each answer's text as it is generated.
+
+    Args:
+        model, tokenizer, prompts, stop_token_ids, encode_kwargs, max_new_tokens, do_sample, temperature, top_p,
+            repetition_penalty, logits_processor, decode, ignore_eos: as ``generate_answers``; "auto" decoding
+            compiles (non-Llama models on CUDA) when answers x ``max_new_tokens`` reaches ``AUTO_COMPILE_MIN_TOKENS``.
+        titles: a line printed before each answer (e.g. ``"### Instruction: ..."``); None prints none.
+        make_streamer: ``f(tokenizer)`` -> a transformers streamer (``put`` / ``end``); default ``text_streamer``.
+
+    Returns:
+        One ``Answer`` per prompt, in order.
+
+    Raises:
+        ValueError: as ``generate_answers``; ``titles`` does not match ``prompts`` in length.
+    """
+    from .fast.compiled_decoder import decoder_for
+
+    prompts = list(prompts)
+    if titles is not None and len(titles) != len(prompts):
+        raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
+    if not prompts:
+        return []
+    stops = _stop_ids(tokenizer, stop_token_ids)
+    prepare_for_inference(model)
+    mode = decode_mode(
+        model, decode, do_sample, repetition_penalty, logits_processor, new_tokens=len(prompts) * max_new_tokens
+    )
+    make_streamer = make_streamer or text_streamer
+    answers: list[Answer] = []
+    with sdpa_outside_training(model):  # the static decoders call the model's own attention too
+        batches = [encode_left_padded(tokenizer, [p], model=model, **(encode_kwargs or {})) for p in prompts]
+        _check_pad(tokenizer, stops)
+        if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
+            decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + max_new_tokens, mode)
+        for j, batch in enumerate(batches):
+            if titles is not None:
+                print(titles[j])
+            found = _decode_batch(
+                model,
+                tokenizer,
+                batch,
+                mode,
+                stops=stops,
+                max_new_tokens=max_new_tokens,
+                sampling=_sampling(do_sample, temperature, top_p, repetition_penalty),
+                logits_processor=logits_processor,
+                ignore_eos=ignore_eos,
+                forced=decode == mode,
+                streamer=make_streamer(tokenizer),
+            )
+            if mode == "graph" and model in GRAPH_FAILED:
+                mode = "plain"
+            answers += found
+    return answers
+
+
+def decode_answers(tokenizer, answers: Sequence[Answer]) -> list[str]:
+    """The answers' text, special tokens removed."""
+    return [tokenizer.decode(a.ids, skip_special_tokens=True) for a in answers]
