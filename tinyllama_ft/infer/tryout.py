@@ -10,36 +10,13 @@ Headless runs (papermill, a script) get nothing: ``tryout_box`` prints one line 
 
 from __future__ import annotations
 
-import os
-
 from ..config.finetune import DEFAULTS
+from ..machine.kernel import in_interactive_kernel
 from ..models.attention import sdpa_outside_training
 
 #: Slider ranges: (min, max, step, default).
 MAX_NEW_TOKENS_SLIDER = (16, 512, 16, 128)
 TEMPERATURE_SLIDER = (0.0, 1.5, 0.05, 0.0)
-
-
-def _parent_is_papermill() -> bool:
-    """True when this kernel's parent process is the ``papermill`` command (Linux ``/proc``; else False)."""
-    try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            return b"papermill" in f.read()
-    except OSError:
-        return False
-
-
-def in_interactive_kernel() -> bool:
-    """True in a Jupyter/Colab kernel that a person can interact with.
-
-    False outside IPython, in a terminal IPython, and in a kernel started by the ``papermill`` command.
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None and not _parent_is_papermill()
 
 
 def _widget_streamer(tokenizer, output):
@@ -189,7 +166,7 @@ def tryout_box(model, tokenizer, *, template: str = DEFAULTS.template, interacti
     Args:
         model, tokenizer: the run's (PEFT or merged) model and tokenizer.
         template: as ``alpaca_prompts.format_prompt``.
-        interactive: None detects it (``in_interactive_kernel``); False always skips (headless runs can
+        interactive: None detects it (``machine.kernel.in_interactive_kernel``); False always skips (headless runs can
             pass it); True always builds and displays.
 
     Returns:
