@@ -75,6 +75,7 @@ def test_test_only_code_is_not_in_the_package():
     assert not (REPO / "tinyllama_ft" / "wandb_runfile.py").exists()
     # test- and benchmark-only helpers live with their users (issue 21, item 7), dead code is gone
     from tinyllama_ft.infer.fast import triton_gemv
+    from tinyllama_ft.machine import distributed
     from tinyllama_ft.models import gguf_source
     from tinyllama_ft.train import checkpoints, output_dir, tracking
 
@@ -83,6 +84,7 @@ def test_test_only_code_is_not_in_the_package():
         (output_dir, "NOT_IDENTITY"),
         (triton_gemv, "use_configs"),
         (checkpoints, "checkpoint_complete"),
+        (distributed, "wait_for_everyone"),  # a barrier nothing waited at
         (gguf_source, "resolve_model_name"),  # one resolve_model_name: models/demo_model.py's
     ):
         assert not hasattr(module, name), f"{module.__name__}.{name}"
