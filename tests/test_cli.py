@@ -17,7 +17,7 @@ from tinyllama_ft.config.sources import RECIPES_DIR, config_from_recipe, load_re
 
 
 def test_the_recipes_ship_inside_the_package_and_validate():
-    assert recipe_names() == ["article", "chat_offline", "default", "offline_cpu"]
+    assert recipe_names() == ["article", "default", "offline_cpu"]
     for name in recipe_names():
         config_from_recipe(name)  # raises on any unknown key or wrong type
     assert config_from_recipe("default") == DEFAULTS  # default.yaml is the package's defaults, every field
@@ -30,6 +30,30 @@ def test_the_recipes_ship_inside_the_package_and_validate():
         article.gradient_accumulation_steps,
         article.gradient_checkpointing,
     ) == ("article", -1, 2, 4, True)
+
+
+def test_the_shipped_recipes_name_no_test_or_shared_path():
+    """A recipe inside the wheel reads nothing from the repository's tests/ or from outside it (../shared): such a
+    recipe is a test's (tests/recipes/), loaded by its path."""
+    import yaml
+
+    def strings(value):
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for item in value.values():
+                yield from strings(item)
+        elif isinstance(value, list):
+            for item in value:
+                yield from strings(item)
+
+    shipped = sorted(RECIPES_DIR.rglob("*.yaml"))
+    assert len(shipped) >= 4  # the three recipes and the accelerate config
+    for path in shipped:
+        for text in strings(yaml.safe_load(path.read_text(encoding="utf-8"))):
+            parts = text.replace("\\", "/").split("/")
+            assert ".." not in parts and "shared" not in parts and parts[0] != "tests", (path.name, text)
+    assert config_from_recipe(str(REPO / "tests" / "recipes" / "chat_offline.yaml")).assistant_only_loss
 
 
 def test_pyproject_ships_the_recipes_as_package_data():
@@ -69,7 +93,7 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
     bad.write_text("max_steps: ten\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="max_steps='ten'"):
         config_from_recipe(str(bad))
-    with pytest.raises(FileNotFoundError, match="article, chat_offline, default, offline_cpu"):
+    with pytest.raises(FileNotFoundError, match="article, default, offline_cpu"):
         config_from_recipe("artcle")
 
 

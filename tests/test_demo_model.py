@@ -93,8 +93,8 @@ def test_load_model_accepts_the_gguf_file(smollm2_dir, smollm2_cache, cpu, monke
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(smollm2_cache))  # the session's conversion is the cached one
     gguf = demo_model.smollm2_gguf_path()
-    assert gguf_source.resolve_model_name(str(gguf)) == smollm2_dir
-    assert gguf_source.resolve_model_name(str(gguf.parent)) == smollm2_dir  # folder holding one GGUF file
+    assert demo_model.resolve_model_name(str(gguf)) == smollm2_dir
+    assert demo_model.resolve_model_name(str(gguf.parent)) == smollm2_dir  # folder holding one GGUF file
     model, tokenizer = load_model(
         str(gguf), max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
     )
@@ -102,8 +102,8 @@ def test_load_model_accepts_the_gguf_file(smollm2_dir, smollm2_cache, cpu, monke
 
 
 def test_other_model_names_pass_through(stories_dir, tmp_path):
-    assert gguf_source.resolve_model_name("unsloth/tinyllama-bnb-4bit") == "unsloth/tinyllama-bnb-4bit"
-    assert gguf_source.resolve_model_name(str(stories_dir)) == str(stories_dir)
+    assert demo_model.resolve_model_name("unsloth/tinyllama-bnb-4bit") == "unsloth/tinyllama-bnb-4bit"
+    assert demo_model.resolve_model_name(str(stories_dir)) == str(stories_dir)
     (tmp_path / "a.gguf").write_bytes(b"x")
     (tmp_path / "b.gguf").write_bytes(b"x")
     with pytest.raises(ValueError, match="several GGUF files"):
@@ -150,6 +150,23 @@ def test_the_demo_hub_id_falls_back_to_the_package_offline(smollm2_dir, smollm2_
     assert demo_model.resolve_model_name(demo_model.SMOLLM2_HUB_ID) == smollm2_dir
     assert "the Hub does not answer" in capsys.readouterr().out
     assert demo_model.resolve_model_name("some/other-model") == "some/other-model"
+
+
+def test_one_resolve_model_name_and_load_model_has_no_demo_case():
+    """A model name becomes a folder in one function (the demo id, a GGUF file, else unchanged), which
+    ``load_model`` and ``base_positions`` call; neither knows the demo model's id itself."""
+    import ast
+    import inspect
+    import textwrap
+
+    from tinyllama_ft.models import adapters, loading
+
+    assert not hasattr(gguf_source, "resolve_model_name")
+    for function in (loading.load_model, adapters.base_positions):
+        body = ast.parse(textwrap.dedent(inspect.getsource(function))).body[0].body[1:]  # the code, no docstring
+        source = "\n".join(ast.unparse(statement) for statement in body)
+        assert "from .demo_model import resolve_model_name" in source, function
+        assert "SMOLLM2" not in source and demo_model.SMOLLM2_HUB_ID not in source, function
 
 
 @pytest.mark.slow

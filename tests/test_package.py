@@ -73,3 +73,44 @@ def test_no_module_imports_from_a_layer_above_it():
 
 def test_test_only_code_is_not_in_the_package():
     assert not (REPO / "tinyllama_ft" / "wandb_runfile.py").exists()
+    # test- and benchmark-only helpers live with their users (issue 21, item 7), dead code is gone
+    from tinyllama_ft.infer.fast import triton_gemv
+    from tinyllama_ft.machine import distributed
+    from tinyllama_ft.models import gguf_source
+    from tinyllama_ft.train import checkpoints, output_dir, tracking
+
+    for module, name in (
+        (tracking, "find_api_key"),
+        (output_dir, "NOT_IDENTITY"),
+        (triton_gemv, "use_configs"),
+        (checkpoints, "checkpoint_complete"),
+        (distributed, "wait_for_everyone"),  # a barrier nothing waited at
+        (gguf_source, "resolve_model_name"),  # one resolve_model_name: models/demo_model.py's
+    ):
+        assert not hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_pyproject_lists_each_dependency_once():
+    """A requirement is named in one place: the dependencies or one extra; an extra that needs another's names it
+    (``tinyllama-ft[notebook,wandb]``)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    lists = {"dependencies": project["dependencies"], **project["optional-dependencies"]}
+    seen: dict[str, str] = {}
+    for where, requirements in lists.items():
+        for requirement in requirements:
+            name = re.split(r"[\s\[<>=!~;@]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+            if name == project["name"]:
+                extras = re.search(r"\[(.*)\]", requirement).group(1).split(",")
+                assert set(extras) <= set(project["optional-dependencies"]) - {where}, requirement
+                continue
+            assert name not in seen, f"{name} is in {seen.get(name)} and in {where}"
+            seen[name] = where
+
+
+def test_ci_lints_with_ruff_as_configured_in_pyproject():
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    test_sh = (REPO / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert "bash scripts/test.sh" in ci
+    assert ".venv/bin/ruff check ." in test_sh and ".venv/bin/ruff format --check ." in test_sh
+    ruff = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
+    assert ruff["line-length"] == 120 and {"lint", "format"} <= set(ruff)

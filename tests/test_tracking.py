@@ -199,7 +199,8 @@ def test_probe_says_when_the_name_does_not_resolve():
 def test_headless_process_without_key_never_prompts_and_says_where(tmp_path):
     """stdin not a terminal (papermill, CI): no prompt, no hang; the run finishes and names its folder."""
     code = (
-        "from tinyllama_ft.train.tracking import can_prompt, start_tracking, finish_tracking\n"
+        "from tinyllama_ft.machine.kernel import can_prompt\n"
+        "from tinyllama_ft.train.tracking import start_tracking, finish_tracking\n"
         "import wandb\n"
         "assert not can_prompt()\n"
         f"t = start_tracking(report_to='wandb', wandb_project='tiny-llama', wandb_run_name='headless', output_dir={str(tmp_path)!r})\n"

@@ -6,6 +6,7 @@ import pytest
 
 from helpers import stories_lora
 from tinyllama_ft.infer import tryout
+from tinyllama_ft.machine import kernel
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +43,7 @@ def test_empty_instruction_is_said_in_the_output(stories):
 
 def test_headless_gives_nothing(stories, capsys):
     model, tokenizer = stories
-    assert not tryout.in_interactive_kernel()  # pytest is no notebook kernel
+    assert not kernel.in_interactive_kernel()  # pytest is no notebook kernel
     assert tryout.tryout_box(model, tokenizer) is None
     assert tryout.tryout_box(model, tokenizer, interactive=False) is None
     assert capsys.readouterr().out.count("try-out box skipped") == 2

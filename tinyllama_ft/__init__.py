@@ -7,7 +7,7 @@ module; the names below are loaded from there on first use.
 The subpackages are layers, lowest first; a module imports from its own layer and those below, never
 from one above (tests/test_package.py checks it with scripts/import_graph.py):
 
-    machine   hardware, processes of a launch, install, paths, lock, temporaries, preflight
+    machine   hardware, processes of a launch, notebook kernel, install, paths, lock, temporaries, preflight
     config    FinetuneConfig, coercion and ConfigError, recipes and notebook parameters, secrets
     models    loading, LoRA, adapters and their record, demo model, GGUF sources, families, chat templates
     data      row files, Alpaca rows and conversations, prompts, tokenization, long rows, EOS check, and

@@ -10,12 +10,14 @@ set(globals())``); ``config_from_notebook`` reads the fields among them and ever
 unrelated global (``hf_token``, a ``datasets.Dataset`` called ``rows``) is never picked up.
 
 Recipes: YAML files of flat field names; ``tinyllama_ft/recipes/<name>.yaml`` ships with the package
-(``article``, ``default``, ``offline_cpu``), or any path. Relative paths inside a recipe are used as
-written, so they resolve against the working directory of the run.
+(``article``, ``default``, ``offline_cpu``), or any path (the test recipe ``tests/recipes/chat_offline.yaml``).
+Relative paths inside a recipe are used as written, so they resolve against the working directory of the run; a
+shipped recipe names no path outside the repository (``../shared``) and none under ``tests/``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -78,8 +80,8 @@ def recipe_names() -> list[str]:
     return sorted(p.stem for p in RECIPES_DIR.glob("*.yaml"))
 
 
-def recipe_path(name_or_path: str) -> Path:
-    """The YAML file for a shipped recipe's name (``"article"``) or a path.
+def recipe_path(name_or_path: str | os.PathLike) -> Path:
+    """The YAML file for a shipped recipe's name (``"article"``) or a path (``"tests/recipes/chat_offline.yaml"``).
 
     Raises:
         RecipeNotFound: (a FileNotFoundError and a ConfigError) neither an existing file nor a shipped recipe (the
@@ -130,7 +132,7 @@ def _read_yaml(path: Path) -> Any:
         ) from None
 
 
-def load_recipe(name_or_path: str) -> dict[str, Any]:
+def load_recipe(name_or_path: str | os.PathLike) -> dict[str, Any]:
     """The key -> value mapping of a recipe, keys checked (values are checked by ``FinetuneConfig``).
 
     Raises:
@@ -149,7 +151,7 @@ def load_recipe(name_or_path: str) -> dict[str, Any]:
     return values
 
 
-def config_from_recipe(name_or_path: str, overrides: Mapping[str, Any] | None = None) -> FinetuneConfig:
+def config_from_recipe(name_or_path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FinetuneConfig:
     """A recipe with ``overrides`` on top (the command line's ``--NAME VALUE``), validated as one configuration.
 
     Raises:

@@ -114,12 +114,11 @@ def answers_html(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction
 
 def show_answers(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> None:
     """Display the table: HTML in a Jupyter kernel (papermill too), Markdown text printed elsewhere."""
-    try:
-        from IPython import get_ipython
+    from ..machine.kernel import jupyter_kernel
+
+    if jupyter_kernel() is not None:
         from IPython.display import HTML, display
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
+
         display(HTML(answers_html(rows, columns=columns)))
     else:
         print(answers_table(rows, columns=columns))

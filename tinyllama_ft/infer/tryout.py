@@ -10,35 +10,12 @@ Headless runs (papermill, a script) get nothing: ``tryout_box`` prints one line 
 
 from __future__ import annotations
 
-import os
-
 from ..config.finetune import DEFAULTS
+from ..machine.kernel import in_interactive_kernel
 
 #: Slider ranges: (min, max, step, default).
 MAX_NEW_TOKENS_SLIDER = (16, 512, 16, 128)
 TEMPERATURE_SLIDER = (0.0, 1.5, 0.05, 0.0)
-
-
-def _parent_is_papermill() -> bool:
-    """True when this kernel's parent process is the ``papermill`` command (Linux ``/proc``; else False)."""
-    try:
-        with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
-            return b"papermill" in f.read()
-    except OSError:
-        return False
-
-
-def in_interactive_kernel() -> bool:
-    """True in a Jupyter/Colab kernel that a person can interact with.
-
-    False outside IPython, in a terminal IPython, and in a kernel started by the ``papermill`` command.
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    return shell is not None and getattr(shell, "kernel", None) is not None and not _parent_is_papermill()
 
 
 def _widget_streamer(tokenizer, output):
@@ -186,8 +163,8 @@ def tryout_box(
         model, tokenizer: the run's (PEFT or merged) model and tokenizer.
         template: as ``alpaca_prompts.format_prompt``.
         data_format: as ``generation.generate``.
-        interactive: None detects it (``in_interactive_kernel``); False always skips (headless runs can
-            pass it); True always builds and displays.
+        interactive: None detects it (``machine.kernel.in_interactive_kernel``); False always skips (headless
+            runs can pass it); True always builds and displays.
 
     Returns:
         The displayed ``VBox`` (see ``build_tryout``), or None when skipped.

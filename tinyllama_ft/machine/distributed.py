@@ -131,12 +131,6 @@ def same_on_all_processes(value, *, what: str):
     return value
 
 
-def wait_for_everyone() -> None:
-    """A barrier between the launched processes (e.g. the adapter written before anyone reads it); no-op alone."""
-    if world_size() > 1:
-        _state().wait_for_everyone()
-
-
 def _state():
     import datetime
 

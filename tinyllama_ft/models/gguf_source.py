@@ -134,16 +134,6 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
     return model, tokenizer
 
 
-def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None) -> str:
-    """``model_name`` unchanged, unless it names a GGUF file (``gguf_file_of``): then its cached HF folder.
-
-    Raises:
-        As ``gguf_file_of`` and ``hf_folder_from_gguf``.
-    """
-    gguf_file = gguf_file_of(model_name)
-    return model_name if gguf_file is None else hf_folder_from_gguf(gguf_file, cache_dir=cache_dir)
-
-
 def hf_folder_from_gguf(
     gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None, save_dtype: str = "bfloat16"
 ) -> str:

@@ -16,7 +16,6 @@ history back from an offline run's ``.wandb`` file; ``credentials`` finds the ke
 from __future__ import annotations
 
 import os
-import sys
 import threading
 import urllib.error
 import urllib.request
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 
 from ..config.finetune import DEFAULTS
 from ..config.secrets import export_secrets
+from ..machine.kernel import can_prompt
 from ..machine.paths import expand_path
 
 #: Seconds the server gets to answer the reachability probe before the run goes offline.
@@ -49,20 +49,6 @@ class Tracking:
     key_source: str | None = None
     run_dir: str | None = None
     offline_reason: str | None = None
-
-
-def can_prompt() -> bool:
-    """True when a person can answer a prompt: stdin is a terminal, or a notebook front end that
-    allows input (Colab, Jupyter), but not papermill (its kernels run with stdin disabled)."""
-    if sys.stdin is not None and sys.stdin.isatty():
-        return True
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    shell = get_ipython()
-    kernel = getattr(shell, "kernel", None)
-    return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
 
 
 def wandb_base_url(env=None) -> str:
@@ -138,7 +124,7 @@ def start_tracking(
             ``"tiny-llama-unsloth-sft"``).
         output_dir: the run's folder; W&B writes under ``<output_dir>/wandb``.
         config: the run configuration to record (no secrets: keys are never parameters).
-        prompt_allowed: whether a missing key may be asked for; default ``can_prompt()``.
+        prompt_allowed: whether a missing key may be asked for; default ``machine.kernel.can_prompt()``.
         probe_timeout: seconds the W&B server (``WANDB_BASE_URL``) gets to answer before going offline.
         init_timeout: seconds an online ``wandb.init`` may take before going offline (W&B's default: 90).
 
