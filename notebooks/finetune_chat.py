@@ -93,43 +93,36 @@ reload_merged = True  # @param {type:"boolean"}
 _names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions
 
 # %% [markdown]
-# ## Configuration
-# One object holds the run's values; a misspelt parameter or a wrong type stops here with an error naming it.
+# ## 1. Configuration and machine
+# One object holds the run's values; a misspelt parameter or a wrong type stops here, naming it. `fmt` is the
+# run's data format (conversations through the model's own chat template, loss on the assistant's turns).
+#
+# Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed); what this machine has (CUDA,
+# compute capability, bf16, Colab) decides everything after; on Colab the pinned stack is installed (elsewhere the
+# commands are printed).
 
 # %%
 from tinyllama_ft.config.sources import config_from_notebook
+from tinyllama_ft.data.formats import data_format
 
 cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
-
-# %% [markdown]
-# ## 1. Install and machine
-# Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed).
+fmt = data_format(cfg)  # what differs between Alpaca rows and conversations; every cell below is the same for both
+print(fmt)
 
 # %%
 from tinyllama_ft.config.secrets import export_secrets
-
-print("secrets:", export_secrets())
-
-# %% [markdown]
-# What this machine has (CUDA, compute capability, bf16, Colab): every later decision reads it.
-
-# %%
 from tinyllama_ft.machine.hardware import detect_hardware
-
-hardware = detect_hardware()
-print(hardware)
-
-# %% [markdown]
-# On Colab this installs the pinned stack (and wandb); elsewhere it only prints the commands.
-
-# %%
 from tinyllama_ft.machine.install import install
 
+print("secrets:", export_secrets())
+hardware = detect_hardware()
+print(hardware)
 install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 
 # %% [markdown]
-# ## How it will run
-# The execution plan, decided once (backend, dtype, attention kernel, micro-batch split, checkpointing, optimizer).
+# ## 2. How it will run
+# The execution plan, decided once: backend (Unsloth on a GPU, transformers + PEFT elsewhere), dtype, attention
+# kernel, micro-batch x accumulation, gradient checkpointing, optimizer.
 
 # %%
 from tinyllama_ft.export.adapter_export import check_export_tools
@@ -140,41 +133,33 @@ print(plan.summary())
 check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's quantizer stops here, not after training
 
 # %% [markdown]
-# ## Output folder
-# On Colab put `output_dir` on Drive (e.g. `/content/drive/MyDrive/tinyllama-chat`): it is mounted automatically.
+# ## 3. Data and output folder
+# On Colab put `output_dir` on Drive: it is mounted automatically. Then the conversations (`messages` or ShareGPT
+# rows, Alpaca rows as one-turn conversations, `extra_datasets` after `dataset`). A row with an unknown role, an empty
+# turn, no assistant turn or turns out of order is dropped and counted, or `strict=True` names it (row and field).
+#
+# One run per folder: the run lock is taken here (released by the last cell), and an earlier run is never
+# overwritten silently (`resume=True` continues it, `overwrite_output_dir=True` starts over).
 
 # %%
 from tinyllama_ft.train.output_dir import ensure_drive
 
 drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
-
-# %% [markdown]
-# The conversations, read now so that the output folder records their fingerprint. A row with an unknown role, an
-# empty turn, no assistant turn or turns out of order (a system turn only first, then user and assistant alternating,
-# ending with the assistant) is dropped and counted, or `strict=True` names it (row and field, e.g. `messages[2].role`).
+rows, data_report = fmt.load(cfg)
 
 # %%
-from tinyllama_ft.data.conversations import load_conversation_sources
-
-rows, data_report = load_conversation_sources([cfg.dataset, *cfg.extra_datasets], split=cfg.dataset_split,
-                                              config=cfg.dataset_config, dataset_format=cfg.dataset_format,
-                                              strict=cfg.strict)
-
-# %% [markdown]
-# One run per folder (the run lock is released by the last cell); an earlier run is never overwritten silently.
-
-# %%
-from tinyllama_ft.data.fingerprint import data_fingerprint
 from tinyllama_ft.train.output_dir import prepare_output_dir
 
-print(f"output_dir {cfg.output_dir!r}: "
-      f"{prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows, fields=('messages',)))}")
+print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=fmt.fingerprint(rows))}")
 
 # %% [markdown]
-# ## 2. Load the model, and its family's chat setup
-# The tokenizer's own chat template when it has one (SmolLM2, Qwen, Llama-3.2-Instruct, Phi-3), else `chat_template`
-# (Zephyr for a Llama-2 base such as TinyLlama): EOS, stop tokens and a pad token that is not EOS to match. A template
-# whose end-of-turn token the model's generation config does not stop on is refused here, before any training.
+# ## 4. Model and LoRA
+# The model, with a pad token that is not EOS or a stop token.
+#
+# The family's chat setup first: the tokenizer's own chat template (SmolLM2, Qwen, Llama-3.2-Instruct, Phi-3),
+# else `chat_template` (Zephyr for a Llama-2 base such as TinyLlama), EOS and stop tokens to match; a template whose
+# end-of-turn token the model does not stop on is refused here. Then LoRA on the projections read from the model's
+# own layers.
 
 # %%
 from tinyllama_ft.machine.hardware import cap_gpu_memory
@@ -187,86 +172,70 @@ model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length,
                               hardware=hardware)
 
 # %%
-from tinyllama_ft.models.families import prepare_family
-
-family = prepare_family(model, tokenizer, chat_template=cfg.chat_template, max_seq_length=cfg.max_seq_length)
-print(family)
-check_export_tools(cfg.export_formats, whole_modules=bool(family.added_token_ids))  # gguf_lora: LoRA matrices only
-
-# %% [markdown]
-# ## 3. LoRA adapters on the family's projections (read from the model's layers)
-
-# %%
 from tinyllama_ft.models.lora import add_lora, trainable_parameters
 
+target_modules = fmt.prepare(model, tokenizer, cfg)
+check_export_tools(cfg.export_formats, whole_modules=fmt.trains_embeddings)  # gguf_lora: LoRA matrices only
 model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                 lora_bias=cfg.lora_bias, target_modules=family.target_modules, use_rslora=cfg.use_rslora,
+                 lora_bias=cfg.lora_bias, target_modules=target_modules, use_rslora=cfg.use_rslora,
                  gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend,
-                 train_embeddings=bool(family.added_token_ids))  # a named template's new tokens
+                 train_embeddings=fmt.trains_embeddings)
 trainable = trainable_parameters(model)
 print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
-# ## 4. Conversations, tokenized with a mask on the assistant's turns
-# Our own turn-by-turn rendering of the model's unchanged template: every assistant turn and its end-of-turn token are
-# supervised, system and user turns and the template's markup are not, special-token text typed inside a turn stays
-# text. Rows longer than `max_seq_length` are dropped (`long_rows="drop"`) or cut (`"truncate"`); a row left with no
-# supervised token is dropped and counted.
+# ## 5. Tokenize and hold out
+# Each conversation is rendered turn by turn with the model's unchanged template: the assistant turns and their
+# end-of-turn tokens are supervised, the rest is not; rows longer than `max_seq_length` are dropped or cut and
+# counted. A held-out split for the eval loss; `[[...]]` marks what the first row trains on.
 
 # %%
-from tinyllama_ft.data.chat_masks import tokenize_conversations
-
-tokenized, token_report = tokenize_conversations(rows, tokenizer, max_seq_length=cfg.max_seq_length,
-                                                 long_rows=cfg.long_rows, assistant_only_loss=cfg.assistant_only_loss,
-                                                 strict=cfg.strict)
-
-# %% [markdown]
-# A held-out set for the eval loss (the held-out assistant-turn loss); `[[...]]` marks what the first row trains on.
-
-# %%
-from tinyllama_ft.data.chat_masks import show_supervision
 from tinyllama_ft.data.instructions import split_train_eval
 
-train_dataset, eval_dataset = split_train_eval(tokenized, test_size=cfg.test_size, seed=cfg.seed)
-print(f"train conversations: {len(train_dataset)}, held out: {len(eval_dataset) if eval_dataset else 0}")
-print(show_supervision(tokenizer, train_dataset[0]["input_ids"], train_dataset[0]["assistant_masks"]))
+rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
+train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
+print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
+print(fmt.example(tokenizer, train_dataset[0]))
 
 # %% [markdown]
-# ## 5. Weights & Biases
+# ## 6. Trainer
+# W&B (offline when no key is set, never a login prompt), then TRL's `SFTTrainer` with the values from `cfg` and
+# this machine's execution from `plan`.
+#
+# What the loss sees, on the first collated batch: every supervised stretch is an assistant turn closed by its
+# end-of-turn token.
+#
+# The held-out check before training: response loss, full-text loss, the probability of the stop token where the
+# reference ends, and how many greedy answers to short-answer prompts stop within 128 new tokens.
 
 # %%
+from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
                           output_dir=cfg.output_dir, config=cfg.to_dict())
 print(tracking)
-
-# %% [markdown]
-# ## 6. Trainer
-# TRL's `SFTTrainer` with the values from `cfg` and this machine's execution from `plan`; the `assistant_masks` column
-# becomes the labels (-100 outside the assistant turns), through packing and padding.
-
-# %%
-from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
-
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
                         cfg=cfg, plan=plan)
 work = training_plan(trainer)
 print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
 
-# %% [markdown]
-# What the loss sees, on the first collated batch: every supervised stretch is an assistant turn closed by its
-# end-of-turn token.
+# %%
+print(fmt.check_first_batch(trainer))
 
 # %%
-from tinyllama_ft.data.chat_masks import assistant_supervision, describe_supervision
+from tinyllama_ft.evaluate.held_out import held_out_check, held_out_rows
 
-supervision = assistant_supervision(trainer, family.stop_token_ids[0])
-print(describe_supervision(supervision, end_of_turn=family.end_of_turn))
+held_out = held_out_rows(eval_dataset, fmt)
+before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}")
 
 # %% [markdown]
 # ## 7. Train
-# Eval loss (on the held-out assistant turns) before and after; tokens, tokens/s, peak memory.
+# Eval loss before and after, tokens, tokens/s and peak memory.
+#
+# The same held-out check after training, and base vs. fine-tuned answers side by side (the adapter switched off,
+# then on: one model in memory).
 
 # %%
 from tinyllama_ft.train.loop import train_and_evaluate
@@ -276,24 +245,28 @@ print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_run
                                "peak_memory_gib")})
 
 # %%
+from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
 from tinyllama_ft.train.tracking import finish_tracking
 
+after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}\nafter:  {after}")
+side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
+show_answers(side_by_side)
 finish_tracking(tracking)
 
 # %% [markdown]
-# ## 8. Save the adapter (PEFT format, tokenizer and its chat template beside it, written atomically)
+# ## 8. Save and export
+# The adapter in PEFT format (safetensors), the tokenizer and the run's record beside it, written atomically.
+#
+# Each of `export_formats` to `<output_dir>/export/<format>/`, carrying this adapter's own chat template (the merged
+# model's tokenizer, the GGUF; the Ollama `Modelfile` stops on its end-of-turn token). Empty (the default): nothing.
 
 # %%
 from tinyllama_ft.models.adapters import save_adapter
 from tinyllama_ft.models.run_record import adapter_record
 
-adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=family))
+adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=fmt.family))
 print(f"adapter saved to {adapter_dir}")
-
-# %% [markdown]
-# ## Export (when `export_formats` asks)
-# Each format to `<output_dir>/export/<format>/`, carrying this adapter's own chat template (in the merged model's
-# tokenizer and the GGUF; the Ollama `Modelfile` stops on its end-of-turn token). Empty (the default): nothing happens.
 
 # %%
 from tinyllama_ft.export.adapter_export import describe_exports, export_adapter
@@ -303,65 +276,63 @@ exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, ou
 print(describe_exports(exports))
 
 # %% [markdown]
-# ## 9. Reload the adapter and answer through the chat template
-# Free the training model and trainer first; `reload_merged=True` merges the adapter into a 16-bit base.
+# ## 9. Reload and answer
+# Free the trainer and the training model, then reload the saved adapter (`reload_merged=True`: merged into a 16-bit
+# base, which answers with the CUDA-graph decoder on a GPU).
+#
+# Greedy answers, each prompt as a user turn with the template's generation prompt, stopping on its stop tokens.
+#
+# The same answers streamed token by token (a `TextStreamer`); on a GPU the first answer needs no compilation.
+#
+# In an interactive notebook, a box to type your own prompt and watch the answer stream (skipped under papermill).
 
 # %%
 from accelerate.utils import release_memory
 
-trainer, model = release_memory(trainer, model)
-
-# %%
 from tinyllama_ft.models.adapters import load_adapter
 
+trainer, model = release_memory(trainer, model)
 model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
 
-# %% [markdown]
-# Greedy answers, each prompt as a user turn with the template's generation prompt, stopping on its stop tokens.
-
 # %%
-from tinyllama_ft.infer.chat_generation import chat_generate
-from tinyllama_ft.infer.generation import format_answers
+from tinyllama_ft.infer.generation import format_answers, generate
 
-answers = chat_generate(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
-                        stop_token_ids=family.stop_token_ids)
+answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 print(format_answers(cfg.prompts, answers))
 
-# %% [markdown]
-# ## 10. Stream
+# %%
+from tinyllama_ft.infer.generation import stream
+
+streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 
 # %%
-from tinyllama_ft.infer.chat_generation import chat_stream
+from tinyllama_ft.infer.tryout import tryout_box
 
-streamed = chat_stream(model, tokenizer, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
-                       stop_token_ids=family.stop_token_ids)
+box = tryout_box(model, tokenizer, data_format=fmt)
 
 # %% [markdown]
-# ## Run summary and loss curve
-# `run_summary.json` records the configuration, the plan, the data report, the results, the answers and the chat setup.
+# ## 10. Run summary and loss curve
+# `run_summary.json` records the configuration, the plan, the data report, the results, the held-out checks, the
+# side-by-side answers and the samples.
+#
+# The train and eval loss curves (`loss_curve.png`), and the output folder's run lock released.
 
 # %%
 import os
 
-from tinyllama_ft.chat_pipeline import chat_summary
+from tinyllama_ft.evaluate.held_out import heldout_summary
 from tinyllama_ft.infer.generation import as_samples
 from tinyllama_ft.train.summary import build_run_summary, write_run_summary
 
 summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
-                            trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed))
-summary["chat"] = chat_summary(family, token_report=token_report, supervision=supervision)
+                            trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
+                            heldout=heldout_summary(before, after, side_by_side), **fmt.summary_fields())
 print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
 
 # %%
+from tinyllama_ft.machine.lock import release_run_lock
 from tinyllama_ft.train.plotting import loss_curve
 
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
-
-# %% [markdown]
-# The run is over: another run may now use `output_dir`.
-
-# %%
-from tinyllama_ft.machine.lock import release_run_lock
-
-release_run_lock(cfg.output_dir)
+release_run_lock(cfg.output_dir)  # the run is over: another run may now use output_dir

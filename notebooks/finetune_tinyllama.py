@@ -117,46 +117,36 @@ reload_merged = True  # @param {type:"boolean"}
 _names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions
 
 # %% [markdown]
-# ## Configuration
-# One object holds the run's values. A misspelt parameter (`-p lora_rank 8`) or a wrong type (`-p max_steps ten`)
-# stops here with an error naming it (and the parameter meant); a secret-looking name is refused.
+# ## 1. Configuration and machine
+# One object holds the run's values; a misspelt parameter or a wrong type stops here, naming it. `fmt` is the
+# run's data format (`dataset_format="alpaca"`: Alpaca rows, the article's prompt with EOS, loss on the response).
+#
+# Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed); what this machine has (CUDA,
+# compute capability, bf16, Colab) decides everything after; on Colab the pinned stack is installed (elsewhere the
+# commands are printed).
 
 # %%
 from tinyllama_ft.config.sources import config_from_notebook
+from tinyllama_ft.data.formats import data_format
 
 cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
-
-# %% [markdown]
-# ## 1. GPU-aware install
-# Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed).
+fmt = data_format(cfg)  # what differs between Alpaca rows and conversations; every cell below is the same for both
+print(fmt)
 
 # %%
 from tinyllama_ft.config.secrets import export_secrets
-
-print("secrets:", export_secrets())
-
-# %% [markdown]
-# What this machine has (CUDA, compute capability, bf16, Colab): every later decision reads it.
-
-# %%
 from tinyllama_ft.machine.hardware import detect_hardware
-
-hardware = detect_hardware()
-print(hardware)
-
-# %% [markdown]
-# On Colab this installs the pinned Unsloth stack (and wandb); elsewhere it only prints the commands.
-
-# %%
 from tinyllama_ft.machine.install import install
 
+print("secrets:", export_secrets())
+hardware = detect_hardware()
+print(hardware)
 install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 
 # %% [markdown]
-# ## How it will run
-# The execution plan, decided once: backend, dtype, attention kernel, fused kernels, micro-batch split of the effective
-# batch, checkpointing, optimizer. `recipe="fast"` keeps the article's math and picks these for this machine;
-# `recipe="article"` runs the article's cell values as they are. The configuration is not changed.
+# ## 2. How it will run
+# The execution plan, decided once: backend (Unsloth on a GPU, transformers + PEFT elsewhere), dtype, attention
+# kernel, micro-batch x accumulation, gradient checkpointing, optimizer.
 
 # %%
 from tinyllama_ft.export.adapter_export import check_export_tools
@@ -167,178 +157,105 @@ print(plan.summary())
 check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's quantizer stops here, not after training
 
 # %% [markdown]
-# ## Output folder
-# On Colab put `output_dir` on Drive (e.g. `/content/drive/MyDrive/tinyllama`): a disconnect wipes the disk, and Drive
-# is mounted automatically.
+# ## 3. Data and output folder
+# On Colab put `output_dir` on Drive (e.g. `/content/drive/MyDrive/tinyllama`): it is mounted automatically. Then
+# the rows: a Hub id or a local file (JSON, JSONL, CSV, Parquet). A row with an empty instruction or output is
+# dropped and counted, or `strict=True` names it.
+#
+# One run per folder: the run lock is taken here (released by the last cell), and an earlier run is never
+# overwritten silently (`resume=True` continues it, `overwrite_output_dir=True` starts over).
 
 # %%
 from tinyllama_ft.train.output_dir import ensure_drive
 
 drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
-
-# %% [markdown]
-# The training rows, read now (the dataset may be on Drive) so that the output folder records their fingerprint.
-# Bad rows (wrong types, empty, duplicates, unparseable lines) are dropped and counted, or `strict=True` stops at the first.
+rows, data_report = fmt.load(cfg)
 
 # %%
-from tinyllama_ft.data.instructions import load_instruction_data
-
-rows, data_report = load_instruction_data(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config,
-                                          instruction_column=cfg.instruction_column, input_column=cfg.input_column,
-                                          output_column=cfg.output_column, strict=cfg.strict)
-
-# %% [markdown]
-# One run per folder: this takes `output_dir`'s run lock (released by the last cell). An earlier run there is never
-# overwritten silently: continue it with `resume=True` (its recorded identity and the rows' fingerprint must match),
-# or delete it with `overwrite_output_dir=True`.
-
-# %%
-from tinyllama_ft.data.fingerprint import data_fingerprint
 from tinyllama_ft.train.output_dir import prepare_output_dir
 
-print(f"output_dir {cfg.output_dir!r}: "
-      f"{prepare_output_dir(cfg, data_fingerprint=data_fingerprint(rows))}")
+print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=fmt.fingerprint(rows))}")
 
 # %% [markdown]
-# `gpu_memory_cap_gib` caps this process's GPU memory (15 imitates a T4 on a bigger GPU); 0 does nothing.
+# ## 4. Model and LoRA
+# The model (4-bit on a GPU as the article: `unsloth/tinyllama-bnb-4bit`), with a pad token that is not EOS.
+#
+# LoRA adapters (r=32 on the seven projections, the article's values).
 
 # %%
 from tinyllama_ft.machine.hardware import cap_gpu_memory
-
-cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
-
-# %% [markdown]
-# ## 2. Load the model
-# With the plan's backend, dtype, 4-bit choice and attention kernel; linear RoPE scaling past the trained positions.
-
-# %%
 from tinyllama_ft.models.loading import load_model
 
+cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)  # 0 (the default): no cap
 model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
                               load_in_4bit=plan.load_in_4bit, backend=plan.backend,
                               attn_implementation=plan.attn_implementation, trust_remote_code=cfg.trust_remote_code,
                               hardware=hardware)
 
-# %% [markdown]
-# ## 3. LoRA adapters
-# The article's r=32 on the seven projections; checkpointing as planned.
-
 # %%
-from tinyllama_ft.models.lora import add_lora
+from tinyllama_ft.models.lora import add_lora, trainable_parameters
 
+target_modules = fmt.prepare(model, tokenizer, cfg)
+check_export_tools(cfg.export_formats, whole_modules=fmt.trains_embeddings)  # gguf_lora: LoRA matrices only
 model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                 lora_bias=cfg.lora_bias, target_modules=cfg.target_modules, use_rslora=cfg.use_rslora,
-                 gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend)
-
-# %% [markdown]
-# Only the adapter trains (TinyLlama-1.1B: 25,231,360 parameters).
-
-# %%
-from tinyllama_ft.models.lora import trainable_parameters
-
+                 lora_bias=cfg.lora_bias, target_modules=target_modules, use_rslora=cfg.use_rslora,
+                 gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend,
+                 train_embeddings=fmt.trains_embeddings)
 trainable = trainable_parameters(model)
 print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
-# ## 4. Data
-# Alpaca prompts tokenized here, not by TRL: text from the data stays text (a literal `</s>` in a response is not an
-# EOS), the template's EOS is appended once as an id, and `completion_mask` marks the response + EOS (the tokens
-# `completion_only_loss` trains on). The rows above already carry the columns `instruction`, `input`, `output`,
-# whatever your file calls them.
-
-# %%
-from tinyllama_ft.data.tokenization import tokenize_dataset
-
-rows = tokenize_dataset(rows, tokenizer, template=cfg.template)
-
-# %% [markdown]
-# Rows longer than `max_seq_length` tokens (prompt + response + EOS) are counted before training.
-
-# %%
-from tinyllama_ft.data.lengths import length_report
-
-lengths = length_report(rows, tokenizer, max_seq_length=cfg.max_seq_length, packing=cfg.packing,
-                        packing_strategy=cfg.packing_strategy, data_report=data_report)
-
-# %% [markdown]
-# ... and handled per `long_rows`: `"drop"` removes them, `"truncate"` keeps them for the trainer to cut, `"split"`
-# spreads them over windows.
-
-# %%
-from tinyllama_ft.data.lengths import apply_long_rows
-
-rows, lengths = apply_long_rows(rows, lengths, policy=cfg.long_rows)
-print(lengths.summary())
-
-# %% [markdown]
-# A small held-out set for the eval loss (the article's `test_size=0.004`).
+# ## 5. Tokenize and hold out
+# Each row becomes the Alpaca prompt + response + EOS (as ids: special-token text typed in a row stays text), the
+# loss on the response only; rows longer than `max_seq_length` are dropped, truncated or split (`long_rows`), counted.
+# A held-out split for the eval loss; the first training row, as the model reads it.
 
 # %%
 from tinyllama_ft.data.instructions import split_train_eval
 
+rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
 train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
-print(tokenizer.decode(train_dataset[0]["input_ids"]))
+print(fmt.example(tokenizer, train_dataset[0]))
 
 # %% [markdown]
-# ## 5. Weights & Biases
-# The key comes from `WANDB_API_KEY` or Colab's secrets; with neither and nobody to ask, the run logs offline.
+# ## 6. Trainer
+# W&B (offline when no key is set, never a login prompt), then TRL's `SFTTrainer` with the values from `cfg` and
+# this machine's execution from `plan`.
+#
+# What the loss sees, on the first collated batch: every sample ends in exactly one supervised EOS.
+#
+# The held-out check before training: response loss, full-text loss, the probability of the stop token where the
+# reference ends, and how many greedy answers to short-answer prompts stop within 128 new tokens.
 
 # %%
+from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
                           output_dir=cfg.output_dir, config=cfg.to_dict())
 print(tracking)
-
-# %% [markdown]
-# ## 6. Trainer
-# TRL's `SFTTrainer` with the article's values from `cfg` and this machine's execution from `plan` (it takes both: it
-# needs some 25 of their values; `trainer.sft_config_kwargs(cfg, plan, has_eval=True)` shows them). It prints one line
-# per logging step while training.
-
-# %%
-from tinyllama_ft.train.sft_trainer import build_trainer
-
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
                         cfg=cfg, plan=plan)
-
-# %% [markdown]
-# What it will do: optimizer steps and tokens, counted on the packed dataset before training.
-
-# %%
-from tinyllama_ft.train.sft_trainer import training_plan
-
 work = training_plan(trainer)
-print(f"planned: {work['planned_steps']} optimizer steps of {plan.effective_batch_size} sequences x "
-      f"{cfg.max_seq_length} tokens; about {work['planned_tokens']:,} tokens ({work['sequences']:,} packed sequences, "
-      f"{work['steps_per_epoch']} steps per epoch)")
-
-# %% [markdown]
-# The first collated batch: every sample must end in exactly one supervised EOS, or the model never learns to stop.
+print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
 
 # %%
-from tinyllama_ft.data.eos_check import describe_eos, eos_first_batch
-
-eos = eos_first_batch(trainer)
-print(describe_eos(eos))
-
-# %% [markdown]
-# Held-out checks before training (the LoRA adapter starts at zero, so this is the base model): the response loss
-# (what an answer costs), the full-text loss, perplexity, the probability of EOS right after each reference response
-# (does the model know when to stop?), and how many of 20 short-answer instructions it answers with an EOS within
-# 128 new tokens.
+print(fmt.check_first_batch(trainer))
 
 # %%
 from tinyllama_ft.evaluate.held_out import held_out_check, held_out_rows
 
-held_out = held_out_rows(eval_dataset)
-before = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
+held_out = held_out_rows(eval_dataset, fmt)
+before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
 print(f"before: {before}")
 
 # %% [markdown]
 # ## 7. Train
-# Eval loss before and after; tokens (non-padding, fed to the model), tokens/s, peak memory.
+# Eval loss before and after, tokens, tokens/s and peak memory.
+#
+# The same held-out check after training, and base vs. fine-tuned answers side by side (the adapter switched off,
+# then on: one model in memory).
 
 # %%
 from tinyllama_ft.train.loop import train_and_evaluate
@@ -347,47 +264,29 @@ results = train_and_evaluate(trainer, resume=cfg.resume)
 print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s",
                                "peak_memory_gib")})
 
-# %% [markdown]
-# The same held-out checks after training.
-
-# %%
-after = held_out_check(model, tokenizer, held_out, template=cfg.template, max_seq_length=cfg.max_seq_length)
-print(f"before: {before}\nafter:  {after}")
-
-# %% [markdown]
-# The base model's answers (the same weights with the adapter switched off, before any merge: no second model load)
-# beside the fine-tuned model's, for a few held-out instructions. "[no EOS]": the answer did not stop within 128 tokens.
-
 # %%
 from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
-
-side_by_side = compare_answers(model, tokenizer, held_out[:4], template=cfg.template)
-show_answers(side_by_side)
-
-# %% [markdown]
-# Close the W&B run (the article's `wandb.finish()`).
-
-# %%
 from tinyllama_ft.train.tracking import finish_tracking
 
+after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}\nafter:  {after}")
+side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
+show_answers(side_by_side)
 finish_tracking(tracking)
 
 # %% [markdown]
-# ## 8. Save the adapter (PEFT format, safetensors, tokenizer beside it, written atomically)
+# ## 8. Save and export
+# The adapter in PEFT format (safetensors), the tokenizer and the run's record beside it, written atomically.
+#
+# Each of `export_formats` (merged 16-bit, GGUF f16 / q8_0 / q4_k_m, GGUF LoRA, Ollama) to
+# `<output_dir>/export/<format>/`, with the Alpaca prompt as the chat template. Empty (the default): nothing.
 
 # %%
 from tinyllama_ft.models.adapters import save_adapter
 from tinyllama_ft.models.run_record import adapter_record
 
-adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan))
+adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=fmt.family))
 print(f"adapter saved to {adapter_dir}")
-
-# %% [markdown]
-# ## Export (when `export_formats` asks)
-# Each format to `<output_dir>/export/<format>/`: `merged_16bit` (plain transformers / vLLM folder with the Alpaca chat
-# template), `gguf_f16` / `gguf_bf16` / `gguf_q8_0` (llama.cpp's own converter, an Ollama `Modelfile` beside each),
-# `gguf_q4_k_m` (needs llama.cpp's quantizer), `gguf_lora`. Empty (the default): nothing happens. Disk space is
-# checked first; each folder appears only when complete.
 
 # %%
 from tinyllama_ft.export.adapter_export import describe_exports, export_adapter
@@ -397,88 +296,63 @@ exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, ou
 print(describe_exports(exports))
 
 # %% [markdown]
-# ## 9. Reload the adapter and answer
-# Free the training model and trainer first (accelerate's `release_memory`: garbage collection and the CUDA cache).
+# ## 9. Reload and answer
+# Free the trainer and the training model, then reload the saved adapter (`reload_merged=True`: merged into a 16-bit
+# base, which answers with the CUDA-graph decoder on a GPU).
+#
+# Greedy answers to `prompts` as Alpaca prompts, stopping at EOS.
+#
+# The same answers streamed token by token (a `TextStreamer`); on a GPU the first answer needs no compilation.
+#
+# In an interactive notebook, a box to type your own prompt and watch the answer stream (skipped under papermill).
 
 # %%
 from accelerate.utils import release_memory
 
-trainer, model = release_memory(trainer, model)
-
-# %% [markdown]
-# `reload_merged=True` loads the base as it was trained, dequantized to 16 bits, with the adapter merged into its
-# weights: the same model in one matrix per layer, which the stream below decodes with a compiled step. `False` reloads
-# the article's way (4-bit base, adapter on top); so does a run trained with Unsloth in the same runtime, since Unsloth
-# has patched transformers' Llama code for the whole process (it says so).
-
-# %%
 from tinyllama_ft.models.adapters import load_adapter
 
+trainer, model = release_memory(trainer, model)
 model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
-
-# %% [markdown]
-# Greedy answers up to EOS, in one batch.
 
 # %%
 from tinyllama_ft.infer.generation import format_answers, generate
 
-answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
+answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 print(format_answers(cfg.prompts, answers))
-
-# %% [markdown]
-# ## 10. Stream
-# On a GPU, with the merged reload, requests of 1,000+ new tokens (or `decode="inductor"`) decode with a compiled
-# static-cache step: ~27 s to compile once, then hundreds of tokens per second; shorter ones use `generate`.
 
 # %%
 from tinyllama_ft.infer.generation import stream
 
-streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=cfg.template)
-
-# %% [markdown]
-# Try it: type an instruction and watch the answer stream (sliders for `max_new_tokens` and temperature; 0 is greedy).
-# A headless run (papermill, a script) skips the box.
+streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 
 # %%
 from tinyllama_ft.infer.tryout import tryout_box
 
-box = tryout_box(model, tokenizer, template=cfg.template)
+box = tryout_box(model, tokenizer, data_format=fmt)
 
 # %% [markdown]
-# ## Run summary and loss curve
-# `run_summary.json` records the configuration, the plan, the data and length reports, the results and the answers.
-
-# %%
-from tinyllama_ft.evaluate.held_out import heldout_summary
-from tinyllama_ft.infer.generation import as_samples
-from tinyllama_ft.train.summary import build_run_summary
-
-summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
-                            trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
-                            length_report=lengths, eos=eos, heldout=heldout_summary(before, after, side_by_side))
-
-# %% [markdown]
-# Written atomically, with the library versions and the git commit.
+# ## 10. Run summary and loss curve
+# `run_summary.json` records the configuration, the plan, the data report, the results, the held-out checks, the
+# side-by-side answers and the samples.
+#
+# The train and eval loss curves (`loss_curve.png`), and the output folder's run lock released.
 
 # %%
 import os
-from tinyllama_ft.train.summary import write_run_summary
 
+from tinyllama_ft.evaluate.held_out import heldout_summary
+from tinyllama_ft.infer.generation import as_samples
+from tinyllama_ft.train.summary import build_run_summary, write_run_summary
+
+summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
+                            trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
+                            heldout=heldout_summary(before, after, side_by_side), **fmt.summary_fields())
 print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
-
-# %% [markdown]
-# The training and eval loss per step.
-
-# %%
-from tinyllama_ft.train.plotting import loss_curve
-
-figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
-
-# %% [markdown]
-# The run is over: another run may now use `output_dir` (a kernel that stops releases it too).
 
 # %%
 from tinyllama_ft.machine.lock import release_run_lock
+from tinyllama_ft.train.plotting import loss_curve
 
-release_run_lock(cfg.output_dir)
+figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
+release_run_lock(cfg.output_dir)  # the run is over: another run may now use output_dir

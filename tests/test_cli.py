@@ -288,3 +288,79 @@ def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(
     )
     assert answer.returncode == 0, answer.stderr[-3000:]
     assert "### Instruction: Name three colors." in answer.stdout, shlex.join(argv)
+
+
+@pytest.mark.slow
+def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(shared_data, alpaca_jsonl, tmp_path):
+    """The chat notebook and ``tinyllama-ft train`` are one run for conversations too (issue 21): a tiny random
+    Llama with SmolLM2's real tokenizer and ChatML template, real Alpaca rows as one-turn conversations plus the
+    multi-turn fixtures, 4 steps; the same eval losses, held-out checks and side-by-side answers."""
+    import papermill
+    import yaml
+
+    from chat_fixtures import MULTITURN, cpu_trl_cannot_train, smollm2_tokenizer, tiny_model
+
+    if cpu_trl_cannot_train():
+        pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
+    tokenizer = smollm2_tokenizer(shared_data)
+    model_dir = tmp_path / "tiny-chat-model"
+    tiny_model("llama", tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = tmp_path / "alpaca_40.jsonl"
+    with open(alpaca_jsonl, encoding="utf-8") as f:
+        rows.write_text("".join(next(f) for _ in range(40)), encoding="utf-8")
+    from test_chat_notebook import _parameters
+
+    params = _parameters(REPO / "notebooks" / "finetune_chat.ipynb")  # the cell's values: the recipe holds them all
+    params.update(
+        model_name=str(model_dir),
+        dataset=str(rows),
+        extra_datasets=[str(MULTITURN)],
+        dataset_format="auto",
+        max_seq_length=256,
+        load_in_4bit=False,
+        backend="transformers",
+        lora_r=4,
+        lora_alpha=8,
+        learning_rate=1e-3,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        per_device_eval_batch_size=4,
+        max_steps=4,
+        test_size=0.2,
+        gradient_checkpointing=False,
+        eval_steps=2,
+        save_steps=1000,
+        report_to="none",
+        dataset_num_proc=None,
+        prompts=["Hi", "Name a color."],
+        max_new_tokens=4,
+    )
+    papermill.execute_notebook(
+        str(REPO / "notebooks" / "finetune_chat.ipynb"),
+        str(tmp_path / "out.ipynb"),
+        cwd=str(tmp_path),
+        kernel_name="python3",
+        progress_bar=False,
+        parameters={**params, "output_dir": str(tmp_path / "notebook")},
+    )
+    (tmp_path / "chat.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    argv = ["train", "--config", str(tmp_path / "chat.yaml"), "--output_dir", str(tmp_path / "cli")]
+    done = subprocess.run(
+        [sys.executable, "-m", "tinyllama_ft.cli", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=1200
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    notebook, cli = (
+        json.loads((tmp_path / d / "run_summary.json").read_text(encoding="utf-8")) for d in ("notebook", "cli")
+    )
+    assert cli["config"] == {**notebook["config"], "output_dir": cli["config"]["output_dir"]}
+    steps = lambda s: [h["step"] for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
+    evals = lambda s: [h["eval_loss"] for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
+    assert steps(cli) == steps(notebook) and len(steps(cli)) >= 2
+    assert evals(cli) == pytest.approx(evals(notebook), rel=1e-6)
+    assert cli["eval_loss_after"] == pytest.approx(notebook["eval_loss_after"], rel=1e-6)
+    assert cli["chat"] == notebook["chat"] and cli["plan"] == notebook["plan"]
+    for key in ("heldout_before", "heldout_after"):
+        assert cli[key]["response_loss"] == pytest.approx(notebook[key]["response_loss"], rel=1e-5), key
+    assert [r["tuned"] for r in cli["side_by_side"]] == [r["tuned"] for r in notebook["side_by_side"]]
+    assert cli["samples"] == notebook["samples"]

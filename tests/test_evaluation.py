@@ -70,8 +70,9 @@ def test_stopping_count_counts_eos_endings(stories_peft, rows):
     model, tokenizer = stories_peft
     report = evaluation.stopping_count(model, tokenizer, rows[:3], max_new_tokens=6, batch_size=2)
     ids = evaluation.greedy_answers(model, tokenizer, rows[:3], max_new_tokens=6, batch_size=3)
-    assert report.total == 3 and report.new_tokens == [len(x) for x in ids]
-    assert report.ended == [x[-1] == tokenizer.eos_token_id for x in ids]
+    assert report.total == 3 and report.new_tokens == [len(a.ids) + a.stopped for a in ids]
+    assert report.ended == [a.stopped for a in ids]
+    assert all(tokenizer.eos_token_id not in a.ids and (a.stopped or len(a.ids) == 6) for a in ids)
     assert all(n <= 6 for n in report.new_tokens) and str(report).startswith(f"{report.stopped}/3")
 
 
@@ -102,8 +103,8 @@ def test_compare_answers_uses_the_disabled_adapter(stories_peft, rows):
         with torch.no_grad():
             for p, s in zip(lora_b, saved):
                 p.copy_(s)
-    assert [r["base"] for r in table] == [tokenizer.decode(x, skip_special_tokens=True).strip() for x in base]
-    assert [r["tuned"] for r in table] == [tokenizer.decode(x, skip_special_tokens=True).strip() for x in tuned]
+    assert [r["base"] for r in table] == [tokenizer.decode(a.ids, skip_special_tokens=True).strip() for a in base]
+    assert [r["tuned"] for r in table] == [tokenizer.decode(a.ids, skip_special_tokens=True).strip() for a in tuned]
     assert base != tuned
     text = answers_table(table)
     assert text.splitlines()[0] == "| instruction | base | tuned |" and len(text.splitlines()) == 4
@@ -131,7 +132,7 @@ def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows,
     ]
     assert check.stopping.total == len(short) == sum(n <= evaluation.SHORT_ANSWER_TOKENS for n in lengths)
     assert check.scores == evaluation.held_out_scores(model, tokenizer, held, max_seq_length=512)
-    assert str(check).startswith("response loss ") and "answers ended with EOS within 4 new tokens" in str(check)
+    assert str(check).startswith("response loss ") and "answers ended with a stop token within 4 new tokens" in str(check)
     fields = evaluation.heldout_summary(check, check, [{"instruction": "x"}])
     assert fields["heldout_before"] == check.scores.as_dict() and fields["stop_total"] == len(short)
     assert fields["stopped_after"] == check.stopping.stopped and fields["side_by_side"] == [{"instruction": "x"}]
