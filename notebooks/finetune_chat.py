@@ -62,15 +62,16 @@ gradient_checkpointing = True  # @param {type:"boolean"}
 # data
 dataset = 'mlabonne/FineTome-100k'  # @param {type:"string"}
 dataset_split = 'train'  # @param {type:"string"}
-extra_datasets = []  # @param {type:"raw"}
-dataset_format = 'auto'  # @param ['auto', 'messages', 'sharegpt']
-chat_template = 'auto'  # @param ['auto', 'chatml', 'zephyr', 'llama-3']
-assistant_only_loss = True  # @param {type:"boolean"}
-long_rows = 'drop'  # @param ['drop', 'truncate']
 test_size = 0.01  # @param {type:"number"}
+long_rows = 'drop'  # @param ['drop', 'truncate']
 strict = False  # @param {type:"boolean"}
+# chat (conversations)
+dataset_format = 'auto'  # @param ['auto', 'messages', 'sharegpt']
+extra_datasets = []  # @param {type:"raw"}
+chat_template = 'auto'  # @param ['auto', 'chatml', 'zephyr', 'llama-3'] {allow-input: true}
+assistant_only_loss = True  # @param {type:"boolean"}
 # training
-learning_rate = 2e-4  # @param {type:"number"}
+learning_rate = 0.0002  # @param {type:"number"}
 per_device_train_batch_size = 4  # @param {type:"integer"}
 gradient_accumulation_steps = 2  # @param {type:"integer"}
 max_steps = 60  # @param {type:"integer"}
@@ -85,6 +86,7 @@ wandb_run_name = 'smollm2-chat-sft'  # @param {type:"string"}
 output_dir = 'outputs_chat'  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
 overwrite_output_dir = False  # @param {type:"boolean"}
+# export
 export_formats = []  # @param {type:"raw"}
 # generation
 prompts = ['What is the capital of France?']  # @param {type:"raw"}

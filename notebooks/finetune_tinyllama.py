@@ -77,10 +77,6 @@ test_size = 0.004  # @param {type:"number"}
 long_rows = 'drop'  # @param ['drop', 'truncate', 'split']
 strict = False  # @param {type:"boolean"}
 dataset_num_proc = 2  # @param {type:"raw"}
-dataset_format = 'alpaca'  # @param ['alpaca', 'auto', 'messages', 'sharegpt']
-extra_datasets = []  # @param {type:"raw"}
-chat_template = 'auto'  # @param {type:"string"}
-assistant_only_loss = True  # @param {type:"boolean"}
 # training
 learning_rate = 2e-05  # @param {type:"number"}
 lr_scheduler_type = 'linear'  # @param {type:"string"}
@@ -109,6 +105,7 @@ adapter_dir = ''  # @param {type:"string"}
 resume = False  # @param {type:"boolean"}
 overwrite_output_dir = False  # @param {type:"boolean"}
 mount_drive = False  # @param {type:"boolean"}
+# export
 export_formats = []  # @param {type:"raw"}
 # generation
 prompts = ['What is the capital of France?']  # @param {type:"raw"}

@@ -1,10 +1,16 @@
-"""Generate, from ``FinetuneConfig``, docs/parameters.md's parameter table and the notebook's parameters cell.
+"""Generate, from ``FinetuneConfig``, docs/parameters.md's parameter table and the notebooks' parameters cells.
 
-    python scripts/config_tables.py          # print both
-    python scripts/config_tables.py --write  # rewrite them in docs/parameters.md and notebooks/finetune_tinyllama.py
-                                             # (then: jupytext --to ipynb notebooks/finetune_tinyllama.py)
+    python scripts/config_tables.py          # print them
+    python scripts/config_tables.py --write  # rewrite them in docs/parameters.md, notebooks/finetune_tinyllama.py
+                                             # and notebooks/finetune_chat.py (then: jupytext --to ipynb
+                                             # notebooks/finetune_tinyllama.py notebooks/finetune_chat.py)
 
-tests/test_config.py checks that both match what this prints, so the config stays their one source.
+Both are grouped by the configuration's sections (``SECTIONS``); a choice field's Colab form lists the values of
+its ``Literal`` annotation (``finetune.choices``). The Alpaca notebook's cell holds every field but the chat
+section's (a conversation run's fields; that notebook trains on Alpaca rows only); the chat notebook's holds the
+fields a chat run changes, the chat section's all among them (``CHAT_NOTEBOOK``). tests/test_notebook.py,
+tests/test_chat_notebook.py and tests/test_readme.py check that the files match what this prints, so the
+configuration stays their one source.
 """
 
 from __future__ import annotations
@@ -12,74 +18,150 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import typing
 from pathlib import Path
+from typing import Any, Mapping
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tinyllama_ft.config.finetune import (
-    BACKENDS,
-    DATASET_FORMATS,
     DEFAULTS,
-    DTYPES,
-    PACKING_STRATEGIES,  # noqa: E402
-    RECIPES,
-    REPORT_TO,
-    TEMPLATES,
-    FinetuneConfig,
+    FIELD_NAMES,
+    FIELD_TYPES,
+    SECTIONS,
+    ConversationFormat,
+    choices,
     field_docs,
 )
-from tinyllama_ft.config.packing import LONG_ROWS  # noqa: E402
+from tinyllama_ft.config.packing import ConversationLongRows
 
-CHOICES = {
-    "template": TEMPLATES,
-    "recipe": RECIPES,
-    "backend": BACKENDS,
-    "dtype": DTYPES,
-    "report_to": REPORT_TO,
-    "long_rows": LONG_ROWS,
-    "packing_strategy": PACKING_STRATEGIES,
-    "lora_bias": ("none", "all", "lora_only"),
-    "dataset_format": DATASET_FORMATS,
-}
-FORM_TYPES = {"str": "string", "int": "integer", "float": "number", "bool": "boolean"}
+FORM_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+#: The sections' headings in the cells and the table.
 SECTION_TITLES = {
     "model": "model",
     "lora": "LoRA",
     "data": "data",
+    "chat": "chat (conversations)",
     "training": "training",
     "logging": "logging and output",
+    "export": "export",
     "generation": "generation",
 }
 README_START, README_END = "<!-- parameters:start -->", "<!-- parameters:end -->"
 CELL_START = '# %% tags=["parameters"]\n'
 
 
+def section_fields(section: str) -> tuple[str, ...]:
+    """The field names declared in one section of ``SECTIONS`` (``"chat"``), in their order."""
+    return tuple(f.name for f in dataclasses.fields(SECTIONS[section]))
+
+
+@dataclasses.dataclass(frozen=True)
+class ParametersCell:
+    """What one notebook's parameters cell shows.
+
+    Attributes:
+        notebook: the notebook's jupytext ``.py`` file, relative to the repository.
+        values: field name -> the value the cell gives it; shown in ``FIELD_NAMES``' order, each under its
+            section's heading.
+        choices: field name -> the values its form lists, where the notebook takes fewer than the field's
+            ``Literal`` (the chat notebook: conversation layouts only).
+        notes: section name -> a remark after the section's heading.
+    """
+
+    notebook: str
+    values: Mapping[str, Any]
+    choices: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+
+#: The Alpaca notebook: every field with its default, but the chat section's.
+ALPACA_NOTEBOOK = ParametersCell(
+    "notebooks/finetune_tinyllama.py",
+    {name: getattr(DEFAULTS, name) for name in FIELD_NAMES if name not in section_fields("chat")},
+)
+_CHAT_SHOWN = (
+    *("model_name", "max_seq_length", "dtype", "load_in_4bit", "backend"),
+    *("lora_r", "lora_alpha", "lora_dropout", "gradient_checkpointing"),
+    *("dataset", "dataset_split", "test_size", "long_rows", "strict"),
+    *section_fields("chat"),
+    *("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "packing"),
+    *("eval_steps", "save_steps", "seed"),
+    *("report_to", "wandb_project", "wandb_run_name", "output_dir", "resume", "overwrite_output_dir"),
+    *("export_formats", "prompts", "max_new_tokens", "reload_merged"),
+)
+#: The chat notebook: the fields a chat run changes (every other keeps its default), with the notebook's values.
+CHAT_NOTEBOOK = ParametersCell(
+    "notebooks/finetune_chat.py",
+    {
+        **{name: getattr(DEFAULTS, name) for name in _CHAT_SHOWN},
+        "model_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "max_seq_length": 2048,
+        "load_in_4bit": False,
+        "backend": "transformers",
+        "lora_r": 16,
+        "dataset": "mlabonne/FineTome-100k",
+        "test_size": 0.01,
+        "dataset_format": "auto",
+        "learning_rate": 2e-4,
+        "per_device_train_batch_size": 4,
+        "gradient_accumulation_steps": 2,
+        "wandb_run_name": "smollm2-chat-sft",
+        "output_dir": "outputs_chat",
+    },
+    choices={
+        "dataset_format": typing.get_args(ConversationFormat),
+        "long_rows": typing.get_args(ConversationLongRows),
+    },
+    notes={"lora": "the target modules are read from the model's layers: Phi-3's are fused"},
+)
+NOTEBOOKS = (ALPACA_NOTEBOOK, CHAT_NOTEBOOK)
+
+
 def _literal(value) -> str:
     return repr(list(value)) if isinstance(value, tuple) else repr(value)
 
 
-def parameters_cell() -> str:
-    """The parameters cell's code: one ``name = default  # @param ...`` line per field, by section."""
+def _form(name: str, cell: ParametersCell) -> str:
+    """The ``# @param`` form of a field: a dropdown of its choices, or its Colab type (raw for lists and None)."""
+    annotation = FIELD_TYPES[name]
+    listed = cell.choices.get(name, choices(name))
+    if listed and typing.get_origin(annotation) is not tuple:
+        form = "[" + ", ".join(_literal(c) for c in listed) + "]"
+        if None in listed:
+            return form + ' {type:"raw"}'
+        if str in typing.get_args(annotation):  # Literal[...] | str: a name, or any string (a Jinja template)
+            return form + " {allow-input: true}"
+        return form
+    if annotation in FORM_TYPES:
+        return f'{{type:"{FORM_TYPES[annotation]}"}}'
+    return '{type:"raw"}'
+
+
+def parameters_cell(cell: ParametersCell = ALPACA_NOTEBOOK) -> str:
+    """A notebook's parameters cell: one ``name = value  # @param ...`` line per field it shows, by section.
+
+    Args:
+        cell: which notebook's cell (``ALPACA_NOTEBOOK``, ``CHAT_NOTEBOOK``).
+
+    Returns:
+        The cell's code, ending with the line that records the names defined so far.
+
+    Raises:
+        ValueError: ``cell.values`` names a field that is not one.
+    """
+    unknown = set(cell.values) - set(FIELD_NAMES)
+    if unknown:
+        raise ValueError(f"{cell.notebook}: not configuration fields: {sorted(unknown)}")
     lines: list[str] = []
-    section = None
-    for f in dataclasses.fields(FinetuneConfig):
-        if f.metadata["section"] != section:
-            section = f.metadata["section"]
-            lines.append(f"# {SECTION_TITLES[section]}")
-        value = getattr(DEFAULTS, f.name)
-        if f.name in CHOICES:
-            form = (
-                "["
-                + ", ".join(_literal(c) for c in CHOICES[f.name])
-                + "]"
-                + (' {type:"raw"}' if None in CHOICES[f.name] else "")
-            )
-        elif f.type in FORM_TYPES:
-            form = f'{{type:"{FORM_TYPES[f.type]}"}}'
-        else:
-            form = '{type:"raw"}'
-        lines.append(f"{f.name} = {_literal(value)}  # @param {form}")
+    for section in SECTIONS:
+        shown = [name for name in section_fields(section) if name in cell.values]
+        if not shown:
+            continue
+        note = cell.notes.get(section)
+        lines.append(f"# {SECTION_TITLES[section]}" + (f" ({note})" if note else ""))
+        lines += [f"{name} = {_literal(cell.values[name])}  # @param {_form(name, cell)}" for name in shown]
     lines.append(
         "_names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions"
     )
@@ -87,23 +169,21 @@ def parameters_cell() -> str:
 
 
 def parameter_table() -> str:
-    """The README's table: parameter, default, meaning (the field's docstring)."""
+    """docs/parameters.md's table: parameter, default, meaning (the field's docstring), by section."""
     docs = field_docs()
     rows = ["| parameter | default | meaning |", "| --- | --- | --- |"]
-    section = None
-    for f in dataclasses.fields(FinetuneConfig):
-        if f.metadata["section"] != section:
-            section = f.metadata["section"]
-            rows.append(f"| **{SECTION_TITLES[section]}** | | |")
-        default = _literal(getattr(DEFAULTS, f.name)).replace("|", "\\|")
-        rows.append(f"| `{f.name}` | `{default}` | {docs[f.name].replace('|', '/')} |")
+    for section in SECTIONS:
+        rows.append(f"| **{SECTION_TITLES[section]}** | | |")
+        for name in section_fields(section):
+            default = _literal(getattr(DEFAULTS, name)).replace("|", "\\|")
+            rows.append(f"| `{name}` | `{default}` | {docs[name].replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 
 
-def _replace_cell(text: str) -> str:
+def _replace_cell(text: str, cell: ParametersCell) -> str:
     start = text.index(CELL_START) + len(CELL_START)
     end = text.index("\n# %%", start)
-    return text[:start] + parameters_cell() + text[end:]
+    return text[:start] + parameters_cell(cell) + text[end:]
 
 
 def _replace_table(text: str) -> str:
@@ -113,15 +193,19 @@ def _replace_table(text: str) -> str:
 
 def main(argv: list[str]) -> int:
     if "--write" in argv:
-        readme, notebook = REPO / "docs" / "parameters.md", REPO / "notebooks" / "finetune_tinyllama.py"
+        readme = REPO / "docs" / "parameters.md"
         readme.write_text(_replace_table(readme.read_text(encoding="utf-8")), encoding="utf-8")
-        notebook.write_text(_replace_cell(notebook.read_text(encoding="utf-8")), encoding="utf-8")
+        for cell in NOTEBOOKS:
+            notebook = REPO / cell.notebook
+            notebook.write_text(_replace_cell(notebook.read_text(encoding="utf-8"), cell), encoding="utf-8")
         print(
-            "rewrote the docs/parameters.md table and the notebook's parameters cell; now run: "
-            "jupytext --to ipynb notebooks/finetune_tinyllama.py"
+            "rewrote the docs/parameters.md table and the notebooks' parameters cells; now run: jupytext --to ipynb "
+            + " ".join(cell.notebook for cell in NOTEBOOKS)
         )
         return 0
-    print(parameters_cell())
+    for cell in NOTEBOOKS:
+        print(f"# {cell.notebook}")
+        print(parameters_cell(cell))
     print(parameter_table())
     return 0
 

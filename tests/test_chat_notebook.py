@@ -52,6 +52,28 @@ def test_chat_notebook_pair_badge_and_parameters():
     )
 
 
+def test_chat_parameters_cell_is_the_generated_one_and_shows_the_chat_section():
+    import dataclasses
+    import sys
+
+    import jupytext
+
+    from tinyllama_ft.config.finetune import SECTIONS
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import config_tables
+
+    [cell] = [c for c in jupytext.read(f"{NOTEBOOK}.ipynb").cells if "parameters" in c.metadata.get("tags", [])]
+    assert cell.source + "\n" == config_tables.parameters_cell(config_tables.CHAT_NOTEBOOK)
+    chat = [f.name for f in dataclasses.fields(SECTIONS["chat"])]
+    assert set(chat) <= set(_parameters(f"{NOTEBOOK}.ipynb"))
+    lines = cell.source.splitlines()
+    assert lines[lines.index("# chat (conversations)") + 1 :][: len(chat)] == [
+        line for line in lines if line.split(" = ")[0] in chat
+    ]  # under their section's heading
+    assert "dataset_format = 'auto'  # @param ['auto', 'messages', 'sharegpt']" in lines  # conversation layouts only
+
+
 def test_chat_offline_recipe_runs_the_chat_path():
     recipe = load_recipe(CHAT_OFFLINE)
     cfg = FinetuneConfig(**recipe)

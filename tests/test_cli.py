@@ -183,6 +183,30 @@ def test_relative_paths_in_a_recipe_resolve_against_the_working_directory(tmp_pa
     assert cfg.dataset == "rows.jsonl" and cfg.learning_rate == 2e-4  # PyYAML reads 2e-4 as a string: coerced
 
 
+def test_help_groups_the_fields_by_section_and_lists_each_literals_choices(capsys):
+    """``--help`` reads the sections and the choice fields' Literal annotations, the declarations validation reads."""
+    import dataclasses
+
+    from tinyllama_ft.config.finetune import SECTIONS, choices
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    starts = [out.index(f"\n{section.__doc__.splitlines()[0].rstrip('.')}:\n") for section in SECTIONS.values()]
+    assert starts == sorted(starts)  # one group per section, in the sections' order
+    for (name, section), start, end in zip(SECTIONS.items(), starts, starts[1:] + [len(out)]):
+        for f in dataclasses.fields(section):
+            assert f"--{f.name} " in out[start:end], (name, f.name)  # each flag in its section's group
+    options = out[out.index("\noptions:") :]
+    for name in FIELD_NAMES:
+        listed = [c for c in choices(name) if c is not None]
+        if listed:  # the flag's help (its type) lists the Literal's values
+            start = options.index(f"  --{name} ")
+            help_text = " ".join(options[start : options.find("\n  --", start + 3)].split())
+            assert "Literal[" + ", ".join(repr(c) for c in listed) + "]" in help_text, name
+    assert "--recipe {fast,article}" in out and "--dtype DTYPE" in out  # the choices in the usage line too
+
+
 def test_help_documents_every_field(capsys):
     with pytest.raises(SystemExit) as done:
         main(["train", "--help"])
@@ -206,8 +230,10 @@ def test_help_documents_every_field(capsys):
         (["train", "--config", "offline_cpu", "--max_step=3"], "did you mean max_steps?"),
         (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
         (["train", "--max_steps", "ten"], "max_steps"),
+        (["train", "--backend", "vllm"], "--backend: expected one of 'auto', 'unsloth', 'transformers', got vllm"),
+        (["train", "--dtype", "int8"], "--dtype: expected one of 'bfloat16', 'float16', 'float32' or null, got int8"),
         (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
-        (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not a format"),
+        (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not allowed"),
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
         (["train", "--wandb_api_key=0123abcd"], "'wandb_api_key' looks like a secret"),  # not "did you mean ..."
         (["generate", "--adapter", "x", "--prompt", "hi", "--hf_token", "0123abcd"], "set HF_TOKEN in the environment"),

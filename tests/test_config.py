@@ -1,21 +1,71 @@
 """FinetuneConfig: the article's defaults, validation messages, and notebook/papermill coercions."""
 
+import re
+
 import pytest
 
 from tinyllama_ft.config.finetune import FinetuneConfig
 
 
-def test_every_field_has_a_docstring_naming_its_source_and_a_section():
-    from tinyllama_ft.config.finetune import FIELD_NAMES, SECTIONS, FinetuneConfig, field_docs
+def test_every_field_has_a_docstring_naming_its_source_and_one_section():
+    import dataclasses
 
-    section_of = lambda name: FinetuneConfig.__dataclass_fields__[name].metadata["section"]  # noqa: E731
+    from tinyllama_ft.config.finetune import DEFAULTS, FIELD_NAMES, SECTIONS, FinetuneConfig, field_docs
 
     docs = field_docs()
     assert set(docs) == set(FIELD_NAMES)
     sources = ("the article", "Unsloth's notebooks", "TRL's default", "this package", "Alpaca's", "article's")
     unsourced = [n for n, d in docs.items() if not any(s in d for s in sources)]
     assert not unsourced, unsourced
-    assert {section_of(n) for n in FIELD_NAMES} == set(SECTIONS)
+    # each field is declared in exactly one section, and the flat config lists them section by section
+    by_section = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
+    assert by_section == list(FIELD_NAMES)
+    assert list(SECTIONS) == ["model", "lora", "data", "chat", "training", "logging", "export", "generation"]
+    assert all(issubclass(FinetuneConfig, section) for section in SECTIONS.values())
+    cfg = FinetuneConfig(lora_r=8, chat_template="zephyr")  # flat names, whatever the section
+    assert (cfg.lora_r, cfg.to_dict()["chat_template"], DEFAULTS.lora_r) == (8, "zephyr", 32)
+    chat = {f.name for f in dataclasses.fields(SECTIONS["chat"])}
+    assert {"dataset_format", "extra_datasets", "chat_template", "assistant_only_loss"} <= chat
+
+
+def test_every_choice_field_takes_its_values_from_its_literal_annotation():
+    """One declaration per choice field: the Literal in its annotation is what validation allows and what the
+    message lists (before, a second table in finetune.py and a third in scripts/config_tables.py repeated them)."""
+    import typing
+
+    from tinyllama_ft.config import finetune
+    from tinyllama_ft.config.coercion import ConfigError
+
+    chosen = {name: finetune.choices(name) for name in finetune.FIELD_NAMES if finetune.choices(name)}
+    assert set(chosen) == {
+        "dtype",
+        "recipe",
+        "backend",
+        "lora_bias",
+        "template",
+        "long_rows",
+        "dataset_format",
+        "chat_template",
+        "packing_strategy",
+        "report_to",
+        "export_formats",
+    }
+    assert not hasattr(finetune, "_ALLOWED")
+    assert chosen["dtype"] == (None, "bfloat16", "float16", "float32")
+    assert chosen["export_formats"] == finetune.EXPORT_FORMATS == typing.get_args(finetune.ExportFormat)
+    for name, values in chosen.items():
+        assert typing.get_args(finetune._literal(finetune.FIELD_TYPES[name])) == tuple(v for v in values if v)
+        if name in ("export_formats", "chat_template"):
+            continue
+        for value in values:  # each listed value is allowed ...
+            assert getattr(FinetuneConfig(**{name: value}), name) == value
+        with pytest.raises(
+            ConfigError, match=rf"FinetuneConfig\.{name}='nope' is not allowed: one of {re.escape(str(values))}"
+        ):
+            FinetuneConfig(**{name: "nope"})  # ... and the message names the field and the values
+    FinetuneConfig(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")  # a Jinja string too
+    with pytest.raises(ConfigError, match=r"chat_template='llama-2' is not allowed: one of \('auto', 'chatml'"):
+        FinetuneConfig(chat_template="llama-2")
 
 
 def test_helper_defaults_are_the_config_defaults():
@@ -208,7 +258,7 @@ def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
     assert FinetuneConfig(export_formats=list(EXPORT_FORMATS)).export_formats == EXPORT_FORMATS
     with pytest.raises(
         ValueError,
-        match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not a format; allowed: "
+        match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not allowed; each item is one of "
         r"\['merged_16bit', 'gguf_f16'",
     ):
         FinetuneConfig(export_formats=["merged_16bit", "gguf_q5"])

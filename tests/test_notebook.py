@@ -22,14 +22,27 @@ def _parameters_cell():
     return cell.source
 
 
-def test_parameters_cell_holds_every_field_with_its_default():
+def _chat_section():
+    import dataclasses
+
+    from tinyllama_ft.config.finetune import SECTIONS
+
+    return {f.name for f in dataclasses.fields(SECTIONS["chat"])}
+
+
+def test_parameters_cell_holds_every_field_but_the_chat_sections_with_its_default():
+    """The Alpaca notebook trains on Alpaca rows only: a conversation run's fields (the chat section's) are the chat
+    notebook's, not offered here; they keep their defaults (dataset_format "alpaca")."""
     tree = ast.parse(_parameters_cell())
     values = {
         node.targets[0].id: ast.literal_eval(node.value)
         for node in tree.body
         if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")
     }
-    assert list(values) == list(FIELD_NAMES)  # every field, in the config's order
+    chat = _chat_section()
+    assert {"chat_template", "assistant_only_loss", "extra_datasets", "dataset_format"} <= chat
+    assert not set(values) & chat
+    assert list(values) == [n for n in FIELD_NAMES if n not in chat]  # every other field, in the config's order
     assert FinetuneConfig(**values) == DEFAULTS  # and each default as the config has it
 
 
@@ -37,7 +50,8 @@ def test_parameters_cell_is_the_generated_one():
     sys.path.insert(0, str(REPO / "scripts"))
     import config_tables
 
-    assert _parameters_cell() + "\n" == config_tables.parameters_cell()
+    assert _parameters_cell() + "\n" == config_tables.parameters_cell(config_tables.ALPACA_NOTEBOOK)
+    assert "# chat" not in _parameters_cell()
 
 
 def _stops_at_config(tmp_path, **parameters):

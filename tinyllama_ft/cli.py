@@ -5,7 +5,8 @@
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
     tinyllama-ft train --help                                  # every field, with its meaning and default
 
-Flags are ``FinetuneConfig``'s flat field names, as the recipes' YAML keys and the notebook's parameters.
+Flags are ``FinetuneConfig``'s flat field names, as the recipes' YAML keys and the notebook's parameters; ``--help``
+lists them by section, each with its type (a choice field's values), default and docstring.
 A flag overrides the recipe; the recipe overrides the package's defaults. An unknown flag or key stops
 with the closest field name ("did you mean lora_r?"); a wrong type names the field.
 
@@ -26,16 +27,17 @@ import dataclasses
 import os
 import re
 import sys
+import typing
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, unknown_keys_error
-from .config.finetune import DEFAULTS, FIELD_NAMES, FinetuneConfig, field_docs
+from .config.finetune import DEFAULTS, FIELD_NAMES, FIELD_TYPES, SECTIONS, FinetuneConfig, field_docs
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
 GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
-#: Fields ``generate`` and ``export`` take with their flag types; unset: what the run recorded (``run_record``).
-RECORDED_FIELDS = {"template": str, "max_seq_length": int, "dtype": str, "load_in_4bit": bool}
+#: Fields ``generate`` and ``export`` take (typed as the field, or None); unset: what the run recorded (``run_record``).
+RECORDED_FIELDS = ("template", "max_seq_length", "dtype", "load_in_4bit")
 
 
 @dataclass(frozen=True)
@@ -50,26 +52,54 @@ class Command:
     run: Callable[[dict, set], Any]
 
 
-def _cli_type(f: dataclasses.Field):
-    base = {"str": str, "int": int, "float": float, "bool": bool}
-    if f.type.startswith("tuple[str"):
-        return Union[List[str], str]
-    inner = base[f.type.split("|")[0].strip()]
-    return Optional[inner] if f.type.endswith("None") else inner
-
-
 def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
-    """One ``--NAME`` flag per configuration field, typed from its annotation, its docstring as help."""
-    docs = field_docs()
-    fields = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
-    for name in names:
-        default = getattr(DEFAULTS, name)
-        parser.add_argument(
-            f"--{name}",
-            type=_cli_type(fields[name]),
-            default=list(default) if isinstance(default, tuple) else default,
-            help=docs[name],
-        )
+    """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``).
+
+    jsonargparse adds them from the section dataclasses (``add_class_arguments``): each flag's type is the field's
+    annotation (a ``Literal``'s choices are listed and checked), its help the field's docstring, its default the
+    field's; the group's title and description are the section's docstring. A tuple field (``target_modules``,
+    ``prompts``, ...) is added here, typed as a list of its items or one string, so ``--export_formats
+    merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits and checks it.
+
+    Args:
+        parser: a jsonargparse ``ArgumentParser``.
+        names: the fields to add, in any order (default: every field); they are added in the sections' order.
+
+    Raises:
+        KeyError: a name is not a field.
+    """
+    missing = set(names) - set(FIELD_NAMES)
+    if missing:
+        raise KeyError(f"add_field_arguments: not configuration fields: {sorted(missing)}")
+    for section in SECTIONS.values():
+        wanted = [f.name for f in dataclasses.fields(section) if f.name in names]
+        if wanted:
+            _add_section_arguments(parser, section, wanted)
+
+
+def _add_section_arguments(parser, section: type, wanted: Sequence[str]) -> None:
+    """One section's fields ``wanted`` (in its order) as a group titled by the section's docstring."""
+    import docstring_parser
+
+    doc = docstring_parser.parse(section.__doc__)
+    group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
+    own = {f.name for f in dataclasses.fields(section)}
+    pending: list[
+        str
+    ] = []  # consecutive fields that jsonargparse adds in one call, so the flags keep the fields' order
+    for name in [*wanted, None]:
+        is_tuple = name is not None and typing.get_origin(FIELD_TYPES[name]) is tuple
+        if name is not None and not is_tuple:
+            pending.append(name)
+            continue
+        if pending:
+            group.add_class_arguments(section, as_group=False, skip=own - set(pending), instantiate=False)
+            pending.clear()
+        if is_tuple:
+            item = typing.get_args(FIELD_TYPES[name])[0]  # str, or a Literal (export_formats)
+            group.add_argument(
+                f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
+            )
 
 
 def _add_train_arguments(parser) -> None:
@@ -102,10 +132,11 @@ def _run_train(values: dict, given: set) -> dict:
 
 def _add_recorded_arguments(parser) -> None:
     docs = field_docs()
-    for name, kind in RECORDED_FIELDS.items():
-        parser.add_argument(
+    group = parser.add_argument_group("Recorded by the run (default: the value beside the adapter)")
+    for name in RECORDED_FIELDS:
+        group.add_argument(
             f"--{name}",
-            type=Optional[kind],
+            type=Optional[FIELD_TYPES[name]],
             default=None,
             help=f"{docs[name]} Default: the run's value, recorded beside the adapter; a value that "
             f"contradicts it is refused (dtype, load_in_4bit: used, said once)",
@@ -204,9 +235,7 @@ def _add_export_arguments(parser) -> None:
         "parent folder, the run's output_dir)",
     )
     _add_recorded_arguments(parser)
-    parser.add_argument(
-        "--trust_remote_code", type=bool, default=DEFAULTS.trust_remote_code, help=field_docs()["trust_remote_code"]
-    )
+    add_field_arguments(parser, ("trust_remote_code",))
 
 
 def _run_export(values: dict, given: set) -> dict:
@@ -245,8 +274,9 @@ COMMANDS: dict[str, Command] = {
 
 def build_parser():
     """The ``tinyllama-ft`` parser: one jsonargparse subcommand per ``COMMANDS`` entry."""
-    from jsonargparse import ArgumentParser
+    from jsonargparse import ArgumentParser, set_parsing_settings
 
+    set_parsing_settings(docstring_parse_attribute_docstrings=True)  # each field's help: its docstring
     parser = ArgumentParser(
         prog="tinyllama-ft",
         description="LoRA / QLoRA fine-tuning of small open LLMs "
@@ -290,6 +320,18 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     return set(given) - {"help"}
 
 
+def _plain_choice_error(text: str) -> str:
+    """jsonargparse's refusal of a value outside a choice field's ``Literal`` (or ``Literal | None``), as one short
+    clause naming the allowed values: "expected one of 'auto', 'unsloth', 'transformers', got vllm"."""
+    text = re.sub(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (\S*)", r"expected one of \1, got \2", text)
+    return re.sub(
+        r"Does not validate against any of the Union subtypes Subtypes: \[typing\.Literal\[(.*?)\], "
+        r"<class 'NoneType'>\] Errors: .*? Given value: (\S*)",
+        r"expected one of \1 or null, got \2",
+        text,
+    )
+
+
 def run(argv: Sequence[str]) -> Any:
     """Parse ``argv`` (after the program name) and run the command, in this process.
 
@@ -314,6 +356,7 @@ def run(argv: Sequence[str]) -> Any:
         text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
         text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
         text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
+        text = _plain_choice_error(text)
         raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     command = parsed.command
     return COMMANDS[command].run(parsed[command].as_dict(), given)

@@ -2,13 +2,15 @@
 
 Those sources hand over strings where a Python literal was meant: papermill's ``-p dtype None`` and Colab's
 ``"None"``, ``-p target_modules q_proj,v_proj``, YAML's ``2e-4`` (a string to PyYAML), ``--packing false``.
-Each field's annotation decides what is accepted; anything else is an error naming the field. A mistyped
+Each field's type decides what is accepted; anything else is an error naming the field. A mistyped
 name gets the closest field name as a hint (``difflib``), e.g. ``lora_rank`` -> "did you mean lora_r?".
 """
 
 from __future__ import annotations
 
 import difflib
+import types
+import typing
 from typing import Any, Iterable
 
 #: Strings that mean None for an optional field.
@@ -39,14 +41,39 @@ def unknown_keys_error(
     return ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")
 
 
-def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: bool = False) -> Any:
-    """Check ``value`` against a field's annotation, converting the strings the sources above produce.
+def _without_none(annotation: Any) -> tuple[Any, bool]:
+    """``(the annotation without None, whether None was in it)``: ``int | None`` -> ``(int, True)``."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        rest = tuple(a for a in args if a is not type(None))
+        if len(rest) < len(args):
+            return (rest[0] if len(rest) == 1 else typing.Union[rest]), True
+    return annotation, False
+
+
+def _scalar(annotation: Any) -> Any:
+    """The plain type a value is coerced to: a ``Literal[...]`` of strings, or ``Literal[...] | str``, is ``str``."""
+    if typing.get_origin(annotation) is typing.Literal:
+        kinds = {type(v) for v in typing.get_args(annotation)}
+        return kinds.pop() if len(kinds) == 1 else annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        kinds = {_scalar(a) for a in typing.get_args(annotation)}
+        return kinds.pop() if len(kinds) == 1 else annotation
+    return annotation
+
+
+def coerce_value(name: str, value: Any, annotation: Any, *, comma_separated: bool = False) -> Any:
+    """Check ``value`` against a field's type, converting the strings the sources above produce.
+
+    Only the type is checked here: whether a value is among a ``Literal``'s choices, or in range, is
+    ``FinetuneConfig``'s check (it names the allowed values).
 
     Args:
         name: the field, for messages.
         value: what was given.
-        annotation: the field's annotation as written in ``config.py`` (``"int"``, ``"str | None"``,
-            ``"tuple[str, ...]"``, ``"float"``, ``"bool"``).
+        annotation: the field's resolved type (``typing.get_type_hints(FinetuneConfig)[name]``): ``int``,
+            ``str | None``, ``tuple[str, ...]``, ``float``, ``bool``, a ``Literal[...]`` of strings (coerced as a
+            ``str``), ``Literal[...] | str``, ``tuple[Literal[...], ...]``.
         comma_separated: for a tuple field, a string is a comma-separated list (``"q_proj,v_proj"``);
             otherwise a string is a one-element tuple (one prompt).
 
@@ -55,9 +82,11 @@ def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: boo
 
     Raises:
         ConfigError: the value cannot be read as that type; the message names the field and the value.
+        TypeError: the annotation is none of the above (a field added with a type this function has no rule for).
     """
-    optional = annotation.endswith("| None")
-    base = annotation.replace("| None", "").strip()
+    annotation, optional = _without_none(annotation)
+    is_tuple = typing.get_origin(annotation) is tuple
+    base = _scalar(typing.get_args(annotation)[0] if is_tuple else annotation)
 
     def bad(expected: str) -> ConfigError:
         return ConfigError(
@@ -68,14 +97,21 @@ def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: boo
     if value is None or (optional and isinstance(value, str) and value.strip() in NONE_STRINGS):
         if optional:
             return None
-        raise bad(_EXPECTED.get(base, base))
-    if base == "bool":
+        raise bad("a list of strings" if is_tuple else _EXPECTED.get(base, str(base)))
+    if is_tuple and base is str:
+        if isinstance(value, str):
+            items = [v.strip() for v in value.split(",")] if comma_separated else [value]
+            return tuple(v for v in items if v)
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return tuple(value)
+        raise bad("a list of strings" + (" (or one comma-separated string)" if comma_separated else ""))
+    if base is bool:
         if isinstance(value, bool):
             return value
         if isinstance(value, str) and value.strip().lower() in TRUE_STRINGS + FALSE_STRINGS:
             return value.strip().lower() in TRUE_STRINGS
         raise bad("True or False")
-    if base == "int":
+    if base is int:
         if isinstance(value, bool):
             raise bad("an integer")
         if isinstance(value, int):
@@ -88,7 +124,7 @@ def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: boo
             except ValueError:
                 pass
         raise bad("an integer")
-    if base == "float":
+    if base is float:
         if isinstance(value, bool):
             raise bad("a number")
         if isinstance(value, (int, float)):
@@ -99,20 +135,13 @@ def coerce_value(name: str, value: Any, annotation: str, *, comma_separated: boo
             except ValueError:
                 pass
         raise bad("a number")
-    if base == "str":
+    if base is str:
         if isinstance(value, str):
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)  # papermill turns -p wandb_run_name 7 into an int
         raise bad("a string")
-    if base.startswith("tuple[str"):
-        if isinstance(value, str):
-            items = [v.strip() for v in value.split(",")] if comma_separated else [value]
-            return tuple(v for v in items if v)
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise bad("a list of strings" + (" (or one comma-separated string)" if comma_separated else ""))
     raise TypeError(f"coerce_value: no rule for the annotation {annotation!r} of {name}")
 
 
-_EXPECTED = {"bool": "True or False", "int": "an integer", "float": "a number", "str": "a string"}
+_EXPECTED = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}

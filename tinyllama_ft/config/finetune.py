@@ -1,12 +1,17 @@
 """One configuration object for a fine-tuning run: every default of the package is written here, once.
 
-``FinetuneConfig`` is one flat dataclass: its field names are the notebook's parameters, the command
-line's flags (``tinyllama-ft train --lora_r 8``) and the recipes' YAML keys (``tinyllama_ft/recipes``).
-Fields are grouped by section comments (model, LoRA, data, training, logging, generation); each carries
-``metadata={"section": ..., "identity": ...}``: ``identity=True`` marks the fields that change what is
-computed, which ``output_dir.run_identity`` records for resuming. Each field's docstring gives its unit and the
-source of its default: "the article" (``shared/ARTICLE.md``, "Fine-tuning a Tiny-Llama model with
-Unsloth"), "Unsloth's notebooks", "TRL's default" or "this package".
+``FinetuneConfig`` is built from eight section dataclasses (``SECTIONS``: model, LoRA, data, chat, training,
+logging, export, generation); it inherits them, so every field is still one flat name: the notebook's parameters,
+the command line's flags (``tinyllama-ft train --lora_r 8``), the recipes' YAML keys (``tinyllama_ft/recipes``),
+``cfg.lora_r`` and ``cfg.to_dict()``. The section a field is declared in is where ``--help`` and
+docs/parameters.md list it. Each field carries ``metadata={"identity": ..., ...}``: ``identity=True`` marks the
+fields that change what is computed, which ``output_dir.run_identity`` records for resuming. Each field's docstring
+gives its unit and the source of its default: "the article" (``shared/ARTICLE.md``, "Fine-tuning a Tiny-Llama model
+with Unsloth"), "Unsloth's notebooks", "TRL's default" or "this package"; jsonargparse reads those docstrings for
+``--help`` (``docstring_parser``, as ``field_docs`` does).
+
+A choice field is typed ``Literal[...]`` (``Backend``, ``Dtype``, ...): that annotation is the one declaration of its
+values; validation (``choices``), ``--help`` and the notebook's Colab forms read it.
 
 Helpers take their defaults from ``DEFAULTS = FinetuneConfig()`` (``add_lora(model)`` is the article's
 LoRA), never from a re-typed number.
@@ -14,18 +19,18 @@ LoRA), never from a re-typed number.
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import inspect
 import math
 import os
+import types
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 from ..machine.paths import expand_path
 from .coercion import ConfigError, coerce_value, unknown_keys_error
-from .packing import LONG_ROWS, resolve_packing_strategy
+from .packing import LongRows, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
 LLAMA_TARGET_MODULES: tuple[str, ...] = (
@@ -38,156 +43,228 @@ LLAMA_TARGET_MODULES: tuple[str, ...] = (
     "down_proj",
 )
 
-BACKENDS = ("auto", "unsloth", "transformers")
-DTYPES = (None, "bfloat16", "float16", "float32")
-TEMPLATES = ("alpaca", "alpaca_no_input")
-REPORT_TO = ("wandb", "none")
-PACKING_STRATEGIES = ("bfd", "bfd_split", "wrapped")
-RECIPES = ("fast", "article")
+# The choice fields' values, each declared once (``typing.get_args`` reads them).
+Backend = Literal["auto", "unsloth", "transformers"]
+Recipe = Literal["fast", "article"]
+#: ``dtype``'s names; the field is ``Dtype | None`` (None: picked from the hardware).
+Dtype = Literal["bfloat16", "float16", "float32"]
+LoraBias = Literal["none", "all", "lora_only"]
+Template = Literal["alpaca", "alpaca_no_input"]
+#: The conversation layouts of ``dataset_format`` (the chat notebook's).
+ConversationFormat = Literal["auto", "messages", "sharegpt"]
+#: ``dataset_format``: "alpaca" is the article's prompt path; the others are conversations.
+DatasetFormat = Literal["alpaca", ConversationFormat]
+#: Named ``chat_template`` values (``chat_templates.NAMED_TEMPLATES``).
+NamedChatTemplate = Literal["chatml", "zephyr", "llama-3"]
+#: ``chat_template``'s names; the field is ``ChatTemplateName | str``: a Jinja template string is allowed too.
+ChatTemplateName = Literal["auto", NamedChatTemplate]
+PackingStrategy = Literal["bfd", "bfd_split", "wrapped"]
+ReportTo = Literal["wandb", "none"]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
-EXPORT_FORMATS = ("merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora")
-#: ``dataset_format`` values: "alpaca" is the article's prompt path; the others are conversations (chat notebook).
-DATASET_FORMATS = ("alpaca", "auto", "messages", "sharegpt")
-#: Named ``chat_template`` values (``chat_templates.NAMED_TEMPLATES``), besides "auto" and a Jinja string.
-NAMED_CHAT_TEMPLATES = ("chatml", "zephyr", "llama-3")
-SECTIONS = ("model", "lora", "data", "training", "logging", "generation")
+ExportFormat = Literal["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora"]
+
+BACKENDS: tuple[str, ...] = typing.get_args(Backend)
+EXPORT_FORMATS: tuple[str, ...] = typing.get_args(ExportFormat)
+DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
+NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
 #: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
 PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir")
 
+#: A range check beyond a field's type: (predicate on the coerced value, what is allowed, for the message).
+Allowed = tuple[Callable[[Any], bool], str]
 
-def _field(default, section: str, *, identity: bool, comma_separated: bool = False):
+
+def _positive(what: str = "positive") -> Allowed:
+    return (lambda v: v > 0), what
+
+
+def _not_empty(what: str) -> Allowed:
+    return (lambda v: len(v) > 0), what
+
+
+_FRACTION: Allowed = ((lambda v: 0.0 <= v < 1.0), "a fraction in [0, 1)")
+_CHAT_TEMPLATE: Allowed = (
+    lambda v: v in typing.get_args(ChatTemplateName) or "{%" in v,
+    f"one of {typing.get_args(ChatTemplateName)}, or a Jinja template string (holding '{{%')",
+)
+
+
+def _field(default, *, identity: bool, comma_separated: bool = False, allowed: Allowed | None = None):
+    """A configuration field.
+
+    Args:
+        default: the package's default.
+        identity: the value changes what is computed (a resume must match it: ``identity_fields``).
+        comma_separated: a tuple field that reads one string as a comma-separated list.
+        allowed: a range check beyond the type (a ``Literal``'s choices are checked from the annotation).
+    """
     return field(
-        default=default, metadata={"section": section, "identity": identity, "comma_separated": comma_separated}
+        default=default, metadata={"identity": identity, "comma_separated": comma_separated, "allowed": allowed}
     )
 
 
 @dataclass
-class FinetuneConfig:
-    """Every knob of a run; the defaults are the article's recipe unless a field says otherwise.
+class ModelSection:
+    """Model (article cell 2).
 
-    The path fields (``PATH_FIELDS``) are stored with ``~`` and ``$VARS`` expanded, so ``run_config.json``
-    and every helper see the folder a shell would.
-
-    Raises:
-        ConfigError (a ValueError): from ``__post_init__`` when a value has the wrong type (after the
-            string coercions of ``coercion.coerce_value``) or is out of range; the message names the field.
+    The base model, its precision, and how the run executes (recipe, backend, kernels, a memory cap).
     """
 
-    # --- model (article cell 2) ---
-    model_name: str = _field("unsloth/tinyllama-bnb-4bit", "model", identity=True)
+    model_name: str = _field("unsloth/tinyllama-bnb-4bit", identity=True)
     """Hub id or local folder of the base model; the article's 4-bit TinyLlama-1.1B."""
-    max_seq_length: int = _field(4096, "model", identity=True)
+    max_seq_length: int = _field(4096, identity=True, allowed=_positive("a positive number of tokens"))
     """Tokens per training sequence (packed window); the article's 4096, above TinyLlama's 2048 positions:
     linear RoPE scaling, as Unsloth applies it."""
-    dtype: str | None = _field(None, "model", identity=True)
+    dtype: Dtype | None = _field(None, identity=True)
     """Compute dtype: None = bf16 on compute capability >= 8.0, fp16 below, fp32 on a CPU (with bf16 autocast
     where the CPU computes bf16 natively, TRL's default); or "bfloat16" / "float16" / "float32"; the article's None."""
-    load_in_4bit: bool = _field(True, "model", identity=True)
+    load_in_4bit: bool = _field(True, identity=True)
     """4-bit NF4 base weights on CUDA (QLoRA); ignored, with one message, on a CPU; the article's True."""
-    trust_remote_code: bool = _field(False, "model", identity=True)
+    trust_remote_code: bool = _field(False, identity=True)
     """Run Python code shipped in the model's repository; off unless asked (this package)."""
-    recipe: str = _field("fast", "model", identity=False)
+    recipe: Recipe = _field("fast", identity=False)
     """"fast": the article's math executed faster (kernels, micro-batch sized to GPU memory, checkpointing only
     when needed; ``plan.plan_run``); "article": the article's cell values literally (this package)."""
-    backend: str = _field("auto", "model", identity=False)
+    backend: Backend = _field("auto", identity=False)
     """"auto", "unsloth" or "transformers"; auto: the plan's pick (Unsloth on a T4, transformers on a bf16
     GPU with the fast recipe and on a CPU) (this package)."""
-    attn_implementation: str | None = _field(None, "model", identity=False)
+    attn_implementation: str | None = _field(None, identity=False)
     """transformers' attention kernel ("sdpa", "flex_attention"); None: the plan's pick (this package)."""
-    use_liger_kernel: bool = _field(False, "model", identity=False)
+    use_liger_kernel: bool = _field(False, identity=False)
     """Liger's fused kernels; the fast recipe turns them on on a bf16 GPU when installed (this package)."""
-    gpu_memory_cap_gib: float = _field(0.0, "model", identity=False)
+    gpu_memory_cap_gib: float = _field(
+        0.0, identity=False, allowed=((lambda v: v >= 0), "0 (no cap) or a positive number of GiB")
+    )
     """Cap on this process's CUDA memory in GiB; 0 = no cap, 15 imitates a T4 (this package)."""
 
-    # --- LoRA (article cell 3) ---
-    lora_r: int = _field(32, "lora", identity=True)
+
+@dataclass
+class LoraSection:
+    """LoRA (article cell 3).
+
+    The adapter's rank and scaling, the modules it adapts, gradient checkpointing.
+    """
+
+    lora_r: int = _field(32, identity=True, allowed=_positive("a positive rank"))
     """Adapter rank; the article's 32."""
-    lora_alpha: int = _field(32, "lora", identity=True)
+    lora_alpha: int = _field(32, identity=True, allowed=_positive())
     """Scaling numerator: the update is scaled by lora_alpha / lora_r; the article's 32."""
-    lora_dropout: float = _field(0.0, "lora", identity=True)
+    lora_dropout: float = _field(0.0, identity=True, allowed=_FRACTION)
     """Dropout probability on the adapter input; the article's 0."""
-    lora_bias: str = _field("none", "lora", identity=True)
+    lora_bias: LoraBias = _field("none", identity=True)
     """Bias training: "none", "all" or "lora_only"; the article's "none"."""
-    target_modules: tuple[str, ...] = _field(LLAMA_TARGET_MODULES, "lora", identity=True, comma_separated=True)
+    target_modules: tuple[str, ...] = _field(
+        LLAMA_TARGET_MODULES, identity=True, comma_separated=True, allowed=_not_empty("at least one module name")
+    )
     """Module names to adapt (a list, or one comma-separated string); the article's seven Llama projections."""
-    use_rslora: bool = _field(False, "lora", identity=True)
+    use_rslora: bool = _field(False, identity=True)
     """Rank-stabilised scaling lora_alpha / sqrt(lora_r); the article's False."""
-    gradient_checkpointing: bool = _field(True, "lora", identity=False)
+    gradient_checkpointing: bool = _field(True, identity=False)
     """Recompute activations in the backward pass (less memory, slower); the article's True, the fast
     recipe turns it off when memory allows."""
 
-    # --- data (article cell 4) ---
-    dataset: str = _field("yahma/alpaca-cleaned", "data", identity=True)
+
+@dataclass
+class DataSection:
+    """Data (article cell 4).
+
+    The rows' source and columns, the Alpaca prompt template, the held-out split, the rows longer than a window.
+    """
+
+    dataset: str = _field("yahma/alpaca-cleaned", identity=True)
     """Hub dataset id, or a local .json / .jsonl / .csv / .parquet file; the article's Alpaca-cleaned."""
-    dataset_split: str = _field("train", "data", identity=True)
+    dataset_split: str = _field("train", identity=True)
     """Split of a Hub dataset; the article's "train"."""
-    dataset_config: str | None = _field(None, "data", identity=True)
+    dataset_config: str | None = _field(None, identity=True)
     """Configuration name of a Hub dataset; None for the default (this package)."""
-    instruction_column: str = _field("instruction", "data", identity=True)
+    instruction_column: str = _field("instruction", identity=True)
     """Column holding the instruction; Alpaca's "instruction"."""
-    input_column: str = _field("input", "data", identity=True)
+    input_column: str = _field("input", identity=True)
     """Column holding the optional context; Alpaca's "input"."""
-    output_column: str = _field("output", "data", identity=True)
+    output_column: str = _field("output", identity=True)
     """Column holding the response; Alpaca's "output"."""
-    template: str = _field("alpaca", "data", identity=True)
+    template: Template = _field("alpaca", identity=True)
     """Prompt template: "alpaca" (the article's, Input block always) or "alpaca_no_input" (original Alpaca's
     no-input variant for empty inputs)."""
-    test_size: float = _field(0.004, "data", identity=True)
+    test_size: float = _field(0.004, identity=True, allowed=_FRACTION)
     """Fraction of rows held out for eval_loss; the article's 0.004."""
-    long_rows: str = _field("drop", "data", identity=True)
+    long_rows: LongRows = _field("drop", identity=True)
     """Rows longer than max_seq_length tokens (prompt + response + EOS), counted before training: "drop" them,
     "truncate" (the trainer cuts them, EOS lost) or "split" them over windows (bfd_split); a row whose prompt
     alone fills the window is always dropped (this package)."""
-    strict: bool = _field(False, "data", identity=False)
+    strict: bool = _field(False, identity=False)
     """Raise on the first bad row instead of dropping and counting bad rows (this package)."""
-    dataset_num_proc: int | None = _field(2, "data", identity=False)
+    dataset_num_proc: int | None = _field(2, identity=False)
     """Processes TRL tokenizes with; the article's 2, None = in this process."""
-    dataset_format: str = _field("alpaca", "data", identity=True)
+
+
+@dataclass
+class ChatSection:
+    """Chat (the chat notebook).
+
+    Conversations instead of Alpaca rows: dataset_format picks the layout; the other fields of this section are read
+    only by a conversation run (dataset_format not "alpaca"), and the Alpaca notebook leaves them out.
+    """
+
+    dataset_format: DatasetFormat = _field("alpaca", identity=True)
     """Layout of the rows: "alpaca" (instruction/input/output with the Alpaca prompt: the article's notebook), or
     conversations for the chat notebook: "messages" (OpenAI-style role/content turns), "sharegpt"
     (a conversations column of from/value turns), "auto" (each source's layout read from its first row; Alpaca rows become
     one-turn conversations) (this package)."""
-    extra_datasets: tuple[str, ...] = _field((), "data", identity=True, comma_separated=True)
+    extra_datasets: tuple[str, ...] = _field((), identity=True, comma_separated=True)
     """Conversations only: more sources (Hub ids or local files) appended to dataset, each read with
     dataset_format (this package)."""
-    chat_template: str = _field("auto", "data", identity=True)
+    chat_template: ChatTemplateName | str = _field("auto", identity=True, allowed=_CHAT_TEMPLATE)
     """Conversations only: "auto" (the tokenizer's own; a base model without one gets its family's: Zephyr for
     Llama-2/TinyLlama, Llama-3's, ChatML for Qwen/SmolLM2), "chatml", "zephyr", "llama-3", or a Jinja string;
     EOS and stop tokens follow it (this package)."""
-    assistant_only_loss: bool = _field(True, "data", identity=True)
+    assistant_only_loss: bool = _field(True, identity=True)
     """Conversations only: loss on every assistant turn and its end-of-turn token, label -100 on system/user
     turns and the template's markup; False: every token (this package; TRL's assistant_only_loss, from our own masks)."""
 
-    # --- training (article cells 6-7) ---
-    learning_rate: float = _field(2e-5, "training", identity=True)
+
+@dataclass
+class TrainingSection:
+    """Training (article cells 6-7).
+
+    Optimizer and schedule, batch and steps, packing, the loss, checkpoints, the seed.
+    """
+
+    learning_rate: float = _field(2e-5, identity=True, allowed=_positive())
     """Peak learning rate; the article's 2e-5."""
-    lr_scheduler_type: str = _field("linear", "training", identity=True)
+    lr_scheduler_type: str = _field("linear", identity=True)
     """Learning-rate schedule after warmup; the article's "linear"."""
-    warmup_ratio: float = _field(0.1, "training", identity=True)
+    warmup_ratio: float = _field(0.1, identity=True, allowed=_FRACTION)
     """Fraction of the steps spent warming up; the article's 0.1."""
-    weight_decay: float = _field(0.1, "training", identity=True)
+    weight_decay: float = _field(0.1, identity=True)
     """AdamW weight decay; the article's 0.1."""
-    optim: str | None = _field(None, "training", identity=True)
+    optim: str | None = _field(None, identity=True)
     """Optimizer; None: the article's "adamw_8bit" on CUDA, "adamw_torch" on a CPU (bitsandbytes needs CUDA)."""
-    per_device_train_batch_size: int = _field(2, "training", identity=False)
+    per_device_train_batch_size: int = _field(2, identity=False, allowed=_positive("a positive number of sequences"))
     """Sequences per micro-batch; the article's 2 (the fast recipe re-splits the effective batch). Under
     accelerate launch with N processes, this x gradient_accumulation_steps is the global batch: each process
     takes 1/N of it."""
-    gradient_accumulation_steps: int = _field(4, "training", identity=False)
+    gradient_accumulation_steps: int = _field(
+        4, identity=False, allowed=_positive("a positive number of micro-batches")
+    )
     """Micro-batches per optimizer step; the article's 4: effective batch 2 x 4 = 8 sequences."""
-    per_device_eval_batch_size: int = _field(2, "training", identity=False)
+    per_device_eval_batch_size: int = _field(2, identity=False, allowed=_positive("a positive number of sequences"))
     """Sequences per evaluation batch; the article's 2."""
-    max_steps: int = _field(60, "training", identity=False)
+    max_steps: int = _field(
+        60,
+        identity=False,
+        allowed=((lambda v: v == -1 or v > 0), "-1 (full epochs) or a positive number of optimizer steps"),
+    )
     """Optimizer steps; -1 runs num_train_epochs (the article's full epoch); 60 as Unsloth's notebooks."""
-    num_train_epochs: float = _field(1.0, "training", identity=False)
+    num_train_epochs: float = _field(1.0, identity=False, allowed=_positive())
     """Epochs when max_steps is -1; the article's 1."""
-    packing: bool = _field(True, "training", identity=True)
+    packing: bool = _field(True, identity=True)
     """Pack whole rows into max_seq_length windows without padding, each with its own position_ids; the
     article's True."""
-    packing_strategy: str = _field("bfd", "training", identity=True)
+    packing_strategy: PackingStrategy = _field("bfd", identity=True)
     """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
     (rows cut at window edges)."""
-    completion_only_loss: bool = _field(True, "training", identity=True)
+    completion_only_loss: bool = _field(True, identity=True)
     """Loss on the response tokens and the EOS after them only (TRL's name; what TRL's prompt/completion
     format, Axolotl and LLaMA-Factory default to). False: on the whole text, prompt included (the article's).
     Measured on SmolLM2-135M-Instruct, 20 LoRA steps of 4 x 256 tokens at lr 2e-4 on the demo rows
@@ -195,113 +272,131 @@ class FinetuneConfig:
     loss lowered the mean EOS probability at the end of held-out responses 0.559 -> 0.418 and the answers that
     stop 19/20 -> 12/20; the response-only loss raised them to 0.668 and 20/20, with the lower held-out response
     loss (1.890 -> 1.805, vs 1.849)."""
-    eval_steps: int = _field(20, "training", identity=False)
+    eval_steps: int = _field(20, identity=False, allowed=_positive("a positive number of steps"))
     """Evaluate every N optimizer steps (this package)."""
-    save_steps: int = _field(20, "training", identity=False)
+    save_steps: int = _field(20, identity=False, allowed=_positive("a positive number of steps"))
     """Checkpoint every N optimizer steps (this package)."""
-    save_total_limit: int = _field(2, "training", identity=False)
+    save_total_limit: int = _field(2, identity=False, allowed=_positive("a positive number of checkpoints"))
     """Checkpoints kept; older ones are deleted; the article's 2."""
-    seed: int = _field(3407, "training", identity=True)
+    seed: int = _field(3407, identity=True)
     """Seed for the LoRA init, the split and the trainer; the article's 3407."""
 
-    # --- logging and output (article cells 5 and 8) ---
-    report_to: str = _field("wandb", "logging", identity=False)
+
+@dataclass
+class LoggingSection:
+    """Logging and output (article cells 5 and 8).
+
+    W&B, the run's folder and the adapter's, resuming or starting over, Google Drive.
+    """
+
+    report_to: ReportTo = _field("wandb", identity=False)
     """"wandb" (the article's) or "none"."""
-    wandb_project: str = _field("tiny-llama", "logging", identity=False)
+    wandb_project: str = _field("tiny-llama", identity=False)
     """W&B project; the article's "tiny-llama"."""
-    wandb_run_name: str = _field("tiny-llama-unsloth-sft", "logging", identity=False)
+    wandb_run_name: str = _field("tiny-llama-unsloth-sft", identity=False)
     """W&B run name; the article's "tiny-llama-unsloth-sft"."""
-    logging_steps: int = _field(1, "logging", identity=False)
+    logging_steps: int = _field(1, identity=False, allowed=_positive("a positive number of steps"))
     """Log the loss every N optimizer steps; the article's 1."""
-    output_dir: str = _field("outputs", "logging", identity=False)
+    output_dir: str = _field("outputs", identity=False, allowed=((lambda v: bool(v)), "a folder path"))
     """Folder for checkpoints, run_config.json, run_summary.json, loss_curve.png, W&B files; the article's "outputs"."""
-    adapter_dir: str = _field("", "logging", identity=False)
+    adapter_dir: str = _field("", identity=False)
     """Where the adapter is saved; "" = <output_dir>/lora_model (the article's folder name)."""
-    resume: bool = _field(False, "logging", identity=False)
+    resume: bool = _field(False, identity=False)
     """Continue from the last complete checkpoint in output_dir; the identity fields must match (this package)."""
-    overwrite_output_dir: bool = _field(False, "logging", identity=False)
+    overwrite_output_dir: bool = _field(False, identity=False)
     """Delete an earlier run first: its checkpoint-* folders, run_summary.json, loss_curve.png, export/ (every exported
     format), the adapter folder (adapter_dir, inside output_dir or not), offline W&B runs and run_config.json in
     output_dir (this package)."""
-    mount_drive: bool = _field(False, "logging", identity=False)
+    mount_drive: bool = _field(False, identity=False)
     """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
-    export_formats: tuple[str, ...] = _field((), "logging", identity=False, comma_separated=True)
+
+
+@dataclass
+class ExportSection:
+    """Export.
+
+    The formats written after the adapter is saved (``adapter_export.export_adapter``).
+    """
+
+    export_formats: tuple[ExportFormat, ...] = _field((), identity=False, comma_separated=True)
     """Formats exported after the adapter is saved, each to <output_dir>/export/<format>/: merged_16bit,
     gguf_f16, gguf_bf16, gguf_q8_0, gguf_q4_k_m (needs llama.cpp's quantizer), gguf_lora; empty = none (this package)."""
 
-    # --- generation (article cells 9-10) ---
-    prompts: tuple[str, ...] = _field(("What is the capital of France?",), "generation", identity=False)
+
+@dataclass
+class GenerationSection:
+    """Generation (article cells 9-10).
+
+    The answers after the adapter is reloaded.
+    """
+
+    prompts: tuple[str, ...] = _field(
+        ("What is the capital of France?",), identity=False, allowed=_not_empty("at least one prompt")
+    )
     """Instructions answered after reloading the adapter (a list, or one string); the article's question."""
-    max_new_tokens: int = _field(64, "generation", identity=False)
+    max_new_tokens: int = _field(64, identity=False, allowed=_positive("a positive number of tokens"))
     """Most tokens generated per answer; the article's 64."""
-    reload_merged: bool = _field(True, "generation", identity=False)
+    reload_merged: bool = _field(True, identity=False)
     """Reload the base in 16 bits with the adapter merged in (fast streaming), or False for the article's
     4-bit base with the adapter on top (this package)."""
+
+
+#: The sections, in the order of their fields: name -> dataclass (``dataclasses.fields(section)``: its fields).
+SECTIONS: dict[str, type] = {
+    "model": ModelSection,
+    "lora": LoraSection,
+    "data": DataSection,
+    "chat": ChatSection,
+    "training": TrainingSection,
+    "logging": LoggingSection,
+    "export": ExportSection,
+    "generation": GenerationSection,
+}
+
+
+@dataclass
+class FinetuneConfig(
+    GenerationSection,
+    ExportSection,
+    LoggingSection,
+    TrainingSection,
+    ChatSection,
+    DataSection,
+    LoraSection,
+    ModelSection,
+):
+    """Every knob of a run, one flat object; the defaults are the article's recipe unless a field says otherwise.
+
+    It inherits the eight ``SECTIONS`` dataclasses, so each field is a plain attribute (``cfg.lora_r``). The bases
+    are given last section first: a dataclass puts the fields of its last base first, so ``FIELD_NAMES`` keeps the
+    sections' order (model first), which is the parameters cell's and docs/parameters.md's.
+
+    The path fields (``PATH_FIELDS``) are stored with ``~`` and ``$VARS`` expanded, so ``run_config.json``
+    and every helper see the folder a shell would.
+
+    Raises:
+        ConfigError (a ValueError): from ``__post_init__`` when a value has the wrong type (after the
+            string coercions of ``coercion.coerce_value``), is not among its ``Literal``'s choices, or is out of
+            range; the message names the field and what is allowed.
+    """
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             setattr(
                 self,
                 f.name,
-                coerce_value(f.name, getattr(self, f.name), f.type, comma_separated=f.metadata["comma_separated"]),
+                coerce_value(
+                    f.name, getattr(self, f.name), FIELD_TYPES[f.name], comma_separated=f.metadata["comma_separated"]
+                ),
             )
         if self.dtype == "auto":
             self.dtype = None
         for name in PATH_FIELDS:  # "~/runs/x", "$DATA/a.jsonl" as a shell would read them; a Hub id has no ~ or $
             setattr(self, name, expand_path(getattr(self, name)))
-        checks = {
-            "backend": self.backend in BACKENDS,
-            "recipe": self.recipe in RECIPES,
-            "dtype": self.dtype in DTYPES,
-            "template": self.template in TEMPLATES,
-            "report_to": self.report_to in REPORT_TO,
-            "packing_strategy": self.packing_strategy in PACKING_STRATEGIES,
-            "long_rows": self.long_rows in LONG_ROWS,
-            "dataset_format": self.dataset_format in DATASET_FORMATS,
-            "chat_template": self.chat_template in ("auto", *NAMED_CHAT_TEMPLATES) or "{%" in self.chat_template,
-            "lora_bias": self.lora_bias in ("none", "all", "lora_only"),
-            "max_seq_length": self.max_seq_length > 0,
-            "lora_r": self.lora_r > 0,
-            "lora_alpha": self.lora_alpha > 0,
-            "lora_dropout": 0.0 <= self.lora_dropout < 1.0,
-            "target_modules": len(self.target_modules) > 0,
-            "prompts": len(self.prompts) > 0,
-            "test_size": 0.0 <= self.test_size < 1.0,
-            "learning_rate": self.learning_rate > 0,
-            "per_device_train_batch_size": self.per_device_train_batch_size > 0,
-            "per_device_eval_batch_size": self.per_device_eval_batch_size > 0,
-            "gradient_accumulation_steps": self.gradient_accumulation_steps > 0,
-            "max_steps": self.max_steps == -1 or self.max_steps > 0,
-            "num_train_epochs": self.num_train_epochs > 0,
-            "warmup_ratio": 0.0 <= self.warmup_ratio < 1.0,
-            "eval_steps": self.eval_steps > 0,
-            "save_steps": self.save_steps > 0,
-            "save_total_limit": self.save_total_limit > 0,
-            "logging_steps": self.logging_steps > 0,
-            "gpu_memory_cap_gib": self.gpu_memory_cap_gib >= 0,
-            "max_new_tokens": self.max_new_tokens > 0,
-            "output_dir": bool(self.output_dir),
-        }
-        non_finite = [
-            f.name
-            for f in dataclasses.fields(self)
-            if isinstance(getattr(self, f.name), float) and not math.isfinite(getattr(self, f.name))
-        ]
-        if non_finite:
-            name = non_finite[0]
-            raise ConfigError(
-                f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: a finite number "
-                f"({_ALLOWED.get(name, 'not inf or nan')})"
-            )
-        bad = [name for name, ok in checks.items() if not ok]
-        if bad:
-            name = bad[0]
-            raise ConfigError(f"FinetuneConfig.{name}={getattr(self, name)!r} is not allowed: {_ALLOWED[name]}")
-        wrong_formats = [f for f in self.export_formats if f not in EXPORT_FORMATS]
-        if wrong_formats:
-            raise ConfigError(
-                f"FinetuneConfig.export_formats: {wrong_formats[0]!r} is not a format; allowed: {list(EXPORT_FORMATS)}"
-            )
+        for f in dataclasses.fields(self):
+            problem = _not_allowed(f, getattr(self, f.name))
+            if problem:
+                raise ConfigError(problem)
         self.packing_strategy = resolve_packing_strategy(
             self.long_rows, self.packing, self.packing_strategy, "FinetuneConfig."
         )
@@ -393,6 +488,68 @@ class FinetuneConfig:
 
 #: Every field name, in declaration order (= the parameters cell's order).
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
+#: Each field's type, resolved from its annotation (``Literal``s included): what values are coerced to and checked
+#: against, and what the command line's flags are typed with.
+FIELD_TYPES: dict[str, Any] = typing.get_type_hints(FinetuneConfig)
+
+
+def _literal(annotation: Any) -> Any:
+    """The ``Literal[...]`` in an annotation (itself, in a union with None or str, or a tuple's items), or None."""
+    if typing.get_origin(annotation) is Literal:
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple):
+        for arg in typing.get_args(annotation):
+            found = _literal(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def choices(name: str) -> tuple[Any, ...]:
+    """The values a choice field lists, read from the ``Literal`` in its annotation (its one declaration).
+
+    Args:
+        name: a field name (``FIELD_NAMES``).
+
+    Returns:
+        The ``Literal``'s values, with None first for an optional field (``dtype``: ``(None, "bfloat16", ...)``);
+        for a tuple of choices (``export_formats``) the values each item takes; for ``chat_template``
+        (``ChatTemplateName | str``) its names, besides which a Jinja template string is allowed. ``()`` for a
+        field that is not a choice.
+
+    Raises:
+        KeyError: ``name`` is not a field.
+    """
+    annotation = FIELD_TYPES[name]
+    literal = _literal(annotation)
+    if literal is None:
+        return ()
+    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
+        annotation
+    )
+    return ((None,) if optional else ()) + typing.get_args(literal)
+
+
+def _not_allowed(f: dataclasses.Field, value: Any) -> str | None:
+    """What is wrong with a field's coerced value (its message, naming the field and what is allowed), or None."""
+    name, allowed = f.name, f.metadata["allowed"]
+    if isinstance(value, float) and not math.isfinite(value):
+        return (
+            f"FinetuneConfig.{name}={value!r} is not allowed: a finite number "
+            f"({allowed[1] if allowed else 'not inf or nan'})"
+        )
+    annotation = FIELD_TYPES[name]
+    if typing.get_origin(annotation) is tuple and _literal(annotation) is not None:
+        wrong = [item for item in value if item not in choices(name)]
+        if wrong:
+            return f"FinetuneConfig.{name}: {wrong[0]!r} is not allowed; each item is one of {list(choices(name))}"
+    elif choices(name) and str not in typing.get_args(annotation) and value not in choices(name):
+        return f"FinetuneConfig.{name}={value!r} is not allowed: one of {choices(name)}"
+    if allowed and not allowed[0](value):
+        return f"FinetuneConfig.{name}={value!r} is not allowed: {allowed[1]}"
+    return None
+
+
 #: The package's defaults: helpers write ``lora_r: int = DEFAULTS.lora_r``, never the number.
 DEFAULTS = FinetuneConfig()
 
@@ -404,55 +561,22 @@ def identity_fields() -> tuple[str, ...]:
 
 @lru_cache(maxsize=1)
 def field_docs() -> dict[str, str]:
-    """Each field's docstring (the string literal under it in this file), whitespace folded to one line.
+    """Each field's docstring (the string literal under it in its section), whitespace folded to one line.
 
-    Read from the source with ``ast`` (Python keeps no attribute docstrings at run time); the command
-    line's ``--help`` and docs/parameters.md's table are built from it.
+    Read with ``docstring_parser.parse_from_object`` on each section dataclass, as jsonargparse reads them for
+    ``--help`` (Python keeps no attribute docstrings at run time); docs/parameters.md's table and the flags the
+    command line adds by hand (tuple fields, the recorded fields of ``generate`` and ``export``) use it.
+
+    Returns:
+        field name -> its docstring on one line, for every field.
+
+    Raises:
+        ImportError: ``docstring_parser`` is missing (it comes with the dependency ``jsonargparse[signatures]``).
     """
-    tree = ast.parse(inspect.getsource(FinetuneConfig))
-    body = tree.body[0].body
+    import docstring_parser
+
     docs = {}
-    for node, following in zip(body, body[1:]):
-        if (
-            isinstance(node, ast.AnnAssign)
-            and isinstance(following, ast.Expr)
-            and isinstance(following.value, ast.Constant)
-            and isinstance(following.value.value, str)
-        ):
-            docs[node.target.id] = " ".join(following.value.value.split())
+    for section in SECTIONS.values():
+        for param in docstring_parser.parse_from_object(section).params:
+            docs[param.arg_name] = " ".join((param.description or "").split())
     return docs
-
-
-_ALLOWED = {
-    "backend": f"one of {BACKENDS}",
-    "recipe": f"one of {RECIPES}",
-    "dtype": f"one of {DTYPES}",
-    "template": f"one of {TEMPLATES}",
-    "report_to": f"one of {REPORT_TO}",
-    "packing_strategy": f"one of {PACKING_STRATEGIES}",
-    "long_rows": f"one of {LONG_ROWS}",
-    "dataset_format": f"one of {DATASET_FORMATS}",
-    "chat_template": f"'auto', one of {NAMED_CHAT_TEMPLATES}, or a Jinja template string (holding '{{%')",
-    "lora_bias": "one of ('none', 'all', 'lora_only')",
-    "max_seq_length": "a positive number of tokens",
-    "lora_r": "a positive rank",
-    "lora_alpha": "positive",
-    "lora_dropout": "in [0, 1)",
-    "target_modules": "at least one module name",
-    "prompts": "at least one prompt",
-    "test_size": "a fraction in [0, 1)",
-    "learning_rate": "positive",
-    "per_device_train_batch_size": "a positive number of sequences",
-    "per_device_eval_batch_size": "a positive number of sequences",
-    "gradient_accumulation_steps": "a positive number of micro-batches",
-    "max_steps": "-1 (full epochs) or a positive number of optimizer steps",
-    "num_train_epochs": "positive",
-    "warmup_ratio": "a fraction in [0, 1)",
-    "eval_steps": "a positive number of steps",
-    "save_steps": "a positive number of steps",
-    "save_total_limit": "a positive number of checkpoints",
-    "logging_steps": "a positive number of steps",
-    "gpu_memory_cap_gib": "0 (no cap) or a positive number of GiB",
-    "max_new_tokens": "a positive number of tokens",
-    "output_dir": "a folder path",
-}

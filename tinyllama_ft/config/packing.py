@@ -6,8 +6,14 @@ measurement (which takes its defaults from the configuration).
 
 from __future__ import annotations
 
-#: ``FinetuneConfig.long_rows`` values.
-LONG_ROWS = ("drop", "truncate", "split")
+from typing import Literal, get_args
+
+#: The long-row policies a conversation run takes (a conversation split over windows loses its turns' context).
+ConversationLongRows = Literal["drop", "truncate"]
+#: ``FinetuneConfig.long_rows``: the one declaration of its values (``typing.get_args`` reads them).
+LongRows = Literal[ConversationLongRows, "split"]
+#: ``FinetuneConfig.long_rows`` values, read from ``LongRows``.
+LONG_ROWS: tuple[str, ...] = get_args(LongRows)
 
 
 def resolve_packing_strategy(long_rows: str, packing: bool, packing_strategy: str, prefix: str = "") -> str:

@@ -25,16 +25,17 @@ TRL (1.15 and 1.16) turns an ``assistant_masks`` column of a tokenized dataset i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
 
 from ..config.finetune import DEFAULTS
+from ..config.packing import ConversationLongRows
 from ..models.chat_templates import TemplateMismatch, end_of_turn_token, render_turns, special_tokens
 from .instructions import BadRow, DataReport
 from .tokenization import token_supervision
 
 #: ``long_rows`` choices for conversations: drop a conversation longer than ``max_seq_length`` (counted), or keep
 #: its start; ``"split"`` (the Alpaca path's) is refused: a conversation cut over windows loses its turns' context.
-LONG_ROWS = ("drop", "truncate")
+LONG_ROWS: tuple[str, ...] = get_args(ConversationLongRows)
 
 
 def _text_ids(tokenizer, text: str) -> list[int]:
