@@ -41,8 +41,9 @@ if importlib.util.find_spec("tinyllama_ft") is None:
                     "tinyllama-ft @ git+https://github.com/tinyllama-ft/tinyllama-ft"], check=True)
 
 # %% [markdown]
-# Every knob of the run, by section; the defaults are the article's values (`max_steps=60` as Unsloth's notebooks;
-# `-1` trains the article's full epoch). docs/parameters.md explains each one. The last line records the
+# Every knob of an Alpaca run, by section (the chat section's are in finetune_chat.ipynb); the defaults are the
+# article's values (`max_steps=60` as Unsloth's notebooks; `-1` trains the article's full epoch). docs/parameters.md
+# explains each one. The last line records the
 # names defined so far: the next cell reads the parameters among them and what papermill's `-p` adds, nothing else.
 
 # %% tags=["parameters"]

@@ -132,7 +132,9 @@ def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows,
     ]
     assert check.stopping.total == len(short) == sum(n <= evaluation.SHORT_ANSWER_TOKENS for n in lengths)
     assert check.scores == evaluation.held_out_scores(model, tokenizer, held, max_seq_length=512)
-    assert str(check).startswith("response loss ") and "answers ended with a stop token within 4 new tokens" in str(check)
+    assert str(check).startswith("response loss ") and "answers ended with a stop token within 4 new tokens" in str(
+        check
+    )
     fields = evaluation.heldout_summary(check, check, [{"instruction": "x"}])
     assert fields["heldout_before"] == check.scores.as_dict() and fields["stop_total"] == len(short)
     assert fields["stopped_after"] == check.stopping.stopped and fields["side_by_side"] == [{"instruction": "x"}]

@@ -36,6 +36,32 @@ def test_jupytext_pair_is_in_sync():
     assert sum("parameters" in t for t in tags) == 1
 
 
+def test_both_notebooks_run_the_same_code_cells_in_ten_titled_sections():
+    """Issue 21: the Alpaca and the chat notebook are one run (what differs is ``fmt``, the data format object): after
+    the parameters cell their code cells are the same, in the same order; each has at most 40 cells, in about ten
+    titled sections, and no cell of code holds a function or class of its own (the logic is in the package)."""
+    import ast
+
+    import jupytext
+
+    def after_parameters(name):
+        cells = jupytext.read(REPO / "notebooks" / f"{name}.py").cells
+        start = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
+        return cells, cells[start + 1 :]
+
+    alpaca, alpaca_rest = after_parameters("finetune_tinyllama")
+    chat, chat_rest = after_parameters("finetune_chat")
+    code = lambda cells: [c.source for c in cells if c.cell_type == "code"]  # noqa: E731
+    assert code(alpaca_rest) == code(chat_rest) and len(code(alpaca_rest)) >= 15
+    for cells in (alpaca, chat):
+        sections = [c.source.splitlines()[0] for c in cells if c.cell_type == "markdown" and c.source.startswith("## ")]
+        assert len(cells) <= 40 and 8 <= len(sections) <= 12, (len(cells), sections)
+        for source in code(cells):
+            tree = ast.parse("\n".join(line for line in source.splitlines() if not line.startswith(("!", "%"))))
+            assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Lambda)) for n in ast.walk(tree)), source
+    assert "fmt = data_format(cfg)" in code(alpaca_rest)[0]
+
+
 def test_repository_url_is_the_one_in_pyproject():
     url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
     slug = url.removeprefix("https://github.com/")

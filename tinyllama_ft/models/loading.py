@@ -25,7 +25,7 @@ from .pad_token import ensure_pad_token
 from .precision import resolve_dtype, torch_dtype
 
 #: Which backend loaded each model (``load_model``), keyed weakly by the model object: a Hugging Face model carries
-#: no attribute of ours. ``loaded_backend`` reads it (``generation.prepare_for_inference`` runs Unsloth's
+#: no attribute of ours. ``loaded_backend`` reads it (``core.prepare_for_inference`` runs Unsloth's
 #: ``for_inference`` on Unsloth's models).
 _LOADED_BY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
