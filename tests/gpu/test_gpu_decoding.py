@@ -82,3 +82,41 @@ def test_graph_decoder_gives_generates_greedy_tokens_on_a_real_model_and_batches
     together = generate(model, tokenizer, questions, max_new_tokens=120)
     assert together == generate(model, tokenizer, questions, max_new_tokens=120, decode="plain")
     assert fused_decoder_for(model, 3, 200).graph is not None
+
+
+def test_chat_answers_use_the_graph_decoder_and_stop_on_every_stop_token(stories_dir):
+    """Issue 21: chat answers go through the same core, so a Llama-class chat model on CUDA answers with the
+    CUDA-graph decoder (greedy tokens as generate's), stopping on the template's stop ids (end of turn, then EOS);
+    the decoder's state is held by the core's tables, never set on the Hugging Face model."""
+    from tinyllama_ft.data.formats import ConversationFormat
+    from tinyllama_ft.infer import core
+    from tinyllama_ft.infer.chat_generation import chat_generate, chat_stream
+    from tinyllama_ft.infer.fast.graph_decoder import FUSED_DECODERS
+    from tinyllama_ft.infer.generation import generate
+    from tinyllama_ft.models.loading import load_model
+
+    class Cfg:
+        max_seq_length = 512
+
+    model, tokenizer = load_model(
+        str(stories_dir),
+        max_seq_length=512,
+        dtype="float32",
+        load_in_4bit=False,
+        backend="transformers",
+        hardware=detect_hardware(),
+    )
+    fmt = ConversationFormat("messages", chat_template="zephyr")
+    fmt.prepare(model, tokenizer, Cfg())
+    stops = fmt.stop_token_ids(tokenizer)
+    assert core.decode_mode(model, "auto", False, 1.0, None) == "graph"
+    questions = ["Tell me a story about a cat.", "What is the capital of France?", "Write a haiku about the sea."]
+    fast = chat_generate(model, tokenizer, questions, max_new_tokens=120, return_ids=True)
+    assert FUSED_DECODERS[model][3].graph is not None and model not in core.GRAPH_FAILED
+    plain = chat_generate(model, tokenizer, questions, max_new_tokens=120, return_ids=True, decode="plain")
+    assert fast == plain and not any(set(ids) & set(stops) for ids in fast)
+    streamed = chat_stream(model, tokenizer, questions, max_new_tokens=120)
+    assert FUSED_DECODERS[model][1].graph is not None
+    assert streamed == [tokenizer.decode(ids, skip_special_tokens=True) for ids in plain]
+    assert generate(model, tokenizer, questions, max_new_tokens=120, data_format=fmt) == streamed
+    assert not [name for name in vars(model) if name.startswith("_tinyllama_ft")]
