@@ -87,7 +87,7 @@ def test_helper_defaults_are_the_config_defaults():
     from tinyllama_ft.data import alpaca_prompts as prompts
 
     from tinyllama_ft.train import tracking
-    from tinyllama_ft.infer import chat_generation
+    from tinyllama_ft.infer import chat_generation, core
     from tinyllama_ft.data import chat_masks
     from tinyllama_ft.models import chat_templates
     from tinyllama_ft.data import conversations
@@ -123,6 +123,7 @@ def test_helper_defaults_are_the_config_defaults():
         families.rope_limits,
         chat_generation.chat_generate,
         chat_generation.chat_stream,
+        core.GenerationOptions,  # every generation helper's **options
     ):
         for name, p in inspect.signature(fn).parameters.items():
             field_name = aliases.get(name, name)

@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from ..config.finetune import DEFAULTS
 from ..models.attention import sdpa_outside_training
 from ..models.pad_token import encode_left_padded
 
@@ -57,6 +58,47 @@ class Answer:
     def new_tokens(self) -> int:
         """Tokens generated, the stop token included when it came."""
         return len(self.ids) + int(self.stopped)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GenerationOptions:
+    """How answers are generated: the keyword arguments every generation helper takes (``**options``).
+
+    Attributes:
+        max_new_tokens: most tokens generated per answer (``DEFAULTS.max_new_tokens``: the article's 64).
+        do_sample: sample instead of greedy decoding; ``temperature`` and ``top_p`` apply only then.
+        temperature: softmax temperature (> 0) when sampling.
+        top_p: nucleus-sampling mass in (0, 1] when sampling.
+        repetition_penalty: >= 1.0 discourages repeats (1.0 = off).
+        logits_processor: optional ``transformers.LogitsProcessorList``.
+        decode: one of ``DECODE_CHOICES`` (``decode_mode``).
+        ignore_eos: generate exactly ``max_new_tokens`` tokens per answer (benchmarks).
+    """
+
+    max_new_tokens: int = DEFAULTS.max_new_tokens
+    do_sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    repetition_penalty: float = 1.0
+    logits_processor: Any = None
+    decode: str = "auto"
+    ignore_eos: bool = False
+
+    def mode(self, model, new_tokens: int = 0) -> str:
+        """``decode_mode`` for these options."""
+        return decode_mode(
+            model, self.decode, self.do_sample, self.repetition_penalty, self.logits_processor, new_tokens
+        )
+
+    def generate_kwargs(self) -> dict:
+        """``model.generate`` arguments for these options (the stop and pad ids apart)."""
+        kwargs = dict(max_new_tokens=self.max_new_tokens, do_sample=self.do_sample, use_cache=True)
+        kwargs["repetition_penalty"] = self.repetition_penalty
+        if self.do_sample:
+            kwargs.update(temperature=self.temperature, top_p=self.top_p)
+        if self.ignore_eos:
+            kwargs["min_new_tokens"] = self.max_new_tokens
+        return kwargs
 
 
 def prepare_for_inference(model) -> None:
@@ -174,63 +216,44 @@ def _check_pad(tokenizer, stops: Sequence[int]) -> None:
         )
 
 
-def _decode_batch(
-    model,
-    tokenizer,
-    batch,
-    mode: str,
-    *,
-    stops: list[int],
-    max_new_tokens: int,
-    sampling: dict,
-    logits_processor,
-    ignore_eos: bool,
-    forced: bool,
-    streamer=None,
-) -> list[Answer]:
+def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: GenerationOptions, streamer=None):
     """Answers to one tokenized batch with the decoder ``mode`` (a streamer: one row only)."""
     import torch
 
     from .fast.compiled_decoder import decoder_for
 
     rows, n = batch["input_ids"].shape
-    cut_at = [] if ignore_eos else stops
+    cut_at = [] if opts.ignore_eos else stops
+    forced, budget = opts.decode == mode, opts.max_new_tokens
     if mode == "graph":
         on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk[0])))
-        found = _fused(model, batch, max_new_tokens, cut_at, forced, on_tokens=on_tokens)
+        found = _fused(model, batch, budget, cut_at, forced, on_tokens=on_tokens)
         if found is not None:
             if streamer is not None:
                 streamer.end()
-            return [Answer(ids, len(ids) < max_new_tokens and bool(cut_at)) for ids in found]
+            return [Answer(ids, len(ids) < budget and bool(cut_at)) for ids in found]
     if mode == "inductor" and rows == 1:
-        decoder = decoder_for(model, n + max_new_tokens, mode)
+        decoder = decoder_for(model, n + budget, mode)
         on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk)))
-        ids = decoder.decode(batch["input_ids"], max_new_tokens, cut_at, on_tokens=on_tokens)
+        ids = decoder.decode(batch["input_ids"], budget, cut_at, on_tokens=on_tokens)
         if streamer is not None:
             streamer.end()
-        return [Answer(ids, len(ids) < max_new_tokens and bool(cut_at))]
-    kwargs = dict(
-        max_new_tokens=max_new_tokens,
-        eos_token_id=stops,
-        pad_token_id=tokenizer.pad_token_id,
-        use_cache=True,
-        **sampling,
-    )
-    if ignore_eos:
-        kwargs["min_new_tokens"] = max_new_tokens
+        return [Answer(ids, len(ids) < budget and bool(cut_at))]
+    kwargs = dict(opts.generate_kwargs(), eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
     if streamer is not None:
         streamer.skip_prompt = True  # generate hands the streamer the prompt first
         kwargs["streamer"] = streamer
     with torch.inference_mode():
-        out = model.generate(**batch, logits_processor=logits_processor, **kwargs)
+        out = model.generate(**batch, logits_processor=opts.logits_processor, **kwargs)
     return [_cut(row, cut_at) for row in out[:, n:].tolist()]
 
 
-def _sampling(do_sample: bool, temperature: float, top_p: float, repetition_penalty: float) -> dict:
-    kwargs = dict(do_sample=do_sample, repetition_penalty=repetition_penalty)
-    if do_sample:
-        kwargs.update(temperature=temperature, top_p=top_p)
-    return kwargs
+def _batches(model, tokenizer, prompts, size: int, encode_kwargs, stops):
+    """The prompts tokenized in left-padded batches of ``size`` (the pad token checked against the stops)."""
+    for start in range(0, len(prompts), size):
+        batch = encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
+        _check_pad(tokenizer, stops)
+        yield batch
 
 
 def generate_answers(
@@ -240,16 +263,9 @@ def generate_answers(
     *,
     stop_token_ids: Sequence[int],
     encode_kwargs: dict | None = None,
-    max_new_tokens: int,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
-    logits_processor=None,
-    decode: str = "auto",
-    ignore_eos: bool = False,
     batch_size: int | None = None,
     for_inference: bool = True,
+    **options,
 ) -> list[Answer]:
     """Answer rendered prompts in left-padded batches.
 
@@ -260,48 +276,31 @@ def generate_answers(
         stop_token_ids: the ids that end an answer (Alpaca: EOS; chat: the end-of-turn token, then EOS).
         encode_kwargs: tokenizer-call arguments for the prompts, as training tokenized them
             (``split_special_tokens=True`` for Alpaca prompts, ``add_special_tokens=False`` for a chat template's).
-        max_new_tokens: most tokens generated per answer.
-        do_sample, temperature, top_p: sampling (greedy by default); temperature and top_p apply only when sampling.
-        repetition_penalty: >= 1.0 discourages repeats (1.0 = off).
-        logits_processor: optional ``transformers.LogitsProcessorList``.
-        decode: one of ``DECODE_CHOICES`` (``decode_mode``).
-        ignore_eos: generate exactly ``max_new_tokens`` tokens per answer (benchmarks).
         batch_size: prompts per batch; None: all in one.
         for_inference: switch the model to inference (``prepare_for_inference``: eval mode, Unsloth's inference
             mode); False leaves it as the caller set it (the held-out checks run mid-run inside
             ``held_out.eval_mode``, which restores training mode after).
+        **options: ``GenerationOptions`` fields (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_p``,
+            ``repetition_penalty``, ``logits_processor``, ``decode``, ``ignore_eos``).
 
     Returns:
         One ``Answer`` per prompt, in order; ``[]`` for no prompts.
 
     Raises:
+        TypeError: an option that is not a ``GenerationOptions`` field.
         ValueError: empty ``stop_token_ids``; the pad token is a stop token; ``decode`` as ``decode_mode``.
     """
-    prompts = list(prompts)
+    opts, prompts = GenerationOptions(**options), list(prompts)
     if not prompts:
         return []
     stops = _stop_ids(tokenizer, stop_token_ids)
     if for_inference:
         prepare_for_inference(model)
-    mode = decode_mode(model, decode, do_sample, repetition_penalty, logits_processor)
-    size = batch_size or len(prompts)
+    mode = opts.mode(model)
     answers: list[Answer] = []
     with sdpa_outside_training(model):
-        for start in range(0, len(prompts), size):
-            batch = encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
-            _check_pad(tokenizer, stops)
-            answers += _decode_batch(
-                model,
-                tokenizer,
-                batch,
-                mode,
-                stops=stops,
-                max_new_tokens=max_new_tokens,
-                sampling=_sampling(do_sample, temperature, top_p, repetition_penalty),
-                logits_processor=logits_processor,
-                ignore_eos=ignore_eos,
-                forced=decode == mode,
-            )
+        for batch in _batches(model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs, stops):
+            answers += _decode_batch(model, tokenizer, batch, mode, stops, opts)
     return answers
 
 
@@ -320,23 +319,16 @@ def stream_answers(
     *,
     stop_token_ids: Sequence[int],
     encode_kwargs: dict | None = None,
-    max_new_tokens: int,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
-    logits_processor=None,
-    decode: str = "auto",
-    ignore_eos: bool = False,
     titles: Sequence[str] | None = None,
     make_streamer: Callable | None = None,
+    **options,
 ) -> list[Answer]:
     """Answer rendered prompts one after another, streaming each answer's text as it is generated.
 
     Args:
-        model, tokenizer, prompts, stop_token_ids, encode_kwargs, max_new_tokens, do_sample, temperature, top_p,
-            repetition_penalty, logits_processor, decode, ignore_eos: as ``generate_answers``; "auto" decoding
-            compiles (non-Llama models on CUDA) when answers x ``max_new_tokens`` reaches ``AUTO_COMPILE_MIN_TOKENS``.
+        model, tokenizer, prompts, stop_token_ids, encode_kwargs, **options: as ``generate_answers``; "auto"
+            decoding compiles (non-Llama models on CUDA) when answers x ``max_new_tokens`` reaches
+            ``AUTO_COMPILE_MIN_TOKENS``.
         titles: a line printed before each answer (e.g. ``"### Instruction: ..."``); None prints none.
         make_streamer: ``f(tokenizer)`` -> a transformers streamer (``put`` / ``end``); default ``text_streamer``.
 
@@ -344,46 +336,30 @@ def stream_answers(
         One ``Answer`` per prompt, in order.
 
     Raises:
-        ValueError: as ``generate_answers``; ``titles`` does not match ``prompts`` in length.
+        TypeError, ValueError: as ``generate_answers``; ``titles`` does not match ``prompts`` in length.
     """
     from .fast.compiled_decoder import decoder_for
 
-    prompts = list(prompts)
+    opts, prompts = GenerationOptions(**options), list(prompts)
     if titles is not None and len(titles) != len(prompts):
         raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
     if not prompts:
         return []
     stops = _stop_ids(tokenizer, stop_token_ids)
     prepare_for_inference(model)
-    mode = decode_mode(
-        model, decode, do_sample, repetition_penalty, logits_processor, new_tokens=len(prompts) * max_new_tokens
-    )
+    mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens)
     make_streamer = make_streamer or text_streamer
     answers: list[Answer] = []
     with sdpa_outside_training(model):  # the static decoders call the model's own attention too
-        batches = [encode_left_padded(tokenizer, [p], model=model, **(encode_kwargs or {})) for p in prompts]
-        _check_pad(tokenizer, stops)
+        batches = list(_batches(model, tokenizer, prompts, 1, encode_kwargs, stops))
         if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
-            decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + max_new_tokens, mode)
+            decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + opts.max_new_tokens, mode)
         for j, batch in enumerate(batches):
             if titles is not None:
                 print(titles[j])
-            found = _decode_batch(
-                model,
-                tokenizer,
-                batch,
-                mode,
-                stops=stops,
-                max_new_tokens=max_new_tokens,
-                sampling=_sampling(do_sample, temperature, top_p, repetition_penalty),
-                logits_processor=logits_processor,
-                ignore_eos=ignore_eos,
-                forced=decode == mode,
-                streamer=make_streamer(tokenizer),
-            )
+            answers += _decode_batch(model, tokenizer, batch, mode, stops, opts, streamer=make_streamer(tokenizer))
             if mode == "graph" and model in GRAPH_FAILED:
                 mode = "plain"
-            answers += found
     return answers
 
 

@@ -62,22 +62,40 @@ def render_prompts(tokenizer, instructions, inputs=None, *, template: str = DEFA
     return instructions, [format_prompt(i, x, "", fmt.template) for i, x in zip(instructions, inputs)], fmt
 
 
+def answer_with(core_fn, model, tokenizer, instructions, inputs, template, data_format, **options):
+    """The answers of ``core_fn`` (``core.generate_answers`` or ``core.stream_answers``) on the
+    instructions' prompts (``render_prompts``), with the format's stop ids and prompt tokenization.
+
+    Args:
+        core_fn: the core function; ``**options`` go to it (``core.GenerationOptions`` fields, ``titles``, ...).
+        model, tokenizer, instructions, inputs, template, data_format: as ``generate``.
+
+    Returns:
+        One ``core.Answer`` per instruction.
+    """
+    instructions, prompts, fmt = render_prompts(
+        tokenizer, instructions, inputs, template=template, data_format=data_format
+    )
+    answers = core_fn(
+        model,
+        tokenizer,
+        prompts,
+        stop_token_ids=fmt.stop_token_ids(tokenizer),
+        encode_kwargs=fmt.encode_kwargs,
+        **options,
+    )
+    return answers
+
+
 def generate(
     model,
     tokenizer,
     instructions: str | Sequence[str],
     *,
     inputs: str | Sequence[str] | None = None,
-    max_new_tokens: int = DEFAULTS.max_new_tokens,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
     template: str = DEFAULTS.template,
-    logits_processor=None,
-    decode: str = "auto",
-    ignore_eos: bool = False,
     data_format=None,
+    **options,
 ) -> list[str]:
     """Answer one or many instructions in one batch.
 
@@ -85,20 +103,14 @@ def generate(
         model, tokenizer: from ``load_model`` + ``add_lora``, or ``adapters.load_adapter``.
         instructions: one instruction or a list.
         inputs: matching context strings (one for all, or one each); ``None`` = empty input.
-        max_new_tokens: most tokens generated per answer (the article's 64).
-        do_sample: sample instead of greedy decoding; ``temperature`` and ``top_p`` apply only then.
-        temperature: softmax temperature (> 0) when sampling.
-        top_p: nucleus-sampling mass in (0, 1] when sampling.
-        repetition_penalty: >= 1.0 discourages repeats (1.0 = off).
         template: prompt template, as ``alpaca_prompts.format_prompt``.
-        logits_processor: optional ``transformers.LogitsProcessorList``.
-        decode: one of ``core.DECODE_CHOICES``: "auto" (the CUDA-graph decoder for the whole batch where
-            ``core.decode_mode`` picks "graph", else transformers' ``generate``), "plain", "graph" or "inductor"
-            (forced).
-        ignore_eos: generate exactly ``max_new_tokens`` tokens per answer (benchmarks).
         data_format: the run's format object (``formats.data_format(cfg)``): a conversation format renders each
             instruction as a user message through the chat template and stops at its end-of-turn token; None:
             ``AlpacaFormat(template)``.
+        **options: ``core.GenerationOptions`` fields: ``max_new_tokens`` (the article's 64), ``do_sample``,
+            ``temperature``, ``top_p``, ``repetition_penalty``, ``logits_processor``, ``decode`` ("auto": the
+            CUDA-graph decoder where ``core.decode_mode`` picks "graph", else transformers' ``generate``; "plain",
+            "graph", "inductor": forced), ``ignore_eos`` (benchmarks).
 
     Returns:
         One answer string per instruction: the generated text up to (not including) the stop token (EOS),
@@ -106,25 +118,9 @@ def generate(
 
     Raises:
         ValueError: ``inputs`` does not match ``instructions`` in length; ``decode`` as ``core.decode_mode``.
+        TypeError: an unknown option.
     """
-    instructions, prompts, fmt = render_prompts(
-        tokenizer, instructions, inputs, template=template, data_format=data_format
-    )
-    answers = generate_answers(
-        model,
-        tokenizer,
-        prompts,
-        stop_token_ids=fmt.stop_token_ids(tokenizer),
-        encode_kwargs=fmt.encode_kwargs,
-        max_new_tokens=max_new_tokens,
-        do_sample=do_sample,
-        temperature=temperature,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        logits_processor=logits_processor,
-        decode=decode,
-        ignore_eos=ignore_eos,
-    )
+    answers = answer_with(generate_answers, model, tokenizer, instructions, inputs, template, data_format, **options)
     return decode_answers(tokenizer, answers)
 
 
@@ -134,55 +130,31 @@ def stream(
     instructions: str | Sequence[str],
     *,
     inputs: str | Sequence[str] | None = None,
-    max_new_tokens: int = DEFAULTS.max_new_tokens,
-    do_sample: bool = False,
-    temperature: float = 1.0,
-    top_p: float = 1.0,
-    repetition_penalty: float = 1.0,
     template: str = DEFAULTS.template,
-    logits_processor=None,
-    decode: str = "auto",
-    ignore_eos: bool = False,
-    return_ids: bool = False,
     data_format=None,
+    return_ids: bool = False,
+    **options,
 ) -> list[str] | list[list[int]]:
     """Print answers as they are generated (transformers ``TextStreamer``), one instruction after
     another, and return them.
 
     Args:
-        model, tokenizer, instructions, inputs, max_new_tokens, do_sample, temperature, top_p,
-            repetition_penalty, template, logits_processor: as ``generate``.
-        decode: one of ``core.DECODE_CHOICES`` (``core.decode_mode``); "auto" uses the CUDA-graph decoder on a CUDA
-            GPU where it applies (a merged 16/32-bit Llama, greedy), and ``generate`` otherwise.
-        ignore_eos: generate exactly ``max_new_tokens`` tokens (benchmarks).
+        model, tokenizer, instructions, inputs, template, data_format, **options: as ``generate``; "auto"
+            decoding uses the CUDA-graph decoder on a CUDA GPU where it applies (a merged 16/32-bit Llama,
+            greedy), and ``generate`` otherwise.
         return_ids: return each answer's new token ids instead of its text.
-        data_format: as ``generate``.
 
     Returns:
         One answer per instruction: its text (up to, not including, EOS; special tokens removed), or
         its token ids with ``return_ids``.
 
     Raises:
-        ValueError: as ``generate`` and ``core.decode_mode``.
+        ValueError, TypeError: as ``generate``.
     """
-    instructions, prompts, fmt = render_prompts(
-        tokenizer, instructions, inputs, template=template, data_format=data_format
-    )
-    answers = stream_answers(
-        model,
-        tokenizer,
-        prompts,
-        stop_token_ids=fmt.stop_token_ids(tokenizer),
-        encode_kwargs=fmt.encode_kwargs,
-        max_new_tokens=max_new_tokens,
-        do_sample=do_sample,
-        temperature=temperature,
-        top_p=top_p,
-        repetition_penalty=repetition_penalty,
-        logits_processor=logits_processor,
-        decode=decode,
-        ignore_eos=ignore_eos,
-        titles=[f"### Instruction: {i}" for i in instructions],
+    instructions = [instructions] if isinstance(instructions, str) else list(instructions)
+    titles = [f"### Instruction: {i}" for i in instructions]
+    answers = answer_with(
+        stream_answers, model, tokenizer, instructions, inputs, template, data_format, titles=titles, **options
     )
     return [a.ids for a in answers] if return_ids else decode_answers(tokenizer, answers)
 

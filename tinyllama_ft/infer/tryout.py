@@ -61,20 +61,21 @@ def answer_into(
         ValueError: empty instruction, ``max_new_tokens`` < 1 or ``temperature`` < 0.
     """
     from .core import decode_answers, stream_answers
-    from .generation import render_prompts
+    from .generation import answer_with
 
     if not instruction.strip():
         raise ValueError("instruction is empty: type an instruction first")
     if max_new_tokens < 1 or temperature < 0:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be >= 1 and temperature={temperature} >= 0")
     output.clear_output()
-    _, prompts, fmt = render_prompts(tokenizer, instruction, input or None, template=template, data_format=data_format)
-    answers = stream_answers(
+    answers = answer_with(
+        stream_answers,
         model,
         tokenizer,
-        prompts,
-        stop_token_ids=fmt.stop_token_ids(tokenizer),
-        encode_kwargs=fmt.encode_kwargs,
+        instruction,
+        input or None,
+        template,
+        data_format,
         max_new_tokens=int(max_new_tokens),
         do_sample=temperature > 0,
         temperature=float(temperature),
