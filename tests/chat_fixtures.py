@@ -132,3 +132,40 @@ def train_on_multiturn(model, tokenizer, out, *, max_steps: int) -> None:
         warmup_ratio=0.0,
         save_steps=1000,
     ).train()
+
+
+def tiny_chat_run(shared_data, alpaca_jsonl, folder: Path) -> dict:
+    """A small chat run's configuration values: a tiny random Llama with SmolLM2's real tokenizer and ChatML template
+    (saved under ``folder``), the first 40 real Alpaca rows as one-turn conversations plus the multi-turn fixtures,
+    2 steps, the held-out checks on 20% of the rows (tests/test_chat_pipeline.py, tests/test_cli.py)."""
+    tokenizer = smollm2_tokenizer(shared_data)
+    model_dir = folder / "tiny-chat-model"
+    tiny_model("llama", tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    rows = folder / "alpaca_40.jsonl"
+    with open(alpaca_jsonl, encoding="utf-8") as f:
+        rows.write_text("".join(next(f) for _ in range(40)), encoding="utf-8")
+    return dict(
+        model_name=str(model_dir),
+        dataset=str(rows),
+        extra_datasets=[str(MULTITURN)],
+        dataset_format="auto",
+        max_seq_length=256,
+        load_in_4bit=False,
+        backend="transformers",
+        lora_r=4,
+        lora_alpha=8,
+        learning_rate=1e-3,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        per_device_eval_batch_size=4,
+        max_steps=2,
+        test_size=0.2,
+        gradient_checkpointing=False,
+        eval_steps=1000,
+        save_steps=1000,
+        report_to="none",
+        dataset_num_proc=None,
+        prompts=["Hi", "Name a color."],
+        max_new_tokens=4,
+    )

@@ -9,21 +9,11 @@ import json
 
 import pytest
 
-from chat_fixtures import MULTITURN, cpu_trl_cannot_train, smollm2_tokenizer, tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny_chat_model_dir(tmp_path_factory, shared_data):
-    tokenizer = smollm2_tokenizer(shared_data)
-    model = tiny_model("llama", tokenizer)
-    folder = tmp_path_factory.mktemp("tiny-chat-model")
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+from chat_fixtures import cpu_trl_cannot_train, tiny_chat_run
 
 
 @pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
-def test_run_training_takes_the_chat_path_for_conversations(tiny_chat_model_dir, alpaca_jsonl, tmp_path, monkeypatch):
+def test_run_training_takes_the_chat_path_for_conversations(shared_data, alpaca_jsonl, tmp_path, monkeypatch):
     from tinyllama_ft.config.finetune import FinetuneConfig
     from tinyllama_ft.machine import hardware
     from tinyllama_ft.pipeline import run_training
@@ -32,33 +22,9 @@ def test_run_training_takes_the_chat_path_for_conversations(tiny_chat_model_dir,
     real_cap = hardware.cap_gpu_memory
     monkeypatch.setattr(hardware, "cap_gpu_memory", lambda gib, hw=None: capped.append(gib) or real_cap(gib, hw))
 
-    small = tmp_path / "alpaca_40.jsonl"
-    with open(alpaca_jsonl, encoding="utf-8") as f:
-        small.write_text("".join(next(f) for _ in range(40)), encoding="utf-8")
     cfg = FinetuneConfig(
-        model_name=tiny_chat_model_dir,
-        dataset=str(small),
-        extra_datasets=[str(MULTITURN)],
-        dataset_format="auto",
-        max_seq_length=256,
-        load_in_4bit=False,
-        backend="transformers",
-        lora_r=4,
-        lora_alpha=8,
-        learning_rate=1e-3,
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=1,
-        per_device_eval_batch_size=4,
-        max_steps=2,
-        test_size=0.2,
-        gradient_checkpointing=False,
-        eval_steps=1000,
-        save_steps=1000,
-        report_to="none",
-        dataset_num_proc=None,
+        **tiny_chat_run(shared_data, alpaca_jsonl, tmp_path),
         output_dir=str(tmp_path / "out"),
-        prompts=["Hi", "Name a color."],
-        max_new_tokens=4,
         gpu_memory_cap_gib=12.0,  # a CPU has no GPU to cap: the run applies it, the helper says there is none
     )
     summary = run_training(cfg)

@@ -324,44 +324,14 @@ def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(shared_data, alpa
     import papermill
     import yaml
 
-    from chat_fixtures import MULTITURN, cpu_trl_cannot_train, smollm2_tokenizer, tiny_model
+    from chat_fixtures import cpu_trl_cannot_train, tiny_chat_run
 
     if cpu_trl_cannot_train():
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
-    tokenizer = smollm2_tokenizer(shared_data)
-    model_dir = tmp_path / "tiny-chat-model"
-    tiny_model("llama", tokenizer).save_pretrained(model_dir)
-    tokenizer.save_pretrained(model_dir)
-    rows = tmp_path / "alpaca_40.jsonl"
-    with open(alpaca_jsonl, encoding="utf-8") as f:
-        rows.write_text("".join(next(f) for _ in range(40)), encoding="utf-8")
     from test_chat_notebook import _parameters
 
     params = _parameters(REPO / "notebooks" / "finetune_chat.ipynb")  # the cell's values: the recipe holds them all
-    params.update(
-        model_name=str(model_dir),
-        dataset=str(rows),
-        extra_datasets=[str(MULTITURN)],
-        dataset_format="auto",
-        max_seq_length=256,
-        load_in_4bit=False,
-        backend="transformers",
-        lora_r=4,
-        lora_alpha=8,
-        learning_rate=1e-3,
-        per_device_train_batch_size=4,
-        gradient_accumulation_steps=1,
-        per_device_eval_batch_size=4,
-        max_steps=4,
-        test_size=0.2,
-        gradient_checkpointing=False,
-        eval_steps=2,
-        save_steps=1000,
-        report_to="none",
-        dataset_num_proc=None,
-        prompts=["Hi", "Name a color."],
-        max_new_tokens=4,
-    )
+    params.update(tiny_chat_run(shared_data, alpaca_jsonl, tmp_path), max_steps=4, eval_steps=2)
     papermill.execute_notebook(
         str(REPO / "notebooks" / "finetune_chat.ipynb"),
         str(tmp_path / "out.ipynb"),
