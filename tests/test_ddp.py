@@ -210,3 +210,29 @@ def test_when_the_main_process_refuses_the_folder_every_process_stops_with_its_e
     assert "tinyllama-ft train: error: output_dir=" in done.stderr and "holds an earlier run" in done.stderr
     assert "tinyllama-ft train: error: preparing output_dir failed on the main process: FileExistsError" in done.stderr
     assert record.stat().st_mtime_ns == before and LOCK_FILE not in os.listdir(tmp / "two")
+
+
+def test_a_chat_run_trains_under_a_two_process_launch_with_the_main_process_rules(shared_data, alpaca_jsonl, tmp_path):
+    """Issue 21: a conversation run is the same run as an Alpaca one, so it runs under a launch too (it was refused):
+    both processes train, the main process alone writes the folder, the held-out checks and the summary."""
+    import yaml
+
+    from chat_fixtures import cpu_trl_cannot_train, tiny_chat_run
+
+    if cpu_trl_cannot_train():
+        pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
+    values = dict(tiny_chat_run(shared_data, alpaca_jsonl, tmp_path), per_device_train_batch_size=2)
+    (tmp_path / "chat.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
+    argv, env = _argv(tmp_path / "unused.jsonl", "unused", tmp_path / "out", 2)
+    launch = argv[: argv.index("tinyllama_ft.cli") - 1]  # torch.distributed.run ... up to its -m
+    argv = [*launch, "-m", "tinyllama_ft.cli", "train", "--config", str(tmp_path / "chat.yaml"), "--output_dir"]
+    done = subprocess.run(
+        [*argv, str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.stdout.count("adapter saved to") == 1 and done.stdout.count("output_dir ") == 1
+    with open(tmp_path / "out" / "run_summary.json", encoding="utf-8") as f:
+        summary = json.load(f)
+    assert summary["execution"]["world_size"] == 2 and summary["global_step"] == 2
+    assert summary["chat"]["family"] == "smollm2" and summary["heldout_after"]["rows"] > 0
+    assert LOCK_FILE not in os.listdir(tmp_path / "out")
