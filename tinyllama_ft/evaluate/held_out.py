@@ -106,6 +106,7 @@ def held_out_scores(
     data_format=None,
     batch_size: int = 4,
     max_seq_length: int | None = None,
+    max_batch_tokens: int = 4096,
 ) -> HeldOutScores:
     """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
 
@@ -116,8 +117,11 @@ def held_out_scores(
             optionally ``input``, or ``{"messages": [...]}``.
         data_format: ``formats.AlpacaFormat`` (default, ``DEFAULTS.template``) or a prepared
             ``formats.ConversationFormat``.
-        batch_size: rows per forward pass (memory: batch x tokens x vocab logits, ~200 MB at 4 x 256 x 49,152).
+        batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
+        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone): the
+            logits are tokens x vocab, 4096 x 49,152 in bf16 = 0.4 GB on the model's device; the log-probabilities
+            are taken one row at a time in float32 (at most one row x vocab more).
 
     Returns:
         ``HeldOutScores``.
@@ -138,9 +142,16 @@ def held_out_scores(
     resp_nll = full_nll = eos_p = 0.0
     resp_n = full_n = 0
     device = next(model.parameters()).device
+    chunks: list[list[int]] = []
+    for i in keep:  # in order; a chunk grows while it fits batch_size rows and max_batch_tokens padded tokens
+        last_chunk = chunks[-1] if chunks else None
+        wide = max([len(ids[j]) for j in last_chunk or []] + [len(ids[i])])
+        if last_chunk and len(last_chunk) < batch_size and (len(last_chunk) + 1) * wide <= max_batch_tokens:
+            last_chunk.append(i)
+        else:
+            chunks.append([i])
     with eval_mode(model), torch.inference_mode():
-        for start in range(0, len(keep), batch_size):
-            chunk = keep[start : start + batch_size]
+        for chunk in chunks:
             width = max(len(ids[i]) for i in chunk)
             input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
             attention = torch.zeros((len(chunk), width), dtype=torch.long)
@@ -152,18 +163,20 @@ def held_out_scores(
                 attention[b, :n] = 1
                 response[b, :n] = torch.tensor(masks[i], dtype=torch.bool)
                 last[b] = max(j for j, m in enumerate(masks[i]) if m)
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits.float().cpu()
-            logp = torch.log_softmax(logits[:, :-1], dim=-1)
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
             target = input_ids[:, 1:]
-            nll = -logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+            nll = torch.zeros(target.shape)
+            for b in range(len(chunk)):  # one row's float32 log-probabilities at a time, on the model's device
+                logp = torch.log_softmax(logits[b, :-1].float(), dim=-1)
+                nll[b] = -logp.gather(-1, target[b].to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()
             real = attention[:, 1:].bool()
             resp = response[:, 1:] & real
             full_nll += nll[real].sum().item()
             full_n += int(real.sum())
             resp_nll += nll[resp].sum().item()
             resp_n += int(resp.sum())
-            rows_at = torch.arange(len(chunk))  # p(last supervised token), read one position before it
-            eos_p += logp[rows_at, last - 1, input_ids[rows_at, last]].exp().sum().item()
+            # p(last supervised token) = exp(-its NLL), read one position before it
+            eos_p += (-nll[torch.arange(len(chunk)), last - 1]).exp().sum().item()
     return HeldOutScores(
         rows=len(keep),
         response_loss=resp_nll / max(resp_n, 1),

@@ -4,7 +4,9 @@ Callers render their prompts (an Alpaca prompt with an empty response, a convers
 and say how to tokenize them and which tokens end an answer; the core does the rest, once:
 
 * **batching**: prompts are tokenized as one batch padded on the left (``pad_token.encode_left_padded``) with the
-  package's pad token, which is never EOS or a stop token (refused here if it is);
+  package's pad token, which is never EOS (a chat model's pad is no stop token either: ``families.prepare_family``;
+  a published model whose pad is a stop token, as Qwen-Instruct's ``<|endoftext|>``, still answers right: padding
+  sits only left of the prompts, masked, and each answer is cut at its first stop token);
 * **stop tokens**: an answer ends at the first of ``stop_token_ids`` (not returned; ``Answer.stopped`` says it
   came within ``max_new_tokens``);
 * **the decoder**: ``decode_mode`` picks the CUDA-graph decoder (``fast/graph_decoder.py``) for greedy decoding
@@ -191,7 +193,12 @@ def _fused(model, batch, max_new_tokens, stops, forced: bool, on_tokens=None) ->
     except Exception as e:  # noqa: BLE001  a kernel or graph capture that fails here: generate still works
         if forced:
             raise
+        from .fast.graph_decoder import FUSED_DECODERS
+        from .fast.llama_ops import FUSED_WEIGHTS
+
         GRAPH_FAILED[model] = f"{type(e).__name__}: {e}"
+        FUSED_DECODERS.pop(model, None)  # its cache and graphs, and the fused weight copy, are not used again
+        FUSED_WEIGHTS.pop(model, None)
         warnings.warn(
             f"the CUDA-graph decoder failed on this model ({type(e).__name__}: {str(e)[:200]}); "
             "answering with transformers' generate",
@@ -207,15 +214,6 @@ def _stop_ids(tokenizer, stop_token_ids: Sequence[int]) -> list[int]:
     return stops
 
 
-def _check_pad(tokenizer, stops: Sequence[int]) -> None:
-    if tokenizer.pad_token_id in stops:
-        raise ValueError(
-            f"the pad token {tokenizer.pad_token!r} (id {tokenizer.pad_token_id}) is a stop token {list(stops)}: a "
-            "padded row would read as ended; give the tokenizer another pad token (pad_token.ensure_pad_token, "
-            "families.prepare_family)"
-        )
-
-
 def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: GenerationOptions, streamer=None):
     """Answers to one tokenized batch with the decoder ``mode`` (a streamer: one row only)."""
     import torch
@@ -225,6 +223,8 @@ def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: Ge
     rows, n = batch["input_ids"].shape
     cut_at = [] if opts.ignore_eos else stops
     forced, budget = opts.decode == mode, opts.max_new_tokens
+    if streamer is not None:  # generate hands a streamer the prompt first, the static decoders only the new tokens
+        streamer.skip_prompt = mode == "plain" or (mode == "inductor" and rows > 1)
     if mode == "graph":
         on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk[0])))
         found = _fused(model, batch, budget, cut_at, forced, on_tokens=on_tokens)
@@ -241,19 +241,17 @@ def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: Ge
         return [Answer(ids, len(ids) < budget and bool(cut_at))]
     kwargs = dict(opts.generate_kwargs(), eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
     if streamer is not None:
-        streamer.skip_prompt = True  # generate hands the streamer the prompt first
+        streamer.skip_prompt = True  # generate hands the streamer the prompt first (also after a graph failure)
         kwargs["streamer"] = streamer
     with torch.inference_mode():
         out = model.generate(**batch, logits_processor=opts.logits_processor, **kwargs)
     return [_cut(row, cut_at) for row in out[:, n:].tolist()]
 
 
-def _batches(model, tokenizer, prompts, size: int, encode_kwargs, stops):
-    """The prompts tokenized in left-padded batches of ``size`` (the pad token checked against the stops)."""
+def _batches(model, tokenizer, prompts, size: int, encode_kwargs):
+    """The prompts tokenized in left-padded batches of ``size`` (``pad_token.encode_left_padded``: never EOS)."""
     for start in range(0, len(prompts), size):
-        batch = encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
-        _check_pad(tokenizer, stops)
-        yield batch
+        yield encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
 
 
 def generate_answers(
@@ -288,7 +286,7 @@ def generate_answers(
 
     Raises:
         TypeError: an option that is not a ``GenerationOptions`` field.
-        ValueError: empty ``stop_token_ids``; the pad token is a stop token; ``decode`` as ``decode_mode``.
+        ValueError: empty ``stop_token_ids``; ``decode`` as ``decode_mode``.
     """
     opts, prompts = GenerationOptions(**options), list(prompts)
     if not prompts:
@@ -299,8 +297,10 @@ def generate_answers(
     mode = opts.mode(model)
     answers: list[Answer] = []
     with sdpa_outside_training(model):
-        for batch in _batches(model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs, stops):
+        for batch in _batches(model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs):
             answers += _decode_batch(model, tokenizer, batch, mode, stops, opts)
+            if mode == "graph" and model in GRAPH_FAILED:  # said once: the other batches use generate
+                mode = "plain"
     return answers
 
 
@@ -351,7 +351,7 @@ def stream_answers(
     make_streamer = make_streamer or text_streamer
     answers: list[Answer] = []
     with sdpa_outside_training(model):  # the static decoders call the model's own attention too
-        batches = list(_batches(model, tokenizer, prompts, 1, encode_kwargs, stops))
+        batches = list(_batches(model, tokenizer, prompts, 1, encode_kwargs))
         if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
             decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + opts.max_new_tokens, mode)
         for j, batch in enumerate(batches):
