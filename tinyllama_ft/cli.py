@@ -84,9 +84,8 @@ def _add_section_arguments(parser, section: type, wanted: Sequence[str]) -> None
     doc = docstring_parser.parse(section.__doc__)
     group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
     own = {f.name for f in dataclasses.fields(section)}
-    pending: list[
-        str
-    ] = []  # consecutive fields that jsonargparse adds in one call, so the flags keep the fields' order
+    # consecutive fields that jsonargparse adds in one call, so the flags keep the fields' order
+    pending: list[str] = []
     for name in [*wanted, None]:
         is_tuple = name is not None and typing.get_origin(FIELD_TYPES[name]) is tuple
         if name is not None and not is_tuple:

@@ -111,30 +111,17 @@ def coerce_value(name: str, value: Any, annotation: Any, *, comma_separated: boo
         if isinstance(value, str) and value.strip().lower() in TRUE_STRINGS + FALSE_STRINGS:
             return value.strip().lower() in TRUE_STRINGS
         raise bad("True or False")
-    if base is int:
+    if base in (int, float):
         if isinstance(value, bool):
-            raise bad("an integer")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+            raise bad(_EXPECTED[base])
+        if isinstance(value, int) or (isinstance(value, float) and (base is float or value.is_integer())):
+            return base(value)  # 3.0 is an integer; an int is a number
         if isinstance(value, str):
             try:
-                return int(value.strip())
+                return base(value.strip())
             except ValueError:
                 pass
-        raise bad("an integer")
-    if base is float:
-        if isinstance(value, bool):
-            raise bad("a number")
-        if isinstance(value, (int, float)):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value.strip())
-            except ValueError:
-                pass
-        raise bad("a number")
+        raise bad(_EXPECTED[base])
     if base is str:
         if isinstance(value, str):
             return value

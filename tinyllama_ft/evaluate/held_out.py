@@ -259,7 +259,7 @@ def greedy_answers(
         rows: held-out rows of ``data_format``.
         max_new_tokens: budget per answer (``STOP_MAX_NEW_TOKENS`` = 128).
         data_format: as ``held_out_scores``: the prompt (``row_prompt``), its tokenization and the stop ids.
-        batch_size: prompts per batch (left-padded with the pad token, never EOS or a stop token).
+        batch_size: prompts per batch (left-padded, ``core.generate_answers``).
 
     Returns:
         One ``core.Answer`` per row: new ids up to the first stop token, and whether it came.

@@ -55,18 +55,22 @@ def compare_answers(
     with model.disable_adapter():
         base = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
     tuned = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
-    return [
-        {
-            "instruction": fmt.instruction(r)[0],
-            "input": fmt.instruction(r)[1],
-            "reference": fmt.reference(r) if ("output" in r or "messages" in r) else "",
-            "base": b,
-            "tuned": t,
-            "base_stopped": bs,
-            "tuned_stopped": ts,
-        }
-        for r, (b, bs), (t, ts) in zip(rows, base, tuned)
-    ]
+    table = []
+    for r, (b, bs), (t, ts) in zip(rows, base, tuned):
+        instruction, context = fmt.instruction(r)
+        reference = fmt.reference(r) if ("output" in r or "messages" in r) else ""  # a row may come without one
+        table.append(
+            dict(
+                instruction=instruction,
+                input=context,
+                reference=reference,
+                base=b,
+                tuned=t,
+                base_stopped=bs,
+                tuned_stopped=ts,
+            )
+        )
+    return table
 
 
 def _cell(text: str, width: int | None) -> str:

@@ -94,8 +94,12 @@ class GenerationOptions:
 
     def generate_kwargs(self) -> dict:
         """``model.generate`` arguments for these options (the stop and pad ids apart)."""
-        kwargs = dict(max_new_tokens=self.max_new_tokens, do_sample=self.do_sample, use_cache=True)
-        kwargs["repetition_penalty"] = self.repetition_penalty
+        kwargs = dict(
+            max_new_tokens=self.max_new_tokens,
+            do_sample=self.do_sample,
+            repetition_penalty=self.repetition_penalty,
+            use_cache=True,
+        )
         if self.do_sample:
             kwargs.update(temperature=self.temperature, top_p=self.top_p)
         if self.ignore_eos:
@@ -210,7 +214,7 @@ def _fused(model, batch, max_new_tokens, stops, forced: bool, on_tokens=None) ->
 def _stop_ids(tokenizer, stop_token_ids: Sequence[int]) -> list[int]:
     stops = [int(i) for i in stop_token_ids if i is not None]
     if not stops:
-        raise ValueError("stop_token_ids is empty: name the tokens that end an answer (or pass ignore_eos=True)")
+        raise ValueError("stop_token_ids is empty: name the tokens that end an answer")
     return stops
 
 
@@ -223,8 +227,8 @@ def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: Ge
     rows, n = batch["input_ids"].shape
     cut_at = [] if opts.ignore_eos else stops
     forced, budget = opts.decode == mode, opts.max_new_tokens
-    if streamer is not None:  # generate hands a streamer the prompt first, the static decoders only the new tokens
-        streamer.skip_prompt = mode == "plain" or (mode == "inductor" and rows > 1)
+    if streamer is not None:  # the static decoders hand a streamer only the new tokens (generate: below)
+        streamer.skip_prompt = False
     if mode == "graph":
         on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk[0])))
         found = _fused(model, batch, budget, cut_at, forced, on_tokens=on_tokens)
