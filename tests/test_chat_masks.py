@@ -21,8 +21,8 @@ from tinyllama_ft.data.conversations import check_conversations
 
 
 @pytest.fixture(scope="module")
-def tokenizer(shared_data):
-    tok = smollm2_tokenizer(shared_data)
+def tokenizer():
+    tok = smollm2_tokenizer()
     tok.pad_token = "<|endoftext|>"  # as families.prepare_family sets it: not EOS
     return tok
 
@@ -141,7 +141,7 @@ def test_template_that_rewrites_content_is_a_counted_mismatch(tokenizer, convers
         tokenize_conversations(conversations.select(range(5)), tok, max_seq_length=512)
 
 
-def test_smollm2_own_template_matches_its_generation_config(tokenizer, shared_data):
+def test_smollm2_own_template_matches_its_generation_config(tokenizer):
     from transformers import AutoConfig, GenerationConfig
 
     from chat_fixtures import smollm2_dir
@@ -197,7 +197,7 @@ SPACED_HEADER_TEMPLATE = (
     "family",
     ["smollm2-own", "smollm2-spaced-header", "tinyllama-zephyr", "tinyllama-chatml", "tinyllama-spaced-header"],
 )
-def test_every_answer_character_is_supervised_at_the_header_boundary(family, shared_data, alpaca_jsonl):
+def test_every_answer_character_is_supervised_at_the_header_boundary(family, alpaca_jsonl):
     """The turn-boundary rule (issue 22 item 7), as the Alpaca path's: the ids are the rendered conversation's, and
     a token holding the header's end and the answer's start is supervised. Expected masks come from an independent
     reader (``expected_boundary_mask``): supervised from the end of each assistant turn's generation prompt through
@@ -206,7 +206,7 @@ def test_every_answer_character_is_supervised_at_the_header_boundary(family, sha
     from tinyllama_ft.models.chat_templates import end_of_turn_token, render
 
     base, template = family.split("-", 1)
-    tok = smollm2_tokenizer(shared_data) if base == "smollm2" else tinyllama_tokenizer(shared_data)
+    tok = smollm2_tokenizer() if base == "smollm2" else tinyllama_tokenizer()
     if template == "spaced-header":
         tok.chat_template = SPACED_HEADER_TEMPLATE
     elif template != "own":

@@ -15,7 +15,7 @@ from tinyllama_ft.config.finetune import FIELD_NAMES, FinetuneConfig
 from tinyllama_ft.config.sources import load_recipe
 
 NOTEBOOK = REPO / "notebooks" / "finetune_chat"
-#: The chat notebook's offline run (a test recipe: it reads ../shared/data and tests/fixtures), loaded by its path.
+#: The chat notebook's offline run (a test recipe: it reads data/alpaca_demo and tests/fixtures), loaded by its path.
 CHAT_OFFLINE = REPO / "tests" / "recipes" / "chat_offline.yaml"
 
 

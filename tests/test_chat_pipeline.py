@@ -13,7 +13,7 @@ from chat_fixtures import cpu_trl_cannot_train, tiny_chat_run
 
 
 @pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
-def test_run_training_takes_the_chat_path_for_conversations(shared_data, alpaca_jsonl, tmp_path, monkeypatch):
+def test_run_training_takes_the_chat_path_for_conversations(alpaca_jsonl, tmp_path, monkeypatch):
     from tinyllama_ft.config.finetune import FinetuneConfig
     from tinyllama_ft.machine import hardware
     from tinyllama_ft.pipeline import run_training
@@ -23,7 +23,7 @@ def test_run_training_takes_the_chat_path_for_conversations(shared_data, alpaca_
     monkeypatch.setattr(hardware, "cap_gpu_memory", lambda gib, hw=None: capped.append(gib) or real_cap(gib, hw))
 
     cfg = FinetuneConfig(
-        **tiny_chat_run(shared_data, alpaca_jsonl, tmp_path),
+        **tiny_chat_run(alpaca_jsonl, tmp_path),
         output_dir=str(tmp_path / "out"),
         gpu_memory_cap_gib=12.0,  # a CPU has no GPU to cap: the run applies it, the helper says there is none
     )

@@ -317,7 +317,7 @@ def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(
 
 
 @pytest.mark.slow
-def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(shared_data, alpaca_jsonl, tmp_path):
+def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(alpaca_jsonl, tmp_path):
     """The chat notebook and ``tinyllama-ft train`` are one run for conversations too (issue 21): a tiny random
     Llama with SmolLM2's real tokenizer and ChatML template, real Alpaca rows as one-turn conversations plus the
     multi-turn fixtures, 4 steps; the same eval losses, held-out checks and side-by-side answers."""
@@ -331,7 +331,7 @@ def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(shared_data, alpa
     from test_chat_notebook import _parameters
 
     params = _parameters(REPO / "notebooks" / "finetune_chat.ipynb")  # the cell's values: the recipe holds them all
-    params.update(tiny_chat_run(shared_data, alpaca_jsonl, tmp_path), max_steps=4, eval_steps=2)
+    params.update(tiny_chat_run(alpaca_jsonl, tmp_path), max_steps=4, eval_steps=2)
     papermill.execute_notebook(
         str(REPO / "notebooks" / "finetune_chat.ipynb"),
         str(tmp_path / "out.ipynb"),

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import ALPACA_ROWS
+
 from tinyllama_ft.data.conversations import alpaca_to_messages, check_conversations, load_conversations
 
 FIXTURES = Path(__file__).parent / "fixtures" / "conversations"
@@ -32,7 +34,7 @@ def test_messages_and_sharegpt_layouts_give_the_same_conversations():
 
 def test_alpaca_rows_become_one_turn_conversations(alpaca_jsonl):
     ds, report = load_conversations(str(alpaca_jsonl), dataset_format="auto")
-    assert report.total == 5000 and len(ds) == report.kept
+    assert report.total == ALPACA_ROWS and len(ds) == report.kept
     with open(alpaca_jsonl, encoding="utf-8") as f:
         first = json.loads(f.readline())
     assert ds[0]["messages"] == alpaca_to_messages(first["instruction"], first["input"], first["output"])

@@ -30,12 +30,12 @@ def _prompts(tokenizer, n):
     return [fmt.prompt(tokenizer, f"Tell me a story about dog number {i}.") for i in range(n)], fmt
 
 
-def test_a_pad_token_that_is_also_a_stop_token_still_answers(shared_data):
+def test_a_pad_token_that_is_also_a_stop_token_still_answers():
     """Qwen2.5-Instruct pads with ``<|endoftext|>``, which its generation config also stops on: left padding keeps
     it out of the answers, so the core answers (batched as one at a time) instead of refusing."""
     from tinyllama_ft.infer.chat_generation import chat_generate
 
-    tokenizer, spec = family_tokenizer("qwen2_5", shared_data)
+    tokenizer, spec = family_tokenizer("qwen2_5")
     model = tiny_model("qwen2", tokenizer, spec)
     assert tokenizer.pad_token_id in model.generation_config.eos_token_id
     questions = ["Hi", "Name a colour, please, and say why"]

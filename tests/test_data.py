@@ -7,6 +7,8 @@ import re
 import datasets
 import pytest
 
+from conftest import ALPACA_ROWS
+
 from tinyllama_ft.data.instructions import (
     BadRow,
     DataReport,
@@ -25,15 +27,15 @@ def write_jsonl(path, lines):
 
 
 @pytest.fixture(scope="module")
-def alpaca_5k(alpaca_jsonl):
+def alpaca_all(alpaca_jsonl):
     ds, report = load_instruction_data(str(alpaca_jsonl))
     return ds, report
 
 
-def test_real_5k_keeps_every_row(alpaca_5k):
-    ds, report = alpaca_5k
-    assert len(ds) == 5000
-    assert (report.total, report.kept, report.dropped) == (5000, 5000, 0)
+def test_real_rows_keep_every_row(alpaca_all):
+    ds, report = alpaca_all
+    assert len(ds) == ALPACA_ROWS
+    assert (report.total, report.kept, report.dropped) == (ALPACA_ROWS, ALPACA_ROWS, 0)
     assert ds.column_names == ["instruction", "input", "output"]
 
 

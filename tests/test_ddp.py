@@ -212,7 +212,7 @@ def test_when_the_main_process_refuses_the_folder_every_process_stops_with_its_e
     assert record.stat().st_mtime_ns == before and LOCK_FILE not in os.listdir(tmp / "two")
 
 
-def test_a_chat_run_trains_under_a_two_process_launch_with_the_main_process_rules(shared_data, alpaca_jsonl, tmp_path):
+def test_a_chat_run_trains_under_a_two_process_launch_with_the_main_process_rules(alpaca_jsonl, tmp_path):
     """Issue 21: a conversation run is the same run as an Alpaca one, so it runs under a launch too (it was refused):
     both processes train, the main process alone writes the folder, the held-out checks and the summary."""
     import yaml
@@ -221,7 +221,7 @@ def test_a_chat_run_trains_under_a_two_process_launch_with_the_main_process_rule
 
     if cpu_trl_cannot_train():
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
-    values = dict(tiny_chat_run(shared_data, alpaca_jsonl, tmp_path), per_device_train_batch_size=2)
+    values = dict(tiny_chat_run(alpaca_jsonl, tmp_path), per_device_train_batch_size=2)
     (tmp_path / "chat.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
     argv, env = _argv(tmp_path / "unused.jsonl", "unused", tmp_path / "out", 2)
     launch = argv[: argv.index("tinyllama_ft.cli") - 1]  # torch.distributed.run ... up to its -m

@@ -31,14 +31,14 @@ def conversations(alpaca_jsonl, n_alpaca=6):
 
 
 @pytest.mark.parametrize("fixture", CASES)
-def test_family_lora_pad_stop_and_one_training_step(fixture, shared_data, alpaca_jsonl, tmp_path):
+def test_family_lora_pad_stop_and_one_training_step(fixture, alpaca_jsonl, tmp_path):
     import torch
     from transformers import LogitsProcessor, LogitsProcessorList
 
     from tinyllama_ft.infer.chat_generation import chat_generate
 
     family, model_type, targets, eot, stops = CASES[fixture]
-    tokenizer, spec = family_tokenizer(fixture, shared_data)
+    tokenizer, spec = family_tokenizer(fixture)
     model = tiny_model(model_type, tokenizer, spec)
     setup = prepare_family(model, tokenizer, max_seq_length=512)
     assert (setup.family, setup.target_modules, setup.end_of_turn) == (family, targets, eot)
@@ -126,8 +126,8 @@ def test_family_lora_pad_stop_and_one_training_step(fixture, shared_data, alpaca
     assert len(ids[0]) >= 4 and ids[0][3] == other  # a forced non-stop token is kept and generation goes on
 
 
-def test_template_eos_not_in_generation_config_is_refused(shared_data):
-    tokenizer, spec = family_tokenizer("qwen2_5", shared_data)
+def test_template_eos_not_in_generation_config_is_refused():
+    tokenizer, spec = family_tokenizer("qwen2_5")
     spec = {**spec, "generation_eos_tokens": ["<|endoftext|>"]}  # a Qwen base model's generation config
     model = tiny_model("qwen2", tokenizer, spec)
     with pytest.raises(ValueError, match=r"ends assistant turns with '<\|im_end\|>' .* stops on eos_token_id=\[\d+\]"):

@@ -8,7 +8,7 @@ import tinyllama_ft.machine.install as inst
 from tinyllama_ft.machine.hardware import Hardware
 from tinyllama_ft.machine.install import COLAB_PINS, install, installed_versions, plan_install
 
-from conftest import REPO, SHARED_DATA
+from conftest import REPO
 
 PY = "/usr/bin/python3"
 
@@ -116,18 +116,18 @@ def test_requirements_colab_lists_exactly_the_pins():
     assert lines == list(COLAB_PINS)
 
 
-def _device_wheel_specs() -> dict[str, str]:
-    script = SHARED_DATA.parent / "tools" / "device-wheels.sh"
-    text = script.read_text(encoding="utf-8")
-    body = text.split("specs=(", 1)[1]
-    body = "\n".join(line.split("#", 1)[0] for line in body.splitlines())  # comments hold parentheses
-    body = body.split(")", 1)[0]
-    return {name.lower().replace("_", "-"): version for name, version in re.findall(r"([\w.-]+)==(\S+)", body)}
+def _ci_gpu_set_specs() -> dict[str, str]:
+    """The pins of CI's second library set (.ci/run's step "GPU machine's library set"): name -> version."""
+    text = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    body = "\n".join(line.split("#", 1)[0] for line in text.split("GPU machine's library set", 1)[1].splitlines())
+    return {name.lower().replace("_", "-"): version for name, version in re.findall(r'"([\w.-]+)==([^"\s]+)"', body)}
 
 
-def test_pins_agree_with_device_wheels_script():
-    specs = _device_wheel_specs()
-    assert "unsloth" in specs and "transformers" not in specs  # the GPU machine ships transformers
-    for name, version in pinned().items():
-        if name in specs:
-            assert specs[name] == version, f"{name}: COLAB_PINS {version}, device-wheels.sh {specs[name]}"
+def test_pins_agree_with_ci_gpu_library_set():
+    """CI tests the GPU machine's library set (what Unsloth accepts): it must be the set COLAB_PINS installs."""
+    specs = _ci_gpu_set_specs()
+    assert {"transformers", "trl", "datasets"} <= set(specs), specs
+    pins = pinned()
+    for name, version in specs.items():
+        if name in pins:
+            assert pins[name] == version, f"{name}: COLAB_PINS {pins[name]}, .ci/run {version}"

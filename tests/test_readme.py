@@ -76,7 +76,6 @@ def test_the_main_job_command_runs_with_a_few_steps(tmp_path):
         SETUP="0",
         VENV=sys.prefix,
         OMP_NUM_THREADS="2",
-        TINYLLAMA_FT_SHARED_DATA=str(tmp_path / "no-shared-data"),
     )
     done = subprocess.run(
         ["bash", "scripts/run_offline.sh", "-p", "max_steps", "3", "-p", "report_to", "none"],

@@ -11,6 +11,8 @@ import math
 
 import pytest
 
+from conftest import ALPACA_ROWS
+
 from helpers import LEADING_WHITESPACE, alpaca_rows, expected_boundary_mask, sft_trainer, stories_lora
 from tinyllama_ft.data.lengths import apply_long_rows, length_report
 from tinyllama_ft.data.alpaca_prompts import format_prompt, training_text
@@ -30,7 +32,7 @@ SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 @pytest.fixture(scope="module")
 def rows(alpaca_jsonl):
-    return alpaca_rows(alpaca_jsonl, 5000)
+    return alpaca_rows(alpaca_jsonl, ALPACA_ROWS)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def with_special_text(rows, n=24):
     return out
 
 
-def test_ids_equal_trls_tokenization_of_the_text_column_on_5000_real_rows(tokenizer, rows):
+def test_ids_equal_trls_tokenization_of_the_text_column_on_every_real_row(tokenizer, rows):
     ids, masks = tokenize_segments(
         [alpaca_segments(r["instruction"], r["input"], r["output"]) for r in rows], tokenizer
     )

@@ -1,6 +1,6 @@
 """The 4-bit -> 16-bit merge path of the export (needs a CUDA GPU with bitsandbytes; skipped elsewhere).
 
-    python3 benchmarks/build_tinyllama_shaped.py --src ../shared/data/tinyllama --out /tmp/tinyllama-shaped
+    python3 benchmarks/build_tinyllama_shaped.py --src tests/fixtures/tinyllama --out /tmp/tinyllama-shaped
     python3 -m pytest -q -s tests/gpu/test_gpu_export.py   # in its own process, as test_gpu_decoding.py
 
 Not in one pytest process with test_gpu_faults.py: that file imports Unsloth, which patches transformers' Llama

@@ -7,7 +7,7 @@
 * Unsloth's packed batches carry exactly one supervised EOS per sample;
 (The compiled decoder's check is in test_gpu_decoding.py: it needs a process without Unsloth.)
 
-The TinyLlama-shaped model (random weights) is built from shared/data/tinyllama by
+The TinyLlama-shaped model (random weights) is built from tests/fixtures/tinyllama by
 benchmarks/build_tinyllama_shaped.py; its path comes from ``TINYLLAMA_SHAPED`` (default /tmp/tinyllama-shaped).
 """
 
