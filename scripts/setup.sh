@@ -6,8 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
 PY=${PYTHON:-python3}
-if [ ! -x "$VENV/bin/python" ]; then
-  "$PY" -m venv "$VENV"
+# a venv left half-made by an interrupted setup (no pip in it) is made again
+if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -m pip --version >/dev/null 2>&1; then
+  "$PY" -m venv --clear "$VENV"
 fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 "$VENV/bin/python" -m pip install -q "torch==2.13.0"

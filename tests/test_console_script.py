@@ -57,7 +57,7 @@ def small_run(stories_dir, alpaca_jsonl, output_dir: Path, *more: str) -> list[s
         "--gradient_accumulation_steps",
         "1",
         "--test_size",
-        "0.004",
+        "0.07",  # about 55 of the ~790 rows within 512 stories260K tokens
         "--learning_rate",
         "1e-3",
         "--report_to",

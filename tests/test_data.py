@@ -147,8 +147,8 @@ def test_split_5k_holds_out_20_disjoint_rows():
     assert set(train["i"]) | set(eval_["i"]) == set(range(5000))
 
 
-def test_split_real_rows_is_disjoint_and_reproducible(alpaca_5k):
-    ds, _ = alpaca_5k
+def test_split_real_rows_is_disjoint_and_reproducible(alpaca_all):
+    ds, _ = alpaca_all
     train, eval_ = split_train_eval(ds)
     assert len(eval_) == 20
     train_pairs, eval_pairs = set(_pairs(train)), set(_pairs(eval_))

@@ -91,7 +91,10 @@ def probe_server(url: str, timeout: float = PROBE_TIMEOUT_S) -> str | None:
         except urllib.error.HTTPError:
             result["why"] = None  # 3xx/4xx/5xx: a server answered
         except (urllib.error.URLError, OSError, ValueError) as e:
-            result["why"] = str(getattr(e, "reason", e)) or type(e).__name__
+            reason = getattr(e, "reason", e)
+            # the socket's own timeout and the join below race on a loaded machine: one message for both
+            timed_out = isinstance(reason, TimeoutError)
+            result["why"] = f"no answer within {timeout:g} s" if timed_out else str(reason) or type(e).__name__
 
     worker = threading.Thread(target=ask, daemon=True, name="wandb-probe")
     worker.start()
