@@ -80,8 +80,8 @@ class HeldOutScores:
 
     def __str__(self) -> str:
         return (
-            f"response loss {self.response_loss:.3f} (perplexity {self.response_perplexity:.2f}), full-text loss "
-            f"{self.full_text_loss:.3f}, stop-token probability at answer end {self.eos_probability:.3f} "
+            f"response loss {self.response_loss:.4f} (perplexity {self.response_perplexity:.2f}), full-text loss "
+            f"{self.full_text_loss:.4f}, stop-token probability at answer end {self.eos_probability:.3f} "
             f"({self.rows} rows)"
         )
 

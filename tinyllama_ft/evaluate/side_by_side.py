@@ -117,12 +117,15 @@ def answers_html(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction
 
 
 def show_answers(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> None:
-    """Display the table: HTML in a Jupyter kernel (papermill too), Markdown text printed elsewhere."""
+    """Display the table: in a Jupyter kernel (papermill too) one output holding the HTML table and, as its plain-text
+    form, the Markdown table (what ``papermill --log-output`` and other text front ends show, where an ``HTML`` object
+    alone reads ``<IPython.core.display.HTML object>``); the Markdown table printed elsewhere."""
     from ..machine.kernel import jupyter_kernel
 
+    text = answers_table(rows, columns=columns)
     if jupyter_kernel() is not None:
-        from IPython.display import HTML, display
+        from IPython.display import display
 
-        display(HTML(answers_html(rows, columns=columns)))
+        display({"text/html": answers_html(rows, columns=columns), "text/plain": text}, raw=True)
     else:
-        print(answers_table(rows, columns=columns))
+        print(text)

@@ -371,10 +371,40 @@ def generate_answers(
 
 def text_streamer(tokenizer):
     """The default streamer of ``stream_answers``: transformers' ``TextStreamer`` printing to stdout, special
-    tokens removed."""
+    tokens removed; in a kernel no person watches (papermill) one whole line at a time (``LineStreamer``).
+
+    ``TextStreamer`` prints each word with ``flush=True``: each flush is one output message of the kernel, and
+    ``papermill --log-output`` writes each message as a log line, so the answer arrived one word per line.
+    """
     from transformers import TextStreamer
 
+    from ..machine.kernel import in_interactive_kernel, jupyter_kernel
+
+    if jupyter_kernel() is not None and not in_interactive_kernel():
+        return _line_streamer_class()(tokenizer, skip_special_tokens=True)
     return TextStreamer(tokenizer, skip_special_tokens=True)
+
+
+def _line_streamer_class():
+    from transformers import TextStreamer
+
+    class LineStreamer(TextStreamer):
+        """transformers' ``TextStreamer`` that prints only whole lines (the last one when the answer ends)."""
+
+        def __init__(self, tokenizer, **decode_kwargs):
+            super().__init__(tokenizer, **decode_kwargs)
+            self.pending = ""
+
+        def on_finalized_text(self, text: str, stream_end: bool = False):
+            self.pending += text
+            if stream_end:
+                print(self.pending, flush=True)
+                self.pending = ""
+            elif "\n" in self.pending:
+                lines, self.pending = self.pending.rsplit("\n", 1)
+                print(lines, flush=True)
+
+    return LineStreamer
 
 
 def stream_answers(

@@ -118,7 +118,10 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
         eval_before = evals[0]["eval_loss"]
         eval_in_train += evals[0].get("eval_runtime", 0.0)
     tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
-    eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
+    # the trainer evaluated at the last step already (eval_steps divides it): the same weights, so its loss is the
+    # one after training (evaluating again would print that line twice and spend the time twice)
+    last = evals[-1] if evals and evals[-1].get("step") == trainer.state.global_step > first_step else None
+    eval_after = (last or trainer.evaluate())["eval_loss"] if has_eval else None
     cuda = torch.cuda.is_available()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {
