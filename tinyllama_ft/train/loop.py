@@ -45,7 +45,7 @@ class ContinueSchedule(TrainerCallback):
             for group, base, fn in zip(groups, scheduler.base_lrs, lambdas):
                 group["lr"] = base * fn(scheduler.last_epoch)
             scheduler._last_lr = [group["lr"] for group in groups]
-        if self.planned_before != state.max_steps:
+        if self.planned_before != state.max_steps and state.is_world_process_zero:  # said once under a launch
             print(
                 f"continuing steps {state.global_step + 1}-{state.max_steps} on the {state.max_steps}-step schedule "
                 f"(the checkpoint's run planned {self.planned_before} steps; docs/parameters.md, max_steps)",
