@@ -176,3 +176,23 @@ def test_the_positions_of_a_run_with_scaled_rope_are_its_max_seq_length(stories_
     ):
         generate(model, tokenizer, [long], max_new_tokens=8)
     assert core.model_positions(model) == 1024
+
+
+def test_the_held_out_checks_leave_out_rows_past_the_positions(stories, capsys):
+    """The run's own held-out generation (stopping count, side by side) leaves a row out, in one line, where the
+    core would refuse it: a training run is not stopped after it trained (the notebook's 50 held-out rows on
+    stories260K hold such rows)."""
+    from tinyllama_ft.evaluate.held_out import held_out_check
+
+    model, tokenizer = stories
+    fmt = AlpacaFormat()
+    rows = [
+        {"instruction": "Name a colour.", "input": "", "output": "Blue."},
+        {"instruction": _long_instruction(tokenizer, fmt, 490), "input": "", "output": "A dog."},
+    ]
+    check = held_out_check(model, tokenizer, rows, max_seq_length=512, max_new_tokens=32)
+    assert check.scores.rows == 2 and check.stopping.total == 1
+    said = capsys.readouterr().out
+    assert (
+        "stopping count: 1 of 2 held-out rows left out: their prompt plus 32 new tokens exceeds the model's 512" in said
+    )
