@@ -257,10 +257,10 @@ print(f"before: {before}")
 
 # %%
 from tinyllama_ft.train.loop import train_and_evaluate
+from tinyllama_ft.train.summary import format_results
 
 results = train_and_evaluate(trainer, resume=cfg.resume)
-print({k: results[k] for k in ("eval_loss_before", "eval_loss_after", "train_runtime_s", "train_tokens", "tokens_per_s",
-                               "peak_memory_gib")})
+print(format_results(results))
 
 # %%
 from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers

@@ -49,4 +49,5 @@ if ! "$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tin
 fi
 mv -f "$OUT/finetune_tinyllama.running.ipynb" "$NB"
 echo "run summary: $OUT/outputs/run_summary.json"
-"$VENV/bin/python" -c "import json,sys; s=json.load(open(sys.argv[1], encoding='utf-8')); print({k: s.get(k) for k in ('eval_loss_before','eval_loss_after','stopped_before','stopped_after','stop_total','train_tokens','tokens_per_s','adapter_dir')}); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"
+# the summary's figures as printed everywhere (losses 4 decimals, tokens/s an integer; the file keeps full precision)
+"$VENV/bin/python" -c "import json,sys; from tinyllama_ft.train.summary import format_results; s=json.load(open(sys.argv[1], encoding='utf-8')); print(f\"{format_results(s)}; stopped {s.get('stopped_before')} -> {s.get('stopped_after')} of {s.get('stop_total')}; adapter in {s.get('adapter_dir')}\"); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"

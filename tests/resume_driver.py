@@ -2,7 +2,8 @@
 
 Run by ``test_resume.py`` in a subprocess so that the test can SIGKILL it mid-run, as a Colab disconnect
 does, and run it again with ``--resume``. Writes ``--result`` (JSON): the logs this process emitted (one
-dict per ``on_log``, with ``"step"``) and ``train_and_evaluate``'s result.
+dict per ``on_log``, with ``"step"``), the learning rate each optimizer step took (``"used_lr"``, by step) and
+``train_and_evaluate``'s result. ``test_continuing.py`` calls ``main`` in-process.
 
 ``--step-delay S --delay-after N`` sleeps S seconds after every optimizer step past step N (test hook: it
 gives the killer time to strike between checkpoint N and the end of the run; it does not change the
@@ -38,6 +39,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--overwrite-output-dir", action="store_true")
     p.add_argument("--learning-rate", type=float, default=2e-3)
+    p.add_argument("--lr-scheduler-type", default="linear")
+    p.add_argument("--warmup-ratio", type=float, default=0.1)
     p.add_argument("--seed", type=int, default=3407)
     p.add_argument("--lora-dropout", type=float, default=0.0)
     p.add_argument("--step-delay", type=float, default=0.0)
@@ -72,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         load_in_4bit=False,
         gradient_checkpointing=False,
         learning_rate=a.learning_rate,
+        lr_scheduler_type=a.lr_scheduler_type,
+        warmup_ratio=a.warmup_ratio,
         per_device_train_batch_size=2,
         per_device_eval_batch_size=4,
         gradient_accumulation_steps=2,
@@ -122,10 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
 
     logged: list[dict] = []
+    used_lr: dict[int, float] = {}  # the learning rate each optimizer step took, by step
 
     class Record(TrainerCallback):
         def on_log(self, args, state, control, logs=None, **kwargs):
             logged.append({"step": state.global_step, **(logs or {})})
+
+        def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+            used_lr[state.global_step + 1] = optimizer.param_groups[0]["lr"]
 
         def on_step_end(self, args, state, control, **kwargs):
             if a.step_delay and state.global_step > a.delay_after:
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     results = train_and_evaluate(trainer, resume=cfg.resume)
     release_run_lock(cfg.output_dir)  # the run's end (the notebook's last cell)
     with open(a.result, "w", encoding="utf-8") as f:
-        json.dump({"logged": logged, "results": results}, f, default=str)
+        json.dump({"logged": logged, "used_lr": used_lr, "results": results}, f, default=str)
     return 0
 
 

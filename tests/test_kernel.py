@@ -77,10 +77,16 @@ def test_the_three_callers_use_the_one_check():
 def test_show_answers_displays_html_in_any_kernel_and_prints_text_elsewhere(monkeypatch, capsys):
     from tinyllama_ft.evaluate.side_by_side import show_answers
 
+    from tinyllama_ft.evaluate.side_by_side import answers_table
+
     rows = [{"instruction": "Say hi.", "base": "hello", "tuned": "Hi!"}]
-    shown = _ipython(monkeypatch, _kernel_shell(allow_stdin=False))  # papermill's kernel too
+    _ipython(monkeypatch, _kernel_shell(allow_stdin=False))  # papermill's kernel too
+    calls = []
+    monkeypatch.setattr(sys.modules["IPython.display"], "display", lambda obj, **kw: calls.append((obj, kw)))
     show_answers(rows)
-    assert [kind for kind, _ in shown] == ["HTML"] and "<table>" in shown[0][1]
+    [(bundle, kwargs)] = calls  # one output: the HTML table, and as its text form the Markdown table (issue 28)
+    assert kwargs == {"raw": True} and "<table>" in bundle["text/html"]
+    assert bundle["text/plain"] == answers_table(rows)  # what papermill --log-output shows
     assert capsys.readouterr().out == ""
     shown = _ipython(monkeypatch, types.SimpleNamespace())  # terminal IPython: text, not an HTML object's repr
     show_answers(rows)

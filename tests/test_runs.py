@@ -182,6 +182,7 @@ def test_resume_with_the_same_training_config_is_allowed(earlier, tmp_path):
         earlier,
         output_dir=str(moved),
         resume=True,
+        max_steps=earlier.max_steps + 2,  # continued (the same max_steps: finished, nothing to train)
         prompts=("Name a color.",),
         max_new_tokens=8,
         report_to="wandb",
@@ -207,7 +208,7 @@ def test_resume_with_a_different_training_config_names_the_fields(earlier):
 
 def test_resume_without_a_record_says_it_cannot_check(earlier, capsys):
     os.remove(os.path.join(earlier.output_dir, RUN_CONFIG))
-    assert prepare_output_dir(replace(earlier, resume=True)) == "resume"
+    assert prepare_output_dir(replace(earlier, resume=True, max_steps=earlier.max_steps + 2)) == "resume"
     assert "cannot check" in capsys.readouterr().out
     assert read_run_config(earlier.output_dir) is not None  # recorded from now on
 

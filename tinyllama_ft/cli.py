@@ -118,12 +118,19 @@ def _run_train(values: dict, given: set) -> dict:
     from .config.sources import config_from_recipe
     from .pipeline import run_training
 
+    from .train.checkpoints import RunFinished
+    from .train.summary import format_loss
+
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
-    summary = run_training(cfg)
+    try:
+        summary = run_training(cfg)
+    except RunFinished as done:  # resume=True on a finished run: nothing trained, nothing written (exit 0)
+        print(f"tinyllama-ft train: {done}")
+        return {"global_step": done.global_step, "max_steps": done.max_steps, "resumed_from": done.checkpoint}
     if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
         print(
-            f"tinyllama-ft train: done: eval_loss {summary.get('eval_loss_before')} -> "
-            f"{summary.get('eval_loss_after')}, adapter in {summary['adapter_dir']}, summary in "
+            f"tinyllama-ft train: done: eval_loss {format_loss(summary.get('eval_loss_before'))} -> "
+            f"{format_loss(summary.get('eval_loss_after'))}, adapter in {summary['adapter_dir']}, summary in "
             f"{os.path.join(cfg.output_dir, 'run_summary.json')}"
         )
     return summary
@@ -384,7 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             ``TINYLLAMA_FT_DEBUG=1``) shows the traceback of an error.
 
     Returns:
-        0 on success; 2 on a usage or configuration error (``ConfigError``: a misspelt flag, a bad value, a recipe
+        0 on success (a ``train --resume true`` of a finished run too: it prints ``run already finished at step N
+        (max_steps N): nothing to train`` and writes nothing); 2 on a usage or configuration error (``ConfigError``: a misspelt flag, a bad value, a recipe
         or a flag that contradicts the run's record); 1 on any other failure; 130 on Ctrl-C. An error's last line
         is ``tinyllama-ft <command>: error: <message>`` on stderr (the message names the field or file and what to
         do); a failure's line says that ``--debug`` shows the traceback.

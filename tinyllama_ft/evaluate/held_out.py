@@ -11,7 +11,9 @@ What the loss choice (``completion_only_loss``) is judged by, on rows the model 
   probability the model gives the last supervised token (Alpaca: EOS; conversations: the end-of-turn token)
   right where it comes, averaged over rows. A model that learned to stop puts mass there;
 * **stopping count**: of held-out prompts with short reference answers, how many greedy answers end with a
-  stop token within ``max_new_tokens`` (128 here, twice the article's 64).
+  stop token within ``max_new_tokens`` (128 here, twice the article's 64); a prompt that with them would need
+  more positions than the model knows (``core.model_positions``: stories260K has 512) is left out, said in one
+  line (``rows_within_positions``), as the generation core would refuse it.
 
 Rows are tokenized as training rows are (the format's ``score_ids``: for Alpaca the prompt, the response,
 EOS appended as an id, so the mask is the training ``completion_mask``; for conversations the
@@ -29,7 +31,7 @@ from typing import Sequence
 
 from ..config.finetune import DEFAULTS
 from ..data.formats import AlpacaFormat
-from ..infer.core import Answer, generate_answers
+from ..infer.core import Answer, generate_answers, model_positions
 from ..models.attention import sdpa_outside_training
 
 #: Held-out instructions with short reference answers in the notebook's stopping count.
@@ -80,8 +82,8 @@ class HeldOutScores:
 
     def __str__(self) -> str:
         return (
-            f"response loss {self.response_loss:.3f} (perplexity {self.response_perplexity:.2f}), full-text loss "
-            f"{self.full_text_loss:.3f}, stop-token probability at answer end {self.eos_probability:.3f} "
+            f"response loss {self.response_loss:.4f} (perplexity {self.response_perplexity:.2f}), full-text loss "
+            f"{self.full_text_loss:.4f}, stop-token probability at answer end {self.eos_probability:.3f} "
             f"({self.rows} rows)"
         )
 
@@ -312,6 +314,35 @@ def stopping_count(
     )
 
 
+def rows_within_positions(
+    model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int, data_format=None, what: str = "held-out answers"
+) -> list[dict]:
+    """The rows whose generation prompt plus ``max_new_tokens`` fit the model's positions (``core.model_positions``),
+    in order; the others are left out with one printed line naming how many, the budget and the positions (the
+    generation core refuses them: ``core.check_positions``).
+
+    Args:
+        model, tokenizer, rows, data_format: as ``greedy_answers``.
+        max_new_tokens: the answers' budget.
+        what: what the rows are for, in the printed line.
+    """
+    fmt = data_format or AlpacaFormat()
+    positions = model_positions(model)
+    if positions is None:
+        return list(rows)
+    kept = [
+        r
+        for r in rows
+        if len(tokenizer(fmt.row_prompt(tokenizer, r), **fmt.encode_kwargs)["input_ids"]) + max_new_tokens <= positions
+    ]
+    if len(kept) < len(rows):
+        print(
+            f"{what}: {len(rows) - len(kept)} of {len(rows)} held-out rows left out: their prompt plus "
+            f"{max_new_tokens} new tokens exceeds the model's {positions} positions"
+        )
+    return kept
+
+
 def held_out_rows(dataset, data_format=None) -> list[dict]:
     """The held-out split as plain dicts, as ``data_format`` reads them (``formats.AlpacaFormat.held_out_rows``:
     ``instruction``, ``input``, ``output``; ``ConversationFormat``: ``messages``).
@@ -353,7 +384,8 @@ def held_out_check(
         model, tokenizer: as ``held_out_scores`` (before training, the LoRA model is the base: its adapter is 0).
         rows: held-out rows (``held_out_rows``); [] skips the check (one printed line).
         stop_rows: prompts in the stopping count, the first rows whose reference answer has at most
-            ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20).
+            ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20), among those whose
+            prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).
         data_format, max_seq_length: as ``held_out_scores`` (default ``FinetuneConfig``'s ``max_seq_length``).
         max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
 
@@ -367,7 +399,10 @@ def held_out_check(
         print("held-out check skipped: no held-out rows (test_size=0)")
         return None
     scores = held_out_scores(model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length)
-    short = short_rows(rows, tokenizer, n=stop_rows, data_format=data_format)
+    fitting = rows_within_positions(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, what="stopping count"
+    )
+    short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
     return HeldOutCheck(scores, stopping)
 

@@ -11,7 +11,7 @@ import html
 from typing import Sequence
 
 from ..data.formats import AlpacaFormat
-from .held_out import STOP_MAX_NEW_TOKENS, greedy_answers
+from .held_out import STOP_MAX_NEW_TOKENS, greedy_answers, rows_within_positions
 
 
 def _answers(model, tokenizer, rows, max_new_tokens, data_format, batch_size):
@@ -42,7 +42,8 @@ def compare_answers(
         batch_size: prompts per batch.
 
     Returns:
-        One dict per row: ``instruction`` (a conversation's last user message), ``input``, ``reference``,
+        One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (the others are left out,
+        said in one line: ``held_out.rows_within_positions``): ``instruction`` (a conversation's last user message), ``input``, ``reference``,
         ``base``, ``tuned`` (answer text) and ``base_stopped``, ``tuned_stopped`` (ended with a stop token
         within ``max_new_tokens``).
 
@@ -52,6 +53,9 @@ def compare_answers(
     if not hasattr(model, "disable_adapter"):
         raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
     fmt = data_format or AlpacaFormat()
+    rows = rows_within_positions(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=fmt, what="side-by-side answers"
+    )
     with model.disable_adapter():
         base = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
     tuned = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
@@ -117,12 +121,15 @@ def answers_html(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction
 
 
 def show_answers(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> None:
-    """Display the table: HTML in a Jupyter kernel (papermill too), Markdown text printed elsewhere."""
+    """Display the table: in a Jupyter kernel (papermill too) one output holding the HTML table and, as its plain-text
+    form, the Markdown table (what ``papermill --log-output`` and other text front ends show, where an ``HTML`` object
+    alone reads ``<IPython.core.display.HTML object>``); the Markdown table printed elsewhere."""
     from ..machine.kernel import jupyter_kernel
 
+    text = answers_table(rows, columns=columns)
     if jupyter_kernel() is not None:
-        from IPython.display import HTML, display
+        from IPython.display import display
 
-        display(HTML(answers_html(rows, columns=columns)))
+        display({"text/html": answers_html(rows, columns=columns), "text/plain": text}, raw=True)
     else:
-        print(answers_table(rows, columns=columns))
+        print(text)

@@ -61,7 +61,8 @@ def chat_generate(
         One answer per conversation: the text generated up to the first stop token, special tokens removed.
 
     Raises:
-        ValueError, TypeError: as ``core.generate_answers`` (the pad token is a stop token; an unknown option).
+        ValueError, TypeError: as ``core.generate_answers`` (the pad token is a stop token; a conversation longer
+            than the model's positions; an unknown option).
     """
     answers = _chat_answers(generate_answers, model, tokenizer, conversations, stop_token_ids, **options)
     return [a.ids for a in answers] if return_ids else decode_answers(tokenizer, answers)

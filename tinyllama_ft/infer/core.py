@@ -14,7 +14,10 @@ and say how to tokenize them and which tokens end an answer; the core does the r
   long requests to other 16-bit models, and transformers' ``generate`` otherwise (sampling, a repetition
   penalty, logits processors, a 4-bit, PEFT-wrapped or Unsloth model, a CPU);
 * **streaming**: ``stream_answers`` answers one prompt after another through a ``TextStreamer`` (or the
-  caller's streamer, e.g. the try-out box's widget).
+  caller's streamer, e.g. the try-out box's widget);
+* **positions**: a prompt whose tokens plus ``max_new_tokens`` exceed the positions the model knows
+  (``model_positions``) is refused before anything is generated (transformers only warns, then answers past
+  them).
 
 State the fast decoders keep per model (fused weights, captured graphs, a decoder that failed) is held in
 ``weakref.WeakKeyDictionary`` tables keyed by the model (``fast/``; ``GRAPH_FAILED`` here), never as attributes
@@ -27,6 +30,7 @@ import weakref
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..config.coercion import ConfigError
 from ..config.finetune import DEFAULTS
 from ..models.attention import sdpa_outside_training
 from ..models.pad_token import encode_left_padded
@@ -252,10 +256,64 @@ def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: Ge
     return [_cut(row, cut_at) for row in out[:, n:].tolist()]
 
 
-def _batches(model, tokenizer, prompts, size: int, encode_kwargs):
-    """The prompts tokenized in left-padded batches of ``size`` (``pad_token.encode_left_padded``: never EOS)."""
-    for start in range(0, len(prompts), size):
-        yield encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
+class PromptTooLongError(ConfigError):
+    """A prompt's tokens plus ``max_new_tokens`` exceed the model's positions (``check_positions``): a
+    ``ValueError``, and a usage error for the command line (exit status 2)."""
+
+
+def model_positions(model) -> int | None:
+    """Token positions ``model`` knows: ``max_position_embeddings`` of its (text) config, times the factor of a
+    linear RoPE scaling (``loading.apply_rope_scaling`` sets one when a run's ``max_seq_length`` exceeds the base's
+    positions, so a run's model reaches that ``max_seq_length``); None when the config names no positions."""
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    positions = getattr(config, "max_position_embeddings", None)
+    if not positions:
+        return None
+    scaling = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    if scaling.get("rope_type", scaling.get("type")) == "linear":
+        return int(round(positions * float(scaling.get("factor", 1.0))))
+    return int(positions)
+
+
+def check_positions(model, batches, max_new_tokens: int) -> None:
+    """Refuse prompts that, with ``max_new_tokens`` new tokens, need more positions than ``model_positions``.
+
+    Args:
+        model: the model that will answer.
+        batches: the tokenized prompts (``_batches``), in order: each ``attention_mask`` row counts one prompt's
+            tokens (padding excluded).
+        max_new_tokens: the answer budget per prompt.
+
+    Raises:
+        PromptTooLongError: (a ``ValueError``) the first prompt too long, naming its index, its tokens, ``max_new_tokens`` and the model's
+            positions (transformers would only warn, then compute past the positions the model was trained on).
+    """
+    positions = model_positions(model)
+    if positions is None:
+        return
+    index = 0
+    for batch in batches:
+        for tokens in batch["attention_mask"].sum(dim=1).tolist():
+            if tokens + max_new_tokens > positions:
+                raise PromptTooLongError(
+                    f"prompt {index} has {tokens} tokens and max_new_tokens={max_new_tokens}: {tokens + max_new_tokens} "
+                    f"positions, more than the model's {positions} (max_position_embeddings, or the run's "
+                    f"max_seq_length where RoPE was scaled): shorten the prompt or lower max_new_tokens"
+                )
+            index += 1
+
+
+def _batches(model, tokenizer, prompts, size: int, encode_kwargs, max_new_tokens: int) -> list:
+    """The prompts tokenized in left-padded batches of ``size`` (``pad_token.encode_left_padded``: never EOS), all
+    checked against the model's positions (``check_positions``) before any is answered."""
+    batches = [
+        encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
+        for start in range(0, len(prompts), size)
+    ]
+    check_positions(model, batches, max_new_tokens)
+    return batches
 
 
 def generate_answers(
@@ -290,7 +348,8 @@ def generate_answers(
 
     Raises:
         TypeError: an option that is not a ``GenerationOptions`` field.
-        ValueError: empty ``stop_token_ids``; ``decode`` as ``decode_mode``.
+        ValueError: empty ``stop_token_ids``; ``decode`` as ``decode_mode``; a prompt's tokens plus
+            ``max_new_tokens`` exceed the model's positions (``check_positions``: nothing is generated).
     """
     opts, prompts = GenerationOptions(**options), list(prompts)
     if not prompts:
@@ -301,7 +360,9 @@ def generate_answers(
     mode = opts.mode(model)
     answers: list[Answer] = []
     with sdpa_outside_training(model):
-        for batch in _batches(model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs):
+        for batch in _batches(
+            model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs, opts.max_new_tokens
+        ):
             answers += _decode_batch(model, tokenizer, batch, mode, stops, opts)
             if mode == "graph" and model in GRAPH_FAILED:  # said once: the other batches use generate
                 mode = "plain"
@@ -310,10 +371,40 @@ def generate_answers(
 
 def text_streamer(tokenizer):
     """The default streamer of ``stream_answers``: transformers' ``TextStreamer`` printing to stdout, special
-    tokens removed."""
+    tokens removed; in a kernel no person watches (papermill) one whole line at a time (``LineStreamer``).
+
+    ``TextStreamer`` prints each word with ``flush=True``: each flush is one output message of the kernel, and
+    ``papermill --log-output`` writes each message as a log line, so the answer arrived one word per line.
+    """
     from transformers import TextStreamer
 
+    from ..machine.kernel import in_interactive_kernel, jupyter_kernel
+
+    if jupyter_kernel() is not None and not in_interactive_kernel():
+        return _line_streamer_class()(tokenizer, skip_special_tokens=True)
     return TextStreamer(tokenizer, skip_special_tokens=True)
+
+
+def _line_streamer_class():
+    from transformers import TextStreamer
+
+    class LineStreamer(TextStreamer):
+        """transformers' ``TextStreamer`` that prints only whole lines (the last one when the answer ends)."""
+
+        def __init__(self, tokenizer, **decode_kwargs):
+            super().__init__(tokenizer, **decode_kwargs)
+            self.pending = ""
+
+        def on_finalized_text(self, text: str, stream_end: bool = False):
+            self.pending += text
+            if stream_end:
+                print(self.pending, flush=True)
+                self.pending = ""
+            elif "\n" in self.pending:
+                lines, self.pending = self.pending.rsplit("\n", 1)
+                print(lines, flush=True)
+
+    return LineStreamer
 
 
 def stream_answers(
@@ -355,7 +446,7 @@ def stream_answers(
     make_streamer = make_streamer or text_streamer
     answers: list[Answer] = []
     with sdpa_outside_training(model):  # the static decoders call the model's own attention too
-        batches = list(_batches(model, tokenizer, prompts, 1, encode_kwargs))
+        batches = _batches(model, tokenizer, prompts, 1, encode_kwargs, opts.max_new_tokens)
         if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
             decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + opts.max_new_tokens, mode)
         for j, batch in enumerate(batches):

@@ -117,7 +117,8 @@ def generate(
         special tokens removed; ``[]`` for no instructions (as ``stream``).
 
     Raises:
-        ValueError: ``inputs`` does not match ``instructions`` in length; ``decode`` as ``core.decode_mode``.
+        ValueError: ``inputs`` does not match ``instructions`` in length; ``decode`` as ``core.decode_mode``; a
+            prompt's tokens plus ``max_new_tokens`` exceed the model's positions (``core.check_positions``).
         TypeError: an unknown option.
     """
     answers = answer_with(generate_answers, model, tokenizer, instructions, inputs, template, data_format, **options)

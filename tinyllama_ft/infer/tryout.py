@@ -58,7 +58,8 @@ def answer_into(
         The answer up to (not including) the stop token, special tokens removed.
 
     Raises:
-        ValueError: empty instruction, ``max_new_tokens`` < 1 or ``temperature`` < 0.
+        ValueError: empty instruction, ``max_new_tokens`` < 1 or ``temperature`` < 0; the prompt's tokens plus
+            ``max_new_tokens`` exceed the model's positions (``core.check_positions``).
     """
     from .core import decode_answers, stream_answers
     from .generation import answer_with

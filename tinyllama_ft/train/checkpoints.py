@@ -16,7 +16,8 @@ be damaged by a kill during a save (a Colab disconnect) or a disk that filled up
   ``weights_only=False``, which is wrong for a damaged file.
 
 ``last_checkpoint`` walks from the newest folder back, skipping (with a message naming the file and why)
-any that fails, and returns the newest good one.
+any that fails, and returns the newest good one. ``check_continuation`` decides what a resume may train after it:
+nothing when the checkpoint already holds the planned steps (``RunFinished``), a refusal when it holds more.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import re
 import struct
 import zipfile
 
+from ..config.coercion import ConfigError
 from ..machine.paths import expand_path
 
 #: transformers' checkpoint folder names: ``checkpoint-<optimizer step>`` (``trainer_utils._re_checkpoint``).
@@ -59,6 +61,55 @@ _JSON_FILES = ("trainer_state.json", "adapter_config.json", "config.json", "mode
 
 class DamagedCheckpointError(RuntimeError):
     """``resume=True`` and no checkpoint in ``output_dir`` is complete and readable."""
+
+
+class RunFinished(Exception):
+    """``resume=True`` and the newest checkpoint already holds every planned step: nothing to train, nothing written.
+
+    Not an error: the command line prints the message and exits 0. Attributes: ``global_step`` (the checkpoint's),
+    ``max_steps`` (the planned total), ``checkpoint`` (its folder).
+    """
+
+    def __init__(self, global_step: int, max_steps: int, checkpoint: str):
+        self.global_step, self.max_steps, self.checkpoint = global_step, max_steps, checkpoint
+        super().__init__(f"run already finished at step {global_step} (max_steps {max_steps}): nothing to train")
+
+
+def checkpoint_progress(checkpoint: str) -> dict:
+    """``{"global_step", "max_steps", "num_train_epochs"}`` recorded in ``checkpoint``'s ``trainer_state.json``
+    (``max_steps``: the total the run that wrote it planned, its epochs counted out when it ran by epochs)."""
+    with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as f:
+        state = json.load(f)
+    return {
+        "global_step": int(state["global_step"]),
+        "max_steps": int(state.get("max_steps") or 0),
+        "num_train_epochs": state.get("num_train_epochs"),
+    }
+
+
+def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> None:
+    """What a resume from ``checkpoint`` (at ``global_step``) may train towards ``max_steps`` optimizer steps.
+
+    transformers resumes a finished run by training one step more (its stop check follows each step), and a
+    ``max_steps`` below the checkpoint's step the same way; this is checked before anything loads or is written.
+
+    Args:
+        global_step: the checkpoint's optimizer step (``checkpoint_progress``).
+        max_steps: the run's planned total (``max_steps``, or the steps its epochs make).
+        checkpoint: the checkpoint's folder, for the messages.
+
+    Raises:
+        RunFinished: ``max_steps == global_step``: nothing to train (the command line exits 0).
+        ConfigError: ``max_steps < global_step``: names both numbers (the command line exits 2).
+    """
+    if max_steps == global_step:
+        raise RunFinished(global_step, max_steps, checkpoint)
+    if max_steps < global_step:
+        raise ConfigError(
+            f"resume=True: max_steps={max_steps} is below the step the run already reached, {global_step} "
+            f"({checkpoint}): pass max_steps={global_step} or more to continue it (max_steps={global_step}: nothing "
+            f"to train), or overwrite_output_dir=True to start over"
+        )
 
 
 def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:

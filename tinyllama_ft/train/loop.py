@@ -1,6 +1,8 @@
 """Train and evaluate (the article's cell 7), with the numbers a run reports, and what to do when CUDA runs out.
 
-Which checkpoint a resume starts from (complete, undamaged) is ``checkpoints.last_checkpoint``'s decision.
+Which checkpoint a resume starts from (complete, undamaged) is ``checkpoints.last_checkpoint``'s decision; what it
+may train after it, ``checkpoints.check_continuation``'s. A resume towards another ``max_steps`` than the checkpoint's
+run planned follows the new total's schedule (``ContinueSchedule``; docs/parameters.md).
 """
 
 from __future__ import annotations
@@ -10,7 +12,45 @@ import resource
 import time
 from typing import Any
 
-from .checkpoints import last_checkpoint
+from transformers import TrainerCallback
+
+from .checkpoints import check_continuation, checkpoint_progress, last_checkpoint
+
+
+class ContinueSchedule(TrainerCallback):
+    """On a resume, before the first step: refuse to train past a finished run, and put the learning rate on the
+    schedule of this run's total.
+
+    transformers builds the scheduler for the new ``max_steps`` and then loads the checkpoint's scheduler and
+    optimizer state, whose learning rate is the old total's (a 4-step linear run resumed to 8 steps trained step 5 at
+    0.0). ``LambdaLR`` (every ``transformers.get_scheduler`` schedule but ``reduce_lr_on_plateau``) keeps the new
+    total's functions and the loaded step count, so the rate for the next step is ``base_lr * lr_lambda(step)``: set
+    here on the optimizer and as the scheduler's last rate (what the trainer logs). With an unchanged total this is the
+    rate the checkpoint held already.
+
+    Args:
+        checkpoint: the checkpoint resumed from.
+        planned_before: the total the checkpoint's run planned (``checkpoints.checkpoint_progress``).
+    """
+
+    def __init__(self, checkpoint: str, planned_before: int):
+        self.checkpoint, self.planned_before = checkpoint, planned_before
+
+    def on_train_begin(self, args, state, control, optimizer=None, lr_scheduler=None, **kwargs):
+        check_continuation(state.global_step, state.max_steps, self.checkpoint)  # a run by epochs: counted now
+        scheduler = getattr(lr_scheduler, "scheduler", lr_scheduler)  # accelerate's wrapper holds the torch one
+        lambdas = getattr(scheduler, "lr_lambdas", None)
+        if lambdas is not None and optimizer is not None:
+            groups = optimizer.param_groups
+            for group, base, fn in zip(groups, scheduler.base_lrs, lambdas):
+                group["lr"] = base * fn(scheduler.last_epoch)
+            scheduler._last_lr = [group["lr"] for group in groups]
+        if self.planned_before != state.max_steps and state.is_world_process_zero:  # said once under a launch
+            print(
+                f"continuing steps {state.global_step + 1}-{state.max_steps} on the {state.max_steps}-step schedule "
+                f"(the checkpoint's run planned {self.planned_before} steps; docs/parameters.md, max_steps)",
+                flush=True,
+            )
 
 
 def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
@@ -37,6 +77,8 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     Raises:
         checkpoints.DamagedCheckpointError: ``resume`` and every checkpoint holds a truncated or garbled
             file (a damaged newest one is skipped with a message, falling back to the one before).
+        checkpoints.RunFinished, config.coercion.ConfigError: ``resume`` and the checkpoint already reached the
+            planned steps, or more (``checkpoints.check_continuation``; before any step is trained).
     """
     import torch
 
@@ -57,11 +99,17 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process
     tokens_before = _tokens_in_checkpoint(checkpoint) if checkpoint else trainer.state.num_input_tokens_seen
     first_step = _checkpoint_state(checkpoint).global_step if checkpoint else trainer.state.global_step
+    continuing = ContinueSchedule(checkpoint, checkpoint_progress(checkpoint)["max_steps"]) if checkpoint else None
+    if continuing:
+        trainer.add_callback(continuing)
     start = time.perf_counter()
     try:
         output = trainer.train(resume_from_checkpoint=checkpoint)
     except torch.OutOfMemoryError as e:
         raise torch.OutOfMemoryError(out_of_memory_advice(trainer)) from e
+    finally:
+        if continuing:
+            trainer.remove_callback(continuing)
     runtime = time.perf_counter() - start
     # evaluations every eval_steps in this process (a resumed state also holds the earlier process's)
     evals = [h for h in trainer.state.log_history if "eval_loss" in h]
@@ -70,7 +118,10 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
         eval_before = evals[0]["eval_loss"]
         eval_in_train += evals[0].get("eval_runtime", 0.0)
     tokens = int(trainer.state.num_input_tokens_seen - tokens_before)
-    eval_after = trainer.evaluate()["eval_loss"] if has_eval else None
+    # the trainer evaluated at the last step already (eval_steps divides it): the same weights, so its loss is the
+    # one after training (evaluating again would print that line twice and spend the time twice)
+    last = evals[-1] if evals and evals[-1].get("step") == trainer.state.global_step > first_step else None
+    eval_after = (last or trainer.evaluate())["eval_loss"] if has_eval else None
     cuda = torch.cuda.is_available()
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
     return {

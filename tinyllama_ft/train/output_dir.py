@@ -39,7 +39,7 @@ from ..machine.hardware import in_colab
 from ..machine.lock import acquire_run_lock
 from ..machine.paths import expand_path
 from ..models.run_record import RUN_CONFIG, read_run_config
-from .checkpoints import checkpoint_dirs, last_checkpoint
+from .checkpoints import check_continuation, checkpoint_dirs, checkpoint_progress, last_checkpoint
 
 #: Where Colab mounts Google Drive (``google.colab.drive.mount``'s usual argument).
 DRIVE_MOUNT_POINT = "/content/drive"
@@ -272,7 +272,7 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
 
     Returns:
         ``"new"`` (nothing of an earlier run there), ``"overwrite"`` (an earlier run was deleted) or
-        ``"resume"`` (its checkpoints match this configuration). ``run_config.json`` is written in every case.
+        ``"resume"`` (its checkpoints match this configuration). ``run_config.json`` is written whenever it returns.
 
     Raises:
         ValueError: ``resume`` and ``overwrite_output_dir`` are both True; or ``resume=True`` and the
@@ -285,6 +285,10 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
         lock.RunLockedError: another live run holds ``output_dir``'s lock (names its host and process).
         checkpoints.DamagedCheckpointError: ``resume=True`` and every checkpoint holds a truncated or
             garbled file (the message names each file and why).
+        checkpoints.RunFinished: ``resume=True`` and the newest checkpoint already reached ``max_steps``: nothing
+            was written, the lock is released (the command line prints the message and exits 0).
+        config.coercion.ConfigError: ``resume=True`` and ``max_steps`` is below the checkpoint's step
+            (``checkpoints.check_continuation``).
     """
     out = cfg.output_dir
     if cfg.resume and cfg.overwrite_output_dir:
@@ -317,7 +321,8 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
             f"output_dir={out!r} holds an earlier run ({names}): pass resume=True to continue it, "
             f"overwrite_output_dir=True to delete it and start over, or choose another output_dir"
         )
-    if last_checkpoint(out, required=True) is None:
+    checkpoint = last_checkpoint(out, required=True)
+    if checkpoint is None:
         raise FileExistsError(
             f"resume=True but output_dir={out!r} has no complete checkpoint to resume from, only ({names}): "
             f"pass overwrite_output_dir=True to delete it and start over, or choose another output_dir"
@@ -336,5 +341,15 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
                 f"{', '.join(diff)} ({lines}): set them back to resume, or pass overwrite_output_dir=True "
                 f"(resume=False) to start over, or choose another output_dir"
             )
+    done = checkpoint_progress(checkpoint)
+    planned = (  # by epochs: the checkpoint's own count of them, unless num_train_epochs changed (the loop checks)
+        cfg.max_steps
+        if cfg.max_steps > 0
+        else done["max_steps"]
+        if done["num_train_epochs"] == cfg.num_train_epochs
+        else None
+    )
+    if planned is not None:
+        check_continuation(done["global_step"], planned, checkpoint)  # before anything is written
     write_run_config(out, identity)
     return "resume"

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..config.finetune import FinetuneConfig
 from ..data.tokenization import prepare_training_rows
+from ..machine.kernel import in_interactive_kernel
 from ..machine.paths import expand_path
 from ..models.attention import sdpa_outside_training
 from ..models.precision import trainer_precision_flags
@@ -139,7 +140,9 @@ def build_trainer(
             (``tokenization.prepare_training_rows``).
         cfg, plan: as ``sft_config_kwargs``.
         callbacks: extra ``transformers.TrainerCallback`` objects.
-        progress: add ``progress.ProgressPrinter`` (one printed line per logging step: step, loss, tokens/s).
+        progress: add ``progress.ProgressPrinter`` (one printed line per logging step: step, loss, tokens/s, and
+            one per evaluation); outside an interactive notebook (a terminal, a pipe, papermill) it replaces
+            transformers' progress bar and printed log dicts.
 
     Returns:
         The trainer; its ``train_dataset`` is already tokenized and packed.
@@ -158,7 +161,7 @@ def build_trainer(
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     tok_arg = "processing_class" if _accepts(SFTTrainer, "processing_class") else "tokenizer"
-    return sdpa_evaluating(SFTTrainer)(
+    trainer = sdpa_evaluating(SFTTrainer)(
         model=model,
         args=args,
         train_dataset=train_dataset,
@@ -166,6 +169,16 @@ def build_trainer(
         callbacks=callbacks,
         **{tok_arg: tokenizer},
     )
+    if progress and not in_interactive_kernel():
+        # a terminal, a pipe, papermill: the printed lines are the progress. transformers' own (a tqdm bar with its
+        # "\r" redraws and a raw {'loss': ...} dict per log, or with disable_tqdm the dicts alone, or in a kernel
+        # its HTML table) would interleave with them; an interactive notebook keeps its live table
+        from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # ProgressCallback, or in a kernel the table's
+        from transformers.trainer_callback import PrinterCallback
+
+        for kind in (DEFAULT_PROGRESS_CALLBACK, PrinterCallback):
+            trainer.remove_callback(kind)
+    return trainer
 
 
 def sdpa_evaluating(trainer_cls):

@@ -27,6 +27,23 @@ LIBRARIES = (
 )
 
 
+def format_loss(value: float | None) -> str:
+    """A loss as printed (4 decimals; ``run_summary.json`` keeps the full float), or ``"None"`` without one."""
+    return "None" if value is None else f"{value:.4f}"
+
+
+def format_results(results: dict) -> str:
+    """``loop.train_and_evaluate``'s figures on one line, as printed: losses with 4 decimals, tokens/s an integer,
+    seconds with 1 decimal, peak GPU memory in GiB with 2 (``run_summary.json`` keeps the full values)."""
+    rate, peak = results.get("tokens_per_s"), results.get("peak_memory_gib")
+    return (
+        f"eval_loss {format_loss(results.get('eval_loss_before'))} -> {format_loss(results.get('eval_loss_after'))}, "
+        f"{results.get('train_tokens', 0):,} tokens in {results.get('train_runtime_s', 0.0):.1f} s"
+        + (f", {rate:,.0f} tokens/s" if rate is not None else "")
+        + (f", peak GPU memory {peak:.2f} GiB" if peak is not None else "")
+    )
+
+
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
     """Installed version of each distribution in ``names``, or None when it is not installed."""
     versions: dict[str, str | None] = {"python": platform.python_version()}

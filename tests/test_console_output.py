@@ -1,0 +1,171 @@
+"""What a headless user sees, and a finished run resumed (issue 28, items 1, 5 and 6).
+
+One real 4-step run of the console script on stories260K with its stdout piped (evaluations at steps 2 and 4, a
+checkpoint at 4): the terminal shows one line per step and one per evaluation, no tqdm bar, no ``\\r``, no raw
+trainer dict, losses with 4 decimals, perplexity with 2, tokens/s as an integer. That run, resumed with the same
+``max_steps``, trains nothing and changes no file (exit 0); with a smaller one it is refused (exit 2). Its adapter
+refuses a prompt past the model's 512 positions (exit 2). A notebook under ``papermill --log-output`` shows the
+side-by-side table as text and a streamed answer in whole lines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from test_console_script import ENV  # the console script's environment: offline, 2 threads, no W&B
+
+pytestmark = pytest.mark.slow  # a training run of the console script, three more commands, a papermill run
+
+BIN = Path(sys.executable).parent
+STEPS = 4
+
+
+def console(*argv: str, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(BIN / "tinyllama-ft"), *argv], cwd=cwd, env=ENV, capture_output=True, text=True, timeout=900
+    )
+
+
+def train_args(stories_dir, alpaca_jsonl, output_dir: Path, max_steps: int = STEPS, *more: str) -> list[str]:
+    return [
+        "train",
+        *("--model_name", str(stories_dir), "--dataset", str(alpaca_jsonl), "--max_seq_length", "512"),
+        *("--max_steps", str(max_steps), "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"),
+        *("--test_size", "0.004", "--learning_rate", "1e-3", "--report_to", "none", "--max_new_tokens", "8"),
+        *("--eval_steps", "2", "--save_steps", str(STEPS), "--output_dir", str(output_dir), *more),
+    ]
+
+
+@pytest.fixture(scope="module")
+def finished(stories_dir, alpaca_jsonl, tmp_path_factory):
+    """``(output_dir, completed process)`` of the 4-step run, stdout and stderr piped."""
+    root = tmp_path_factory.mktemp("finished")
+    done = console(*train_args(stories_dir, alpaca_jsonl, root / "out"), cwd=root)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return root / "out", done
+
+
+def hashes(folder: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_piped_stdout_is_one_line_per_step_and_per_evaluation(finished):
+    out_dir, done = finished
+    out = done.stdout
+    assert "\r" not in out and not re.search(r"\d+%\|", out), out[-3000:]  # no tqdm bar
+    assert "{'loss'" not in out and "{'eval_loss'" not in out and "{'train_runtime'" not in out, out[-3000:]
+    lines = out.splitlines()
+    steps = [line for line in lines if re.match(r"step \d+/\d+  loss ", line)]
+    assert [s.split()[1] for s in steps] == [f"{i}/{STEPS}" for i in range(1, STEPS + 1)], steps
+    for line in steps:  # loss with 4 decimals, tokens/s an integer
+        assert re.fullmatch(rf"step \d/{STEPS}  loss \d+\.\d{{4}}  lr \S+  tokens/s [\d,]+", line), line
+    evals = [line for line in lines if "eval_loss" in line and not line.startswith("tinyllama-ft")]
+    wanted = ["before training", f"step 2/{STEPS}", f"step {STEPS}/{STEPS}"]  # each evaluation once
+    assert [line.split("  eval_loss ")[0] for line in evals] == wanted, evals
+    assert all(re.search(r"eval_loss \d+\.\d{4}$", line) for line in evals), evals
+    held_out = [line for line in lines if line.startswith(("before: ", "after:  "))]
+    assert len(held_out) == 2 and all(
+        re.match(r"\w+: +response loss \d+\.\d{4} \(perplexity \d+\.\d{2}\), full-text loss \d+\.\d{4}, ", line)
+        for line in held_out
+    ), held_out
+    summary = json.loads((out_dir / "run_summary.json").read_text(encoding="utf-8"))
+    last = lines[-1]
+    before, after = summary["eval_loss_before"], summary["eval_loss_after"]
+    assert last.startswith(f"tinyllama-ft train: done: eval_loss {before:.4f} -> {after:.4f}, adapter in "), last
+    assert round(after, 4) != after and evals[-1].endswith(f"{after:.4f}")  # the file keeps the full float
+
+
+def test_resuming_a_finished_run_trains_nothing_and_changes_no_file(finished, stories_dir, alpaca_jsonl, tmp_path):
+    out_dir = tmp_path / "out"
+    shutil.copytree(finished[0], out_dir)
+    before = hashes(out_dir)
+    done = console(*train_args(stories_dir, alpaca_jsonl, out_dir, STEPS, "--resume", "true"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == (
+        f"tinyllama-ft train: run already finished at step {STEPS} (max_steps {STEPS}): nothing to train"
+    ), done.stdout[-2000:]
+    assert hashes(out_dir) == before
+    assert f"checkpoint-{STEPS + 1}" not in os.listdir(out_dir)
+
+
+def test_resuming_below_the_checkpoints_step_is_refused(finished, stories_dir, alpaca_jsonl, tmp_path):
+    out_dir = tmp_path / "out"
+    shutil.copytree(finished[0], out_dir)
+    before = hashes(out_dir)
+    done = console(*train_args(stories_dir, alpaca_jsonl, out_dir, 2, "--resume", "true"), cwd=tmp_path)
+    assert done.returncode == 2, (done.returncode, done.stdout[-2000:], done.stderr[-2000:])
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("tinyllama-ft train: error: ") and "max_steps=2" in last and f", {STEPS} (" in last, last
+    assert "planned:" not in done.stdout and hashes(out_dir) == before
+
+
+def test_generate_refuses_a_prompt_past_the_models_positions(finished, tmp_path):
+    done = console(
+        "generate",
+        *("--adapter", str(finished[0] / "lora_model"), "--prompt", "dog " * 600, "--max_new_tokens", "16"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    last = done.stderr.strip().splitlines()[-1]
+    assert re.search(r"prompt 0 has \d+ tokens and max_new_tokens=16: \d+ positions, more than the model's 512", last)
+    assert "Traceback" not in done.stderr
+
+
+NOTEBOOK = [
+    """\
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from tinyllama_ft.evaluate.side_by_side import show_answers
+from tinyllama_ft.infer.generation import generate, stream
+
+tokenizer = AutoTokenizer.from_pretrained(MODEL)
+model = AutoModelForCausalLM.from_pretrained(MODEL)
+rows = [dict(instruction="Name a colour.", base="Blue, I think.", tuned="Red.", base_stopped=True, tuned_stopped=False)]""",
+    "show_answers(rows)",
+    """\
+expected = generate(model, tokenizer, ["Tell me a story."], max_new_tokens=40)[0]
+print("EXPECTED " + json.dumps(expected))""",
+    """\
+stream(model, tokenizer, ["Tell me a story."], max_new_tokens=40)
+print("END OF ANSWER")""",
+]
+
+
+def test_papermill_log_shows_the_table_as_text_and_the_answer_in_lines(stories_dir, tmp_path):
+    import nbformat
+
+    cells = [nbformat.v4.new_code_cell(f"import json\nMODEL = {str(stories_dir)!r}")] + [
+        nbformat.v4.new_code_cell(source) for source in NOTEBOOK
+    ]
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "in.ipynb")
+    done = subprocess.run(
+        [str(BIN / "papermill"), "in.ipynb", "out.ipynb", "--log-output", "--no-progress-bar", "-k", "python3"],
+        cwd=tmp_path,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    log = done.stdout + done.stderr
+    expected = json.loads(re.search(r"EXPECTED (\".*\")", log).group(1))
+    lines = log.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.endswith("### Instruction: Tell me a story."))
+    end = next(i for i, line in enumerate(lines) if line.endswith("END OF ANSWER"))
+    # papermill logs each output message with its own line end: a printed line is followed by an empty one
+    streamed = [line for line in lines[start + 1 : end] if line.strip()]
+    assert streamed == [line for line in expected.splitlines() if line.strip()], streamed  # not one word per line
+    assert "<IPython.core.display.HTML object>" not in log
+    assert "| Name a colour. | Blue, I think. | Red. [no EOS] |" in log, log[-3000:]
