@@ -203,6 +203,17 @@ def compile_figures(compiled: dict, events: list[dict]) -> dict:
         "by_function": by_name,
         "recompile_reasons": [r[:300] for r in reasons[:12]],
         "stats": (compiled.get("counters") or {}).get("stats"),
+        "each": [  # one row per compile: seconds after train() began, the frame, dynamo / backend / inductor seconds
+            {
+                "at_s": round(m["start_time"] - begin, 2) if begin and m.get("start_time") else None,
+                "co_name": m.get("co_name"),
+                "s": m.get("entire_frame_compile_time_s"),
+                "backend_s": m.get("backend_compile_time_s"),
+                "inductor_s": m.get("inductor_compile_time_s"),
+                "recompile_reason": (m.get("recompile_reason") or "")[:160] or None,
+            }
+            for m in metrics
+        ],
     }
 
 
@@ -225,7 +236,7 @@ def generation_figures(probe: dict) -> dict:
         row["new_tokens"] += d["new_tokens"]
         row["stopped"] += d["stopped"]
         row["s"] = round(row["s"] + d["s"], 2)
-        row["rows_per_batch"] = d["rows"]
+        row["rows_per_batch"] = max(row.get("rows_per_batch", 0), d["rows"])
     for row in out.values():
         row["tokens_per_s"] = round(row["new_tokens"] / row["s"], 1) if row["s"] else None
     calls = probe.get("calls", [])
