@@ -12,11 +12,7 @@ parts=${1:-"tests probe bench"}
 WHL_DIR=${WHL_DIR:-.whl}; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TINYLLAMA_FT_SHARED_DATA=$DATA_DIR TINYLLAMA_SHAPED=/tmp/tinyllama-shaped
 t0=$SECONDS
-if [[ ! -f /tmp/site/.done ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL_DIR"/*.whl 2>&1 | tail -2
-  touch /tmp/site/.done
-fi
-export PYTHONPATH=/tmp/site:$PWD
+source scripts/gpu_site.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.used --format=csv,noheader
 python3 -c "import torch, transformers, peft, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'triton', triton.__version__)"
 python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out /tmp/tinyllama-shaped

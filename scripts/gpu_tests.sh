@@ -11,11 +11,7 @@
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-tests}; mkdir -p "$OUT"
-if [[ -n ${WHL_DIR:-} && ! -f /tmp/site/.done ]]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$WHL_DIR"/*.whl
-  touch /tmp/site/.done
-fi
-[[ -d /tmp/site ]] && export PYTHONPATH=/tmp/site:$PWD || export PYTHONPATH=$PWD
+source scripts/gpu_site.sh
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TINYLLAMA_SHAPED=${TINYLLAMA_SHAPED:-/tmp/tinyllama-shaped}
 [[ -f $TINYLLAMA_SHAPED/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src tests/fixtures/tinyllama --out "$TINYLLAMA_SHAPED"
 files=("$@")

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# The notebook benchmark on the GPU machine in one call: the wheels (scripts/gpu_site.sh), the TinyLlama-shaped
+# model with random weights, then benchmarks/notebook_runs.py with the arguments given (e.g. --only chat_default).
+# Usage (repo root): WHL_DIR=.whl DATA_DIR=.device-data OUT=/tmp/out bash benchmarks/run_notebook_gpu.sh [ARGS...]
+# A warm machine keeps /tmp: the installed wheels, the model and --work's run folders (for a "_warm" row).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-runs/notebook_runs}; WHL_DIR=${WHL_DIR:-.whl}; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
+MODEL=${MODEL:-/tmp/tinyllama-shaped}
+t0=$SECONDS
+source scripts/gpu_site.sh
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
+[[ -f $MODEL/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$MODEL"
+echo "setup: $((SECONDS - t0)) s"
+python3 benchmarks/notebook_runs.py --model "$MODEL" --dataset "$DATA_DIR/alpaca/alpaca_cleaned_5k.jsonl" \
+  --out-dir "$OUT" "$@"
