@@ -25,6 +25,16 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def command(model, data, output_dir, result, *extra: str, **flags) -> list[str]:
+    """This driver's command line: ``python resume_driver.py`` with the four paths, ``flags`` as options
+    (``max_steps=8`` -> ``--max-steps 8``) and ``extra`` last; ``command(...)[2:]`` is ``main``'s ``argv``."""
+    argv = [sys.executable, os.path.abspath(__file__), "--model", str(model), "--data", str(data)]
+    argv += ["--output-dir", str(output_dir), "--result", str(result)]
+    for name, value in flags.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv + list(extra)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)

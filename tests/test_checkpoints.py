@@ -6,36 +6,27 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import pytest
 
+import resume_driver
+
 from conftest import REPO
 
-DRIVER = REPO / "tests" / "resume_driver.py"
 MAX_STEPS, SAVE_STEPS = 8, 4
 
 
 def _driver(stories_dir, alpaca_jsonl, output_dir, result, *extra):
-    cmd = [
-        sys.executable,
-        str(DRIVER),
-        "--model",
-        str(stories_dir),
-        "--data",
-        str(alpaca_jsonl),
-        "--output-dir",
-        str(output_dir),
-        "--result",
-        str(result),
-        "--max-steps",
-        str(MAX_STEPS),
-        "--save-steps",
-        str(SAVE_STEPS),
-        "--lora-dropout",
-        "0.1",
+    cmd = resume_driver.command(
+        stories_dir,
+        alpaca_jsonl,
+        output_dir,
+        result,
         *extra,
-    ]
+        max_steps=MAX_STEPS,
+        save_steps=SAVE_STEPS,
+        lora_dropout=0.1,
+    )
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 

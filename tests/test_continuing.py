@@ -16,30 +16,20 @@ FIRST, TOTAL = 4, 8
 
 
 def _run(stories_dir, alpaca_jsonl, output_dir, result, max_steps, schedule, *extra) -> dict:
-    argv = [
-        "--model",
-        str(stories_dir),
-        "--data",
-        str(alpaca_jsonl),
-        "--output-dir",
-        str(output_dir),
-        "--result",
-        str(result),
-        "--rows",
-        "120",
-        "--max-steps",
-        str(max_steps),
-        "--save-steps",
-        str(FIRST),
-        "--eval-steps",
-        "100",
-        "--lr-scheduler-type",
-        schedule,
-        "--warmup-ratio",
-        "0.25",  # 1 warm-up step of 4, 2 of 8: the two totals' schedules differ from the start
+    argv = resume_driver.command(
+        stories_dir,
+        alpaca_jsonl,
+        output_dir,
+        result,
         *extra,
-    ]
-    assert resume_driver.main(argv) == 0
+        rows=120,
+        max_steps=max_steps,
+        save_steps=FIRST,
+        eval_steps=100,
+        lr_scheduler_type=schedule,
+        warmup_ratio=0.25,  # 1 warm-up step of 4, 2 of 8: the two totals' schedules differ from the start
+    )
+    assert resume_driver.main(argv[2:]) == 0
     return json.loads(result.read_text(encoding="utf-8"))
 
 

@@ -5,16 +5,16 @@ real run resumed after one row of its file changed, or its rows were reordered, 
 import json
 import os
 import subprocess
-import sys
 
 import pytest
+
+import resume_driver
 
 from conftest import REPO
 from helpers import alpaca_rows
 from tinyllama_ft.data.instructions import check_rows, load_instruction_data
 from tinyllama_ft.data.fingerprint import data_fingerprint
 
-DRIVER = REPO / "tests" / "resume_driver.py"
 
 
 def _write_jsonl(path, rows):
@@ -45,25 +45,7 @@ def test_fingerprint_is_the_kept_rows_text_and_order(alpaca_jsonl, tmp_path):
 
 
 def _driver(stories_dir, data, output_dir, result, *extra):
-    cmd = [
-        sys.executable,
-        str(DRIVER),
-        "--model",
-        str(stories_dir),
-        "--data",
-        str(data),
-        "--output-dir",
-        str(output_dir),
-        "--result",
-        str(result),
-        "--rows",
-        "120",
-        "--max-steps",
-        "2",
-        "--save-steps",
-        "2",
-        *extra,
-    ]
+    cmd = resume_driver.command(stories_dir, data, output_dir, result, *extra, rows=120, max_steps=2, save_steps=2)
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
 

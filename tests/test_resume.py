@@ -6,40 +6,30 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
-from conftest import REPO
+import resume_driver
+
 
 pytestmark = pytest.mark.slow  # two training processes, one killed and resumed
 
 MAX_STEPS, SAVE_STEPS, KILL_AFTER = 12, 4, 8
-DRIVER = REPO / "tests" / "resume_driver.py"
 
 
 def _driver(stories_dir, alpaca_jsonl, output_dir, result, *extra):
     # dropout on: the resumed run also needs the checkpoint's RNG state to match
-    return [
-        sys.executable,
-        str(DRIVER),
-        "--model",
-        str(stories_dir),
-        "--data",
-        str(alpaca_jsonl),
-        "--output-dir",
-        str(output_dir),
-        "--result",
-        str(result),
-        "--max-steps",
-        str(MAX_STEPS),
-        "--save-steps",
-        str(SAVE_STEPS),
-        "--lora-dropout",
-        "0.1",
+    return resume_driver.command(
+        stories_dir,
+        alpaca_jsonl,
+        output_dir,
+        result,
         *extra,
-    ]
+        max_steps=MAX_STEPS,
+        save_steps=SAVE_STEPS,
+        lora_dropout=0.1,
+    )
 
 
 def _wait_for(path, proc, timeout=120.0):
