@@ -149,13 +149,14 @@ def test_split_5k_holds_out_20_disjoint_rows():
 
 def test_split_real_rows_is_disjoint_and_reproducible(alpaca_all):
     ds, _ = alpaca_all
-    train, eval_ = split_train_eval(ds)
-    assert len(eval_) == 20
+    assert len(split_train_eval(ds)[1]) == 6  # the default 0.4% of 1,418 rows, rounded up
+    train, eval_ = split_train_eval(ds, test_size=0.04)
+    assert len(eval_) == 57
     train_pairs, eval_pairs = set(_pairs(train)), set(_pairs(eval_))
     assert len(train_pairs) + len(eval_pairs) == len(set(_pairs(ds)))
     assert train_pairs.isdisjoint(eval_pairs)
-    assert _pairs(split_train_eval(ds, seed=3407)[1]) == _pairs(eval_)
-    assert _pairs(split_train_eval(ds, seed=1)[1]) != _pairs(eval_)
+    assert _pairs(split_train_eval(ds, test_size=0.04, seed=3407)[1]) == _pairs(eval_)
+    assert _pairs(split_train_eval(ds, test_size=0.04, seed=1)[1]) != _pairs(eval_)
 
 
 def test_split_tiny_datasets():
