@@ -116,9 +116,11 @@ def _add_train_arguments(parser) -> None:
 
 def _run_train(values: dict, given: set) -> dict:
     from .config.sources import config_from_recipe
+    from .data.formats import check_sources
     from .pipeline import run_training
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
+    check_sources(cfg, flag_prefix="--")  # named as flags here; run_training checks again, answered from memory
     summary = run_training(cfg)
     if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
         print(
@@ -171,11 +173,11 @@ def _run_generate(values: dict, given: set) -> list[str]:
     from .infer.chat_generation import chat_stream
     from .infer.generation import stream
     from .machine.hardware import detect_hardware
-    from .models.adapters import adapter_base_model, load_adapter
+    from .models.adapters import adapter_base, load_adapter
     from .models.run_record import is_chat, read_record, resolve_settings
 
     where = "tinyllama-ft generate"
-    base = values["base_model"] or adapter_base_model(values["adapter"])
+    base = adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
     cfg = FinetuneConfig.from_mapping(
         {"model_name": base, "prompts": values["prompt"], **{k: values[k] for k in GENERATE_FIELDS}}, where=where
     )
@@ -241,11 +243,13 @@ def _run_export(values: dict, given: set) -> dict:
     import os
 
     from .export.adapter_export import describe_exports, export_adapter
+    from .models.adapters import adapter_base
 
     formats = FinetuneConfig.from_mapping(
         {"export_formats": values["format"]}, where="tinyllama-ft export --format"
     ).export_formats
     flags = _recorded_flags(values, given, "tinyllama-ft export")
+    adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
     output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
     results = export_adapter(
         adapter_dir=values["adapter"],
