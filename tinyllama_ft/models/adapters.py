@@ -238,7 +238,10 @@ def load_adapter(
         if rows and rows > base_model_obj.get_input_embeddings().num_embeddings:  # a chat template's added tokens
             base_model_obj.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
         check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
-        model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
+        from .lora import peft_wrapping
+
+        with peft_wrapping():  # peft reads transformers' deprecated checkpointing alias (lora.peft_wrapping)
+            model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
             model = model.merge_and_unload()
             if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
