@@ -1,7 +1,7 @@
 """``tinyllama-ft``: the command line over the same helpers as the notebook (jsonargparse).
 
     tinyllama-ft train --config article [--NAME VALUE ...]    # a shipped recipe by name, or any YAML path
-    tinyllama-ft generate --adapter DIR --prompt TEXT [--max_new_tokens N ...]
+    tinyllama-ft generate --adapter DIR --prompt TEXT [--input CONTEXT] [--max_new_tokens N ...]
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
     tinyllama-ft train --help                                  # every field, with its meaning and default
 
@@ -153,6 +153,13 @@ def _add_generate_arguments(parser) -> None:
         help='an instruction, or a list of them (\'["first", "second"]\')',
     )
     parser.add_argument(
+        "--input",
+        type=Optional[Union[List[str], str]],
+        default=None,
+        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or a "
+        "list as long as --prompt; Alpaca adapters only (a chat adapter takes the context inside --prompt)",
+    )
+    parser.add_argument(
         "--base_model",
         type=Optional[str],
         default=None,
@@ -183,6 +190,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
+    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=is_chat(record))
     template = resolve_settings(
         record,
         {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
@@ -208,7 +216,29 @@ def _run_generate(values: dict, given: set) -> list[str]:
             max_new_tokens=cfg.max_new_tokens,
             stop_token_ids=record.get("stop_token_ids"),
         )
-    return stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=template)
+    return stream(model, tokenizer, cfg.prompts, inputs=inputs, max_new_tokens=cfg.max_new_tokens, template=template)
+
+
+def _generate_inputs(given, n_prompts: int, *, chat: bool) -> list[str] | None:
+    """``--input`` as one string per prompt (None when not given), checked before the model loads.
+
+    Raises:
+        ConfigError: ``--input`` for a chat adapter (its prompt is a user message), or a list whose length is not the
+            number of prompts.
+    """
+    if given is None:
+        return None
+    if chat:
+        raise ConfigError(
+            "--input fills the Alpaca prompt's input, and this adapter was trained on conversations: put the "
+            "context inside --prompt"
+        )
+    from .infer.generation import one_per_instruction
+
+    try:
+        return one_per_instruction(given, n_prompts, "--input")
+    except ValueError as err:
+        raise ConfigError(f"{err}: give one for all, or one each") from None
 
 
 def _add_export_arguments(parser) -> None:
@@ -309,7 +339,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
         if command == "train"
         else {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS)
         if command == "export"
-        else {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
+        else {"help", "adapter", "prompt", "input", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
     )
     given = _given_flags(argv)
     from .config.secrets import refuse_secret_names
