@@ -164,9 +164,11 @@ check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's q
 # overwritten silently (`resume=True` continues it, `overwrite_output_dir=True` starts over).
 
 # %%
+from tinyllama_ft.data.formats import check_sources
 from tinyllama_ft.train.output_dir import ensure_drive
 
 drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
+check_sources(cfg)  # a missing model or data path, or an unreachable Hub id: one line, before output_dir is touched
 rows, data_report = fmt.load(cfg)
 
 # %%

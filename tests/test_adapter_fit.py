@@ -65,7 +65,7 @@ def test_an_adapter_whose_tokenizer_outgrows_the_base_is_refused_even_without_it
     import torch
     from peft import PeftModel
     from tinyllama_ft.infer.generation import generate
-    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.models.lora import add_lora, peft_wrapping
     from tinyllama_ft.models.loading import load_model
 
     base, tokenizer = load_model(str(made["tiny_tinyllama"]), hardware=cpu, **LOAD)
@@ -84,7 +84,8 @@ def test_an_adapter_whose_tokenizer_outgrows_the_base_is_refused_even_without_it
     with pytest.raises(AdapterMismatchError, match="32000 tokens, this base embeds 512"):
         load_adapter(adapter, hardware=cpu, **LOAD, base_model=str(stories_dir))
     # what the check prevents: PEFT loads it silently, generation fails far from the cause
-    unchecked = PeftModel.from_pretrained(small, adapter)
+    with peft_wrapping():
+        unchecked = PeftModel.from_pretrained(small, adapter)
     with pytest.raises(IndexError):
         with torch.no_grad():
             generate(unchecked, tokenizer, ["Name a color."], max_new_tokens=2)

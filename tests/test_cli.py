@@ -17,7 +17,7 @@ from tinyllama_ft.config.sources import RECIPES_DIR, config_from_recipe, load_re
 
 
 def test_the_recipes_ship_inside_the_package_and_validate():
-    assert recipe_names() == ["article", "default", "offline_cpu"]
+    assert recipe_names() == ["article", "chat_offline_cpu", "default", "offline_cpu"]
     for name in recipe_names():
         config_from_recipe(name)  # raises on any unknown key or wrong type
     assert config_from_recipe("default") == DEFAULTS  # default.yaml is the package's defaults, every field
@@ -93,7 +93,7 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
     bad.write_text("max_steps: ten\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="max_steps='ten'"):
         config_from_recipe(str(bad))
-    with pytest.raises(FileNotFoundError, match="article, default, offline_cpu"):
+    with pytest.raises(FileNotFoundError, match="article, chat_offline_cpu, default, offline_cpu"):
         config_from_recipe("artcle")
 
 
@@ -360,3 +360,29 @@ def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(alpaca_jsonl, tmp
         assert cli[key]["response_loss"] == pytest.approx(notebook[key]["response_loss"], rel=1e-5), key
     assert [r["tuned"] for r in cli["side_by_side"]] == [r["tuned"] for r in notebook["side_by_side"]]
     assert cli["samples"] == notebook["samples"]
+
+
+def test_generate_takes_an_alpaca_input_as_the_helper_does(stories_dir, tmp_path, cpu, capsys):
+    """Issue 28: ``--input`` is the Alpaca row's second field (one for every prompt, or one each), rendered into the
+    prompt as ``stream(..., inputs=)`` renders it; a list of the wrong length is a usage error before anything loads."""
+    from helpers import trained_stories_adapter
+    from tinyllama_ft.infer.generation import stream
+    from tinyllama_ft.models.adapters import load_adapter
+
+    adapter = trained_stories_adapter(stories_dir, tmp_path, cpu)
+    prompts, context = ["Summarize the text.", "Name the animal in it."], "Once upon a time there was a cat."
+    common = ["generate", "--adapter", adapter, "--prompt", json.dumps(prompts), "--max_new_tokens", "8"]
+    answers = run([*common, "--input", context])
+    model, tokenizer = load_adapter(adapter, hardware=cpu, merged=True)
+    assert answers == stream(model, tokenizer, prompts, inputs=context, max_new_tokens=8)
+    assert answers != stream(model, tokenizer, prompts, max_new_tokens=8)  # the input reaches the prompt
+    assert (
+        run([*common, "--input", json.dumps([context, ""])])[1]
+        == stream(model, tokenizer, prompts[1:], max_new_tokens=8)[0]
+    )  # one each; "" is no input
+    assert main([*common, "--input", json.dumps(["a", "b", "c"])]) == 2
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("--input has 3 items for 2 instructions: give one for all, or one each")
+    )

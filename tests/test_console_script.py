@@ -133,10 +133,25 @@ def test_errors_end_in_one_line_with_status_2_or_1(runs, tmp_path):
     done = console("train", "--lora_rank", "8", cwd=tmp_path)  # a configuration error
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert last_line(done.stderr).startswith("tinyllama-ft train: error: ") and "did you mean lora_r?" in done.stderr
-    done = console("generate", "--adapter", str(tmp_path / "missing"), "--prompt", "hi", cwd=tmp_path)  # a failure
+    done = console("generate", "--adapter", str(tmp_path / "missing"), "--prompt", "hi", cwd=tmp_path)  # no such folder
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert (
+        last_line(done.stderr)
+        == f"tinyllama-ft generate: error: --adapter: no such file or folder: {tmp_path / 'missing'}"
+    )
+    offline = [
+        "generate",
+        "--adapter",
+        str(folder / "lora_model"),
+        "--base_model",
+        "someorg/not-cached",
+        "--prompt",
+        "hi",
+    ]
+    done = console(*offline, cwd=tmp_path)  # a failure: a Hub id, HF_HUB_OFFLINE=1, not in the cache
     assert done.returncode == 1 and "Traceback" not in done.stderr
-    assert last_line(done.stderr).startswith("tinyllama-ft generate: error: ") and "missing" in last_line(done.stderr)
-    debug = console("generate", "--adapter", str(tmp_path / "missing"), "--prompt", "hi", "--debug", cwd=tmp_path)
+    assert last_line(done.stderr).startswith("tinyllama-ft generate: error: --base_model: someorg/not-cached: ")
+    debug = console(*offline, "--debug", cwd=tmp_path)
     assert debug.returncode == 1 and "Traceback" in debug.stderr  # --debug shows where it failed
     done = console(
         "generate", "--adapter", str(folder / "lora_model"), "--prompt", "hi", "--max_seq_length", "4096", cwd=tmp_path

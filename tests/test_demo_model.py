@@ -102,8 +102,11 @@ def test_load_model_accepts_the_gguf_file(smollm2_dir, smollm2_cache, cpu, monke
 
 
 def test_other_model_names_pass_through(stories_dir, tmp_path):
-    assert demo_model.resolve_model_name("unsloth/tinyllama-bnb-4bit") == "unsloth/tinyllama-bnb-4bit"
+    from tinyllama_ft.config.locations import HubUnreachableError
+
     assert demo_model.resolve_model_name(str(stories_dir)) == str(stories_dir)
+    with pytest.raises(HubUnreachableError, match="unsloth/tinyllama-bnb-4bit: HF_HUB_OFFLINE is set"):
+        demo_model.resolve_model_name("unsloth/tinyllama-bnb-4bit")  # a Hub id offline and not cached: named
     (tmp_path / "a.gguf").write_bytes(b"x")
     (tmp_path / "b.gguf").write_bytes(b"x")
     with pytest.raises(ValueError, match="several GGUF files"):
@@ -149,7 +152,6 @@ def test_the_demo_hub_id_falls_back_to_the_package_offline(smollm2_dir, smollm2_
     monkeypatch.setenv("XDG_CACHE_HOME", str(smollm2_cache))
     assert demo_model.resolve_model_name(demo_model.SMOLLM2_HUB_ID) == smollm2_dir
     assert "the Hub does not answer" in capsys.readouterr().out
-    assert demo_model.resolve_model_name("some/other-model") == "some/other-model"
 
 
 def test_one_resolve_model_name_and_load_model_has_no_demo_case():

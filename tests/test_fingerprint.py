@@ -16,7 +16,6 @@ from tinyllama_ft.data.instructions import check_rows, load_instruction_data
 from tinyllama_ft.data.fingerprint import data_fingerprint
 
 
-
 def _write_jsonl(path, rows):
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:

@@ -50,3 +50,23 @@ def test_unknown_target_module_is_an_error(stories_dir, cpu):
     )
     with pytest.raises(ValueError, match="not_a_module"):
         add_lora(model, target_modules=["not_a_module"], gradient_checkpointing=False)
+
+
+def test_wrapping_and_reloading_print_no_checkpointing_alias_warning(stories_dir, tmp_path, cpu):
+    """Issue 28: transformers (>= 5.2x) deprecates ``is_gradient_checkpointing``, which peft reads each time it wraps
+    a model; neither ``add_lora`` nor ``load_adapter`` lets that FutureWarning reach the notebook or the terminal
+    (with or without gradient checkpointing), and other warnings still pass."""
+    import warnings
+
+    from helpers import trained_stories_adapter
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.models.loading import load_model
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for checkpointing in (False, True):
+            model, _ = load_model(str(stories_dir), max_seq_length=512, load_in_4bit=False, hardware=cpu)
+            add_lora(model, gradient_checkpointing=checkpointing)
+        load_adapter(trained_stories_adapter(stories_dir, tmp_path, cpu), hardware=cpu, merged=False)
+    said = [str(w.message) for w in caught]
+    assert not [m for m in said if "is_gradient_checkpointing" in m], said

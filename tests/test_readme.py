@@ -93,3 +93,52 @@ def test_the_main_job_command_runs_with_a_few_steps(tmp_path):
     assert summary["config"]["model_name"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert summary["data"]["rows_read"] == 1000 and summary["data"]["source"].endswith("alpaca_demo.jsonl")
     assert summary["stop_total"] == 20 and summary["stopped_before"] > 0 and len(summary["side_by_side"]) == 4
+
+
+COMMAND_LINE = (REPO / "docs" / "command-line.md").read_text(encoding="utf-8")
+
+
+def test_the_docs_say_how_to_run_the_command_after_the_setup():
+    """Issue 28: after the README's setup ``tinyllama-ft`` is in ``.venv/bin``, not on PATH: both pages say so."""
+    for page in (README, COMMAND_LINE):
+        assert "source .venv/bin/activate" in page and ".venv/bin/tinyllama-ft" in page
+
+
+def test_the_command_line_examples_use_the_main_jobs_adapter():
+    """Issue 28: ``--adapter`` in docs/command-line.md's examples is where ``bash scripts/run_offline.sh`` puts the
+    adapter: its ``OUT`` folder, the notebook's ``output_dir`` inside it, ``lora_model`` (``resolved_adapter_dir``)."""
+    from tinyllama_ft.config.finetune import DEFAULTS
+
+    script = (REPO / "scripts" / "run_offline.sh").read_text(encoding="utf-8")
+    out = re.search(r"^OUT=\$\{OUT:-([^}]+)\}", script, re.M).group(1)
+    assert '--cwd "$OUT"' in script and "-p output_dir" not in script  # the notebook's own output_dir, inside OUT
+    main_job = f"{out}/{DEFAULTS.resolved_adapter_dir}"
+    adapters = re.findall(r"--adapter (\S+)", "\n".join(re.findall(r"```bash\n(.*?)```", COMMAND_LINE, re.S)))
+    assert adapters and set(adapters) == {main_job}, (adapters, main_job)
+
+
+def test_the_docs_row_layouts_read_as_they_say(tmp_path):
+    """Issue 28: the JSONL and CSV layouts that docs/command-line.md shows (and the conversation row) load with every
+    row kept, and the command beside them is one the command line accepts."""
+    from tinyllama_ft.cli import check_flags
+    from tinyllama_ft.config.sources import config_from_recipe
+    from tinyllama_ft.data.conversations import load_conversations
+    from tinyllama_ft.data.instructions import load_instruction_data
+
+    blocks = {kind: re.findall(rf"```{kind}\n(.*?)```", COMMAND_LINE, re.S) for kind in ("jsonl", "csv")}
+    assert len(blocks["jsonl"]) == 2 and len(blocks["csv"]) == 1
+    for i, (kind, text) in enumerate([("jsonl", blocks["jsonl"][0]), ("csv", blocks["csv"][0])]):
+        path = tmp_path / f"rows{i}.{kind}"
+        path.write_text(text, encoding="utf-8")
+        rows, report = load_instruction_data(str(path), strict=True)
+        assert len(rows) == report.total == 3 and rows[0]["input"] == "mouse"
+    path = tmp_path / "chat.jsonl"
+    path.write_text(blocks["jsonl"][1], encoding="utf-8")
+    assert len(load_conversations(str(path), dataset_format="auto", strict=True)[0]) == 1
+    commands = [line for line in re.findall(r"```bash\n(.*?)```", COMMAND_LINE, re.S)[1].splitlines() if line]
+    assert any("--dataset my_rows.csv" in c for c in commands) and any("--dataset my_rows.jsonl" in c for c in commands)
+    for command in commands:
+        argv = command.split()[2:]
+        flags = check_flags("train", argv)
+        values = dict(zip(argv[::2], argv[1::2]))
+        config_from_recipe(values.pop("--config"), {f[2:]: v for f, v in values.items() if f[2:] in flags})

@@ -1,7 +1,7 @@
 """``tinyllama-ft``: the command line over the same helpers as the notebook (jsonargparse).
 
     tinyllama-ft train --config article [--NAME VALUE ...]    # a shipped recipe by name, or any YAML path
-    tinyllama-ft generate --adapter DIR --prompt TEXT [--max_new_tokens N ...]
+    tinyllama-ft generate --adapter DIR --prompt TEXT [--input CONTEXT] [--max_new_tokens N ...]
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
     tinyllama-ft train --help                                  # every field, with its meaning and default
 
@@ -116,12 +116,13 @@ def _add_train_arguments(parser) -> None:
 
 def _run_train(values: dict, given: set) -> dict:
     from .config.sources import config_from_recipe
+    from .data.formats import check_sources
     from .pipeline import run_training
-
     from .train.checkpoints import RunFinished
     from .train.summary import format_loss
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
+    check_sources(cfg, flag_prefix="--")  # named as flags here; run_training checks again, answered from memory
     try:
         summary = run_training(cfg)
     except RunFinished as done:  # resume=True on a finished run: nothing trained, nothing written (exit 0)
@@ -158,6 +159,13 @@ def _add_generate_arguments(parser) -> None:
         help='an instruction, or a list of them (\'["first", "second"]\')',
     )
     parser.add_argument(
+        "--input",
+        type=Optional[Union[List[str], str]],
+        default=None,
+        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or a "
+        "list as long as --prompt; Alpaca adapters only (a chat adapter takes the context inside --prompt)",
+    )
+    parser.add_argument(
         "--base_model",
         type=Optional[str],
         default=None,
@@ -178,16 +186,17 @@ def _run_generate(values: dict, given: set) -> list[str]:
     from .infer.chat_generation import chat_stream
     from .infer.generation import stream
     from .machine.hardware import detect_hardware
-    from .models.adapters import adapter_base_model, load_adapter
+    from .models.adapters import adapter_base, load_adapter
     from .models.run_record import is_chat, read_record, resolve_settings
 
     where = "tinyllama-ft generate"
-    base = values["base_model"] or adapter_base_model(values["adapter"])
+    base = adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
     cfg = FinetuneConfig.from_mapping(
         {"model_name": base, "prompts": values["prompt"], **{k: values[k] for k in GENERATE_FIELDS}}, where=where
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
+    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=is_chat(record))
     template = resolve_settings(
         record,
         {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
@@ -213,7 +222,29 @@ def _run_generate(values: dict, given: set) -> list[str]:
             max_new_tokens=cfg.max_new_tokens,
             stop_token_ids=record.get("stop_token_ids"),
         )
-    return stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, template=template)
+    return stream(model, tokenizer, cfg.prompts, inputs=inputs, max_new_tokens=cfg.max_new_tokens, template=template)
+
+
+def _generate_inputs(given, n_prompts: int, *, chat: bool) -> list[str] | None:
+    """``--input`` as one string per prompt (None when not given), checked before the model loads.
+
+    Raises:
+        ConfigError: ``--input`` for a chat adapter (its prompt is a user message), or a list whose length is not the
+            number of prompts.
+    """
+    if given is None:
+        return None
+    if chat:
+        raise ConfigError(
+            "--input fills the Alpaca prompt's input, and this adapter was trained on conversations: put the "
+            "context inside --prompt"
+        )
+    from .infer.generation import one_per_instruction
+
+    try:
+        return one_per_instruction(given, n_prompts, "--input")
+    except ValueError as err:
+        raise ConfigError(f"{err}: give one for all, or one each") from None
 
 
 def _add_export_arguments(parser) -> None:
@@ -248,11 +279,13 @@ def _run_export(values: dict, given: set) -> dict:
     import os
 
     from .export.adapter_export import describe_exports, export_adapter
+    from .models.adapters import adapter_base
 
     formats = FinetuneConfig.from_mapping(
         {"export_formats": values["format"]}, where="tinyllama-ft export --format"
     ).export_formats
     flags = _recorded_flags(values, given, "tinyllama-ft export")
+    adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
     output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
     results = export_adapter(
         adapter_dir=values["adapter"],
@@ -312,7 +345,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
         if command == "train"
         else {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS)
         if command == "export"
-        else {"help", "adapter", "prompt", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
+        else {"help", "adapter", "prompt", "input", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
     )
     given = _given_flags(argv)
     from .config.secrets import refuse_secret_names

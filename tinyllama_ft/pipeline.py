@@ -47,7 +47,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from accelerate.utils import release_memory
 
     from .config.secrets import export_secrets
-    from .data.formats import data_format
+    from .data.formats import check_sources, data_format
     from .data.instructions import split_train_eval
     from .evaluate.held_out import held_out_check, held_out_rows, heldout_summary
     from .evaluate.side_by_side import answers_table, compare_answers
@@ -85,6 +85,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         "to its GPU's free memory: gpu_memory_cap_gib plans all for the same)",
     )
     ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
+    check_sources(cfg)  # a missing path or an unreachable Hub id: one line, before output_dir is touched
     with main_process_first("loading the dataset"):  # a Hub dataset is downloaded into the cache once
         rows, data_report = fmt.load(cfg)
     with main_process_first("preparing output_dir") as main:  # the lock, the check, the clearing: main only

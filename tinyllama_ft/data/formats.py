@@ -361,3 +361,27 @@ def data_format(cfg) -> AlpacaFormat | ConversationFormat:
     return ConversationFormat(
         cfg.dataset_format, chat_template=cfg.chat_template, assistant_only_loss=cfg.assistant_only_loss
     )
+
+
+def check_sources(cfg, *, flag_prefix: str = "") -> None:
+    """Check a run's model and data arguments before anything is read, written or loaded: each local path exists,
+    each Hub id is answered for or cached (``config.locations.check_source``; the demo model's id always has a
+    source). The command line (``flag_prefix="--"``), ``pipeline.run_training`` and the notebooks call it, so a
+    mistyped path stops in one line before ``output_dir`` is touched.
+
+    Args:
+        cfg: the run's ``FinetuneConfig`` (``model_name``, ``dataset``, ``extra_datasets``).
+        flag_prefix: put before each field's name in messages (``"--"``: ``"--model_name: no such file or folder"``).
+
+    Raises:
+        config.locations.PathArgumentError: (a ConfigError) a local path that does not exist, or a value that is
+            neither a path nor a Hub id; config.locations.HubUnreachableError: a Hub id the Hub does not answer for
+            and the cache lacks.
+    """
+    from ..config.locations import check_source
+    from ..models.demo_model import check_model_source
+
+    check_model_source(cfg.model_name, f"{flag_prefix}model_name")
+    check_source(cfg.dataset, f"{flag_prefix}dataset", repo_type="dataset")
+    for i, extra in enumerate(cfg.extra_datasets):
+        check_source(extra, f"{flag_prefix}extra_datasets[{i}]", repo_type="dataset")

@@ -14,8 +14,9 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..machine.paths import expand_path
+from ..config.locations import check_source
 
+#: The row files this module reads.
 LOCAL_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 
 
@@ -117,7 +118,7 @@ def _read_parquet(path: str) -> list[Any]:
         raise ValueError(f"{path}: not a readable parquet file ({e})") from e
 
 
-def read_rows(source: str, split: str = "train", config: str | None = None) -> list[Any]:
+def read_rows(source: str, split: str = "train", config: str | None = None, *, flag: str = "dataset") -> list[Any]:
     """Raw rows from a local file/folder or a Hub dataset, unchecked.
 
     Args:
@@ -125,6 +126,7 @@ def read_rows(source: str, split: str = "train", config: str | None = None) -> l
             or Hub id for ``datasets.load_dataset`` (e.g. the article's ``"yahma/alpaca-cleaned"``).
         split: split to read from a folder or Hub dataset.
         config: dataset configuration name, if it has several.
+        flag: the argument's name in messages (``"dataset"``, ``"--dataset"``, ``"extra_datasets[0]"``).
 
     Returns:
         The rows, in file order, text exactly as stored (local files are read as UTF-8; a leading
@@ -133,20 +135,19 @@ def read_rows(source: str, split: str = "train", config: str | None = None) -> l
         file gives no rows.
 
     Raises:
-        FileNotFoundError: ``source`` looks like a local file (has a data suffix) but does not exist.
+        locations.PathArgumentError: (a FileNotFoundError) ``source`` is a local path (``paths.is_local_path``) that
+            does not exist; locations.HubUnreachableError: a Hub id the Hub does not answer for and the cache lacks.
         ValueError: a local file with an unsupported suffix, or one that cannot be read at all: not UTF-8
             or binary (naming the line and byte), a ``.json`` that does not parse (naming line and column),
             a ``.parquet`` that is not parquet.
     """
-    source = expand_path(source)  # "~/data.jsonl", "$DATA/x.jsonl" are local files (a Hub id has no ~ or $)
+    source = check_source(source, flag, repo_type="dataset")  # "~/data.jsonl", "$DATA/x.jsonl" are local files
     if os.path.isfile(source):
         suffix = os.path.splitext(source)[1].lower()
         readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
         if suffix not in readers:
             raise ValueError(f"dataset={source!r}: unsupported file type {suffix!r}; use one of {LOCAL_SUFFIXES}")
         return readers[suffix](source) if os.path.getsize(source) else []
-    if source.lower().endswith(LOCAL_SUFFIXES) or source.startswith((".", "/", "~")) and not os.path.isdir(source):
-        raise FileNotFoundError(f"dataset={source!r}: no such file")
     import datasets
 
     return datasets.load_dataset(source, config, split=split).to_list()

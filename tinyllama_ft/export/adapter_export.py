@@ -262,9 +262,10 @@ def export_adapter(
         OSError: ``errno.ENOSPC`` when the estimated size does not fit (nothing written); NotADirectoryError:
             ``output_dir`` is a file.
         coercion.ConfigError: ``gguf_lora`` for an adapter that saved whole modules (``check_export_tools``).
-        FileNotFoundError: as ``adapters.load_adapter``.
+        FileNotFoundError: as ``adapters.load_adapter``; locations.PathArgumentError / HubUnreachableError: as
+            ``adapters.adapter_base`` (checked before anything loads).
     """
-    from ..models.adapters import adapter_base_model, load_adapter, saves_whole_modules
+    from ..models.adapters import adapter_base, load_adapter, saves_whole_modules
     from . import gguf_export
 
     formats = list(dict.fromkeys(formats))
@@ -273,7 +274,7 @@ def export_adapter(
         raise ValueError(f"formats: {unknown} not among {list(EXPORT_FORMATS)}")
     if not formats:
         return {}
-    adapter_base_model(adapter_dir)  # raises early when adapter_dir is not an adapter
+    base = adapter_base(adapter_dir, base_model)  # early: no such adapter, a base that moved, an unreachable Hub id
     check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
@@ -332,7 +333,7 @@ def export_adapter(
                     n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize
                 ),
             )
-            base_dir = _local_base_dir(base_model or adapter_base_model(adapter_dir), required=False)
+            base_dir = _local_base_dir(base, required=False)
             if any(f in OUTTYPES_OR_Q4 for f in formats):
                 full = save_merged(
                     model=model,
@@ -389,7 +390,7 @@ def export_adapter(
                 adapter_dir=adapter_dir,
                 converter=converter,
                 target=folder / GGUF_NAMES["gguf_lora"],
-                base_dir=_local_base_dir(base_model or adapter_base_model(adapter_dir)),
+                base_dir=_local_base_dir(base),
             )
             done("gguf_lora", folder, time.perf_counter() - start)
     finally:

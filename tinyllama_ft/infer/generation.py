@@ -27,7 +27,12 @@ from ..data.formats import AlpacaFormat
 from .core import decode_answers, generate_answers, stream_answers
 
 
-def _as_list(value, n: int, name: str) -> list[str]:
+def one_per_instruction(value, n: int, name: str) -> list[str]:
+    """``value`` as ``n`` strings: None gives ``n`` empty strings, one string is repeated, a list is kept.
+
+    Raises:
+        ValueError: a list whose length is not ``n`` (naming ``name``).
+    """
     if value is None:
         return [""] * n
     if isinstance(value, str):
@@ -58,7 +63,7 @@ def render_prompts(tokenizer, instructions, inputs=None, *, template: str = DEFA
         return instructions, [fmt.prompt(tokenizer, i) for i in instructions], fmt
     if not isinstance(fmt, AlpacaFormat):
         raise ValueError(f"inputs= fills the Alpaca prompt's input; {fmt!r} renders a chat template: leave it out")
-    inputs = _as_list(inputs, len(instructions), "inputs")
+    inputs = one_per_instruction(inputs, len(instructions), "inputs")
     return instructions, [format_prompt(i, x, "", fmt.template) for i, x in zip(instructions, inputs)], fmt
 
 

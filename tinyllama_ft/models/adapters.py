@@ -76,19 +76,57 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
     return target
 
 
-def adapter_base_model(adapter_dir: str) -> str:
-    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``).
+def adapter_base_model(adapter_dir: str, *, flag: str = "adapter_dir") -> str:
+    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``), as recorded.
+
+    Args:
+        adapter_dir: the adapter folder.
+        flag: the argument's name in messages (``"--adapter"`` on the command line).
 
     Raises:
-        FileNotFoundError: ``adapter_dir`` holds no ``adapter_config.json`` (checked first: PEFT would
-            look the folder name up on the Hub).
+        locations.PathArgumentError: (a FileNotFoundError and a ConfigError) ``adapter_dir`` does not exist, or holds
+            no ``adapter_config.json`` (checked first: PEFT would look the folder name up on the Hub).
     """
-    adapter_dir = expand_path(adapter_dir)
-    if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[0])):
-        raise FileNotFoundError(f"adapter_dir={adapter_dir!r} has no adapter_config.json: not a saved adapter")
+    from ..config.locations import require_folder
+
+    adapter_dir = require_folder(adapter_dir, flag, holding=ADAPTER_FILES[0], what="a saved adapter")
     from peft import PeftConfig
 
     return PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
+
+
+def adapter_base(
+    adapter_dir: str,
+    base_model: str | None = None,
+    *,
+    adapter_flag: str = "adapter_dir",
+    base_flag: str = "base_model",
+) -> str:
+    """The base an adapter loads onto, checked before anything loads: ``base_model`` when given, else the base
+    recorded in its ``adapter_config.json``; the one check of ``load_adapter``, ``export_adapter`` and the
+    command line's ``generate`` / ``export``.
+
+    Args:
+        adapter_dir: the adapter folder (must exist locally).
+        base_model: a base to use instead of the recorded one (a local copy, another Hub id), or None.
+        adapter_flag, base_flag: the arguments' names in messages (``"--adapter"``, ``"--base_model"``).
+
+    Returns:
+        The base's expanded local path or Hub id.
+
+    Raises:
+        locations.PathArgumentError: (a ConfigError) no such adapter folder, not a saved adapter, or the base is a
+            local path that does not exist: a recorded base that moved is named with the file it was read from and
+            ``base_flag`` to pass instead (``"--base_model (not given: the value recorded in
+            .../adapter_config.json): no such file or folder: /old/base; pass --base_model with where it is now"``).
+        locations.HubUnreachableError: the base is a Hub id that the Hub does not answer for and the cache lacks.
+    """
+    from .demo_model import check_model_source
+
+    recorded = adapter_base_model(adapter_dir, flag=adapter_flag)
+    if base_model:
+        return check_model_source(base_model, base_flag)
+    return check_model_source(recorded, base_flag, recorded_in=os.path.join(expand_path(adapter_dir), ADAPTER_FILES[0]))
 
 
 def load_adapter(
@@ -129,7 +167,8 @@ def load_adapter(
         and the adapter's tokenizer.
 
     Raises:
-        FileNotFoundError: as ``adapter_base_model``; or ``adapter_dir`` has no
+        locations.PathArgumentError / HubUnreachableError: as ``adapter_base`` (no such adapter folder, not an adapter,
+            a recorded base that moved, an unreachable Hub id); FileNotFoundError: ``adapter_dir`` has no
             ``adapter_model.safetensors`` (adapter weights are read as safetensors only, never a pickle).
         adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base (another model
             type, vocabulary or hidden sizes, or target modules the base lacks): names each difference.
@@ -145,7 +184,7 @@ def load_adapter(
 
     hardware = hardware or detect_hardware()
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
-    base = base_model or expand_path(adapter_base_model(adapter_dir))
+    base = adapter_base(adapter_dir, base_model)  # a missing folder or base, an unreachable Hub id: one line
     if not os.path.isfile(os.path.join(adapter_dir, ADAPTER_FILES[1])):
         raise FileNotFoundError(
             f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
@@ -199,7 +238,10 @@ def load_adapter(
         if rows and rows > base_model_obj.get_input_embeddings().num_embeddings:  # a chat template's added tokens
             base_model_obj.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
         check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
-        model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
+        from .lora import peft_wrapping
+
+        with peft_wrapping():  # peft reads transformers' deprecated checkpointing alias (lora.peft_wrapping)
+            model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
             model = model.merge_and_unload()
             if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
@@ -266,5 +308,7 @@ def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote
 
     from .demo_model import resolve_model_name
 
-    config = AutoConfig.from_pretrained(resolve_model_name(base), trust_remote_code=trust_remote_code)
+    config = AutoConfig.from_pretrained(
+        resolve_model_name(base, flag="base_model"), trust_remote_code=trust_remote_code
+    )
     return getattr(config, "max_position_embeddings", None) or DEFAULTS.max_seq_length

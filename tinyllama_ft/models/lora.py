@@ -8,10 +8,28 @@ parameters (TinyLlama-1.1B shape: 25,231,360).
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from typing import Sequence
+import warnings
+from typing import Iterator, Sequence
 
 from ..config.finetune import DEFAULTS
+
+#: transformers >= 5.2x renamed ``is_gradient_checkpointing`` to ``is_activation_checkpointing`` and warns on every
+#: read of the old name; peft (0.21.2, the newest) reads the old name each time it wraps a model.
+CHECKPOINTING_ALIAS_WARNING = r"`is_gradient_checkpointing` is deprecated"
+
+
+@contextlib.contextmanager
+def peft_wrapping() -> Iterator[None]:
+    """Around peft's ``get_peft_model`` / ``PeftModel.from_pretrained``: the one read of transformers' deprecated
+    ``is_gradient_checkpointing`` that peft makes there does not print transformers' FutureWarning on every model
+    load. Our own code calls the current API (``activation_checkpointing_enable``, ``add_lora``); the value peft gets
+    is the same (the old property returns ``is_activation_checkpointing``), so nothing else changes. Any other
+    warning passes through."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=CHECKPOINTING_ALIAS_WARNING, category=FutureWarning)
+        yield
 
 
 def lora_config(
@@ -144,19 +162,18 @@ def add_lora(
             model.enable_input_require_grads()
         torch.manual_seed(seed)
         modules, tied = embedding_modules(model) if train_embeddings else ((), False)
-        peft_model = get_peft_model(
-            model,
-            lora_config(
-                lora_r=lora_r,
-                lora_alpha=lora_alpha,
-                lora_dropout=lora_dropout,
-                lora_bias=lora_bias,
-                target_modules=target_modules,
-                use_rslora=use_rslora,
-                modules_to_save=modules,
-                tied=tied,
-            ),
+        config = lora_config(
+            lora_r=lora_r,
+            lora_alpha=lora_alpha,
+            lora_dropout=lora_dropout,
+            lora_bias=lora_bias,
+            target_modules=target_modules,
+            use_rslora=use_rslora,
+            modules_to_save=modules,
+            tied=tied,
         )
+        with peft_wrapping():
+            peft_model = get_peft_model(model, config)
     return peft_model
 
 

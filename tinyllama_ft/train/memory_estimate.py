@@ -116,18 +116,21 @@ def read_model_config(model_name: str) -> dict:
     (Unsloth must be imported before transformers to patch it).
 
     Raises:
-        OSError: no ``config.json`` in the folder and the Hub does not answer.
+        OSError: no ``config.json`` in the folder; ``locations.check_source``'s errors (a missing path, a Hub id
+            that the Hub does not answer for and the cache lacks: one request, no retries).
     """
     import json
     import os
 
-    from ..machine.paths import expand_path
+    from ..config.locations import check_source
+    from ..machine.paths import is_local_path
 
-    path = os.path.join(expand_path(model_name), "config.json")
-    if not os.path.isfile(path):
+    name = check_source(model_name, "model_name")
+    path = os.path.join(name, "config.json")
+    if not is_local_path(name):
         from huggingface_hub import hf_hub_download
 
-        path = hf_hub_download(model_name, "config.json")
+        path = hf_hub_download(name, "config.json")
     with open(path, encoding="utf-8") as f:
         return json.load(f)
 

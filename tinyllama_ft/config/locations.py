@@ -1,0 +1,160 @@
+"""Where a model or data argument points, checked before anything loads: a local path that exists, or a Hub id that
+the Hub answers for or its cache holds.
+
+Every place that reads a model or data argument (``tinyllama-ft train / generate / export``, ``load_model``,
+``load_adapter``, ``export_adapter``, the rows' reader, the notebooks' cells) calls ``check_source``, so one rule
+(``paths.is_local_path``) decides local path or Hub id, and a wrong one ends in one line naming the argument:
+
+* a local path that does not exist: ``--model_name: no such file or folder: /path`` (a ``ConfigError``: exit
+  status 2), instead of transformers' "Repo id must be in the form 'repo_name' or 'namespace/repo_name'";
+* a Hub id when the Hub does not answer and its cache lacks it: the id, the endpoint and what to pass, after one
+  request (``hub_answers``: huggingface_hub's ``repo_info`` with a timeout of ``HUB_TIMEOUT_S``, asked once per
+  id and process), instead of two series of five retries (~23 s each) and transformers' "We couldn't connect"
+  without the id. A cached id loads as before: huggingface_hub falls back to its cache after one failed request.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+
+from ..machine.paths import expand_path, is_local_path
+from .coercion import ConfigError
+
+#: Seconds the Hub gets to answer the one metadata request before it is deemed unreachable.
+HUB_TIMEOUT_S = 5.0
+
+
+class PathArgumentError(ConfigError, FileNotFoundError):
+    """A path argument names nothing usable (no such file or folder; a folder that is not a saved adapter): a usage
+    error (``ConfigError``: the command line exits 2) and a ``FileNotFoundError``."""
+
+
+class HubUnreachableError(ConnectionError):
+    """A Hub id that the Hub does not answer for and that is not in the local cache (an ``OSError``: exit status 1)."""
+
+
+@lru_cache(maxsize=None)
+def hub_answers(repo_id: str, repo_type: str = "model", timeout_s: float = HUB_TIMEOUT_S) -> bool:
+    """Whether the Hub answers for ``repo_id``: one ``HfApi.repo_info`` request, no retries, asked once per process.
+
+    Any HTTP answer counts (a 404 for a mistyped id, a 401 for a gated one: the loader then names the id); a
+    refused or timed-out connection, or huggingface_hub's offline mode (``HF_HUB_OFFLINE``), does not.
+
+    Args:
+        repo_id: a Hub id (``namespace/name``).
+        repo_type: ``"model"`` or ``"dataset"``.
+        timeout_s: seconds to wait for the answer.
+
+    Returns:
+        True when the Hub answered, False otherwise (also when huggingface_hub is not installed).
+    """
+    try:
+        from huggingface_hub import HfApi
+        from huggingface_hub.errors import HfHubHTTPError
+    except ImportError:
+        return False
+    try:
+        HfApi().repo_info(repo_id, repo_type=repo_type, timeout=timeout_s)
+    except HfHubHTTPError:
+        return True  # the Hub answered (no such repo, gated, rate-limited)
+    except Exception:  # noqa: BLE001 - refused, timed out, DNS, offline mode (OfflineModeIsEnabled): no answer
+        return False
+    return True
+
+
+def in_hub_cache(repo_id: str, repo_type: str = "model") -> bool:
+    """Whether the local caches hold ``repo_id``: huggingface_hub's cache (a model's ``config.json``, any snapshot of
+    a dataset), or for a dataset the ``datasets`` library's prepared copy (``<namespace>___<name>``)."""
+    try:
+        from huggingface_hub import snapshot_download, try_to_load_from_cache
+    except ImportError:
+        return False
+    if repo_type == "model":
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    try:
+        snapshot_download(repo_id, repo_type=repo_type, local_files_only=True)
+        return True
+    except Exception:  # noqa: BLE001 - not cached (or a partial cache): look for datasets' own copy
+        pass
+    try:
+        from datasets import config as datasets_config
+    except ImportError:
+        return False
+    return os.path.isdir(os.path.join(datasets_config.HF_DATASETS_CACHE, repo_id.replace("/", "___")))
+
+
+def _hub_problem(repo_id: str, flag: str, repo_type: str, where: str) -> str | None:
+    """What is wrong with ``repo_id`` as a Hub id (not valid, or unreachable and not cached), or None."""
+    from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as err:
+        return f"{flag}{where}: no such file or folder, and not a Hub id: {repo_id!r} ({err})"
+    if hub_answers(repo_id, repo_type) or in_hub_cache(repo_id, repo_type):
+        return None
+    why = (
+        "HF_HUB_OFFLINE is set"
+        if constants.HF_HUB_OFFLINE
+        or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+        else f"the Hub ({constants.ENDPOINT}) does not answer"
+    )
+    local = "a local folder or .gguf file" if repo_type == "model" else "a local .jsonl/.json/.csv/.parquet file"
+    return f"{flag}{where}: {repo_id}: {why} and the {repo_type} is not in the local cache: pass {local}"
+
+
+def check_source(
+    value: str | os.PathLike, flag: str, *, repo_type: str = "model", recorded_in: str | None = None
+) -> str:
+    """A model or data argument, checked: an existing local path, or a Hub id the Hub answers for or the cache holds.
+
+    Args:
+        value: the argument (``~`` and ``$VARS`` are expanded); local or Hub id by ``paths.is_local_path``.
+        flag: how the caller names the argument in messages (``"--model_name"`` on the command line,
+            ``"model_name"`` in a notebook).
+        repo_type: ``"model"`` or ``"dataset"``, for a Hub id.
+        recorded_in: the file the value was read from when the person did not give it (an adapter's
+            ``adapter_config.json`` for its base): the message names it and says to pass ``flag`` instead.
+
+    Returns:
+        The expanded local path, or the Hub id unchanged.
+
+    Raises:
+        PathArgumentError: (a ``ConfigError`` and a ``FileNotFoundError``) a local path that does not exist
+            (``"--model_name: no such file or folder: /path"``), or a value that is neither a path nor a valid Hub id.
+        HubUnreachableError: (a ``ConnectionError``) a Hub id the Hub does not answer for and the local cache lacks,
+            within ``HUB_TIMEOUT_S``; the message names the id.
+    """
+    text = expand_path(value)
+    where = f" (not given: the value recorded in {recorded_in})" if recorded_in else ""
+    fix = f"; pass {flag} with where it is now" if recorded_in else ""
+    if is_local_path(text):
+        if not os.path.exists(text):
+            raise PathArgumentError(f"{flag}{where}: no such file or folder: {text}{fix}")
+        return text
+    problem = _hub_problem(text, flag, repo_type, where)
+    if problem is None:
+        return text
+    if "not a Hub id" in problem:
+        raise PathArgumentError(problem + fix)
+    raise HubUnreachableError(problem + (f", or pass {flag} with a local copy" if recorded_in else ""))
+
+
+def require_folder(value: str | os.PathLike, flag: str, *, holding: str, what: str) -> str:
+    """A folder argument that must exist locally (an adapter: never a Hub id), holding the file ``holding``.
+
+    Returns:
+        The expanded path.
+
+    Raises:
+        PathArgumentError: no such file or folder (``"--adapter: no such file or folder: PATH"``), or it holds no
+            ``holding`` (``"--adapter: PATH has no adapter_config.json: not a saved adapter"``).
+    """
+    text = expand_path(value)
+    if not os.path.exists(text):
+        raise PathArgumentError(f"{flag}: no such file or folder: {text}")
+    if not os.path.isfile(os.path.join(text, holding)):
+        raise PathArgumentError(f"{flag}: {text} has no {holding}: not {what}")
+    return text
