@@ -282,7 +282,8 @@ def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(
     cli = json.loads((tmp_path / "cli" / "run_summary.json").read_text(encoding="utf-8"))
     steps = lambda s: [h["step"] for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
     evals = lambda s: [h["eval_loss"] for h in s["log_history"] if "eval_loss" in h]  # noqa: E731
-    assert steps(cli) == steps(notebook) == [20, NOTEBOOK_STEPS, NOTEBOOK_STEPS]
+    # one evaluation per step: the one after training is the last step's (issue 28, item 6), not logged twice
+    assert steps(cli) == steps(notebook) == [20, NOTEBOOK_STEPS]
     assert cli["eval_loss_before"] == pytest.approx(notebook["eval_loss_before"], rel=1e-6)
     assert cli["eval_loss_after"] == pytest.approx(notebook["eval_loss_after"], rel=1e-6)
     assert evals(cli) == pytest.approx(evals(notebook), rel=1e-6)
