@@ -113,7 +113,9 @@ def test_generate_and_export_exit_0(runs, tmp_path):
         cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "Traceback" not in done.stderr and "['" not in done.stderr  # no list of answers dumped (a bar's [00:00] is not one)
+    assert (
+        "Traceback" not in done.stderr and "['" not in done.stderr
+    )  # no list of answers dumped (a bar's [00:00] is not one)
     done = console(
         "export",
         "--adapter",
