@@ -88,7 +88,9 @@ def test_the_main_job_command_runs_with_a_few_steps(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     terminal = done.stdout + done.stderr
     assert "step 3/3  loss" in terminal  # --log-output: the training progress reaches the terminal
-    assert "eval_loss_after" in done.stdout and (tmp_path / "offline" / "outputs" / "run_summary.json").is_file()
+    # the script's last lines: the summary's figures as train.summary.format_results prints them
+    assert re.search(r"^eval_loss \d+\.\d{4} -> \d+\.\d{4}, ", done.stdout, re.M), done.stdout[-2000:]
+    assert (tmp_path / "offline" / "outputs" / "run_summary.json").is_file()
     summary = json.loads((tmp_path / "offline" / "outputs" / "run_summary.json").read_text(encoding="utf-8"))
     assert summary["config"]["model_name"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert summary["data"]["rows_read"] == 1000 and summary["data"]["source"].endswith("alpaca_demo.jsonl")
