@@ -21,4 +21,4 @@ def f(x):
 
     return x  # code
 '''
-    assert count_source(text) == {"total": 11, "blank": 3, "comment": 1, "docstring": 3, "code": 4}
+    assert count_source(text) == {"total": 11, "blank": 4, "comment": 1, "docstring": 3, "code": 3}
