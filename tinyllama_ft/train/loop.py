@@ -14,6 +14,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from ..models.attention import eager_block_masks
 from .checkpoints import check_continuation, checkpoint_progress, last_checkpoint
 
 
@@ -83,6 +84,7 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     import torch
 
     has_eval = trainer.eval_dataset is not None
+    eager_block_masks(trainer.model)  # flex attention's masks: not compiled (models/attention.py)
     checkpoint = last_checkpoint(trainer.args.output_dir, required=True) if resume else None
     if resume and checkpoint is None:
         print(f"resume: no checkpoint in {trainer.args.output_dir}; starting from step 0")
