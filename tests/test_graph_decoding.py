@@ -75,6 +75,38 @@ def test_auto_picks_the_fused_decoder_only_on_cuda_and_forcing_it_says_why_not(m
     (merged, _), (on_top, _) = merged_and_adapter
     assert decode_mode(merged, "auto", False, 1.0, None) == "plain"  # CPU: generate
     assert decode_mode(merged, "graph", False, 1.0, None) == "graph"
-    for args, why in [((on_top, "graph", False, 1.0, None), "PEFT"), ((merged, "graph", True, 1.0, None), "do_sample")]:
+    assert decode_mode(on_top, "graph", False, 1.0, None) == "graph"  # read as a merged copy (below)
+    for args, why in [
+        ((on_top, "inductor", False, 1.0, None), "PEFT"),
+        ((merged, "graph", True, 1.0, None), "do_sample"),
+    ]:
         with pytest.raises(ValueError, match=why):
             decode_mode(*args)
+
+
+def test_a_peft_model_decodes_through_a_merged_copy_as_generate_does(merged_and_adapter):
+    """Issue 32 target 4: the held-out checks' greedy answers on the PEFT model (adapter on, and off as the
+    side-by-side table's base column) through the fused decoder equal transformers' ``generate`` on the PEFT
+    model, in float32 on a CPU, for a left-padded batch of 16 rows; the merged copy lives only for the call."""
+    import torch
+
+    from tinyllama_ft.infer.core import generate_answers
+    from tinyllama_ft.infer.fast.graph_decoder import FUSED_DECODERS
+    from tinyllama_ft.infer.fast.llama_ops import FUSED_WEIGHTS, why_not_fusable
+
+    (merged, _), (on_top, tokenizer) = merged_and_adapter
+    assert why_not_fusable(on_top) is None and on_top.dtype == torch.float32
+    prompts = [format_prompt(q) for q in (QUESTIONS * 6)[:16]]
+    kwargs = dict(stop_token_ids=[tokenizer.eos_token_id], max_new_tokens=60, batch_size=16)
+
+    def both():
+        fast = generate_answers(on_top, tokenizer, prompts, decode="graph", **kwargs)
+        assert on_top not in FUSED_WEIGHTS and on_top not in FUSED_DECODERS
+        return fast, generate_answers(on_top, tokenizer, prompts, decode="plain", **kwargs)
+
+    tuned, tuned_plain = both()
+    assert tuned == tuned_plain
+    assert tuned == generate_answers(merged, tokenizer, prompts, decode="plain", **kwargs)
+    with on_top.disable_adapter():
+        base, base_plain = both()
+    assert base == base_plain and base != tuned  # the adapter changes the answers: the copy follows it

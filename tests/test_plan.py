@@ -64,6 +64,9 @@ def test_h200_gets_flex_attention_liger_and_one_micro_batch_without_checkpointin
         plan.effective_batch_size == 8 and plan.dtype == "bfloat16" and plan.optim == "adamw_8bit" and plan.load_in_4bit
     )
     assert "batch 8 x accumulation 1" in plan.summary()
+    # issue 32: the checks decode on a merged 16-bit copy of TinyLlama's projections: 22 layers x (2 x 2048^2 +
+    # 2 x 2048 x 256 + 3 x 2048 x 5632) parameters x 2 bytes
+    assert "merged 16-bit copy of the projections (1.8 GiB" in plan.summary()
 
 
 def test_t4_keeps_unsloth_and_checkpoints_to_fit_15_gib(tinyllama_config, t4):
@@ -71,6 +74,7 @@ def test_t4_keeps_unsloth_and_checkpoints_to_fit_15_gib(tinyllama_config, t4):
     assert plan.backend == "unsloth" and plan.attn_implementation is None and not plan.use_liger_kernel
     assert plan.gradient_checkpointing and plan.per_device_train_batch_size * plan.gradient_accumulation_steps == 8
     assert plan.estimated_peak_gib <= 0.8 * 14.7
+    assert "merged 16-bit copy" not in plan.summary()  # Unsloth answers with its own inference path
 
 
 def test_smaller_gpus_halve_the_micro_batch_before_they_checkpoint(tinyllama_config, a100):

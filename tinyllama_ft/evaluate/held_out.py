@@ -31,7 +31,7 @@ from typing import Sequence
 
 from ..config.finetune import DEFAULTS
 from ..data.formats import AlpacaFormat
-from ..infer.core import Answer, generate_answers, model_positions
+from ..infer.core import Answer, check_batch_size, generate_answers, model_positions
 from ..models.attention import sdpa_outside_training
 
 #: Held-out instructions with short reference answers in the notebook's stopping count.
@@ -252,7 +252,7 @@ def greedy_answers(
     *,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
     data_format=None,
-    batch_size: int = 4,
+    batch_size: int | None = None,
 ) -> list[Answer]:
     """Greedy answers to each held-out row's prompt, through the generation core (``core.generate_answers``).
 
@@ -261,7 +261,8 @@ def greedy_answers(
         rows: held-out rows of ``data_format``.
         max_new_tokens: budget per answer (``STOP_MAX_NEW_TOKENS`` = 128).
         data_format: as ``held_out_scores``: the prompt (``row_prompt``), its tokenization and the stop ids.
-        batch_size: prompts per batch (left-padded, ``core.generate_answers``).
+        batch_size: prompts per batch (left-padded, ``core.generate_answers``); None: ``core.check_batch_size``
+            (16 on a CUDA GPU, 4 on a CPU).
 
     Returns:
         One ``core.Answer`` per row: new ids up to the first stop token, and whether it came.
@@ -275,7 +276,7 @@ def greedy_answers(
             stop_token_ids=fmt.stop_token_ids(tokenizer),
             encode_kwargs=fmt.encode_kwargs,
             max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
+            batch_size=batch_size or check_batch_size(model),
             for_inference=False,  # mid-run: eval_mode switches and restores; Unsloth's inference mode stays off
         )
 
@@ -287,7 +288,7 @@ def stopping_count(
     *,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
     data_format=None,
-    batch_size: int = 4,
+    batch_size: int | None = None,
 ) -> StoppingReport:
     """How many greedy answers to the rows' prompts end with a stop token within ``max_new_tokens``.
 
@@ -296,7 +297,7 @@ def stopping_count(
         rows: held-out rows (``short_answer_rows`` picks ones with short reference answers).
         max_new_tokens: budget per answer (default ``STOP_MAX_NEW_TOKENS`` = 128).
         data_format: as ``held_out_scores``.
-        batch_size: prompts per batch.
+        batch_size: prompts per batch; None: ``core.check_batch_size``.
 
     Returns:
         ``StoppingReport``.

@@ -28,7 +28,7 @@ def compare_answers(
     *,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
     data_format=None,
-    batch_size: int = 4,
+    batch_size: int | None = None,
 ) -> list[dict]:
     """Answer each held-out row's prompt with the adapter off (base) and on (fine-tuned).
 
@@ -39,7 +39,7 @@ def compare_answers(
             optionally ``input`` and ``output`` (the reference), or conversations.
         max_new_tokens: budget per answer (default 128, as the stopping count).
         data_format: ``formats.AlpacaFormat`` (default) or a prepared ``formats.ConversationFormat``.
-        batch_size: prompts per batch.
+        batch_size: prompts per batch; None: ``core.check_batch_size`` (16 on a CUDA GPU, 4 on a CPU).
 
     Returns:
         One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (the others are left out,

@@ -126,11 +126,17 @@ def prepare_for_inference(model) -> None:
 def forget(model) -> None:
     """Drop what the fast decoders keep for ``model`` (fused weights, decoders, a recorded failure): call it after
     changing the model's weights in place."""
+    GRAPH_FAILED.pop(model, None)
+    _drop_copies(model)
+
+
+def _drop_copies(model) -> None:
+    """Drop the fast decoders' state for ``model`` (weights, caches, graphs), keeping a recorded failure."""
     from .fast.compiled_decoder import DECODERS
     from .fast.graph_decoder import FUSED_DECODERS
     from .fast.llama_ops import FUSED_WEIGHTS
 
-    for table in (GRAPH_FAILED, DECODERS, FUSED_DECODERS, FUSED_WEIGHTS):
+    for table in (DECODERS, FUSED_DECODERS, FUSED_WEIGHTS):
         table.pop(model, None)
 
 
@@ -139,14 +145,16 @@ def decode_mode(
 ) -> str:
     """``"plain"``, ``"graph"`` or ``"inductor"``: the decoder the core will use.
 
-    "auto" on a CUDA GPU, where a static decoder applies: "graph" for a Llama-class model (no compilation, so
-    for every request length, unless it failed on this model before, ``GRAPH_FAILED``); for other models the
-    compiled decoder when it pays (``new_tokens`` = answers x ``max_new_tokens`` reaches
+    "auto" on a CUDA GPU, for greedy decoding: "graph" for a Llama-class model, plain or 4-bit and PEFT-wrapped
+    (``llama_ops.why_not_fusable``; a PEFT or 4-bit model is read as a merged 16-bit copy for the call: no
+    compilation, so for every request length, unless it failed on this model before, ``GRAPH_FAILED``); for other
+    plain 16-bit models the compiled decoder when it pays (``new_tokens`` = answers x ``max_new_tokens`` reaches
     ``AUTO_COMPILE_MIN_TOKENS``, or the model already holds one); otherwise ``generate``.
 
     Raises:
         ValueError: ``decode`` is not one of ``DECODE_CHOICES``, or a static mode is forced where it cannot
-            apply (sampling, a repetition penalty, logits processors, a 4-bit, PEFT-wrapped or Unsloth model).
+            apply (sampling, a repetition penalty, logits processors; "graph" on a model ``why_not_fusable``
+            refuses; "inductor" on a 4-bit, PEFT-wrapped or Unsloth model).
     """
     from .fast.compiled_decoder import can_decode_static, has_decoder
     from .fast.llama_ops import why_not_fusable
@@ -163,8 +171,6 @@ def decode_mode(
         else "logits_processor"
         if logits_processor
         else None
-        if can_decode_static(model)
-        else "the model is 4-bit, PEFT-wrapped or Unsloth's (reload with merged=True)"
     )
     if decode == "auto":
         if why_not is not None or model.device.type != "cuda":
@@ -172,12 +178,30 @@ def decode_mode(
         if why_not_fusable(model) is None and model not in GRAPH_FAILED:
             return "graph"
         pays = new_tokens >= AUTO_COMPILE_MIN_TOKENS or has_decoder(model, AUTO_DECODE_MODE)
-        return AUTO_DECODE_MODE if pays else "plain"
+        return AUTO_DECODE_MODE if pays and can_decode_static(model) else "plain"
     if why_not is None and decode == "graph":
         why_not = why_not_fusable(model)
+    if why_not is None and decode == "inductor" and not can_decode_static(model):
+        why_not = "the model is 4-bit, PEFT-wrapped or Unsloth's (reload with merged=True)"
     if why_not is not None:
         raise ValueError(f"decode={decode!r} needs greedy decoding on a plain 16/32-bit model: {why_not}")
     return decode
+
+
+def check_batch_size(model) -> int:
+    """Prompts per batch for the held-out checks' greedy answers: 16 on a CUDA GPU, where the CUDA-graph decoder
+    answers a batch in about the time of one prompt (~8,300 tokens/s at 16 on the H200, benchmarks/README.md),
+    4 elsewhere (``generate`` on a CPU: a batch runs until its longest answer ends)."""
+    return 16 if model.device.type == "cuda" else 4
+
+
+def _transient(model, mode: str) -> bool:
+    """True when the graph decoder reads ``model`` through a merged copy that may go stale (a PEFT or 4/8-bit
+    model: training or ``disable_adapter`` changes what it computes): the call drops it at its end (``forget``),
+    so no copy outlives the call and training keeps its memory (``_drop_copies``)."""
+    from .fast.compiled_decoder import can_decode_static
+
+    return mode == "graph" and not can_decode_static(model)
 
 
 def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
@@ -359,13 +383,18 @@ def generate_answers(
         prepare_for_inference(model)
     mode = opts.mode(model)
     answers: list[Answer] = []
-    with sdpa_outside_training(model):
-        for batch in _batches(
-            model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs, opts.max_new_tokens
-        ):
-            answers += _decode_batch(model, tokenizer, batch, mode, stops, opts)
-            if mode == "graph" and model in GRAPH_FAILED:  # said once: the other batches use generate
-                mode = "plain"
+    transient = _transient(model, mode)
+    try:
+        with sdpa_outside_training(model):
+            for batch in _batches(
+                model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs, opts.max_new_tokens
+            ):
+                answers += _decode_batch(model, tokenizer, batch, mode, stops, opts)
+                if mode == "graph" and model in GRAPH_FAILED:  # said once: the other batches use generate
+                    mode = "plain"
+    finally:
+        if transient:
+            _drop_copies(model)
     return answers
 
 
@@ -445,16 +474,22 @@ def stream_answers(
     mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens)
     make_streamer = make_streamer or text_streamer
     answers: list[Answer] = []
-    with sdpa_outside_training(model):  # the static decoders call the model's own attention too
-        batches = _batches(model, tokenizer, prompts, 1, encode_kwargs, opts.max_new_tokens)
-        if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
-            decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + opts.max_new_tokens, mode)
-        for j, batch in enumerate(batches):
-            if titles is not None:
-                print(titles[j])
-            answers += _decode_batch(model, tokenizer, batch, mode, stops, opts, streamer=make_streamer(tokenizer))
-            if mode == "graph" and model in GRAPH_FAILED:
-                mode = "plain"
+    transient = _transient(model, mode)
+    try:
+        with sdpa_outside_training(model):  # the static decoders call the model's own attention too
+            batches = _batches(model, tokenizer, prompts, 1, encode_kwargs, opts.max_new_tokens)
+            if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
+                decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + opts.max_new_tokens, mode)
+            for j, batch in enumerate(batches):
+                if titles is not None:
+                    print(titles[j])
+                streamer = make_streamer(tokenizer)
+                answers += _decode_batch(model, tokenizer, batch, mode, stops, opts, streamer=streamer)
+                if mode == "graph" and model in GRAPH_FAILED:
+                    mode = "plain"
+    finally:
+        if transient:
+            _drop_copies(model)
     return answers
 
 

@@ -308,6 +308,11 @@ def plan_run(
         f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
         f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)"
     )
+    if backend == "transformers":
+        reasons.append(
+            f"held-out checks and side-by-side answers: the CUDA-graph decoder, 16 prompts per batch, on a merged "
+            f"16-bit copy of the projections ({merged_copy_gib(dims):.1f} GiB, made for each check and freed after it)"
+        )
     return RunPlan(
         "fast",
         per_device_train_batch_size=micro,
@@ -319,6 +324,13 @@ def plan_run(
         **execution,
         **common,
     )
+
+
+def merged_copy_gib(dims: dict[str, int]) -> float:
+    """GiB of the 16-bit copy of every decoder projection (q, k, v, o, gate, up, down) the held-out checks decode
+    with on a CUDA GPU (``infer.fast.llama_ops.fused_weights``), from ``memory_estimate.model_dims``'s fields."""
+    h, kv, inter = dims["hidden"], dims["kv_dim"], dims["intermediate"]
+    return dims["layers"] * (2 * h * h + 2 * h * kv + 3 * h * inter) * 2 / 2**30
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:

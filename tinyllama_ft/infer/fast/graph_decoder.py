@@ -26,7 +26,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable, Sequence
 
-from .llama_ops import fused_weights, liger_ops, rms_norm, rope, silu_mul, why_not_fusable
+from .llama_ops import fused_weights, liger_ops, llama_model, rms_norm, rope, silu_mul, why_not_fusable
 
 #: SDPA kernels tried for the decode step (one row of queries per key/value head): each is captured and
 #: timed, the fastest kept. None = PyTorch's own choice (cuDNN on the H200, ~11 us a layer at 512 keys).
@@ -66,7 +66,8 @@ class FusedLlamaDecoder:
     """Greedy decoding for ``batch_size`` prompts with a cache of ``max_cache_len`` tokens.
 
     Args:
-        model: a transformers Llama causal LM in 16/32 bits (``why_not_fusable`` is None), on its device.
+        model: a transformers Llama causal LM (``why_not_fusable`` is None: 16/32 bits, or 4/8 bits and PEFT
+            LoRA adapters, read as a merged 16-bit copy), on its device.
         max_cache_len: prompt (padded) + answer tokens the cache holds.
         batch_size: prompts decoded together.
         graph: capture the step as a CUDA graph (None: on a CUDA device).
@@ -94,8 +95,10 @@ class FusedLlamaDecoder:
         why = why_not_fusable(model)
         if why is not None:
             raise ValueError(f"the fused decoder cannot run this model: {why}")
-        c, inner = model.config, model.model
-        self.device, self.dtype = model.device, model.dtype
+        llama = llama_model(model)  # a PEFT model's base: fused_weights merges its adapters into a copy
+        c, inner = llama.config, llama.model
+        embed = llama.get_input_embeddings().weight
+        self.device, self.dtype = embed.device, embed.dtype
         self.B, self.L = batch_size, max_cache_len
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads

@@ -16,8 +16,19 @@ FUSED_WEIGHTS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 MODEL_TYPES = ("llama",)
 
 
+def llama_model(model):
+    """The transformers causal LM inside ``model``: a PEFT model's base (its LoRA layers in place), else ``model``."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def why_not_fusable(model) -> str | None:
-    """None when ``model`` is a plain 16/32-bit transformers Llama the fused decoder reproduces; else why not."""
+    """None when the fused decoder reproduces ``model``: a transformers Llama in 16/32 bits or bitsandbytes 4/8
+    bits, plain or PEFT-wrapped with LoRA adapters on its projections (no DoRA, no LoRA bias, nothing merged into
+    the wrapper), not loaded by Unsloth (it has its own inference path); else why not."""
+    from ...models.loading import loaded_backend
+
+    if loaded_backend(model) == "unsloth":
+        return "an Unsloth model (Unsloth answers with its own inference path)"
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in MODEL_TYPES:
         return f"model type {getattr(config, 'model_type', None)!r} is not one of {MODEL_TYPES}"
@@ -25,45 +36,87 @@ def why_not_fusable(model) -> str | None:
         return "the projections have biases"
     if getattr(config, "hidden_act", "silu") != "silu":
         return f"hidden_act={config.hidden_act!r}"
-    inner = getattr(model, "model", None)
+    inner = getattr(llama_model(model), "model", None)
     if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
         return "not a LlamaForCausalLM layout"
+    peft_config = getattr(model, "peft_config", None) or {}
+    if any(str(getattr(c, "peft_type", "LORA")).split(".")[-1] != "LORA" for c in peft_config.values()):
+        return "a PEFT adapter other than LoRA"
+    import torch
+
+    for name, module in llama_model(model).named_modules():
+        if hasattr(module, "lora_A"):
+            if any(getattr(module, "use_dora", {}).values()) or any(getattr(module, "lora_bias", {}).values()):
+                return f"{name}: DoRA or a LoRA bias"
+            if getattr(module, "merged_adapters", None):
+                return f"{name}: an adapter merged into the PEFT wrapper (merge_and_unload first)"
+            if not name.endswith(PROJECTIONS):
+                return f"{name}: LoRA on a module the decoder reads as is"
+        elif name.endswith(("embed_tokens", "lm_head")) and type(module) not in (torch.nn.Embedding, torch.nn.Linear):
+            return f"{name} is a {type(module).__name__}"
     return None
+
+
+#: The projections ``fused_weights`` reads through ``projection_weight`` (dequantized, LoRA deltas added).
+PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def projection_weight(module, dtype):
+    """A projection's weight as the model computes with it, a (out, in) tensor in ``dtype``: bitsandbytes weights
+    dequantized and the active LoRA adapters' deltas added (PEFT's own ``dequantize_module_weight`` and
+    ``get_delta_weight``, summed in float32), so a PEFT model decodes as its merged 16-bit copy would; a plain
+    layer's weight is returned as it is (no copy) when it already has ``dtype``."""
+    from peft.utils.integrations import dequantize_module_weight
+
+    if not hasattr(module, "lora_A"):
+        weight = dequantize_module_weight(module)
+        return weight if weight.dtype == dtype else weight.to(dtype)
+    weight = dequantize_module_weight(module.get_base_layer()).detach().float()
+    if not module.disable_adapters:
+        for adapter in module.active_adapters:
+            if adapter in module.lora_A:
+                weight = weight + module.get_delta_weight(adapter).float()
+    return weight.to(dtype)
 
 
 def fused_weights(model) -> dict:
     """The model's weights as the fused decoder reads them, made once and kept in ``FUSED_WEIGHTS`` (a snapshot:
-    after changing the model's weights, call ``core.forget(model)``).
+    after changing the model's weights, or switching its adapters on or off, call ``core.forget(model)``).
+
+    Args:
+        model: a model ``why_not_fusable`` accepts.
 
     Returns:
         ``{"layers": [(input norm, q|k|v, o, post-attention norm, gate|up, down)] per layer, "embed", "norm",
-        "lm_head"}``: the concatenated projections are copies, the other tensors the model's own.
+        "lm_head"}``: the concatenated projections are copies, and so is every projection of a 4/8-bit or
+        PEFT model (``projection_weight``: a merged 16-bit copy, TinyLlama 1.9 GiB in bf16); the other tensors
+        are the model's own.
     """
     import torch
 
     kept = FUSED_WEIGHTS.get(model)
     if kept is not None:
         return kept
-    inner = model.model
+    llama = llama_model(model)
+    inner, dtype = llama.model, llama.get_input_embeddings().weight.dtype
     with torch.no_grad():
-        layers = [
-            (
-                layer.input_layernorm.weight,
-                torch.cat(
-                    [layer.self_attn.q_proj.weight, layer.self_attn.k_proj.weight, layer.self_attn.v_proj.weight]
-                ),
-                layer.self_attn.o_proj.weight,
-                layer.post_attention_layernorm.weight,
-                torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-                layer.mlp.down_proj.weight,
+        layers = []
+        for layer in inner.layers:
+            attn, mlp = layer.self_attn, layer.mlp
+            q, k, v, o, gate, up, down = (
+                projection_weight(m, dtype)
+                for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
             )
-            for layer in inner.layers
-        ]
+            layers.append(
+                (layer.input_layernorm.weight, torch.cat([q, k, v]), o, layer.post_attention_layernorm.weight)
+                + (torch.cat([gate, up]), down)
+            )
+            del q, k, v, gate, up
     kept = {
         "layers": layers,
         "embed": inner.embed_tokens.weight,
         "norm": inner.norm.weight,
-        "lm_head": model.get_output_embeddings().weight,
+        "lm_head": llama.get_output_embeddings().weight,
     }
     FUSED_WEIGHTS[model] = kept
     return kept
