@@ -15,3 +15,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
 echo "setup: $((SECONDS - t0)) s"
 python3 benchmarks/notebook_runs.py --model "$MODEL" --dataset "$DATA_DIR/alpaca/alpaca_cleaned_5k.jsonl" \
   --out-dir "$OUT" "$@"
+# CHECKS=1: also the held-out checks' two decoders side by side (benchmarks/check_decoders.py) on a random adapter
+if [[ ${CHECKS:-0} == 1 ]]; then
+  [[ -f /tmp/gen-adapter/adapter_config.json ]] || python3 benchmarks/build_adapter.py --model "$MODEL" --out /tmp/gen-adapter
+  timeout ${CHECKS_TIMEOUT:-240} python3 benchmarks/check_decoders.py --adapter /tmp/gen-adapter \
+    --dataset "$DATA_DIR/alpaca/alpaca_cleaned_5k.jsonl" --out "$OUT/check_decoders.json" 2>&1 | grep -v "it/s\]" | tail -12
+fi
