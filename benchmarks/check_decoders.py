@@ -29,8 +29,12 @@ def load(adapter: str, four_bit: bool):
 
     base_name = json.load(open(f"{adapter}/adapter_config.json"))["base_model_name_or_path"]
     quant = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16)
+    cuda = torch.cuda.is_available()  # a CPU runs the bf16 load only, as a smoke test of this script
     base = AutoModelForCausalLM.from_pretrained(
-        base_name, dtype=torch.bfloat16, device_map={"": 0}, quantization_config=quant if four_bit else None
+        base_name,
+        dtype=torch.bfloat16 if cuda else torch.float32,
+        device_map={"": 0} if cuda else None,
+        quantization_config=quant if four_bit else None,
     )
     tokenizer = AutoTokenizer.from_pretrained(base_name)
     if tokenizer.pad_token is None or tokenizer.pad_token_id == tokenizer.eos_token_id:
@@ -38,8 +42,13 @@ def load(adapter: str, four_bit: bool):
     return PeftModel.from_pretrained(base, adapter), tokenizer
 
 
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
 def answers(model, tokenizer, rows, fmt, decode: str, batch_size: int) -> tuple[list, float]:
-    torch.cuda.synchronize()
+    _sync()
     start = time.perf_counter()
     with eval_mode(model):
         found = generate_answers(
@@ -53,7 +62,7 @@ def answers(model, tokenizer, rows, fmt, decode: str, batch_size: int) -> tuple[
             decode=decode,
             for_inference=False,
         )
-    torch.cuda.synchronize()
+    _sync()
     return found, time.perf_counter() - start
 
 
@@ -67,7 +76,8 @@ def main() -> None:
     with open(a.dataset, encoding="utf-8") as f:
         rows = [json.loads(line) for _, line in zip(range(a.rows), f)]
     fmt, results = AlpacaFormat(), []
-    for label, four_bit in (("4-bit base + adapter (Alpaca notebook)", True), ("bf16 base + adapter (chat)", False)):
+    loads = (("4-bit base + adapter (Alpaca notebook)", True), ("bf16 base + adapter (chat)", False))
+    for label, four_bit in loads if torch.cuda.is_available() else loads[1:]:
         model, tokenizer = load(a.adapter, four_bit)
         loss = held_out_scores(model, tokenizer, rows, data_format=fmt, max_seq_length=1024).response_loss
         runs = {}
@@ -76,7 +86,7 @@ def main() -> None:
             found, seconds = answers(model, tokenizer, rows, fmt, decode, batch)
             runs[name] = (found, seconds)
         plain = runs["generate, batch 4"][0]
-        peak = torch.cuda.max_memory_allocated() / 2**30
+        peak = torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else 0.0
         for name, (found, seconds) in runs.items():
             tokens = sum(x.new_tokens for x in found)
             agree = sum(x.ids == p.ids for x, p in zip(found, plain)) / len(found)
@@ -95,8 +105,9 @@ def main() -> None:
             results.append(row)
             print(json.dumps(row), flush=True)
         del model
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
     print("| load | path | s | new tokens | tokens/s | stopped | same tokens as generate |")
     print("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for r in results:
