@@ -1,20 +1,8 @@
 """Export a trained adapter where people run models: a merged 16-bit model, GGUF files, an Ollama Modelfile.
 
-``export_adapter(adapter_dir=..., formats=[...], output_dir=...)`` writes each format to
-``<output_dir>/export/<format>/``:
-
-* ``merged_16bit``: the base with the adapter merged (``adapters.load_adapter(merged=True)``: a 4-bit base
-  is dequantized to 16 bits and merged there, never in place into 4-bit, never from another checkpoint),
-  as safetensors with the tokenizer, the generation config and the chat template of the prompt format it
-  was trained on (Alpaca's, rendered as Jinja; a chat adapter keeps its own, saved with its tokenizer); plain ``AutoModelForCausalLM.from_pretrained`` loads it (so do vLLM and TGI).
-* ``gguf_f16``, ``gguf_bf16``, ``gguf_q8_0``: llama.cpp's converter on the merged model
-  (``gguf_export``), a ``Modelfile`` beside each; ``gguf_q4_k_m``: f16, then llama.cpp's quantizer.
-* ``gguf_lora``: the adapter alone as a GGUF LoRA (``llama-cli -m base.gguf --lora adapter-f16.gguf``).
-
-Each format folder is built in a hidden staging folder and moved into place only when complete; free disk
-space is checked before anything is written. A killed export leaves its staging folder (named after its host
-and process); the next export into the same folder removes it, and says what it removed and how much space that
-freed. Runs offline once llama.cpp's converter is cached.
+``export_adapter`` writes each format to ``<output_dir>/export/<format>/`` (docs/export.md lists them). Each
+folder is built in a staging folder and moved into place when complete, after a free-space check; a killed
+export's staging folder is removed by the next export into that folder.
 """
 
 from __future__ import annotations

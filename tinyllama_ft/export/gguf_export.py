@@ -1,24 +1,9 @@
 """GGUF files for llama.cpp, Ollama and LM Studio, written by llama.cpp's own converter.
 
-llama.cpp's ``convert_hf_to_gguf.py`` (with its ``conversion/`` package and ``gguf-py``, pure Python, MIT)
-writes what llama.cpp's loader checks and transformers' GGUF reader does not: the pre-tokenizer
-(``tokenizer.ggml.pre``), token types, ``add_bos``. It is not on PyPI as a package of its own, but it ships
-inside the ``llama-cpp-python`` source distribution. ``llama_cpp_converter`` downloads that sdist (77 MB) once,
-checks its SHA-256 against the pinned one, and extracts only the converter's files into a cache folder; every
-later export runs offline from there. The download builds nothing (``sdist_download.download_sdist`` reads the
-file's link off the index pip is configured with; ``pip download`` would build the sdist's build backend,
-scikit-build-core, from source first): the first fetch took 43 s on 2 cores (161 s without ninja; ~6 min reported
-on Colab), now 2.2 s (2026-12-02). On a machine that never reaches PyPI, pass ``sdist=`` a copy of the same file.
-
-A run killed mid-way leaves its temporaries (the fetch folder, a ``.partial`` GGUF); they are named by
-``temporaries.make_temporary`` and the next run removes a dead process's (``temporaries.clean_stale``).
-
-The converter runs as a subprocess of the current Python (its module-level state, logging and
-``sys.path`` insertions stay out of this process), with ``HF_HUB_OFFLINE=1``: it reads the local folder only.
-
-``q4_k_m`` is a k-quant that only llama.cpp's C++ quantizer writes (``gguf-py`` has no k-quant encoder):
-``quantize_gguf`` uses the ``llama_model_quantize`` binding of an installed ``llama-cpp-python`` or a
-``llama-quantize`` binary on PATH.
+llama.cpp's ``convert_hf_to_gguf.py`` writes what llama.cpp checks (pre-tokenizer, token types, ``add_bos``);
+it ships only inside the ``llama-cpp-python`` sdist, which ``llama_cpp_converter`` downloads once
+(``sdist_download``), checks against its pinned SHA-256 and extracts into a cache. The converter runs as a
+subprocess with ``HF_HUB_OFFLINE=1``; ``q4_k_m`` needs llama.cpp's C++ quantizer (``quantize_gguf``).
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """GPU-aware install of the Unsloth stack (the article's cell 1, for today's releases).
 
-The article read the compute capability and installed Unsloth's ``colab_ampere`` extra on capability
->= 8 and ``colab`` below. In current Unsloth (2026.10.x) those extras still exist in the wheel's
-METADATA but pin torch 2.1/2.2 builds for CUDA 12.1, which would replace Colab's torch; Unsloth's own
-Colab notebooks instead install the stack with ``pip install --no-deps`` on top of the torch Colab ships,
-the same set for a T4 and an A100 (flash-attention is optional; Unsloth falls back to SDPA). That is
-what this module does, with the versions pinned to a set that Unsloth accepts and that was seen working
-on the GPU machine (``shared/tools/device-wheels.sh`` installs the same pins; ``requirements-colab.txt``
-lists them). The pins apply to this install only, never to the package's own dependencies.
-
-Nothing here imports torch: the install cell runs before anything imports transformers.
+Unsloth's ``colab`` extras pin old torch builds that would replace Colab's, so, as Unsloth's own notebooks do,
+the stack is installed with ``pip install --no-deps`` on top of Colab's torch, pinned to a set seen working on
+the GPU machine (``requirements-colab.txt``). Nothing here imports torch.
 """
 
 from __future__ import annotations

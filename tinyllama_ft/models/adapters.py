@@ -1,13 +1,7 @@
 """Save a trained LoRA adapter (article cell 8) and load it back (cell 9).
 
-The adapter folder is PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with the
-tokenizer beside it, so plain PEFT loads it in a fresh process without this package::
-
-    from peft import AutoPeftModelForCausalLM
-    model = AutoPeftModelForCausalLM.from_pretrained("outputs/lora_model")
-
-Saving is atomic: files are written to a hidden sibling folder and moved into place only once
-complete, so an interrupted save never leaves a half-written adapter behind.
+The folder is PEFT's format with the tokenizer beside it, so ``peft.AutoPeftModelForCausalLM`` loads it without
+this package. Saving writes to a hidden sibling folder and moves it into place only once complete.
 """
 
 from __future__ import annotations
