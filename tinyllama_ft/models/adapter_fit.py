@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 
 from ..machine.paths import expand_path
 
@@ -41,19 +40,12 @@ class AdapterMismatchError(ValueError):
     """The adapter was trained on another base model than the one it is being loaded onto."""
 
 
-def _safetensors_shapes(path: str) -> dict[str, list[int]]:
-    with open(path, "rb") as f:
-        (n,) = struct.unpack("<Q", f.read(8))
-        header = json.loads(f.read(n).decode("utf-8"))
-    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
-
-
 def _saved_tensors(adapter_dir: str) -> dict[str, list[int]]:
-    """Shapes of the adapter's tensors by saved name (PEFT's prefix dropped)."""
-    return {
-        key[len(_PREFIX) :] if key.startswith(_PREFIX) else key: shape
-        for key, shape in _safetensors_shapes(os.path.join(adapter_dir, "adapter_model.safetensors")).items()
-    }
+    """Shapes of the adapter's tensors by saved name (PEFT's prefix dropped), read from the header only."""
+    from safetensors import safe_open
+
+    with safe_open(os.path.join(adapter_dir, "adapter_model.safetensors"), framework="pt") as f:
+        return {key.removeprefix(_PREFIX): f.get_slice(key).get_shape() for key in f.keys()}
 
 
 def base_name(saved_name: str, modules: dict) -> str:
