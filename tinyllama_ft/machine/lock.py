@@ -1,10 +1,10 @@
 """One run per output folder at a time: ``<output_dir>/run.lock``, a JSON file with a heartbeat.
 
-Kept over filelock's ``SoftFileLease``, whose heartbeat is the file's mtime and whose contenders must share one
-lease duration: here another Colab runtime on the same Drive reads the holder's host, process and heartbeat
-from the file's content (tests/test_lock.py, the "another machine's lock" tests). A lock is stale when its
-heartbeat is older than ``STALE_AFTER_S`` or its process on this host is gone; a stale lock is taken over with a
-message. Only the main process of a launch takes it; this process's own lock is reused.
+Kept over filelock's ``SoftFileLease``: it creates its marker empty and writes it afterwards (a racing run may read
+no owner; ours appears complete, by ``os.link``: tests/test_lock.py's race names the winner), beats by the file's
+mtime, not its content that Drive syncs, and makes every contender share one lease duration. A lock is stale when
+its heartbeat is older than ``STALE_AFTER_S`` or its process on this host is gone, and is then taken over with a
+message. Only the main process of a launch takes it; this process's own lock is reused (docs/internals.md).
 """
 
 from __future__ import annotations
