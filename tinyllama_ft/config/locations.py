@@ -27,6 +27,11 @@ class HubUnreachableError(ConnectionError):
     """A Hub id that the Hub does not answer for and that is not in the local cache (an ``OSError``: exit status 1)."""
 
 
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value now (huggingface_hub reads it once, at its import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
 @lru_cache(maxsize=None)
 def hub_answers(repo_id: str, repo_type: str = "model", timeout_s: float = HUB_TIMEOUT_S) -> bool:
     """Whether the Hub answers for ``repo_id``: one ``HfApi.repo_info`` request, no retries, asked once per process.
@@ -90,8 +95,7 @@ def _hub_problem(repo_id: str, flag: str, repo_type: str, where: str) -> str | N
         return None
     why = (
         "HF_HUB_OFFLINE is set"
-        if constants.HF_HUB_OFFLINE
-        or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+        if constants.HF_HUB_OFFLINE or hub_offline()
         else f"the Hub ({constants.ENDPOINT}) does not answer"
     )
     local = "a local folder or .gguf file" if repo_type == "model" else "a local .jsonl/.json/.csv/.parquet file"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..config.finetune import DEFAULTS, EXPORT_FORMATS
-from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, stale_temporaries
+from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, replace_folder, stale_temporaries
 from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
 
 #: GGUF file names inside each format folder.
@@ -50,23 +50,12 @@ def _files(folder: Path) -> tuple[str, ...]:
     return tuple(sorted(str(p) for p in folder.rglob("*") if p.is_file()))
 
 
-def _publish(staged: Path, target: Path) -> None:
-    """Move a complete staged folder to ``target``, replacing an older export only once the new one is whole."""
-    old = None
-    if target.exists():  # .<fmt>.old-<host>-<pid>-<token>: if killed right here, _clean_stale_exports restores it
-        old = make_temporary(target.parent, f".{target.name}.old-", create=None)
-        os.replace(target, old)
-    os.replace(staged, target)
-    if old:
-        discard_temporary(old)
-
-
 def _clean_stale_exports(root: Path) -> list[str]:
     """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per kind of repair.
 
     A ``.staging-<host>-<pid>-<token>`` folder (the merged 16-bit copy and partial files: gigabytes for TinyLlama)
     or a ``.<fmt>.old-...`` folder of a process that no longer exists is removed; an ``.old`` one whose ``<fmt>``
-    folder is missing (killed between its two renames) holds the last complete export and is renamed back. A
+    folder is missing (killed between ``temporaries.replace_folder``'s two renames) holds the last complete export and is renamed back. A
     live export's folders (another process's, or a concurrent one of this process) are left alone, and so are
     another host's (``temporaries.stale_temporaries``).
 
@@ -290,7 +279,7 @@ def export_adapter(
 
     def done(fmt: str, folder: Path, seconds: float) -> None:
         target = root / fmt
-        _publish(folder, target)
+        replace_folder(folder, target)
         files = _files(target)
         results[fmt] = ExportResult(fmt, str(target), files, sum(os.path.getsize(f) for f in files), seconds)
 

@@ -8,6 +8,7 @@ subprocess with ``HF_HUB_OFFLINE=1``; ``q4_k_m`` needs llama.cpp's C++ quantizer
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -156,10 +157,18 @@ def _run_converter(cmd: list[str], what: str, timeout_s: float) -> float:
     return time.perf_counter() - start
 
 
-def _atomic_target(target: Path) -> Path:
-    """An empty ``.<name>.<host>-<pid>-<token>.partial`` beside ``target``, after removing ones of killed runs."""
+@contextlib.contextmanager
+def _written_atomically(target: str | os.PathLike):
+    """Yield an empty ``.<name>.<host>-<pid>-<token>.partial`` beside ``target`` (after removing ones of killed
+    runs), renamed to ``target`` when the block succeeds and removed in any case."""
+    target = Path(target)
     clean_stale(target.parent, [(f".{target.name}.", ".partial")], label="gguf", left_by="a killed conversion")
-    return make_temporary(target.parent, f".{target.name}.", ".partial", create="file")
+    tmp = make_temporary(target.parent, f".{target.name}.", ".partial", create="file")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        discard_temporary(tmp)
 
 
 def convert_to_gguf(
@@ -181,17 +190,12 @@ def convert_to_gguf(
     Raises:
         RuntimeError: the converter failed (its stderr tail in the message) or ran over ``timeout_s``.
     """
-    target = Path(target)
-    tmp = _atomic_target(target)
-    try:
+    with _written_atomically(target) as tmp:
         seconds = _run_converter(
             [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp), "--outtype", outtype],
             f"GGUF {outtype} of {model_dir}",
             timeout_s,
         )
-        os.replace(tmp, target)
-    finally:
-        discard_temporary(tmp)
     return seconds
 
 
@@ -220,9 +224,7 @@ def convert_lora_to_gguf(
     Raises:
         RuntimeError: as ``convert_to_gguf`` (e.g. an architecture or LoRA target the converter lacks).
     """
-    target = Path(target)
-    tmp = _atomic_target(target)
-    try:
+    with _written_atomically(target) as tmp:
         seconds = _run_converter(
             [
                 str(converter / "convert_lora_to_gguf.py"),
@@ -237,9 +239,6 @@ def convert_lora_to_gguf(
             f"GGUF LoRA of {adapter_dir}",
             timeout_s,
         )
-        os.replace(tmp, target)
-    finally:
-        discard_temporary(tmp)
     return seconds
 
 
@@ -271,10 +270,8 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
     which = find_quantizer()
     if which is None:
         raise RuntimeError(QUANTIZER_MISSING)
-    target = Path(target)
-    tmp = _atomic_target(target)
     start = time.perf_counter()
-    try:
+    with _written_atomically(target) as tmp:
         if which == "llama_cpp":
             import llama_cpp
 
@@ -289,7 +286,4 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
             )
             if done.returncode != 0:
                 raise RuntimeError(f"llama-quantize failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-        os.replace(tmp, target)
-    finally:
-        discard_temporary(tmp)
     return time.perf_counter() - start

@@ -65,7 +65,8 @@ def _split_pin(pin: str) -> tuple[str, str]:
     return name, version
 
 
-def _normalize(name: str) -> str:
+def normalize_name(name: str) -> str:
+    """A distribution's name as the versions are keyed: lower case, ``-`` for ``_``."""
     return name.lower().replace("_", "-")
 
 
@@ -74,7 +75,7 @@ def installed_versions(names: Sequence[str]) -> dict[str, str]:
     found = {}
     for name in names:
         try:
-            found[_normalize(name)] = importlib.metadata.version(name)
+            found[normalize_name(name)] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
@@ -113,7 +114,7 @@ def plan_install(
             "the transformers backend runs instead"
         )
     else:
-        missing = [p for p in COLAB_PINS if installed.get(_normalize(_split_pin(p)[0])) != _split_pin(p)[1]]
+        missing = [p for p in COLAB_PINS if installed.get(normalize_name(_split_pin(p)[0])) != _split_pin(p)[1]]
         if missing:
             plan.commands.append(pip + ["--no-deps", *missing])
             plan.notes.append(

