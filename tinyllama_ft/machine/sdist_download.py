@@ -3,7 +3,7 @@
 Kept instead of ``pip download``: pip prepares an sdist's metadata by running its build backend first
 (tests/test_converter_fetch.py's tripwire backend; docs/export.md has the timings), so the file's link is read off
 the index page (pip's find-links, index-url, extra-index-url, no-index) and streamed with urllib. pip runs only when
-no source answers: its proxy, certificates and credentials then apply.
+no source answers (its trusted hosts, keyring and index credentials then apply).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import ssl
 import subprocess
 import sys
 import time
@@ -23,12 +24,12 @@ from .checksums import sha256_of
 #: PyPI's simple index, where pip looks unless configured otherwise.
 PYPI_SIMPLE = "https://pypi.org/simple"
 #: pip settings the download follows (config files' ``[global]`` and ``[download]``, then ``PIP_*`` variables).
-PIP_SETTINGS = ("index-url", "extra-index-url", "no-index", "find-links")
+PIP_SETTINGS = ("index-url", "extra-index-url", "no-index", "find-links", "proxy", "cert")
 _HREF = re.compile(r"""<a\s[^>]*?href=["']([^"']+)["']""", re.IGNORECASE)
 
 
 def pip_settings() -> dict[str, str]:
-    """pip's own settings for where ``pip download`` looks.
+    """pip's own settings for where ``pip download`` looks, and its proxy and certificates.
 
     Read from ``pip config list`` (its configuration files, ``[download]`` over ``[global]``; ``PIP_CONFIG_FILE``
     honoured), then the ``PIP_INDEX_URL``-style environment variables over them, as pip ranks them.
@@ -62,18 +63,23 @@ def pip_settings() -> dict[str, str]:
     return settings
 
 
-def _open(url: str, timeout_s: float):
+def _open(url: str, timeout_s: float, settings: dict[str, str]):
     parts = urllib.parse.urlsplit(url)
     if parts.scheme == "file":  # a folder means its index.html, as pip reads it
         path = Path(urllib.request.url2pathname(parts.path))
         return open(path / "index.html" if path.is_dir() else path, "rb")  # noqa: SIM115
+    proxy = settings.get("proxy")
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"http": proxy, "https": proxy} if proxy else None),
+        urllib.request.HTTPSHandler(context=ssl.create_default_context(cafile=settings.get("cert") or None)),
+    )
     request = urllib.request.Request(url, headers={"User-Agent": "tinyllama_ft (urllib)"})
-    return urllib.request.urlopen(request, timeout=timeout_s)
+    return opener.open(request, timeout=timeout_s)
 
 
-def _links(page: str, filename: str, timeout_s: float) -> list[tuple[str, str | None]]:
+def _links(page: str, filename: str, timeout_s: float, settings: dict[str, str]) -> list[tuple[str, str | None]]:
     """``(url, sha256 or None)`` of each link to ``filename`` on a simple-index or find-links HTML page."""
-    with _open(page, timeout_s) as response:
+    with _open(page, timeout_s, settings) as response:
         body = response.read().decode("utf-8", "replace")
         base = getattr(response, "url", None) or page
     found = []
@@ -84,12 +90,12 @@ def _links(page: str, filename: str, timeout_s: float) -> list[tuple[str, str | 
     return found
 
 
-def _save(url: str, into: Path, expected: str | None, timeout_s: float) -> Path:
+def _save(url: str, into: Path, expected: str | None, timeout_s: float, settings: dict[str, str]) -> Path:
     """Stream ``url`` to ``into/<its name>``, checking ``expected`` SHA-256; a failure leaves no file."""
     target = into / urllib.parse.unquote(url.rsplit("/", 1)[-1])
     digest, deadline = hashlib.sha256(), time.monotonic() + timeout_s
     try:
-        with _open(url, timeout_s) as response, open(target, "wb") as out:
+        with _open(url, timeout_s, settings) as response, open(target, "wb") as out:
             for chunk in iter(lambda: response.read(1 << 20), b""):
                 digest.update(chunk)
                 out.write(chunk)
@@ -158,7 +164,7 @@ def download_sdist(
         netloc = urllib.parse.urlsplit(page).netloc
         shown = page.replace(netloc, netloc.rsplit("@", 1)[-1], 1)  # an index's credentials stay out of messages
         try:
-            links = _links(page, filename, timeout_s)
+            links = _links(page, filename, timeout_s, settings)
         except Exception as err:  # noqa: BLE001 - every source is tried, each failure reported
             errors.append(f"{shown}: {err}")
             continue
@@ -167,7 +173,7 @@ def download_sdist(
         for url, listed in links:
             print(f"{label}: downloading {what} once{f' ({size})' if size else ''}: {url}", flush=True)
             try:
-                return _save(url, into, sha256 or listed, timeout_s)
+                return _save(url, into, sha256 or listed, timeout_s, settings)
             except Exception as err:  # noqa: BLE001
                 errors.append(f"{url}: {err}")
     if pages:
