@@ -4,6 +4,7 @@ that the Hub answers for or its cache holds.
 Every reader of a model or data argument calls ``check_source``, so one rule (``paths.is_local_path``) decides
 local path or Hub id, and a wrong one ends in one line naming the argument after at most one bounded Hub request
 (``hub_answers``), not transformers' retries and "Repo id must be in the form" message.
+Kept: transformers names neither the argument nor the id of a wrong path or a silent Hub (tests/test_locations.py).
 """
 
 from __future__ import annotations

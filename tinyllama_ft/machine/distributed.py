@@ -2,7 +2,8 @@
 
 Reads ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` (starting nothing), so the plan splits the effective batch over
 ``world_size()``, each process loads on its own GPU (``local_process_index()``) and only the main process writes
-the run's files (``is_main_process()``). A plain process is world size 1, main, device 0.
+the run's files (``is_main_process()``). A plain process is world size 1, main, device 0. Kept over accelerate's
+``main_process_first``, which does not pass the main process's failure on (tests/test_distributed.py).
 """
 
 from __future__ import annotations

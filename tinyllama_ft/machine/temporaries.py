@@ -5,6 +5,7 @@ staging folder (a full 16-bit merged copy plus a partial GGUF: gigabytes for Tin
 the converter's download folder. ``make_temporary`` names each ``<prefix><host>-<pid>-<token><suffix>``, so the
 next run can tell a dead process's from a live one's (``stale_temporaries``; the liveness rule is the run lock's,
 ``lock._pid_alive``), and ``clean_stale`` removes them, saying in one line what it removed and the space freed.
+Kept over ``tempfile``, whose names say nothing of their owner (tests/test_export_leftovers.py).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ PEFT loads an adapter onto any base whose module names match; a base with anothe
 generation. ``adapter_fit_problems`` compares, without loading weights, the recorded base's config, the adapter's
 tokenizer against the base's embeddings, and each saved tensor's shape against the base parameter PEFT loads it
 into (``base_name``). ``saved_embedding_rows`` gives the vocabulary an adapter with resized embeddings needs.
+Kept: PEFT loads a misfitting adapter without a word (tests/test_adapter_fit.py).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@
 ``clone_chat_template`` does (tokens added, EOS and generation config set to the end-of-turn token);
 ``check_stop_tokens`` refuses a template whose end-of-turn token generation would not stop on. The end-of-turn
 token is read from the template itself (``end_of_turn_token``, through ``render_turns``).
+TRL's ``clone_chat_template`` needs a source tokenizer from the Hub; ours runs offline (tests/test_chat_templates.py).
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 transformers dequantizes a GGUF file (``from_pretrained(folder, gguf_file=...)``) but leaves its quantization
 config, a ``model_max_length`` of 1e30 and, for SmolLM2, pad == EOS; ``hf_folder_from_gguf`` fixes those and
 saves bfloat16 (far finer than the Q4_1 steps) into a cache folder keyed by the file's sha256, atomically.
+Kept: transformers' GGUF load alone cannot be saved or trained as is (tests/test_demo_model.py).
 """
 
 from __future__ import annotations

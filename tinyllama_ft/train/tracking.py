@@ -2,6 +2,7 @@
 
 The key comes from ``WANDB_API_KEY`` or Colab's secrets, never a parameter; without one, or when the server does
 not answer a short probe (``probe_server``), the run logs offline and says why in one line.
+Kept: ``wandb.init`` alone waits 90 s for an unreachable server (tests/test_tracking.py).
 """
 
 from __future__ import annotations
