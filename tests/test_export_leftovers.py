@@ -4,7 +4,7 @@ A real export of a stories260K adapter is SIGKILLed in a subprocess once its sta
 merged copy; the next export into the same folder removes that folder and prints one line naming it and the
 space freed. Around it, with folders named as ``temporaries.make_temporary`` names them: a dead process's are
 removed; a live process's, this process's own and another host's are kept; a folder left between
-``_publish``'s two renames is put back; a fetch folder of a killed converter download and a ``.partial``
+``temporaries.replace_folder``'s two renames is put back; a fetch folder of a killed converter download and a ``.partial``
 GGUF of a killed conversion are removed by the next fetch and conversion.
 """
 
@@ -99,7 +99,9 @@ def test_only_the_leftovers_of_dead_processes_on_this_host_are_removed(tmp_path,
         killed = folder_of(root / f".staging-{HOST}-{dead}-0a1b2c3d")
         killed_old = folder_of(root / f".merged_16bit.old-{HOST}-{dead}-4e5f6a7b", size=2 << 20)
         folder_of(root / "merged_16bit")
-        unfinished = folder_of(root / f".gguf_f16.old-{HOST}-{dead}-8c9d0e1f")  # killed between _publish's renames
+        unfinished = folder_of(
+            root / f".gguf_f16.old-{HOST}-{dead}-8c9d0e1f"
+        )  # killed between replace_folder's renames
         restarted = folder_of(root / f".staging-{HOST}-{os.getpid()}-2a3b4c5d")  # this pid, an earlier container's
         unowned_old = folder_of(root / ".staging-k3x_9a2b")  # tempfile.mkdtemp's name, before names said whose
         os.utime(unowned_old / "model.safetensors", (time.time() - 7200,) * 2)

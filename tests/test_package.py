@@ -140,3 +140,18 @@ def test_ci_lints_with_ruff_as_configured_in_pyproject():
     assert ".venv/bin/ruff check ." in test_sh and ".venv/bin/ruff format --check ." in test_sh
     ruff = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     assert ruff["line-length"] == 120 and {"lint", "format"} <= set(ruff)
+
+
+def test_every_module_docstring_is_at_most_ten_lines():
+    """Issue 29: a module's docstring says what it holds and why, in at most 10 lines; history and measurements go
+    to docs/ (docs/internals.md) and commit messages."""
+    import ast
+
+    long = {}
+    for path in sorted((REPO / "tinyllama_ft").rglob("*.py")):
+        first = ast.parse(path.read_text(encoding="utf-8")).body[:1]
+        if first and isinstance(first[0], ast.Expr) and isinstance(first[0].value, ast.Constant):
+            lines = first[0].end_lineno - first[0].lineno + 1
+            if lines > 10:
+                long[str(path.relative_to(REPO))] = lines
+    assert not long, long

@@ -1,23 +1,10 @@
 """tinyllama-ft: LoRA / QLoRA fine-tuning of small open LLMs on instruction data, one helper per notebook cell.
 
-Importing the package is cheap and imports neither torch nor transformers, so the install cell can run
-first and ``unsloth`` can be imported before ``transformers`` (it patches it). Each helper lives in one
-module; the names below are loaded from there on first use.
-
-The subpackages are layers, lowest first; a module imports from its own layer and those below, never
-from one above (tests/test_package.py checks it with scripts/import_graph.py):
-
-    machine   hardware, processes of a launch, notebook kernel, install, paths, lock, temporaries, preflight
-    config    FinetuneConfig, coercion and ConfigError, recipes and notebook parameters, secrets
-    models    loading, LoRA, adapters and their record, demo model, GGUF sources, families, chat templates
-    data      row files, Alpaca rows and conversations, prompts, tokenization, long rows, EOS check, and
-              ``formats`` (one object per dataset format: what differs between Alpaca rows and conversations)
-    infer     the generation core (``core``: batching, stop tokens, decoder choice, streaming), Alpaca and chat
-              prompts on it, the try-out box (``fast/``: the CUDA-graph and compiled decoders)
-    evaluate  held-out checks, base vs. tuned answers
-    train     plan, trainer, loop, checkpoints, output folder, tracking, progress, summary
-    export    merged, GGUF, Ollama, Hub
-    (top)     ``pipeline`` (the run, for every dataset format), ``cli``
+Importing the package imports neither torch nor transformers (the install cell runs first; ``unsloth`` must be
+imported before ``transformers``); the names below load from their modules on first use. The subpackages are
+layers, lowest first, a module importing only from its own layer and those below (tests/test_package.py):
+``machine``, ``config``, ``models``, ``data``, ``infer``, ``evaluate``, ``train``, ``export``, then ``pipeline``
+and ``cli``.
 """
 
 from __future__ import annotations

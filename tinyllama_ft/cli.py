@@ -3,22 +3,10 @@
     tinyllama-ft train --config article [--NAME VALUE ...]    # a shipped recipe by name, or any YAML path
     tinyllama-ft generate --adapter DIR --prompt TEXT [--input CONTEXT] [--max_new_tokens N ...]
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
-    tinyllama-ft train --help                                  # every field, with its meaning and default
 
-Flags are ``FinetuneConfig``'s flat field names, as the recipes' YAML keys and the notebook's parameters; ``--help``
-lists them by section, each with its type (a choice field's values), default and docstring.
-A flag overrides the recipe; the recipe overrides the package's defaults. An unknown flag or key stops
-with the closest field name ("did you mean lora_r?"); a wrong type names the field.
-
-``generate`` and ``export`` prompt, load and stop the adapter as its run recorded (``run_record``: the prompt
-format or chat template, ``max_seq_length``, dtype, 4-bit); a flag that contradicts the record is refused, naming
-both values, or for a precision (``--dtype``, ``--load_in_4bit``) used with a one-line notice.
-
-Exit status (``main``, the console script): 0 on success, 2 on a usage or configuration error, 1 on a failure,
-130 on Ctrl-C; an error ends with one line ``tinyllama-ft <command>: error: ...`` and no traceback (``--debug``,
-or ``TINYLLAMA_FT_DEBUG=1``, shows it). ``run`` is the same in-process, returning the command's result.
-
-Subcommands live in ``COMMANDS`` (name -> ``Command``): a new one (e.g. ``export``) is one more entry.
+Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
+usage or configuration error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). Subcommands live in
+``COMMANDS``.
 """
 
 from __future__ import annotations

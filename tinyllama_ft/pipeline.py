@@ -1,15 +1,9 @@
 """The whole run as one function: what ``tinyllama-ft train`` executes.
 
-``run_training`` calls the same helpers, with the same arguments, in the same order as the cells of both
-notebooks (``finetune_tinyllama`` on Alpaca rows, ``finetune_chat`` on conversations: one code cell per step,
-so that each reads as documentation and each cell can be copied); what differs between the data formats is
-the object ``formats.data_format(cfg)`` returns. tests/test_cli.py checks that each notebook and the command
-line give the same eval losses on the same inputs.
-
-Under ``accelerate launch --num_processes N`` every process runs this function and trains (DDP); the main
-process alone takes the output folder's lock and prepares it (the others wait, and fail with its error if
-it fails), starts W&B, and after training saves the adapter, answers the prompts, writes the summary and
-releases the lock, while the others return (``distributed.py``; tests/test_ddp.py).
+``run_training`` calls the same helpers in the same order as both notebooks' cells; what differs between data
+formats is the object ``formats.data_format(cfg)`` returns (tests/test_cli.py compares their losses). Under
+``accelerate launch`` every process trains, and only the main one prepares the output folder, logs, saves and
+writes the summary (tests/test_ddp.py).
 """
 
 from __future__ import annotations

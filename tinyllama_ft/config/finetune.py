@@ -1,20 +1,10 @@
 """One configuration object for a fine-tuning run: every default of the package is written here, once.
 
-``FinetuneConfig`` is built from eight section dataclasses (``SECTIONS``: model, LoRA, data, chat, training,
-logging, export, generation); it inherits them, so every field is still one flat name: the notebook's parameters,
-the command line's flags (``tinyllama-ft train --lora_r 8``), the recipes' YAML keys (``tinyllama_ft/recipes``),
-``cfg.lora_r`` and ``cfg.to_dict()``. The section a field is declared in is where ``--help`` and
-docs/parameters.md list it. Each field carries ``metadata={"identity": ..., ...}``: ``identity=True`` marks the
-fields that change what is computed, which ``output_dir.run_identity`` records for resuming. Each field's docstring
-gives its unit and the source of its default: "the article" (``shared/ARTICLE.md``, "Fine-tuning a Tiny-Llama model
-with Unsloth"), "Unsloth's notebooks", "TRL's default" or "this package"; jsonargparse reads those docstrings for
-``--help`` (``docstring_parser``, as ``field_docs`` does).
-
-A choice field is typed ``Literal[...]`` (``Backend``, ``Dtype``, ...): that annotation is the one declaration of its
-values; validation (``choices``), ``--help`` and the notebook's Colab forms read it.
-
-Helpers take their defaults from ``DEFAULTS = FinetuneConfig()`` (``add_lora(model)`` is the article's
-LoRA), never from a re-typed number.
+``FinetuneConfig`` inherits eight section dataclasses (``SECTIONS``), so each field is one flat name for the
+notebook's parameters, the command line's flags and the recipes' keys. A field's ``metadata["identity"]`` marks
+what changes the computation (``output_dir.run_identity``); its docstring gives the unit and the source of the
+default, which ``--help`` shows. A choice field's ``Literal[...]`` is the one declaration of its values. Helpers
+take their defaults from ``DEFAULTS = FinetuneConfig()``.
 """
 
 from __future__ import annotations

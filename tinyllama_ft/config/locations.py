@@ -1,16 +1,10 @@
-"""Where a model or data argument points, checked before anything loads: a local path that exists, or a Hub id that
-the Hub answers for or its cache holds.
+"""Where a model or data argument points, checked before anything loads: a local path that exists, or a Hub id
+that the Hub answers for or its cache holds.
 
-Every place that reads a model or data argument (``tinyllama-ft train / generate / export``, ``load_model``,
-``load_adapter``, ``export_adapter``, the rows' reader, the notebooks' cells) calls ``check_source``, so one rule
-(``paths.is_local_path``) decides local path or Hub id, and a wrong one ends in one line naming the argument:
-
-* a local path that does not exist: ``--model_name: no such file or folder: /path`` (a ``ConfigError``: exit
-  status 2), instead of transformers' "Repo id must be in the form 'repo_name' or 'namespace/repo_name'";
-* a Hub id when the Hub does not answer and its cache lacks it: the id, the endpoint and what to pass, after one
-  request (``hub_answers``: huggingface_hub's ``repo_info`` with a timeout of ``HUB_TIMEOUT_S``, asked once per
-  id and process), instead of two series of five retries (~23 s each) and transformers' "We couldn't connect"
-  without the id. A cached id loads as before: huggingface_hub falls back to its cache after one failed request.
+Every reader of a model or data argument calls ``check_source``, so one rule (``paths.is_local_path``) decides
+local path or Hub id, and a wrong one ends in one line naming the argument after at most one bounded Hub request
+(``hub_answers``), not transformers' retries and "Repo id must be in the form" message.
+Kept: transformers names neither the argument nor the id of a wrong path or a silent Hub (tests/test_locations.py).
 """
 
 from __future__ import annotations
@@ -32,6 +26,11 @@ class PathArgumentError(ConfigError, FileNotFoundError):
 
 class HubUnreachableError(ConnectionError):
     """A Hub id that the Hub does not answer for and that is not in the local cache (an ``OSError``: exit status 1)."""
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a true value now (huggingface_hub reads it once, at its import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 @lru_cache(maxsize=None)
@@ -97,8 +96,7 @@ def _hub_problem(repo_id: str, flag: str, repo_type: str, where: str) -> str | N
         return None
     why = (
         "HF_HUB_OFFLINE is set"
-        if constants.HF_HUB_OFFLINE
-        or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+        if constants.HF_HUB_OFFLINE or hub_offline()
         else f"the Hub ({constants.ENDPOINT}) does not answer"
     )
     local = "a local folder or .gguf file" if repo_type == "model" else "a local .jsonl/.json/.csv/.parquet file"

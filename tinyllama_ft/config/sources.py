@@ -1,18 +1,9 @@
 """Where a configuration comes from: the notebook's parameters, a YAML recipe, command-line flags.
 
-All three end in ``FinetuneConfig.from_mapping``, so they share one validation: a key that is not a field
-stops with its closest field name ("did you mean lora_r?"), a value of the wrong type names the field, a
-secret-looking name is refused without showing its value.
-
-Notebook: the parameters cell ends by recording the names defined so far (``_names_at_parameters =
-set(globals())``); ``config_from_notebook`` reads the fields among them and every name defined after it
-(what papermill's injected cell adds: ``-p lora_rank 8`` creates ``lora_rank``), and nothing else, so an
-unrelated global (``hf_token``, a ``datasets.Dataset`` called ``rows``) is never picked up.
-
-Recipes: YAML files of flat field names; ``tinyllama_ft/recipes/<name>.yaml`` ships with the package
-(``article``, ``default``, ``offline_cpu``), or any path (the test recipe ``tests/recipes/chat_offline.yaml``).
-Relative paths inside a recipe are used as written, so they resolve against the working directory of the run; a
-shipped recipe names no path outside the repository (``../shared``) and none under ``tests/``.
+All three end in ``FinetuneConfig.from_mapping`` and share its validation. ``config_from_notebook`` reads only
+the fields among the names the parameters cell defined and those defined after it (papermill's injected cell),
+never an unrelated global. Recipes are YAML files of flat field names, shipped in ``tinyllama_ft/recipes`` or
+given by path (docs/parameters.md).
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
-"""The trained prompt format as the chat template a reader applies: Jinja (transformers, vLLM, llama.cpp,
-LM Studio), an Ollama ``TEMPLATE`` and the stop strings.
+"""The Alpaca prompt format as a chat template: Jinja (transformers, vLLM, llama.cpp), an Ollama ``TEMPLATE``
+and the stop strings.
 
-An Alpaca-tuned model must be prompted in Alpaca, not in the ChatML or Llama-2 template a reader falls back
-to. The Jinja template here renders exactly ``alpaca_prompts.format_prompt`` (preceded by ``bos_token``, which
-transformers' ``apply_chat_template`` does not add by itself and llama.cpp strips when its vocabulary adds
-BOS):
-
-* ``[{"role": "user", "content": instruction}]`` (optionally with an ``"input"`` key on that message, the
-  Alpaca Input block) -> the generation prompt, ending in ``"### Response:\\n"``;
-* ``[user, {"role": "assistant", "content": output}]`` -> the training text (``alpaca_prompts.training_text``:
-  the response and ``eos_token`` once).
-
-Alpaca has no system turn and no multi-turn conversation; any other list of messages raises in the
-template (``raise_exception``) rather than prompting the model in a format it never saw.
+An Alpaca-tuned model must be prompted in Alpaca, not in a reader's fallback ChatML. The Jinja template renders
+exactly ``alpaca_prompts.format_prompt`` after ``bos_token``; any conversation other than one user turn
+(optionally followed by the assistant's answer) raises in the template.
 """
 
 from __future__ import annotations

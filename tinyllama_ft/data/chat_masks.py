@@ -1,26 +1,10 @@
 """Loss on assistant turns only: conversations tokenized into ``input_ids`` + ``assistant_masks``.
 
-TRL's own ``assistant_only_loss`` needs ``{% generation %}`` markers in the chat template; SmolLM2's ChatML
-template (and Zephyr's, and a Llama-2 base's) has none. Of the two ways round that, this package takes the
-first: masks from our own turn-by-turn rendering (``chat_templates.render_turns``: the model's unchanged
-template rendered with placeholder contents, each piece marked supervised or not, the pieces checked on every
-row to join to the template's real rendering), not patched templates with ``{% generation %}`` markers added.
-A patched template would have to be proven to render exactly as the original for every family and every
-template revision; ours uses the template as shipped, and a row it cannot split is a counted
-``"template mismatch"``, never a silently wrong mask. The rendering is tokenized in one call exactly as ``apply_chat_template`` tokenizes it
-(the template's special tokens parsed, ``add_special_tokens=False``); a special token that the tokenizer
-parsed out of a turn's *content* (a user who typed ``<|im_end|>``) is put back as text, so special-token text
-inside content stays text. Supervised pieces: every assistant turn from the end of its generation prompt
-(``render_turns``) through its end-of-turn token (``<|im_end|>``), not the newline after it; system and user
-turns and the template's markup get label -100. A token is supervised when one of its characters lies in a
-supervised piece (``tokenization.token_supervision``, the Alpaca path's turn-boundary rule, whose docstring says
-why): a token that straddles the boundary, holding the header's end and the answer's start, is supervised, so no answer
-character loses supervision and the ids stay ``apply_chat_template``'s. With SmolLM2's template an answer
-starting with ``" "`` or ``"\\n"`` merges with the header's ``"\\n"`` (``'ĊĠ'``, ``'ĊĊ'``); after a header ending
-in a space every vocabulary merges it with the answer's first word.
-
-TRL (1.15 and 1.16) turns an ``assistant_masks`` column of a tokenized dataset into ``labels`` (-100 where
-0) whatever ``assistant_only_loss`` says, before packing, so the masks survive "bfd" packing and padding.
+Kept over TRL's ``assistant_only_loss``, which needs ``{% generation %}`` markers that SmolLM2's, Zephyr's and
+Llama-2's templates lack (tests/test_chat_masks.py). The masks come from the template as shipped, rendered turn by
+turn (``chat_templates.render_turns``); a row it cannot split is a counted ``"template mismatch"``. Special-token
+text typed in a turn stays text, and a token straddling the turn boundary is supervised
+(``tokenization.token_supervision``; docs/internals.md says why).
 """
 
 from __future__ import annotations

@@ -1,23 +1,9 @@
 """Conversation data: rows as OpenAI-style ``messages`` or ShareGPT ``conversations``, checked and normalised.
 
-A conversation row reaches the chat template as ``{"messages": [{"role", "content"}, ...]}`` with roles
-``system`` / ``user`` / ``assistant``. Two source layouts are read:
-
-* ``messages``: ``[{"role": "user", "content": "..."}, ...]`` (OpenAI, TRL's conversational format);
-* ``conversations``: ShareGPT, ``[{"from": "human", "value": "..."}, ...]`` with ``from`` one of
-  ``SHAREGPT_ROLES`` (``human`` / ``gpt`` / ``system``, plus ``user`` / ``assistant`` that some exports write),
-  as TRL's ``maybe_convert_to_chatml`` maps them.
-
-Alpaca rows (``instructions.check_rows``) become one-turn conversations: the instruction, then a blank line and the
-input when there is one, as the user turn; the output as the assistant turn.
-
+Rows reach the chat template as ``{"messages": [{"role", "content"}, ...]}`` (roles system / user / assistant;
+ShareGPT roles mapped as TRL's ``maybe_convert_to_chatml`` maps them); Alpaca rows become one-turn conversations.
 Every row is checked as ``instructions.check_rows`` checks Alpaca rows (same ``BadRow`` / ``DataReport``, same
-``strict`` behaviour naming the 0-based row and the field, e.g. ``messages[2].role``): a row that is not an
-object, a missing or non-list column, a turn that is not an object, a role or content that is missing or not
-a string, an unknown role, an empty (or whitespace-only) turn, no assistant turn, turns out of order (a system
-turn only first; then user and assistant alternate, starting with user; the last turn is the assistant's),
-or an exact duplicate of an earlier row is dropped and counted by kind. Tool / function turns are not
-supported (an unknown role). Text is kept exactly as read (no stripping).
+``strict``): a bad row is dropped and counted by kind, or named by row and field. Text is kept as read.
 """
 
 from __future__ import annotations

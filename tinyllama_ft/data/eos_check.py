@@ -3,6 +3,7 @@
 A model that never sees a supervised EOS never learns to stop; a tokenizer that appends its own EOS, a
 collator that masks the pad id when pad == EOS, or truncation can each lose or double it silently. TRL has
 no such check: it is a real gap, so this module counts what the collator really produces.
+Kept: TRL has no such check (tests/test_eos.py: a pad-masking collator, a doubled EOS).
 """
 
 from __future__ import annotations

@@ -1,13 +1,7 @@
 """A fingerprint of the training rows, recorded in the run identity so a resume on changed data is refused.
 
-The run identity records the dataset's path, not its content: a file edited between a run and its resume
-would continue silently on other rows. ``data_fingerprint`` hashes the rows as they train: the checked
-rows (``instructions.check_rows`` / ``load_instruction_data`` output: ``instruction``, ``input``, ``output``, dropped
-rows excluded), not the rendered prompt text (a chat template may insert today's date), so the same rows
-give the same fingerprint on any day, machine or library version.
-
-Order counts: ``instructions.split_train_eval`` shuffles by row index with a fixed seed, so the same rows in
-another order give another train/eval split and another batch order: another run.
+``data_fingerprint`` hashes the checked rows (not the rendered prompts, which a chat template may date), in
+order: the same rows in another order give another split and batch order, another run.
 """
 
 from __future__ import annotations

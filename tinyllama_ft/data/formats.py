@@ -1,21 +1,9 @@
 """What differs between a run on Alpaca rows and a run on conversations, as one object per ``dataset_format``.
 
-The run (``pipeline.run_training``, both notebooks) is written once and given one of these (``data_format``):
-
-* ``AlpacaFormat``: Alpaca rows, the Alpaca prompt (``alpaca_prompts``) with EOS appended, loss on the response
-  (``completion_mask``), generation stopping at EOS, the first batch checked for one supervised EOS per sample;
-* ``ConversationFormat``: ``messages`` / ShareGPT rows (or Alpaca rows as one-turn conversations), the model's own
-  chat template (``families.prepare_family``), loss on the assistant turns (``assistant_masks``), generation
-  stopping at the end-of-turn token, the first batch checked for supervised turns each closed by it.
-
-Each object says how rows are read and checked (``load``), which fields identify them (``fingerprint``), what the
-model needs before LoRA (``prepare``: a chat template, stop ids and a pad token, the LoRA targets, new embedding
-rows), how rows become ids and masks (``tokenize``, ``score_ids``), how a prompt is rendered for generation
-(``prompt``, ``row_prompt``, ``encode_kwargs``, ``stop_token_ids``), what the held-out checks compare
-(``held_out_rows``, ``reference``, ``instruction``), and what the run summary adds (``summary_fields``). The
-template an export writes into a merged model, a GGUF and a Modelfile follows from the adapter's record
-(``run_record.adapter_record(cfg, plan, family=data_format.family)``): Alpaca's for an Alpaca adapter, the
-adapter's own chat template for a chat one.
+The run (``pipeline.run_training``, both notebooks) is written once and given one of these: ``AlpacaFormat``
+(Alpaca prompt, loss on the response, stop at EOS) or ``ConversationFormat`` (the model's chat template, loss on
+assistant turns, stop at the end-of-turn token). Each says how rows are read, fingerprinted, tokenized and
+prompted, what the model needs before LoRA, what the held-out checks compare and what the summary adds.
 """
 
 from __future__ import annotations

@@ -1,15 +1,8 @@
 """Instruction data: check the rows read from the Hub or a local file (``row_files``), split off an eval set.
 
-The article loads ``yahma/alpaca-cleaned`` (split ``train``) and holds out ``test_size=0.004`` of it. Here
-the same call also takes a local ``.json`` / ``.jsonl`` / ``.csv`` / ``.parquet`` file (or a folder
-``datasets.load_dataset`` understands), maps other column names onto instruction/input/output, and
-checks every row before it reaches the tokenizer: a bad row (``None``, missing, not a string, empty or
-whitespace-only instruction or output, a JSONL line that does not parse, a CSV line with too few or too
-many values, an exact duplicate of an earlier row) is dropped and counted by reason, or with
-``strict=True`` raises naming the row (0-based) and field. A file that cannot be read at all (not UTF-8,
-binary, a ``.json`` that does not parse) raises naming the file and line; so does a file with no usable
-row. Text is kept exactly as read: no Unicode normalization, no stripping (a whitespace-only input is
-the one exception: it counts as no input and becomes ``""``).
+Other column names are mapped onto instruction/input/output, and every row is checked before the tokenizer sees
+it: a bad row is dropped and counted by reason, or with ``strict=True`` named by row (0-based) and field; an
+unreadable file is named with its line. Text is kept as read (a whitespace-only input counts as no input).
 """
 
 from __future__ import annotations

@@ -1,29 +1,9 @@
 """Rows longer than ``max_seq_length`` tokens: counted and reported before training, then handled by a policy.
 
-A row's length is the token count of its whole training row (formatted prompt + response + EOS) as the
-trainer gets it: ``tokenization.tokenize_dataset``'s ``input_ids`` (the tokenizer's own special tokens, BOS for
-Llama, special-token text kept as text, the EOS id appended), the prompt being where ``completion_mask`` is 0.
-A dataset holding only a ``text`` column is measured as TRL's ``SFTTrainer`` tokenizes it:
-``tokenizer(text=...)`` after TRL's "append EOS unless the text already ends with it" step.
-
-What TRL does with a row longer than ``max_seq_length`` (read in TRL 1.15.0 and 1.16.0, identical in both):
-
-- ``packing=True, packing_strategy="bfd"``: ``trl.data_utils._pack_bfd(on_seq_length_overflow="truncate")``
-  keeps its first ``max_seq_length`` tokens and discards the rest, the EOS with it.
-- ``"bfd_split"``: ``_pack_bfd(on_seq_length_overflow="split")`` splits it into pieces of at most
-  ``max_seq_length`` tokens, each packed as a sample of its own: no token is lost, but ``position_ids``
-  restart at 0 in every piece, so a later piece does not see the prompt, and its first token is not a label
-  (the padding-free collator sets ``labels`` to -100 at every ``position_ids`` reset).
-- ``"wrapped"``: ``_pack_wrapped`` concatenates all rows and cuts at every ``max_seq_length``-token window
-  edge, whatever the row lengths (any row that crosses an edge is cut, long or not; rows in one window
-  attend to each other); no token is lost.
-- ``packing=False``: ``SFTTrainer._prepare_dataset`` truncates ``input_ids`` and ``labels`` to their first
-  ``max_length`` tokens (``truncation_mode="keep_start"``, the default); the EOS is lost.
-
-The policy (``FinetuneConfig.long_rows``) decides before the trainer sees the rows: ``"drop"`` (the default)
-removes them, ``"truncate"`` keeps them for the behaviour above, ``"split"`` keeps them for ``"bfd_split"``.
-A row whose prompt alone fills ``max_seq_length`` tokens (no response token would be trained on after
-truncation, and a split would train its response without the instruction) is dropped under every policy.
+A row's length is its token count as the trainer gets it (``tokenization.tokenize_dataset``'s ``input_ids``,
+or TRL's tokenization of a ``text`` column). The policy (``FinetuneConfig.long_rows``: ``"drop"``,
+``"truncate"``, ``"split"``) decides before TRL, whose handling of each packing strategy is in
+docs/internals.md; a row whose prompt alone fills the window is dropped under every policy.
 """
 
 from __future__ import annotations

@@ -1,44 +1,11 @@
 """Training rows tokenized by us: ``input_ids`` + ``completion_mask``, with text from the data kept as text.
 
-TRL's ``SFTTrainer`` tokenizes a ``text`` column with ``tokenizer(text=...)``, which parses special-token
-text: a literal ``</s>`` in a response becomes a real, supervised EOS id with the Llama tokenizer (``<s>`` and
-``<unk>`` become BOS and the unk id; the same for ``<|im_end|>``, ``<|endoftext|>``... in other vocabularies).
-Here a row is a list of segments ``(text, supervised)``; their joined text is tokenized once with
-``split_special_tokens=True`` (special-token text stays text), the tokenizer's own special tokens added by
-its convention (Llama-2: BOS; SmolLM2: none), and the template's EOS appended as an id: the one control
-token of an Alpaca row. For rows without special-token text the ids equal TRL's tokenization of the old
-``text`` column (checked on the 5,000 real rows, ``tests/test_tokenization.py``).
-
-The turn-boundary rule (``token_supervision``, shared with the chat path, ``chat_masks``): the prompt and the
-response are never tokenized apart; the whole text is tokenized once and a token is supervised when one of its
-characters (``return_offsets_mapping``) lies in a supervised segment. So a token that straddles the boundary,
-holding the prompt's last characters and the response's first, is supervised: with SmolLM2's byte-level BPE a
-response starting with ``" "`` or ``"\\n"`` merges with the template's ``"\\n"`` (``'ĊĠ'``, ``'ĊĊ'``), and after a
-prompt ending in a space every vocabulary merges that space with the first word (``'ĠThe'``, ``'▁The'``). Why
-this way: the ids trained on stay exactly the rendered text's ids (what ``tokenizer(text)`` and
-``apply_chat_template(tokenize=True)`` give, and what the model sees when a whole conversation is fed back), and
-no character of the response loses supervision; masking that token (a prompt-length mask) drops the response's
-first characters from the loss, and tokenizing the response apart trains ids that no tokenization of the text
-produces. transformers' ``return_assistant_tokens_mask`` (5.17: the token holding the span's first character;
-5.24: every token overlapping it), TRL's prompt/completion rows (1.15 and 1.16: the completion starts where the
-tokenized prompt and prompt+completion diverge, with a warning) and Axolotl's ``chat_template`` turn finder (the
-first token that differs from a dummy turn's) supervise it too. The cost, accepted: such a token also holds the
-prompt's end, and at generation the prompt, tokenized alone, ends in its own last token (``'Ċ'``) where training
-had the merged one (``'ĊĠ'``) as the first target, so that row never trains the split context generation starts
-from; every answer character after it is trained in its real context. Rare for Alpaca (none of the 5,000 shared
-real rows has a response starting with whitespace); a template whose generation prompt ends in a space puts it on
-every row, the template's fault (end the header on a token boundary, e.g. a newline).
-
-TRL (1.15.0 and 1.16.0, read in both) skips its own tokenization and EOS step when ``input_ids`` is a
-column; it turns ``completion_mask`` into ``labels`` (-100 where 0) only when ``SFTConfig.completion_only_loss``
-is True: ``None`` would enable it only for ``prompt``/``completion`` columns, so ``sft_trainer.sft_config_kwargs``
-passes ``FinetuneConfig.completion_only_loss``, a bool. ``labels`` then travel with ``input_ids`` through
-"bfd"/"bfd_split" packing, and the padding-free collator sets -100 at every ``position_ids`` reset (each
-sample's first token). Without packing TRL truncates to ``max_length`` and silently drops rows left with no
-label: ``drop_unsupervised`` does it first, counted.
-
-A conversation (issue 12) plugs in as more segments: user/system turns unsupervised, assistant turns
-supervised, each turn's end token appended the way the EOS is here.
+Kept over TRL's tokenization of a ``text`` column, which turns special-token text in a row (``</s>``,
+``<|im_end|>``) into real control ids (tests/test_tokenization.py). A row is segments ``(text, supervised)``
+tokenized once with ``split_special_tokens=True``, the template's EOS appended as an id; a token is supervised
+when one of its characters lies in a supervised segment (``token_supervision``, the turn-boundary rule shared
+with ``chat_masks``; docs/internals.md says why). ``drop_unsupervised`` counts rows that truncation leaves with no
+label, which TRL would drop silently.
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """Held-out checks of a (LoRA) model, for either data format: losses, perplexity, stop probability, stopping count.
 
-What the loss choice (``completion_only_loss``) is judged by, on rows the model did not train on:
-
-* **response loss**: mean negative log-likelihood (nats/token) of the supervised tokens (Alpaca: the response
-  and the EOS after it; conversations: the assistant turns and their end-of-turn tokens), given what comes
-  before: what an answer costs, whatever the loss trained on;
-* **full-text loss**: the same over every token but the first (the article's training loss, on held-out
-  rows); ``perplexity`` = ``exp`` of either;
-* **stop probability** (the main check; ``eos_probability``): teacher forced on the reference, the
-  probability the model gives the last supervised token (Alpaca: EOS; conversations: the end-of-turn token)
-  right where it comes, averaged over rows. A model that learned to stop puts mass there;
-* **stopping count**: of held-out prompts with short reference answers, how many greedy answers end with a
-  stop token within ``max_new_tokens`` (128 here, twice the article's 64); a prompt that with them would need
-  more positions than the model knows (``core.model_positions``: stories260K has 512) is left out, said in one
-  line (``rows_within_positions``), as the generation core would refuse it.
-
-Rows are tokenized as training rows are (the format's ``score_ids``: for Alpaca the prompt, the response,
-EOS appended as an id, so the mask is the training ``completion_mask``; for conversations the
-``assistant_masks``), and prompted as generation prompts them (``formats``; ``infer/core.py``). Everything runs
-in batches under ``torch.inference_mode`` on the model's device, CPU included, with the caller's torch
-thread count (nothing here starts threads or processes); the model's train/eval mode is restored.
+On rows the model did not train on: the response loss (supervised tokens), the full-text loss, the probability
+of the stop token where the reference ends (``eos_probability``), and how many greedy answers stop within
+``max_new_tokens``. Rows are tokenized as training rows and prompted as generation prompts them; everything runs
+in batches under ``torch.inference_mode``, restoring the model's train/eval mode (docs/internals.md).
 """
 
 from __future__ import annotations

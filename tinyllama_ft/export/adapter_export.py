@@ -1,20 +1,8 @@
 """Export a trained adapter where people run models: a merged 16-bit model, GGUF files, an Ollama Modelfile.
 
-``export_adapter(adapter_dir=..., formats=[...], output_dir=...)`` writes each format to
-``<output_dir>/export/<format>/``:
-
-* ``merged_16bit``: the base with the adapter merged (``adapters.load_adapter(merged=True)``: a 4-bit base
-  is dequantized to 16 bits and merged there, never in place into 4-bit, never from another checkpoint),
-  as safetensors with the tokenizer, the generation config and the chat template of the prompt format it
-  was trained on (Alpaca's, rendered as Jinja; a chat adapter keeps its own, saved with its tokenizer); plain ``AutoModelForCausalLM.from_pretrained`` loads it (so do vLLM and TGI).
-* ``gguf_f16``, ``gguf_bf16``, ``gguf_q8_0``: llama.cpp's converter on the merged model
-  (``gguf_export``), a ``Modelfile`` beside each; ``gguf_q4_k_m``: f16, then llama.cpp's quantizer.
-* ``gguf_lora``: the adapter alone as a GGUF LoRA (``llama-cli -m base.gguf --lora adapter-f16.gguf``).
-
-Each format folder is built in a hidden staging folder and moved into place only when complete; free disk
-space is checked before anything is written. A killed export leaves its staging folder (named after its host
-and process); the next export into the same folder removes it, and says what it removed and how much space that
-freed. Runs offline once llama.cpp's converter is cached.
+``export_adapter`` writes each format to ``<output_dir>/export/<format>/`` (docs/export.md lists them). Each
+folder is built in a staging folder and moved into place when complete, after a free-space check; a killed
+export's staging folder is removed by the next export into that folder.
 """
 
 from __future__ import annotations
@@ -26,7 +14,7 @@ import time
 from pathlib import Path
 
 from ..config.finetune import DEFAULTS, EXPORT_FORMATS
-from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, stale_temporaries
+from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, replace_folder, stale_temporaries
 from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
 
 #: GGUF file names inside each format folder.
@@ -62,23 +50,12 @@ def _files(folder: Path) -> tuple[str, ...]:
     return tuple(sorted(str(p) for p in folder.rglob("*") if p.is_file()))
 
 
-def _publish(staged: Path, target: Path) -> None:
-    """Move a complete staged folder to ``target``, replacing an older export only once the new one is whole."""
-    old = None
-    if target.exists():  # .<fmt>.old-<host>-<pid>-<token>: if killed right here, _clean_stale_exports restores it
-        old = make_temporary(target.parent, f".{target.name}.old-", create=None)
-        os.replace(target, old)
-    os.replace(staged, target)
-    if old:
-        discard_temporary(old)
-
-
 def _clean_stale_exports(root: Path) -> list[str]:
     """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per kind of repair.
 
     A ``.staging-<host>-<pid>-<token>`` folder (the merged 16-bit copy and partial files: gigabytes for TinyLlama)
     or a ``.<fmt>.old-...`` folder of a process that no longer exists is removed; an ``.old`` one whose ``<fmt>``
-    folder is missing (killed between its two renames) holds the last complete export and is renamed back. A
+    folder is missing (killed between ``temporaries.replace_folder``'s two renames) holds the last complete export and is renamed back. A
     live export's folders (another process's, or a concurrent one of this process) are left alone, and so are
     another host's (``temporaries.stale_temporaries``).
 
@@ -302,7 +279,7 @@ def export_adapter(
 
     def done(fmt: str, folder: Path, seconds: float) -> None:
         target = root / fmt
-        _publish(folder, target)
+        replace_folder(folder, target)
         files = _files(target)
         results[fmt] = ExportResult(fmt, str(target), files, sum(os.path.getsize(f) for f in files), seconds)
 

@@ -1,28 +1,14 @@
 """GGUF files for llama.cpp, Ollama and LM Studio, written by llama.cpp's own converter.
 
-llama.cpp's ``convert_hf_to_gguf.py`` (with its ``conversion/`` package and ``gguf-py``, pure Python, MIT)
-writes what llama.cpp's loader checks and transformers' GGUF reader does not: the pre-tokenizer
-(``tokenizer.ggml.pre``), token types, ``add_bos``. It is not on PyPI as a package of its own, but it ships
-inside the ``llama-cpp-python`` source distribution. ``llama_cpp_converter`` downloads that sdist (77 MB) once,
-checks its SHA-256 against the pinned one, and extracts only the converter's files into a cache folder; every
-later export runs offline from there. The download builds nothing (``sdist_download.download_sdist`` reads the
-file's link off the index pip is configured with; ``pip download`` would build the sdist's build backend,
-scikit-build-core, from source first): the first fetch took 43 s on 2 cores (161 s without ninja; ~6 min reported
-on Colab), now 2.2 s (2026-12-02). On a machine that never reaches PyPI, pass ``sdist=`` a copy of the same file.
-
-A run killed mid-way leaves its temporaries (the fetch folder, a ``.partial`` GGUF); they are named by
-``temporaries.make_temporary`` and the next run removes a dead process's (``temporaries.clean_stale``).
-
-The converter runs as a subprocess of the current Python (its module-level state, logging and
-``sys.path`` insertions stay out of this process), with ``HF_HUB_OFFLINE=1``: it reads the local folder only.
-
-``q4_k_m`` is a k-quant that only llama.cpp's C++ quantizer writes (``gguf-py`` has no k-quant encoder):
-``quantize_gguf`` uses the ``llama_model_quantize`` binding of an installed ``llama-cpp-python`` or a
-``llama-quantize`` binary on PATH.
+llama.cpp's ``convert_hf_to_gguf.py`` writes what llama.cpp checks (pre-tokenizer, token types, ``add_bos``);
+it ships only inside the ``llama-cpp-python`` sdist, which ``llama_cpp_converter`` downloads once
+(``sdist_download``), checks against its pinned SHA-256 and extracts into a cache. The converter runs as a
+subprocess with ``HF_HUB_OFFLINE=1``; ``q4_k_m`` needs llama.cpp's C++ quantizer (``quantize_gguf``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
@@ -171,10 +157,18 @@ def _run_converter(cmd: list[str], what: str, timeout_s: float) -> float:
     return time.perf_counter() - start
 
 
-def _atomic_target(target: Path) -> Path:
-    """An empty ``.<name>.<host>-<pid>-<token>.partial`` beside ``target``, after removing ones of killed runs."""
+@contextlib.contextmanager
+def _written_atomically(target: str | os.PathLike):
+    """Yield an empty ``.<name>.<host>-<pid>-<token>.partial`` beside ``target`` (after removing ones of killed
+    runs), renamed to ``target`` when the block succeeds and removed in any case."""
+    target = Path(target)
     clean_stale(target.parent, [(f".{target.name}.", ".partial")], label="gguf", left_by="a killed conversion")
-    return make_temporary(target.parent, f".{target.name}.", ".partial", create="file")
+    tmp = make_temporary(target.parent, f".{target.name}.", ".partial", create="file")
+    try:
+        yield tmp
+        os.replace(tmp, target)
+    finally:
+        discard_temporary(tmp)
 
 
 def convert_to_gguf(
@@ -196,17 +190,12 @@ def convert_to_gguf(
     Raises:
         RuntimeError: the converter failed (its stderr tail in the message) or ran over ``timeout_s``.
     """
-    target = Path(target)
-    tmp = _atomic_target(target)
-    try:
+    with _written_atomically(target) as tmp:
         seconds = _run_converter(
             [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp), "--outtype", outtype],
             f"GGUF {outtype} of {model_dir}",
             timeout_s,
         )
-        os.replace(tmp, target)
-    finally:
-        discard_temporary(tmp)
     return seconds
 
 
@@ -235,9 +224,7 @@ def convert_lora_to_gguf(
     Raises:
         RuntimeError: as ``convert_to_gguf`` (e.g. an architecture or LoRA target the converter lacks).
     """
-    target = Path(target)
-    tmp = _atomic_target(target)
-    try:
+    with _written_atomically(target) as tmp:
         seconds = _run_converter(
             [
                 str(converter / "convert_lora_to_gguf.py"),
@@ -252,9 +239,6 @@ def convert_lora_to_gguf(
             f"GGUF LoRA of {adapter_dir}",
             timeout_s,
         )
-        os.replace(tmp, target)
-    finally:
-        discard_temporary(tmp)
     return seconds
 
 
@@ -286,10 +270,8 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
     which = find_quantizer()
     if which is None:
         raise RuntimeError(QUANTIZER_MISSING)
-    target = Path(target)
-    tmp = _atomic_target(target)
     start = time.perf_counter()
-    try:
+    with _written_atomically(target) as tmp:
         if which == "llama_cpp":
             import llama_cpp
 
@@ -304,7 +286,4 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
             )
             if done.returncode != 0:
                 raise RuntimeError(f"llama-quantize failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-        os.replace(tmp, target)
-    finally:
-        discard_temporary(tmp)
     return time.perf_counter() - start

@@ -100,7 +100,7 @@ def push_to_hub(
     from huggingface_hub.utils import HFValidationError, validate_repo_id
 
     from ..config.secrets import find_secret
-    from ..models.demo_model import hub_offline
+    from ..config.locations import hub_offline
 
     try:
         validate_repo_id(repo_id)

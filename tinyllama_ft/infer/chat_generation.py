@@ -1,14 +1,8 @@
 """Answer with a chat model: prompts from its chat template, stopping on the template's stop tokens.
 
-The prompt is the conversation rendered with ``add_generation_prompt=True`` (the assistant header, e.g.
-``<|im_start|>assistant\\n``), tokenized as ``apply_chat_template`` tokenizes it (``add_special_tokens=False``:
-the template writes its own BOS where it has one). Generation stops on any of ``chat_templates.stop_token_ids``
-(the end-of-turn token, then EOS: Qwen's ``<|im_end|>`` and ``<|endoftext|>``, Llama-3's ``<|eot_id|>`` and
-``<|end_of_text|>``); the answer is returned without the prompt, the stop token or any special-token text.
-Unlike training (``chat_masks.tokenize_conversation`` keeps special-token text typed inside a turn as text), the
-rendered prompt is tokenized whole, so such text in a user's message reads as the special token. Both helpers
-render the prompts and hand them to the generation core (``core.py``): the same batching, decoder
-choice (the CUDA-graph decoder for a merged Llama-class chat model on CUDA) and streaming as Alpaca answers.
+The conversation is rendered with ``add_generation_prompt=True`` and tokenized as ``apply_chat_template`` does;
+generation stops on ``chat_templates.stop_token_ids`` and the answer comes back without prompt, stop token or
+special-token text. The generation core (``core.py``) does the batching, decoder choice and streaming.
 """
 
 from __future__ import annotations

@@ -1,27 +1,9 @@
 """The one generation core: every answer the package generates goes through ``generate_answers`` or ``stream_answers``.
 
-Callers render their prompts (an Alpaca prompt with an empty response, a conversation through its chat template)
-and say how to tokenize them and which tokens end an answer; the core does the rest, once:
-
-* **batching**: prompts are tokenized as one batch padded on the left (``pad_token.encode_left_padded``) with the
-  package's pad token, which is never EOS (a chat model's pad is no stop token either: ``families.prepare_family``;
-  a published model whose pad is a stop token, as Qwen-Instruct's ``<|endoftext|>``, still answers right: padding
-  sits only left of the prompts, masked, and each answer is cut at its first stop token);
-* **stop tokens**: an answer ends at the first of ``stop_token_ids`` (not returned; ``Answer.stopped`` says it
-  came within ``max_new_tokens``);
-* **the decoder**: ``decode_mode`` picks the CUDA-graph decoder (``fast/graph_decoder.py``) for greedy decoding
-  of a merged 16/32-bit Llama-class model on CUDA, the inductor-compiled step (``fast/compiled_decoder.py``) for
-  long requests to other 16-bit models, and transformers' ``generate`` otherwise (sampling, a repetition
-  penalty, logits processors, a 4-bit, PEFT-wrapped or Unsloth model, a CPU);
-* **streaming**: ``stream_answers`` answers one prompt after another through a ``TextStreamer`` (or the
-  caller's streamer, e.g. the try-out box's widget);
-* **positions**: a prompt whose tokens plus ``max_new_tokens`` exceed the positions the model knows
-  (``model_positions``) is refused before anything is generated (transformers only warns, then answers past
-  them).
-
-State the fast decoders keep per model (fused weights, captured graphs, a decoder that failed) is held in
-``weakref.WeakKeyDictionary`` tables keyed by the model (``fast/``; ``GRAPH_FAILED`` here), never as attributes
-set on a Hugging Face model; ``forget(model)`` drops it after the model's weights change.
+Callers render their prompts and name their stop tokens; the core batches (left padding, a pad that is never
+EOS), stops each answer at its first stop token, picks the decoder (``decode_mode``: the CUDA-graph or compiled
+decoder of ``fast/``, else transformers' ``generate``), streams, and refuses a prompt longer than the model's
+positions. Per-model decoder state is kept in ``weakref`` tables, never on the model; ``forget(model)`` drops it.
 """
 
 from __future__ import annotations

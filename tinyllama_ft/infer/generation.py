@@ -1,20 +1,8 @@
-"""Answer instructions with a (LoRA) model: batch generation and token-by-token streaming.
+"""Answer instructions with a (LoRA) model: batch generation and token-by-token streaming (article cells 9-10).
 
-The article's cells 9-10: the Alpaca prompt with an empty response, ``generate(max_new_tokens=64,
-use_cache=True)``, ``batch_decode``; then the same with a ``TextStreamer``. Generation stops at the
-tokenizer's EOS (the token every training sample ends with); answers are returned without the prompt
-and without special-token text. Prompts are tokenized as training rows are: special-token text typed by
-the user (``</s>``, ``<|im_end|>``) stays text. On the Unsloth backend, Unsloth's fast inference mode is
-switched on.
-
-``stream`` answers one prompt at a time. With greedy decoding on a plain 16/32-bit Llama
-(``load_adapter(..., merged=True)``, the notebook's reload default) on a CUDA GPU, both helpers decode
-with fused projections, a static KV cache and a captured CUDA graph (``graph_decoder.py``; no compiler,
-so it is the default for every request length); a non-Llama 16-bit model can still use the
-inductor-compiled step (``compiled_decoder.py``, ~27 s to compile), which ``decode="auto"`` picks only for long
-requests. A model that trains with flex attention generates with SDPA (``attention.py``). Both helpers render
-their prompts and hand them to the generation core (``core.py``), which does the batching, stopping, decoder
-choice and streaming.
+The Alpaca prompt with an empty response, stopping at EOS; answers come back without prompt or special-token
+text, and special-token text typed by the user stays text. The generation core (``core.py``) does the batching,
+stopping, decoder choice and streaming; on the Unsloth backend its fast inference mode is switched on.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """Several processes, one run: what ``accelerate launch`` / ``torchrun`` tell each process, in one place.
 
-``tinyllama-ft train`` runs unchanged under ``accelerate launch --num_processes N`` (DDP: one process per
-GPU, or per CPU slot with ``--cpu`` on gloo). The launcher sets ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK``
-in each process's environment; transformers' ``Trainer`` then splits every optimizer step's rows over the
-processes and averages the gradients. This module reads those variables (without starting anything),
-so that the plan splits the configured effective batch over ``world_size()``, each process loads the base
-on its own GPU (``local_process_index()``), and only the main process writes the run's files
-(``is_main_process()``: the output folder's lock and run config, the adapter, W&B, ``run_summary.json``;
-the Trainer itself already saves checkpoints on the main process only).
-
-A plain ``python``/notebook process has none of the variables: world size 1, main process, device 0.
+Reads ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` (starting nothing), so the plan splits the effective batch over
+``world_size()``, each process loads on its own GPU (``local_process_index()``) and only the main process writes
+the run's files (``is_main_process()``). A plain process is world size 1, main, device 0. Kept over accelerate's
+``main_process_first``, which does not pass the main process's failure on (tests/test_distributed.py).
 """
 
 from __future__ import annotations

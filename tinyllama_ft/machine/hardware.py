@@ -55,14 +55,7 @@ class Hardware:
 def in_colab() -> bool:
     """True inside Google Colab: its ``google.colab`` module is importable and ``COLAB_*`` variables are set."""
     has_env = any(k.startswith("COLAB_") for k in os.environ)
-    if not has_env:
-        return False
-    if "google.colab" in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec("google.colab") is not None
-    except (ImportError, ValueError):
-        return False
+    return has_env and ("google.colab" in sys.modules or is_importable("google.colab"))
 
 
 def detect_hardware() -> Hardware:
@@ -81,16 +74,8 @@ def detect_hardware() -> Hardware:
         gpu_name=props.name,
         total_memory_gib=round(props.total_memory / 2**30, 2),
         colab=colab,
-        cuda_bf16=_cuda_bf16(torch),
+        cuda_bf16=bool(torch.cuda.is_bf16_supported(including_emulation=False)),
     )
-
-
-def _cuda_bf16(torch) -> bool:
-    """torch's answer without emulation (the ``including_emulation`` argument exists from torch 2.3 on)."""
-    try:
-        return bool(torch.cuda.is_bf16_supported(including_emulation=False))
-    except TypeError:
-        return tuple(torch.cuda.get_device_capability(0)) >= (8, 0)
 
 
 def _cpu_computes_bf16(torch) -> bool:

@@ -1,15 +1,8 @@
 """GPU-aware install of the Unsloth stack (the article's cell 1, for today's releases).
 
-The article read the compute capability and installed Unsloth's ``colab_ampere`` extra on capability
->= 8 and ``colab`` below. In current Unsloth (2026.10.x) those extras still exist in the wheel's
-METADATA but pin torch 2.1/2.2 builds for CUDA 12.1, which would replace Colab's torch; Unsloth's own
-Colab notebooks instead install the stack with ``pip install --no-deps`` on top of the torch Colab ships,
-the same set for a T4 and an A100 (flash-attention is optional; Unsloth falls back to SDPA). That is
-what this module does, with the versions pinned to a set that Unsloth accepts and that was seen working
-on the GPU machine (``shared/tools/device-wheels.sh`` installs the same pins; ``requirements-colab.txt``
-lists them). The pins apply to this install only, never to the package's own dependencies.
-
-Nothing here imports torch: the install cell runs before anything imports transformers.
+Unsloth's ``colab`` extras pin old torch builds that would replace Colab's, so, as Unsloth's own notebooks do,
+the stack is installed with ``pip install --no-deps`` on top of Colab's torch, pinned to a set seen working on
+the GPU machine (``requirements-colab.txt``). Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -72,7 +65,8 @@ def _split_pin(pin: str) -> tuple[str, str]:
     return name, version
 
 
-def _normalize(name: str) -> str:
+def normalize_name(name: str) -> str:
+    """A distribution's name as the versions are keyed: lower case, ``-`` for ``_``."""
     return name.lower().replace("_", "-")
 
 
@@ -81,7 +75,7 @@ def installed_versions(names: Sequence[str]) -> dict[str, str]:
     found = {}
     for name in names:
         try:
-            found[_normalize(name)] = importlib.metadata.version(name)
+            found[normalize_name(name)] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             continue
     return found
@@ -120,7 +114,7 @@ def plan_install(
             "the transformers backend runs instead"
         )
     else:
-        missing = [p for p in COLAB_PINS if installed.get(_normalize(_split_pin(p)[0])) != _split_pin(p)[1]]
+        missing = [p for p in COLAB_PINS if installed.get(normalize_name(_split_pin(p)[0])) != _split_pin(p)[1]]
         if missing:
             plan.commands.append(pip + ["--no-deps", *missing])
             plan.notes.append(

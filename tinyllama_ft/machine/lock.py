@@ -1,25 +1,10 @@
-"""One run per output folder at a time: a lock file with a heartbeat.
+"""One run per output folder at a time: ``<output_dir>/run.lock``, a JSON file with a heartbeat.
 
-Two runs writing into one ``output_dir`` end with one's run config and the other's checkpoints, and a later
-resume trusts the mix. ``acquire_run_lock`` creates ``<output_dir>/run.lock`` atomically (``os.link`` of a
-complete temporary file, or ``O_CREAT | O_EXCL`` where the file system has no hard links), holding the
-host name, process id, start time and a heartbeat time that a daemon thread rewrites every ``HEARTBEAT_S``
-seconds while the process lives. Another run finding the lock gets ``RunLockedError`` naming the folder, the
-host and process, and how old the heartbeat is.
-
-A process id means nothing on another machine (Colab's Drive is shared by runtimes), so a lock is stale,
-and taken over with a message, when:
-
-* its heartbeat is older than ``STALE_AFTER_S`` seconds (the run died, its machine with it), or
-* it was taken on this host by a process that no longer exists (checked at once, no waiting).
-
-A lock held by this very process (a notebook cell run again) is reused. Under a multi-process launch
-(``torchrun``, ``accelerate launch``) only the main process takes the lock (``RANK`` / ``LOCAL_RANK``, or
-accelerate's ``PartialState`` when it is set up); the others get None.
-
-Release: ``release_run_lock(output_dir)`` at the end of a run; ``with acquire_run_lock(...)`` releases on
-exceptions too; a normal process exit releases what it holds. Heartbeats are wall-clock (UTC epoch)
-seconds: machines sharing a folder need roughly synchronised clocks (NTP; Colab has it).
+Kept over filelock's ``SoftFileLease``: it creates its marker empty and writes it afterwards (a racing run may read
+no owner; ours appears complete, by ``os.link``: tests/test_lock.py's race names the winner), beats by the file's
+mtime, not its content that Drive syncs, and makes every contender share one lease duration. A lock is stale when
+its heartbeat is older than ``STALE_AFTER_S`` or its process on this host is gone, and is then taken over with a
+message. Only the main process of a launch takes it; this process's own lock is reused (docs/internals.md).
 """
 
 from __future__ import annotations

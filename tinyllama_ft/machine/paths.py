@@ -10,6 +10,7 @@ only: ``preflight.py`` reads this file before anything is installed.
 
 from __future__ import annotations
 
+import json
 import os
 
 #: Beginnings that make a value a local path (an absolute, a relative or a home path), never a Hub id.
@@ -52,3 +53,13 @@ def is_local_path(value: str | os.PathLike) -> bool:
         text.startswith(LOCAL_PREFIXES) or text.lower().endswith(LOCAL_SUFFIXES) or text.count("/") > 1
         for text in (typed, expanded)
     ) or os.path.exists(expanded)
+
+
+def write_json_atomically(path: str, value, **dump_kwargs) -> str:
+    """Write ``value`` as indented JSON to ``path`` through ``<path>.tmp`` and a rename, so a kill leaves the old
+    file or the new one, never half of it; ``dump_kwargs`` go to ``json.dump``. Returns ``path``."""
+    with open(f"{path}.tmp", "w", encoding="utf-8") as f:
+        json.dump(value, f, indent=2, **dump_kwargs)
+        f.write("\n")
+    os.replace(f"{path}.tmp", path)
+    return path

@@ -5,6 +5,7 @@ staging folder (a full 16-bit merged copy plus a partial GGUF: gigabytes for Tin
 the converter's download folder. ``make_temporary`` names each ``<prefix><host>-<pid>-<token><suffix>``, so the
 next run can tell a dead process's from a live one's (``stale_temporaries``; the liveness rule is the run lock's,
 ``lock._pid_alive``), and ``clean_stale`` removes them, saying in one line what it removed and the space freed.
+Kept over ``tempfile``, whose names say nothing of their owner (tests/test_export_leftovers.py).
 """
 
 from __future__ import annotations
@@ -81,6 +82,19 @@ def discard_temporary(path: str | os.PathLike) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
     _LIVE.discard(str(path))
+
+
+def replace_folder(staged: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Move the complete folder ``staged`` to ``target``; an older ``target`` is replaced only once the new one is
+    whole (moved aside to ``.<name>.old-<host>-<pid>-<token>`` first, which ``clean_stale`` finds if killed here)."""
+    target = Path(target)
+    old = None
+    if target.exists():
+        old = make_temporary(target.parent, f".{target.name}.old-", create=None)
+        os.replace(target, old)
+    os.replace(staged, target)
+    if old:
+        discard_temporary(old)
 
 
 def _started_after(pid: int, when: float) -> bool:

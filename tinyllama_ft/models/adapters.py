@@ -1,13 +1,7 @@
 """Save a trained LoRA adapter (article cell 8) and load it back (cell 9).
 
-The adapter folder is PEFT's format (``adapter_config.json`` + ``adapter_model.safetensors``) with the
-tokenizer beside it, so plain PEFT loads it in a fresh process without this package::
-
-    from peft import AutoPeftModelForCausalLM
-    model = AutoPeftModelForCausalLM.from_pretrained("outputs/lora_model")
-
-Saving is atomic: files are written to a hidden sibling folder and moved into place only once
-complete, so an interrupted save never leaves a half-written adapter behind.
+The folder is PEFT's format with the tokenizer beside it, so ``peft.AutoPeftModelForCausalLM`` loads it without
+this package. Saving writes to a hidden sibling folder and moves it into place only once complete.
 """
 
 from __future__ import annotations
@@ -21,6 +15,7 @@ import warnings
 
 from ..config.finetune import DEFAULTS
 from ..machine.paths import expand_path
+from ..machine.temporaries import replace_folder
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -62,14 +57,7 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
         missing = [f for f in ADAPTER_FILES if not os.path.isfile(os.path.join(staging, f))]
         if missing:
             raise RuntimeError(f"saving the adapter wrote no {missing}: is the model a LoRA (peft) model?")
-        old = None
-        if os.path.exists(target):
-            old = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.old-", dir=parent)
-            os.rmdir(old)
-            os.replace(target, old)
-        os.replace(staging, target)
-        if old:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_folder(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

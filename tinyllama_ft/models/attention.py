@@ -1,21 +1,10 @@
 """Attention kernel outside training: SDPA in place of flex attention while a model scores or generates.
 
-The fast training plan (``plan.plan_run`` on a bf16 GPU) loads the model with flex attention, whose
-document masks skip the blocks packed rows never see. transformers runs flex attention through a
-``torch.compile``d kernel, compiled again for new query/key shapes: generation (a new key length every
-step) then depends on inductor, which is where issue 10 saw ``stream`` on the just-trained model fail
-(``NoValidChoicesError`` in inductor's kernel selection; on 2026-12-01, 3 training steps at 1,024 tokens,
-plain ``generate`` under flex attention did not fail: tests/gpu/test_gpu_trained_model.py records it). The
-same error came back on 2026-12-01 from a plain no-grad forward (logits of one 29-token prompt) of a 4-bit
-PEFT TinyLlama just trained for 2 steps under flex attention (tests/gpu/test_gpu_export.py's fixture):
-inductor recompiles flex attention with dynamic shapes for the new, inference-mode call and finds no
-kernel. Scoring and generation have no packed rows, so SDPA (with the padding mask) computes the same
-attention with no compiler involved: ``sdpa_outside_training`` switches the model to it for the call and
-back afterwards (training goes on with flex attention). Every package helper that runs the model outside
-the Trainer (``generation``, ``chat_generation``, ``evaluation``, ``tryout``) runs it inside this.
-
-``eager_block_masks`` builds flex attention's block masks without ``torch.compile`` (docs/speed.md: the
-compiled mask builder took 38-240 s of a fresh process's first two steps).
+Flex attention runs through a ``torch.compile``d kernel that inductor recompiles for new shapes, and failed
+(``NoValidChoicesError``) on the just-trained model (tests/gpu/test_gpu_export.py). Scoring and generation have
+no packed rows, so ``sdpa_outside_training`` switches the model to SDPA for the call and back afterwards.
+``eager_block_masks`` has transformers build flex attention's block masks without ``torch.compile`` (compiling
+the mask builder took 38-240 s of a fresh process's first two steps: docs/speed.md).
 """
 
 from __future__ import annotations

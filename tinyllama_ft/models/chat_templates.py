@@ -1,16 +1,10 @@
 """Chat templates: the tokenizer's own, or a named one for a base model, with EOS and stop tokens to match.
 
-``set_chat_template(tokenizer, model, chat_template="auto")`` keeps the tokenizer's own template (SmolLM2,
-Qwen, Llama-3.2-Instruct and Phi-3 ship one) or installs a named one (``NAMED_TEMPLATES``) on a base model
-without one, as TRL's ``clone_chat_template`` does from a source tokenizer: the template's tokens are added
-(and the embeddings resized), EOS becomes the template's end-of-turn token, and the model's config and
-generation config stop on it. Then ``check_stop_tokens`` refuses, before any training, a template whose
-end-of-turn token the model's generation config does not stop on (generation would run on past the answer).
-
-The end-of-turn token is read from the template itself (``end_of_turn_token``): a probe conversation is
-rendered with placeholder contents (``render_turns``), and the first special token after the assistant's
-content is the one that closes its turn (``<|im_end|>`` for ChatML, ``<|eot_id|>`` for Llama-3, ``<|end|>``
-for Phi-3, ``</s>`` for Zephyr on a Llama-2 tokenizer).
+``set_chat_template`` keeps the tokenizer's template or installs one of ``NAMED_TEMPLATES`` as TRL's
+``clone_chat_template`` does (tokens added, EOS and generation config set to the end-of-turn token);
+``check_stop_tokens`` refuses a template whose end-of-turn token generation would not stop on. The end-of-turn
+token is read from the template itself (``end_of_turn_token``, through ``render_turns``).
+TRL's ``clone_chat_template`` needs a source tokenizer from the Hub; ours runs offline (tests/test_chat_templates.py).
 """
 
 from __future__ import annotations

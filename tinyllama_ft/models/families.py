@@ -1,29 +1,9 @@
 """Small-model families: LoRA targets, end-of-turn and stop tokens, a pad token that is not EOS, RoPE limits.
 
-``FAMILIES`` is the documented default per family (values from each model's published ``config.json``,
-``tokenizer_config.json`` and ``generation_config.json``):
-
-=============  ===========  =====================================  ==================  ============================
-family         model_type   LoRA targets                           end of turn         pad (never EOS)
-=============  ===========  =====================================  ==================  ============================
-llama-2        llama        q,k,v,o,gate,up,down ``_proj``         ``</s>`` (Zephyr)   ``<unk>``
-llama-3        llama        q,k,v,o,gate,up,down ``_proj``         ``<|eot_id|>``      ``<|finetune_right_pad_id|>``
-smollm2        llama        q,k,v,o,gate,up,down ``_proj``         ``<|im_end|>``      ``<|endoftext|>``
-qwen2.5        qwen2        q,k,v,o,gate,up,down ``_proj``         ``<|im_end|>``      ``<|vision_pad|>`` (note)
-qwen3          qwen3        q,k,v,o,gate,up,down ``_proj``         ``<|im_end|>``      ``<|vision_pad|>`` (note)
-phi-3          phi3         ``qkv_proj``, ``o_proj``,               ``<|end|>``         ``<unk>``
-                            ``gate_up_proj``, ``down_proj`` (fused)
-=============  ===========  =====================================  ==================  ============================
-
-Note: Qwen publishes ``<|endoftext|>`` as its pad token, but it is also a stop token of its generation config,
-so the first of the family's pad candidates that is neither EOS nor a stop token is taken instead (Unsloth
-also pads Qwen2.5 with ``<|vision_pad|>``).
-
-Where possible the loaded model decides instead of the table: ``lora_target_modules`` reads the names of the
-linear layers inside the decoder blocks (Phi-3's fused ``qkv_proj`` / ``gate_up_proj`` are found as they are),
-and the end-of-turn token is read from the chat template (``chat_templates.end_of_turn_token``). Qwen's base
-models end text with ``<|endoftext|>`` and their instruct models end turns with ``<|im_end|>``; Llama-3's with
-``<|end_of_text|>`` and ``<|eot_id|>``: the stop ids hold both.
+``FAMILIES`` holds each family's published defaults (llama-2, llama-3, smollm2, qwen2.5, qwen3, phi-3); where it
+can, the loaded model decides instead (``lora_target_modules`` reads the decoder's linear layers, the end-of-turn
+token comes from the chat template). The pad is the first candidate that is neither EOS nor a stop token (Qwen's
+published pad is a stop token). The table is in docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """A GGUF file as a model source: converted once, through transformers, into a cached Hugging Face folder.
 
-transformers reads a GGUF file with ``from_pretrained(folder, gguf_file=name)`` (it needs the ``gguf``
-package) and dequantizes it into a plain model (SmolLM2-135M-Instruct's Q4_1 file: a ``LlamaForCausalLM``
-of 134.5M parameters, ~21 s on one CPU thread). The loaded model still carries the GGUF quantization
-config, so ``save_pretrained`` refuses until it is removed; the tokenizer comes back with
-``model_max_length`` = 1e30 and, for SmolLM2, pad == EOS. ``hf_folder_from_gguf`` fixes those three,
-saves the result in bfloat16 into a cache folder keyed by the file's sha256, atomically (temporary
-folder + rename: two processes racing both end with one complete folder), and returns its path. Every
-later call finds the folder and returns in well under a second.
-
-Why bfloat16 and not float32: the weights are Q4_1 (4-bit steps of a per-block scale), so bfloat16's
-rounding (relative 2^-9) is ~30x smaller than the quantization error already in them; it halves the
-folder (~270 MB instead of 517 MB) and its load time, and SmolLM2 itself is published in bfloat16.
-``load_model`` still computes in the dtype it resolves (float32 on a CPU).
+transformers dequantizes a GGUF file (``from_pretrained(folder, gguf_file=...)``) but leaves its quantization
+config, a ``model_max_length`` of 1e30 and, for SmolLM2, pad == EOS; ``hf_folder_from_gguf`` fixes those and
+saves bfloat16 (far finer than the Q4_1 steps) into a cache folder keyed by the file's sha256, atomically.
+Kept: transformers' GGUF load alone cannot be saved or trained as is (tests/test_demo_model.py).
 """
 
 from __future__ import annotations

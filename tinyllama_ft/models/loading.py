@@ -1,14 +1,7 @@
 """Load a causal LM and its tokenizer: Unsloth on a GPU, plain transformers (+ bitsandbytes) elsewhere.
 
-The article's cell 2 is ``FastLanguageModel.from_pretrained(model_name="unsloth/tinyllama-bnb-4bit",
-max_seq_length=4096, dtype=None, load_in_4bit=True)``. ``load_model`` takes the same arguments plus a
-``backend``, and makes both backends agree on what the article relies on:
-
-* dtype: one decision (``precision.resolve_dtype``) for weights and the 4-bit compute dtype;
-* RoPE: above the model's trained positions (TinyLlama: 2048), linear scaling by
-  ``max_seq_length / max_position_embeddings``, as Unsloth applies it (kaiokendev's scaling);
-* padding: a pad token that is not EOS (Unsloth picks ``<unk>`` on Llama), so EOS is never masked
-  out of the labels as padding.
+``load_model`` takes the article's cell 2 arguments plus a ``backend`` and makes both backends agree on the dtype
+(``precision.resolve_dtype``), RoPE scaling above the trained positions, and a pad token that is not EOS.
 """
 
 from __future__ import annotations

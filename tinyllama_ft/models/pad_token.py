@@ -33,8 +33,7 @@ def encode_left_padded(tokenizer, texts, *, model, **kwargs):
     """Tokenize generation prompts as one batch padded on the left, with the pad token of ``ensure_pad_token``.
 
     Decoder-only batches pad on the left so every answer starts right after its prompt; the pad is never EOS (a
-    tokenizer without a pad token, or padding with EOS, gets one first). The tokenizer's ``padding_side`` is
-    restored afterwards.
+    tokenizer without a pad token, or padding with EOS, gets one first); the tokenizer's own ``padding_side`` stays.
 
     Args:
         tokenizer: the run's tokenizer.
@@ -48,10 +47,5 @@ def encode_left_padded(tokenizer, texts, *, model, **kwargs):
     """
     if tokenizer.pad_token is None or tokenizer.pad_token == tokenizer.eos_token:
         ensure_pad_token(tokenizer, model)
-    side = tokenizer.padding_side
-    tokenizer.padding_side = "left"
-    try:
-        batch = tokenizer(list(texts), return_tensors="pt", padding=True, **kwargs)
-    finally:
-        tokenizer.padding_side = side
+    batch = tokenizer(list(texts), return_tensors="pt", padding=True, padding_side="left", **kwargs)
     return batch.to(next(model.parameters()).device)

@@ -1,17 +1,9 @@
-"""What a run recorded beside its adapter, and how later commands take it: ``generate``, ``load_adapter``, the
-reload cell and ``export`` prompt, load and stop the model as it was trained.
+"""What a run recorded beside its adapter, and how later commands take it.
 
-``save_adapter(..., record=adapter_record(cfg, plan, family=family))`` writes ``<adapter_dir>/tinyllama_ft.json``:
-the prompt format (``dataset_format``, ``template``, ``chat_template``, the end-of-turn token and stop ids of a
-chat run) and how the base was loaded (``model_name``, ``max_seq_length``, the plan's ``dtype`` and
-``load_in_4bit``). The file travels with the adapter folder. An adapter saved before the record existed is read
-from the run's ``run_config.json`` in the adapter folder or its parent (the run's ``output_dir``); a plain PEFT
-folder from elsewhere has neither, and the package's defaults apply.
-
-``resolve_settings`` merges what a caller passes with the record: a value left out (None) is the recorded one;
-one that contradicts the record is refused where it would change the model's answers (the prompt format,
-``max_seq_length``: RoPE scaling follows it) and used with a one-line notice where it is only another precision
-(``dtype``, ``load_in_4bit``).
+``save_adapter(..., record=adapter_record(...))`` writes ``<adapter_dir>/tinyllama_ft.json``: the prompt format
+and how the base was loaded; older adapters are read from the run's ``run_config.json``. ``resolve_settings``
+merges a caller's values with the record: a contradiction is refused where it would change the answers, and used
+with a notice where it is only another precision.
 """
 
 from __future__ import annotations

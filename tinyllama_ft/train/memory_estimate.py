@@ -1,30 +1,8 @@
 """The GPU memory estimate behind the fast recipe's micro-batch choice (``plan.plan_run``).
 
-How a run trains fast without changing what it computes: backend, attention, kernels, batch split.
-
-``recipe="article"`` runs the article's cell values literally: Unsloth on a GPU (when installed), batch
-2 x accumulation 4, gradient checkpointing on. ``recipe="fast"`` (the default) keeps the same math
-(the same effective batch of ``per_device_train_batch_size * gradient_accumulation_steps`` sequences per
-optimizer step, learning-rate schedule, optimizer, LoRA and 4-bit base weights) and changes only how
-it is executed:
-
-* bf16 GPU (compute capability >= 8.0): transformers + PEFT with flex attention (TRL's padding-free
-  packing hands each packed row its own ``position_ids``; transformers turns them into a document mask,
-  so rows do not attend to each other and fully masked blocks are skipped) and Liger's fused kernels
-  (RMSNorm, RoPE, SwiGLU, and linear + cross-entropy without materialising the logits);
-* fp16 GPU (a T4): Unsloth, whose kernels target that generation, as in the article;
-* every GPU: the micro-batch is the largest that memory allows (accumulation shrinks to keep the
-  effective batch; the trainer averages the loss over all tokens of the step, so the gradient is the
-  same), and gradient checkpointing is off when the activations fit;
-* CPU: transformers with SDPA (also document-masked from ``position_ids``), checkpointing off (it only
-  costs time there), the configured split.
-
-Measured on an H200 (TinyLlama-1.1B shape, 4-bit, seq 4096, effective batch 8; benchmarks/README.md):
-the article's recipe 14.8k tokens/s; Unsloth at batch 8 without checkpointing 21k; this fast recipe
-(transformers 4-bit + flex attention + Liger, batch 8, no checkpointing) 64k at 42 GiB.
-
-The memory estimate (``estimate_peak_gib``; a real gap: no library sizes a LoRA micro-batch from a model config) scales activation bytes per token with the model's layers
-and widths, with coefficients measured on that machine; it is an estimate, with headroom.
+Kept: no library sizes a LoRA micro-batch's activations from a model config (accelerate's estimate covers
+weights only). ``estimate_peak_gib`` scales activation bytes per token with the model's layers and widths, with
+coefficients measured on an H200 (docs/speed.md), and adds headroom.
 """
 
 from __future__ import annotations

@@ -1,28 +1,9 @@
 """The output folder before a run trains: Google Drive on Colab, and never overwriting a run silently.
 
-A Colab disconnect kills the process (as SIGKILL does) and wipes the machine's disk, so checkpoints that
-must survive it belong on Google Drive: ``ensure_drive`` mounts it when ``mount_drive=True`` or when
-``output_dir`` lies under ``/content/drive``. Outside Colab ``mount_drive=True`` only prints a notice (the
-local disk survives a crash anyway, and a Colab parameter set still runs under papermill), but an
-``output_dir`` under ``/content/drive`` with nothing mounted there is an error: it would be an ordinary
-local folder that only looks backed up.
-
-``prepare_output_dir`` records the run's identity in ``<output_dir>/run_config.json`` (the fields that
-change what is trained) and refuses to mix runs:
-
-* empty or new ``output_dir``, or one holding only ``run_config.json`` (a run killed before its first
-  checkpoint: nothing to lose): fine;
-* checkpoints, a run summary, exports or an adapter there (or an adapter at an ``adapter_dir`` outside
-  ``output_dir``: the new run's save would replace it) and neither ``resume`` nor ``overwrite_output_dir``:
-  ``FileExistsError`` naming both;
-* ``resume=True`` and the recorded identity differs: ``ValueError`` naming the differing fields;
-* ``overwrite_output_dir=True``: the old run's ``checkpoint-*`` folders, ``run_summary.json``,
-  ``loss_curve.png``, ``export/`` (every exported format: merged models, GGUFs, Modelfiles), the adapter folder
-  (``adapter_dir``, inside ``output_dir`` or not) and ``run_config.json`` are deleted (``DELETED_BY_OVERWRITE``),
-  not moved aside: the flag is the explicit consent, a kept copy would silently fill a 15 GB Drive, and
-  transformers would otherwise rotate or resume from the old checkpoints. Its offline W&B runs
-  (``wandb/offline-run-*``, which ``wandb sync`` would upload as if current) go too. Other files stay
-  (online W&B runs' local logs, TRL's model card ``README.md``, which the next checkpoint save rewrites).
+``ensure_drive`` mounts Drive when asked or when ``output_dir`` lies under ``/content/drive`` (a disconnect wipes
+the local disk). ``prepare_output_dir`` takes the folder's run lock, records the run's identity and refuses to
+mix runs: an earlier run's files need ``resume`` or ``overwrite_output_dir`` (which deletes exactly
+``DELETED_BY_OVERWRITE`` and offline W&B runs), and a resume with another identity names the differing fields.
 """
 
 from __future__ import annotations
@@ -37,7 +18,7 @@ from typing import Any, Callable
 from ..config.finetune import FinetuneConfig, identity_fields
 from ..machine.hardware import in_colab
 from ..machine.lock import acquire_run_lock
-from ..machine.paths import expand_path
+from ..machine.paths import expand_path, write_json_atomically
 from ..models.run_record import RUN_CONFIG, read_run_config
 from .checkpoints import check_continuation, checkpoint_dirs, checkpoint_progress, last_checkpoint
 
@@ -138,11 +119,7 @@ def write_run_config(output_dir: str, identity: dict[str, Any]) -> str:
     """
     output_dir = expand_path(output_dir)
     os.makedirs(output_dir, exist_ok=True)
-    path = os.path.join(output_dir, RUN_CONFIG)
-    with open(path + ".tmp", "w", encoding="utf-8") as f:
-        json.dump(identity, f, indent=2, sort_keys=True)
-    os.replace(path + ".tmp", path)
-    return path
+    return write_json_atomically(os.path.join(output_dir, RUN_CONFIG), identity, sort_keys=True)
 
 
 def identity_differences(recorded: dict[str, Any], identity: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -1,23 +1,10 @@
 """What to train vs. how it runs: the execution plan, computed once from the configuration and the machine.
 
-``plan_run(cfg, hardware)`` decides, in this one place, the backend, the compute dtype, the attention
-kernel, fused kernels, the micro-batch split of the effective batch, gradient checkpointing, the
-optimizer and whether the base is really 4-bit; the result is a frozen ``RunPlan`` that the helpers read.
-The configuration is never rewritten: ``cfg`` says what to train, the plan how this machine runs it.
-
-``recipe="article"`` runs the article's cell values literally: Unsloth on a GPU (when installed), batch
-2 x accumulation 4, gradient checkpointing on. ``recipe="fast"`` (the default) keeps the same math (the
-effective batch, schedule, optimizer, LoRA and 4-bit base) and changes only how it is executed:
-
-* bf16 GPU: transformers + PEFT with flex attention (packed rows masked from each other) and Liger's
-  fused kernels; fp16 GPU (a T4): Unsloth, whose kernels target that generation;
-* every GPU: the largest micro-batch that memory allows (``memory_estimate.estimate_peak_gib``), accumulation
-  shrinking to keep the effective batch, checkpointing only when the activations do not fit;
-* CPU: transformers with SDPA, checkpointing off (it only costs time there), the configured split.
-
-Under ``accelerate launch --num_processes N`` (DDP, ``distributed.world_size()``) the effective batch stays
-the configuration's: each process takes 1/N of it, ``per_device_train_batch_size`` x
-``gradient_accumulation_steps`` of the plan being one process's share (``split_over_processes``).
+``plan_run(cfg, hardware)`` decides the backend, dtype, attention kernel, fused kernels, micro-batch split,
+gradient checkpointing, optimizer and 4-bit loading into a frozen ``RunPlan``; ``cfg`` is never rewritten.
+``recipe="article"`` runs the article's values literally; ``"fast"`` keeps the same math (effective batch,
+schedule, optimizer, LoRA) and changes only its execution (docs/speed.md). Under DDP each process takes 1/N
+of the effective batch (``split_over_processes``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,8 @@
 """TRL ``SFTTrainer`` with the article's arguments (cells 6-7), spelled for the installed TRL/transformers.
 
-The article's ``TrainingArguments`` + ``SFTTrainer(tokenizer=..., dataset_text_field=..., max_seq_length=...,
-packing=True)`` moved since 2024: TRL's ``SFTConfig`` now carries the data arguments, ``max_seq_length``
-became ``max_length``, ``tokenizer`` became ``processing_class``, transformers 5 renamed
-``evaluation_strategy`` to ``eval_strategy`` and folded ``warmup_ratio`` into ``warmup_steps`` (a float
-below 1 is a ratio). ``sft_config_kwargs`` reads the installed signature and uses whichever name it
-has, so the same code runs on TRL 1.15 / transformers 5.17 (what Unsloth accepts) and on newer releases.
-
-Packing: TRL's ``"bfd"`` strategy (best-fit decreasing) places whole rows into ``max_seq_length`` windows
-without padding, each row with its own ``position_ids`` starting at 0; a row longer than the window
-is truncated (``"bfd_split"`` splits it instead). Tokens are counted as the non-padding tokens fed to
-the model (transformers' ``include_num_input_tokens_seen="non_padding"``).
+``sft_config_kwargs`` reads the installed ``SFTConfig`` signature and uses whichever name it has for renamed
+arguments, so one code path runs on TRL 1.15 / transformers 5.17 and newer releases. Packing is TRL's ``"bfd"``;
+tokens are counted as non-padding input tokens.
 """
 
 from __future__ import annotations

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.metadata
-import json
 import os
 import platform
 import subprocess
 from typing import Any
 
-from ..machine.paths import expand_path
+from ..machine.install import installed_versions, normalize_name
+from ..machine.paths import expand_path, write_json_atomically
 
 #: Distributions whose versions a summary records (missing ones are recorded as None).
 LIBRARIES = (
@@ -46,13 +45,8 @@ def format_results(results: dict) -> str:
 
 def library_versions(names=LIBRARIES) -> dict[str, str | None]:
     """Installed version of each distribution in ``names``, or None when it is not installed."""
-    versions: dict[str, str | None] = {"python": platform.python_version()}
-    for name in names:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
-    return versions
+    found = installed_versions(names)
+    return {"python": platform.python_version(), **{name: found.get(normalize_name(name)) for name in names}}
 
 
 def git_commit(path: str | None = None) -> str | None:
@@ -149,9 +143,4 @@ def write_run_summary(path: str, **fields: Any) -> str:
     summary.setdefault("versions", library_versions())
     summary.setdefault("git_commit", git_commit())
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(summary, f, indent=2, ensure_ascii=False, default=str)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    return write_json_atomically(path, summary, ensure_ascii=False, default=str)

@@ -1,16 +1,8 @@
 """Weights & Biases logging as in the article (cell 5), without ever hanging on a login prompt.
 
-The article calls ``wandb.login()`` (which prompts for a key), sets ``WANDB_WATCH=all`` and
-``WANDB_SILENT=true``, then ``wandb.init(project="tiny-llama", name="tiny-llama-unsloth-sft")``; the
-trainer logs every step and ``wandb.finish()`` closes the run. Here the key comes from the environment
-(``WANDB_API_KEY``) or Colab's secrets, never from a parameter; with no key and no terminal to type one
-into (papermill, CI, a scheduled job) the run logs offline and says where, in one line.
-
-With a key but no way to reach the W&B server, ``wandb.init`` would wait out its 90-second
-``init_timeout``: ``start_tracking`` first asks the server for any HTTP answer within a few seconds
-(``probe_server``) and bounds the online ``wandb.init`` itself (``init_timeout``); either failing, the run
-logs offline and says why, in one line. ``tests/wandb_runfile.py`` reads the logged
-history back from an offline run's ``.wandb`` file; ``credentials`` finds the key.
+The key comes from ``WANDB_API_KEY`` or Colab's secrets, never a parameter; without one, or when the server does
+not answer a short probe (``probe_server``), the run logs offline and says why in one line.
+Kept: ``wandb.init`` alone waits 90 s for an unreachable server (tests/test_tracking.py).
 """
 
 from __future__ import annotations

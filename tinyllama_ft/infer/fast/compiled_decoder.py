@@ -1,15 +1,8 @@
 """Greedy decoding of one answer with a static KV cache and a compiled one-token step.
 
-``model.generate`` with its default dynamic cache runs every step through Python and launches each of
-the ~300 small kernels of a 22-layer decode step one by one: 35 tokens/s for TinyLlama on an H200,
-whatever the GPU (measured: benchmarks/generate_throughput.py). Compiled, the step runs at 506 tokens/s
-there, after ~27 s of compilation in a fresh process. A ``transformers.StaticCache`` gives the step fixed shapes, so the step compiles once
-(``torch.compile``; ``mode="reduce-overhead"`` replays it as one CUDA graph), the pattern transformers'
-documentation gives for static-cache decoding. Tokens reach the caller every ``every`` steps (one
-host sync per chunk instead of per token), and generation stops at the first stop token of a chunk.
-
-Greedy only: sampling, repetition penalties and logits processors go through ``model.generate``
-(``infer/core.py`` decides). The decoder is kept in ``DECODERS`` by model, so later answers reuse the compiled step.
+A ``transformers.StaticCache`` gives the step fixed shapes, so ``torch.compile`` compiles it once, as
+transformers' documentation does for static-cache decoding; tokens reach the caller once per chunk of steps.
+Greedy only (``infer/core.py`` decides); decoders are kept in ``DECODERS`` by model. Throughput: docs/speed.md.
 """
 
 from __future__ import annotations

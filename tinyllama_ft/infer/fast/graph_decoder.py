@@ -1,24 +1,9 @@
 """Greedy decoding of a Llama model with fused projections, a static KV cache and a captured CUDA graph.
 
-``generate`` runs each token's ~300 small kernels one by one from Python (29-35 tokens/s for TinyLlama on
-an H200); compiling the step with inductor (``compiled_decoder.py``) reached 506 tokens/s but took ~27 s to
-compile in a fresh process. This decoder needs no compiler: it runs transformers' Llama math with fewer
-kernels (``llama_ops.py``) and records one decode step as a CUDA graph (capture well under a second),
-replayed for every token: 673 tokens/s through ``stream`` on the H200 (602 with cuBLAS's projections),
-first 256-token answer 5.7 s in a fresh process against plain ``generate``'s 33 s (benchmarks/README.md).
-
-* q/k/v and gate/up projections as one matrix each (the weights concatenated: the same products); at
-  batch 1 they run as Triton matrix-vector products (``triton_gemv.py``, ``MATMUL``), else cuBLAS;
-* Liger's fused kernels where installed (residual add + RMSNorm, RoPE, SiLU * up), else torch operations
-  (and on a CPU, where nothing is captured);
-* one ``scaled_dot_product_attention`` per layer over the static cache, the query heads sharing a
-  key/value head passed as that head's rows (grouped-query attention without copying the cache); the
-  attention kernel is the fastest of ``ATTENTION_BACKENDS``, timed at capture;
-* the step advances its own position and writes its token, so the host only replays the graph and
-  reads the tokens every few steps.
-
-Batches of prompts are left-padded: each row has its own RoPE positions and ignores its padding.
-The fused q|k|v and gate|up weights are a copy (TinyLlama: 1.25 GB in bf16) kept on the model.
+transformers' Llama math with fewer kernels (``llama_ops.py``: fused q|k|v and gate|up weights, Triton
+matrix-vector products at batch 1, Liger's kernels where installed), one decode step captured as a CUDA graph and
+replayed for every token: no compiler needed. Batches are left-padded, each row with its own RoPE positions. The
+fused weights are a copy kept per model (``llama_ops.FUSED_WEIGHTS``). Throughput: docs/speed.md.
 """
 
 from __future__ import annotations

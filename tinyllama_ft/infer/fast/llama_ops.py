@@ -1,5 +1,5 @@
 """A transformers Llama as the fused decoder (``graph_decoder.py``) reads it: which models qualify, their
-weights with q/k/v and gate/up concatenated, and the pointwise parts of a decoder layer: Liger's fused
+weights with q/k/v and gate/up concatenated (a 4-bit or PEFT model's as a merged 16-bit copy), and the pointwise parts of a decoder layer: Liger's fused
 Triton kernels where installed (one kernel each, in transformers' Llama casting order), or the same
 operations in plain torch (CPU, or no Liger).
 
