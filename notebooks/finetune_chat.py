@@ -230,7 +230,7 @@ print(fmt.check_first_batch(trainer))
 # %%
 from tinyllama_ft.evaluate.held_out import held_out_check, held_out_rows
 
-held_out = held_out_rows(eval_dataset, fmt)
+held_out = held_out_rows(eval_dataset, data_format=fmt)
 before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
 print(f"before: {before}")
 

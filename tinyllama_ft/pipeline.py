@@ -139,7 +139,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         work = training_plan(trainer)
         print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
         print(fmt.check_first_batch(trainer))
-        held_out = held_out_rows(eval_dataset, fmt)
+        held_out = held_out_rows(eval_dataset, data_format=fmt)
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
             before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
             print(f"before: {before}")

@@ -30,7 +30,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
-from ..data.formats import AlpacaFormat
 from ..infer.core import Answer, generate_answers, model_positions
 from ..models.attention import sdpa_outside_training
 
@@ -105,7 +104,7 @@ def held_out_scores(
     tokenizer,
     rows: Sequence[dict],
     *,
-    data_format=None,
+    data_format,
     batch_size: int = 4,
     max_seq_length: int | None = None,
     max_batch_tokens: int = 4096,
@@ -117,8 +116,8 @@ def held_out_scores(
         tokenizer: its (fast) tokenizer, with a pad token.
         rows: the format's held-out rows (``held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
             optionally ``input``, or ``{"messages": [...]}``.
-        data_format: ``formats.AlpacaFormat`` (default, ``DEFAULTS.template``) or a prepared
-            ``formats.ConversationFormat``.
+        data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat``
+            (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
         batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
         max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone): the
@@ -135,7 +134,7 @@ def held_out_scores(
 
     if not rows:
         raise ValueError("held_out_scores: no rows")
-    ids, masks = (data_format or AlpacaFormat()).score_ids(tokenizer, rows)
+    ids, masks = data_format.score_ids(tokenizer, rows)
     keep = [i for i, x in enumerate(ids) if max_seq_length is None or len(x) <= max_seq_length]
     skipped = sorted(set(range(len(ids))) - set(keep))
     if not keep:
@@ -190,36 +189,40 @@ def held_out_scores(
     )
 
 
-def _output_tokens(row: dict, tokenizer, data_format) -> int:
-    reference = (data_format or AlpacaFormat()).reference(row)
-    return len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+def short_rows(
+    rows: Sequence[dict], tokenizer, *, data_format, n: int, max_tokens: int = SHORT_ANSWER_TOKENS
+) -> list[dict]:
+    """Up to ``n`` rows (the first, in order) whose reference answer is at most ``max_tokens`` tokens.
+
+    Args:
+        rows: held-out rows of ``data_format`` (Alpaca: the reference is ``output``).
+        tokenizer: counts the reference's tokens (no special tokens added, special-token text kept as text).
+        data_format: as ``held_out_scores``.
+        n: rows wanted.
+        max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
+    """
+    picked = []
+    for row in rows:
+        reference = data_format.reference(row)
+        if len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"]) <= max_tokens:
+            picked.append(row)
+            if len(picked) == n:
+                break
+    return picked
 
 
 def short_answer_rows(
-    rows: Sequence[dict], tokenizer, *, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS, data_format=None
+    rows: Sequence[dict], tokenizer, *, data_format, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS
 ) -> list[dict]:
-    """The first ``n`` rows (in order) whose reference answer is at most ``max_tokens`` tokens.
-
-    Args:
-        rows: held-out rows of ``data_format`` (Alpaca dicts by default: the reference is ``output``).
-        tokenizer: counts the reference's tokens (no special tokens added, special-token text kept as text).
-        n: rows wanted.
-        max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
-        data_format: as ``held_out_scores``.
-
-    Returns:
-        The rows, in their order.
+    """``short_rows``, requiring ``n`` of them.
 
     Raises:
         ValueError: fewer than ``n`` such rows.
     """
-    picked = []
-    for row in rows:
-        if _output_tokens(row, tokenizer, data_format) <= max_tokens:
-            picked.append(row)
-            if len(picked) == n:
-                return picked
-    raise ValueError(f"only {len(picked)} of {len(rows)} rows have an output of <= {max_tokens} tokens; {n} asked")
+    picked = short_rows(rows, tokenizer, data_format=data_format, n=n, max_tokens=max_tokens)
+    if len(picked) < n:
+        raise ValueError(f"only {len(picked)} of {len(rows)} rows have an output of <= {max_tokens} tokens; {n} asked")
+    return picked
 
 
 @dataclass(frozen=True)
@@ -250,8 +253,8 @@ def greedy_answers(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    data_format=None,
     batch_size: int = 4,
 ) -> list[Answer]:
     """Greedy answers to each held-out row's prompt, through the generation core (``core.generate_answers``).
@@ -266,14 +269,13 @@ def greedy_answers(
     Returns:
         One ``core.Answer`` per row: new ids up to the first stop token, and whether it came.
     """
-    fmt = data_format or AlpacaFormat()
     with eval_mode(model):
         return generate_answers(
             model,
             tokenizer,
-            [fmt.row_prompt(tokenizer, r) for r in rows],
-            stop_token_ids=fmt.stop_token_ids(tokenizer),
-            encode_kwargs=fmt.encode_kwargs,
+            [data_format.row_prompt(tokenizer, r) for r in rows],
+            stop_token_ids=data_format.stop_token_ids(tokenizer),
+            encode_kwargs=data_format.encode_kwargs,
             max_new_tokens=max_new_tokens,
             batch_size=batch_size,
             for_inference=False,  # mid-run: eval_mode switches and restores; Unsloth's inference mode stays off
@@ -285,8 +287,8 @@ def stopping_count(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    data_format=None,
     batch_size: int = 4,
 ) -> StoppingReport:
     """How many greedy answers to the rows' prompts end with a stop token within ``max_new_tokens``.
@@ -315,7 +317,7 @@ def stopping_count(
 
 
 def rows_within_positions(
-    model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int, data_format=None, what: str = "held-out answers"
+    model, tokenizer, rows: Sequence[dict], *, data_format, max_new_tokens: int, what: str = "held-out answers"
 ) -> list[dict]:
     """The rows whose generation prompt plus ``max_new_tokens`` fit the model's positions (``core.model_positions``),
     in order; the others are left out with one printed line naming how many, the budget and the positions (the
@@ -326,14 +328,15 @@ def rows_within_positions(
         max_new_tokens: the answers' budget.
         what: what the rows are for, in the printed line.
     """
-    fmt = data_format or AlpacaFormat()
     positions = model_positions(model)
     if positions is None:
         return list(rows)
     kept = [
         r
         for r in rows
-        if len(tokenizer(fmt.row_prompt(tokenizer, r), **fmt.encode_kwargs)["input_ids"]) + max_new_tokens <= positions
+        if len(tokenizer(data_format.row_prompt(tokenizer, r), **data_format.encode_kwargs)["input_ids"])
+        + max_new_tokens
+        <= positions
     ]
     if len(kept) < len(rows):
         print(
@@ -343,7 +346,7 @@ def rows_within_positions(
     return kept
 
 
-def held_out_rows(dataset, data_format=None) -> list[dict]:
+def held_out_rows(dataset, *, data_format) -> list[dict]:
     """The held-out split as plain dicts, as ``data_format`` reads them (``formats.AlpacaFormat.held_out_rows``:
     ``instruction``, ``input``, ``output``; ``ConversationFormat``: ``messages``).
 
@@ -354,7 +357,7 @@ def held_out_rows(dataset, data_format=None) -> list[dict]:
     Returns:
         One dict per row, in order.
     """
-    return (data_format or AlpacaFormat()).held_out_rows(dataset)
+    return data_format.held_out_rows(dataset)
 
 
 @dataclass(frozen=True)
@@ -373,8 +376,8 @@ def held_out_check(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     stop_rows: int = STOP_ROWS,
-    data_format=None,
     max_seq_length: int | None = DEFAULTS.max_seq_length,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
 ) -> HeldOutCheck | None:
@@ -405,17 +408,6 @@ def held_out_check(
     short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
     return HeldOutCheck(scores, stopping)
-
-
-def short_rows(
-    rows: Sequence[dict], tokenizer, *, n: int, max_tokens: int = SHORT_ANSWER_TOKENS, data_format=None
-) -> list[dict]:
-    """Up to ``n`` rows whose reference answer has at most ``max_tokens`` tokens (``short_answer_rows`` without
-    its error when fewer are short)."""
-    try:
-        return short_answer_rows(rows, tokenizer, n=n, max_tokens=max_tokens, data_format=data_format)
-    except ValueError:
-        return [r for r in rows if _output_tokens(r, tokenizer, data_format) <= max_tokens]
 
 
 def heldout_summary(

@@ -87,13 +87,8 @@ def apply_rope_scaling(config, max_seq_length: int) -> float | None:
     factor = rope_scaling_factor(max_seq_length, getattr(config, "max_position_embeddings", None))
     if factor is None:
         return None
-    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
-    theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-    scaling = {"rope_type": "linear", "factor": factor, "rope_theta": theta}
-    if hasattr(config, "rope_parameters"):
-        config.rope_parameters = scaling
-    else:  # transformers 4.x
-        config.rope_scaling = {"type": "linear", "factor": factor}
+    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    config.rope_parameters = {"rope_type": "linear", "factor": factor, "rope_theta": theta}
     return factor
 
 
