@@ -187,7 +187,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
     from .infer.generation import stream
     from .machine.hardware import detect_hardware
     from .models.adapters import adapter_base, load_adapter
-    from .models.run_record import is_chat, read_record, resolve_settings
+    from .models.run_record import read_record, recorded_format, resolve_settings
 
     where = "tinyllama-ft generate"
     base = adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
@@ -196,7 +196,8 @@ def _run_generate(values: dict, given: set) -> list[str]:
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
-    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=is_chat(record))
+    chat = recorded_format(record) != "alpaca"
+    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=chat)
     template = resolve_settings(
         record,
         {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
@@ -214,7 +215,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
         trust_remote_code=cfg.trust_remote_code,
         merged=cfg.reload_merged,
     )
-    if is_chat(record):  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
+    if chat:  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
         return chat_stream(
             model,
             tokenizer,
@@ -340,13 +341,11 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     Raises:
         ConfigError: a flag the command does not take; the message names it and the closest one.
     """
-    known = (
-        {"help", "config"} | set(FIELD_NAMES)
-        if command == "train"
-        else {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS)
-        if command == "export"
-        else {"help", "adapter", "prompt", "input", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
-    )
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    COMMANDS[command].add_arguments(parser)
+    known = {"help", *parser.get_defaults().keys()}  # the flags the command's parser takes, read from it
     given = _given_flags(argv)
     from .config.secrets import refuse_secret_names
 
