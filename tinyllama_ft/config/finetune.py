@@ -265,13 +265,9 @@ class TrainingSection:
     """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
     (rows cut at window edges)."""
     completion_only_loss: bool = _field(True, identity=True)
-    """Loss on the response tokens and the EOS after them only (TRL's name; what TRL's prompt/completion
-    format, Axolotl and LLaMA-Factory default to). False: on the whole text, prompt included (the article's).
-    Measured on SmolLM2-135M-Instruct, 20 LoRA steps of 4 x 256 tokens at lr 2e-4 on the demo rows
-    (benchmarks/loss_choice.py, 60 held-out rows, 20 short-answer instructions, 128 new tokens): the whole-text
-    loss lowered the mean EOS probability at the end of held-out responses 0.559 -> 0.418 and the answers that
-    stop 19/20 -> 12/20; the response-only loss raised them to 0.668 and 20/20, with the lower held-out response
-    loss (1.890 -> 1.805, vs 1.849)."""
+    """Loss on the response tokens and the EOS after them only (TRL's name and default for prompt/completion rows);
+    False: on the whole text, prompt included (the article's). Why: README's loss-choice table
+    (benchmarks/loss_choice.py)."""
     eval_steps: int = _field(20, identity=False, allowed=_positive("a positive number of steps"))
     """Evaluate every N optimizer steps (this package)."""
     save_steps: int = _field(20, identity=False, allowed=_positive("a positive number of steps"))

@@ -131,6 +131,7 @@ def held_out_scores(
         ValueError: no rows, a row without instruction/output (naming it), or every row skipped.
     """
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
     if not rows:
         raise ValueError("held_out_scores: no rows")
@@ -153,17 +154,10 @@ def held_out_scores(
             chunks.append([i])
     with eval_mode(model), torch.inference_mode():
         for chunk in chunks:
-            width = max(len(ids[i]) for i in chunk)
-            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention = torch.zeros((len(chunk), width), dtype=torch.long)
-            response = torch.zeros((len(chunk), width), dtype=torch.bool)
-            last = torch.zeros(len(chunk), dtype=torch.long)  # each row's last supervised token
-            for b, i in enumerate(chunk):
-                n = len(ids[i])
-                input_ids[b, :n] = torch.tensor(ids[i])
-                attention[b, :n] = 1
-                response[b, :n] = torch.tensor(masks[i], dtype=torch.bool)
-                last[b] = max(j for j, m in enumerate(masks[i]) if m)
+            input_ids = pad_sequence([torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=pad_id)
+            attention = pad_sequence([torch.ones(len(ids[i]), dtype=torch.long) for i in chunk], batch_first=True)
+            response = pad_sequence([torch.tensor(masks[i], dtype=torch.bool) for i in chunk], batch_first=True)
+            last = torch.tensor([max(j for j, m in enumerate(masks[i]) if m) for i in chunk])  # last supervised token
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
             target = input_ids[:, 1:]
             nll = torch.zeros(target.shape)
