@@ -60,8 +60,6 @@ def test_every_evaluation_helper_requires_the_data_format(helper, stories_peft, 
             model, tokenizer, rows[:1]
         )
     with pytest.raises(TypeError, match="data_format"):
-        evaluation.held_out_rows(None)
-    with pytest.raises(TypeError, match="data_format"):
         evaluation.short_answer_rows(rows, tokenizer, n=1)
 
 
@@ -146,9 +144,9 @@ def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows,
 
     model, tokenizer = stories_peft
     split = datasets.Dataset.from_list(rows[:6])
-    held = evaluation.held_out_rows(split, data_format=ALPACA)
+    held = ALPACA.held_out_rows(split)
     assert held == [{k: r[k] for k in ("instruction", "input", "output")} for r in rows[:6]]
-    assert evaluation.held_out_rows(None, data_format=ALPACA) == []
+    assert ALPACA.held_out_rows(None) == []
     assert evaluation.held_out_check(model, tokenizer, [], data_format=ALPACA) is None
     assert "held-out check skipped" in capsys.readouterr().out
     lengths = sorted(len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids) for r in held)

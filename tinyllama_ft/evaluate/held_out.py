@@ -112,17 +112,15 @@ def held_out_scores(
     """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
 
     Args:
-        model: a causal LM (a PEFT model too), on any device.
-        tokenizer: its (fast) tokenizer, with a pad token.
-        rows: the format's held-out rows (``held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
+        model, tokenizer: a causal LM (a PEFT model too), on any device, and its (fast) tokenizer.
+        rows: the format's held-out rows (``data_format.held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
             optionally ``input``, or ``{"messages": [...]}``.
         data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat``
             (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
         batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
-        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone): the
-            logits are tokens x vocab, 4096 x 49,152 in bf16 = 0.4 GB on the model's device; the log-probabilities
-            are taken one row at a time in float32 (at most one row x vocab more).
+        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone), which
+            bounds the logits (tokens x vocab); log-probabilities are taken one row at a time in float32.
 
     Returns:
         ``HeldOutScores``.
@@ -221,15 +219,9 @@ def short_answer_rows(
 
 @dataclass(frozen=True)
 class StoppingReport:
-    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with a stop token in time.
-
-    Attributes:
-        stopped, total: counts.
-        max_new_tokens: the budget each answer had.
-        answers: the answers' text (special tokens removed), in row order.
-        new_tokens: tokens each answer used (the stop token included when it came).
-        ended: per row, whether it ended with a stop token (Alpaca: EOS; conversations: the end of turn).
-    """
+    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with a stop token (Alpaca: EOS;
+    conversations: the end of turn) within ``max_new_tokens``; per row, in order: the ``answers``' text (special
+    tokens removed), the ``new_tokens`` each used (the stop token included) and whether it ``ended``."""
 
     stopped: int
     total: int
@@ -288,11 +280,8 @@ def stopping_count(
     """How many greedy answers to the rows' prompts end with a stop token within ``max_new_tokens``.
 
     Args:
-        model, tokenizer: as ``held_out_scores``.
-        rows: held-out rows (``short_answer_rows`` picks ones with short reference answers).
-        max_new_tokens: budget per answer (default ``STOP_MAX_NEW_TOKENS`` = 128).
-        data_format: as ``held_out_scores``.
-        batch_size: prompts per batch.
+        model, tokenizer, rows, data_format, max_new_tokens, batch_size: as ``greedy_answers`` (``short_answer_rows``
+            picks rows with short reference answers).
 
     Returns:
         ``StoppingReport``.
@@ -340,20 +329,6 @@ def rows_within_positions(
     return kept
 
 
-def held_out_rows(dataset, *, data_format) -> list[dict]:
-    """The held-out split as plain dicts, as ``data_format`` reads them (``formats.AlpacaFormat.held_out_rows``:
-    ``instruction``, ``input``, ``output``; ``ConversationFormat``: ``messages``).
-
-    Args:
-        dataset: the eval split (``instructions.split_train_eval``), tokenized or not; None (no eval split) gives [].
-        data_format: as ``held_out_scores``.
-
-    Returns:
-        One dict per row, in order.
-    """
-    return data_format.held_out_rows(dataset)
-
-
 @dataclass(frozen=True)
 class HeldOutCheck:
     """``held_out_check``'s result: the scores and the stopping count of one model state."""
@@ -379,7 +354,7 @@ def held_out_check(
 
     Args:
         model, tokenizer: as ``held_out_scores`` (before training, the LoRA model is the base: its adapter is 0).
-        rows: held-out rows (``held_out_rows``); [] skips the check (one printed line).
+        rows: held-out rows (``data_format.held_out_rows``); [] skips the check (one printed line).
         stop_rows: prompts in the stopping count, the first rows whose reference answer has at most
             ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20), among those whose
             prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).

@@ -27,7 +27,7 @@ def compare_answers(
     Args:
         model: a PEFT model (``lora.add_lora`` output, trained or not), not merged.
         tokenizer: its tokenizer.
-        rows: held-out rows of ``data_format`` (``held_out.held_out_rows``): Alpaca dicts with ``instruction``,
+        rows: held-out rows of ``data_format`` (``data_format.held_out_rows``): Alpaca dicts with ``instruction``,
             optionally ``input`` and ``output`` (the reference), or conversations.
         max_new_tokens: budget per answer (default 128, as the stopping count).
         data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat`` (required).
