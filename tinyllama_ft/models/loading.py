@@ -92,10 +92,6 @@ def apply_rope_scaling(config, max_seq_length: int) -> float | None:
     return factor
 
 
-def _say_once(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
-
-
 def load_model(
     model_name: str,
     *,
@@ -145,7 +141,10 @@ def load_model(
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
     if load_in_4bit and not hardware.cuda:
-        _say_once("load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU")
+        warnings.warn(
+            "load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU",
+            stacklevel=2,
+        )
         load_in_4bit = False
     if chosen == "unsloth":
         model, tokenizer, factor = _load_unsloth(
@@ -162,9 +161,10 @@ def load_model(
             attn_implementation or "sdpa",
         )
     if factor is not None:
-        _say_once(
+        warnings.warn(
             f"max_seq_length={max_seq_length} exceeds the model's trained positions: "
-            f"linear RoPE scaling x{factor:g} applied ({chosen} backend)"
+            f"linear RoPE scaling x{factor:g} applied ({chosen} backend)",
+            stacklevel=2,
         )
     ensure_pad_token(tokenizer, model)
     _LOADED_BY[model] = chosen
