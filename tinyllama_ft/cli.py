@@ -55,10 +55,8 @@ class Command:
 def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
     """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``).
 
-    jsonargparse adds them from the section dataclasses (``add_class_arguments``): each flag's type is the field's
-    annotation (a ``Literal``'s choices are listed and checked), its help the field's docstring, its default the
-    field's; the group's title and description are the section's docstring. A tuple field (``target_modules``,
-    ``prompts``, ...) is added here, typed as a list of its items or one string, so ``--export_formats
+    jsonargparse adds them from the section dataclasses (``add_class_arguments``: type, ``Literal`` choices, help and
+    default from the field); a tuple field is typed as a list of its items or one string, so ``--export_formats
     merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits and checks it.
 
     Args:
@@ -277,8 +275,6 @@ def _add_export_arguments(parser) -> None:
 
 
 def _run_export(values: dict, given: set) -> dict:
-    import os
-
     from .export.adapter_export import describe_exports, export_adapter
     from .models.adapters import adapter_base
 
@@ -331,10 +327,6 @@ def build_parser():
     return parser
 
 
-def _given_flags(argv: Sequence[str]) -> list[str]:
-    return [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
-
-
 def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments.
 
@@ -346,7 +338,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     parser = ArgumentParser(exit_on_error=False)
     COMMANDS[command].add_arguments(parser)
     known = {"help", *parser.get_defaults().keys()}  # the flags the command's parser takes, read from it
-    given = _given_flags(argv)
+    given = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
     from .config.secrets import refuse_secret_names
 
     refuse_secret_names(dict.fromkeys(given), f"tinyllama-ft {command}")  # --hf_token X: never a flag (not shown)
@@ -423,11 +415,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ``TINYLLAMA_FT_DEBUG=1``) shows the traceback of an error.
 
     Returns:
-        0 on success (a ``train --resume true`` of a finished run too: it prints ``run already finished at step N
-        (max_steps N): nothing to train`` and writes nothing); 2 on a usage or configuration error (``ConfigError``: a misspelt flag, a bad value, a recipe
-        or a flag that contradicts the run's record); 1 on any other failure; 130 on Ctrl-C. An error's last line
-        is ``tinyllama-ft <command>: error: <message>`` on stderr (the message names the field or file and what to
-        do); a failure's line says that ``--debug`` shows the traceback.
+        0 on success (also ``train --resume true`` of a finished run: nothing trained or written); 2 on a
+        ``ConfigError`` (a misspelt flag, a bad value, a contradiction with the recipe or the run's record); 1 on any
+        other failure; 130 on Ctrl-C. An error ends as one line ``tinyllama-ft <command>: error: <message>`` on
+        stderr; a failure's says that ``--debug`` shows the traceback.
 
     Raises:
         SystemExit: ``--help`` (status 0), as jsonargparse raises it.
