@@ -31,7 +31,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from .config.coercion import ConfigError, unknown_keys_error
+from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_NAMES, FIELD_TYPES, SECTIONS, FinetuneConfig, field_docs
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
@@ -331,7 +331,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments.
 
     Raises:
-        ConfigError: a flag the command does not take; the message names it and the closest one.
+        ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one.
     """
     from jsonargparse import ArgumentParser
 
@@ -339,14 +339,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     COMMANDS[command].add_arguments(parser)
     known = {"help", *parser.get_defaults().keys()}  # the flags the command's parser takes, read from it
     given = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
-    from .config.secrets import refuse_secret_names
-
-    refuse_secret_names(dict.fromkeys(given), f"tinyllama-ft {command}")  # --hf_token X: never a flag (not shown)
-    unknown = [g for g in given if g not in known]
-    if unknown:
-        raise unknown_keys_error(
-            unknown, sorted(known), f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}"
-        )
+    check_keys(given, sorted(known), f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}")  # --hf_token
     return set(given) - {"help"}
 
 

@@ -29,7 +29,7 @@ from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping
 
 from ..machine.paths import expand_path
-from .coercion import ConfigError, coerce_value, unknown_keys_error
+from .coercion import ConfigError, check_keys, coerce_value
 from .packing import LongRows, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
@@ -473,12 +473,7 @@ class FinetuneConfig(
                 shown); ConfigError (a ValueError): a key is not a field (the message names it and the
                 closest field), or as ``__post_init__``.
         """
-        from .secrets import refuse_secret_names
-
-        refuse_secret_names(values, where)
-        unknown = [k for k in values if k not in FIELD_NAMES]
-        if unknown:
-            raise unknown_keys_error(unknown, FIELD_NAMES, where)
+        check_keys(values, FIELD_NAMES, where)
         return cls(**values)
 
 
