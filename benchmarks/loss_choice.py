@@ -64,10 +64,15 @@ def parse_args(argv=None):
 
 def measure(model, tokenizer, held, short, args) -> dict:
     from tinyllama_ft.evaluate.held_out import held_out_scores, stopping_count
+    from tinyllama_ft.data.formats import AlpacaFormat
 
     t = time.perf_counter()
-    scores = held_out_scores(model, tokenizer, held, batch_size=4, max_seq_length=args.max_seq_length)
-    stop = stopping_count(model, tokenizer, short, max_new_tokens=args.max_new_tokens, batch_size=4)
+    scores = held_out_scores(
+        model, tokenizer, held, batch_size=4, max_seq_length=args.max_seq_length, data_format=AlpacaFormat()
+    )
+    stop = stopping_count(
+        model, tokenizer, short, max_new_tokens=args.max_new_tokens, batch_size=4, data_format=AlpacaFormat()
+    )
     return {
         **scores.as_dict(),
         "stopped": stop.stopped,
@@ -166,6 +171,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(args.threads)
     from tinyllama_ft.models.demo_model import demo_model_path
     from tinyllama_ft.evaluate.held_out import short_answer_rows
+    from tinyllama_ft.data.formats import AlpacaFormat
     from tinyllama_ft.machine.hardware import detect_hardware
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.train.summary import library_versions
@@ -185,7 +191,7 @@ def main(argv=None) -> dict:
         backend="transformers",
         hardware=hardware,
     )
-    short = short_answer_rows(rows[args.train_rows :], tokenizer, n=args.stop_rows)
+    short = short_answer_rows(rows[args.train_rows :], tokenizer, n=args.stop_rows, data_format=AlpacaFormat())
     results = {}
     if "base" in variants:
         results["base"] = measure(model, tokenizer, held, short, args)

@@ -244,9 +244,9 @@ print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_t
 print(fmt.check_first_batch(trainer))
 
 # %%
-from tinyllama_ft.evaluate.held_out import held_out_check, held_out_rows
+from tinyllama_ft.evaluate.held_out import held_out_check
 
-held_out = held_out_rows(eval_dataset, fmt)
+held_out = fmt.held_out_rows(eval_dataset)
 before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
 print(f"before: {before}")
 

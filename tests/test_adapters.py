@@ -181,3 +181,24 @@ def test_a_record_with_a_value_the_config_refuses_names_the_file(trained, tmp_pa
     assert read_record(path) == {} and read_record(path) == {}
     said = capsys.readouterr().err
     assert said.count("records how it was trained: prompting it as Alpaca") == 1
+
+
+def test_the_recorded_format_is_read_back_by_one_function_old_records_included(tmp_path):
+    """The run record names its data format; a record written before the name existed (no ``dataset_format``, as an
+    old run_config.json), or none at all, reads back as Alpaca."""
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.models.run_record import RECORD_FILE, adapter_record, read_record, recorded_format, write_record
+
+    chat = adapter_record(FinetuneConfig(dataset_format="messages"))
+    assert chat["dataset_format"] == "messages" and recorded_format(chat) == "messages"
+    assert recorded_format(adapter_record(FinetuneConfig())) == "alpaca"
+    old = tmp_path / "old_run"
+    (old / "lora_model").mkdir(parents=True)
+    (old / "run_config.json").write_text(json.dumps({"model_name": "m", "max_seq_length": 512}), encoding="utf-8")
+    record = read_record(str(old / "lora_model"))
+    assert record == {"model_name": "m", "max_seq_length": 512} and recorded_format(record) == "alpaca"
+    write_record(str(old / "lora_model"), {"model_name": "m", "template": "alpaca_no_input"})
+    assert (old / "lora_model" / RECORD_FILE).is_file() and recorded_format(
+        read_record(str(old / "lora_model"))
+    ) == "alpaca"
+    assert recorded_format({}) == "alpaca"

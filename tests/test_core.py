@@ -141,7 +141,11 @@ def test_a_prompt_past_the_models_positions_is_refused_by_every_helper(stories, 
         ),
         "try-out box": lambda m: answer_into(Output(), model, tokenizer, instruction, max_new_tokens=m),
         "held-out answers": lambda m: greedy_answers(
-            model, tokenizer, [{"instruction": instruction, "output": "A dog."}], max_new_tokens=m
+            model,
+            tokenizer,
+            [{"instruction": instruction, "output": "A dog."}],
+            max_new_tokens=m,
+            data_format=AlpacaFormat(),
         ),
     }
     too_many = 512 - n + 1
@@ -190,7 +194,7 @@ def test_the_held_out_checks_leave_out_rows_past_the_positions(stories, capsys):
         {"instruction": "Name a colour.", "input": "", "output": "Blue."},
         {"instruction": _long_instruction(tokenizer, fmt, 490), "input": "", "output": "A dog."},
     ]
-    check = held_out_check(model, tokenizer, rows, max_seq_length=512, max_new_tokens=32)
+    check = held_out_check(model, tokenizer, rows, max_seq_length=512, max_new_tokens=32, data_format=AlpacaFormat())
     assert check.scores.rows == 2 and check.stopping.total == 1
     said = capsys.readouterr().out
     assert (

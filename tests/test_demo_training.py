@@ -35,6 +35,7 @@ def test_a_few_completion_only_steps_help_and_keep_stopping(two_threads, tmp_pat
     from helpers import sft_trainer
     from tinyllama_ft.models.demo_model import demo_model_path
     from tinyllama_ft.evaluate.held_out import held_out_scores
+    from tinyllama_ft.data.formats import AlpacaFormat
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.models.loading import load_model
 
@@ -46,7 +47,7 @@ def test_a_few_completion_only_steps_help_and_keep_stopping(two_threads, tmp_pat
     )
     model = add_lora(model, gradient_checkpointing=False)
     with model.disable_adapter():
-        base = held_out_scores(model, tokenizer, held, max_seq_length=256)
+        base = held_out_scores(model, tokenizer, held, max_seq_length=256, data_format=AlpacaFormat())
     trainer = sft_trainer(
         model,
         tokenizer,
@@ -63,6 +64,6 @@ def test_a_few_completion_only_steps_help_and_keep_stopping(two_threads, tmp_pat
         completion_only_loss=True,
     )
     trainer.train()
-    tuned = held_out_scores(model, tokenizer, held, max_seq_length=256)
+    tuned = held_out_scores(model, tokenizer, held, max_seq_length=256, data_format=AlpacaFormat())
     assert tuned.response_loss < base.response_loss, (base, tuned)
     assert tuned.eos_probability >= base.eos_probability, (base, tuned)

@@ -223,6 +223,7 @@ def test_batches_pad_with_the_pad_token_never_eos(stories_dir):
     """Every generation loop pads left with the package's pad token: a tokenizer left without one (or padding with
     EOS) gets ``<unk>`` first. Before, ``held_out.greedy_answers`` padded such a batch with EOS itself."""
     from tinyllama_ft.evaluate.held_out import greedy_answers
+    from tinyllama_ft.data.formats import AlpacaFormat
     from tinyllama_ft.machine.hardware import Hardware
 
     model, tokenizer = stories_lora(stories_dir, Hardware())
@@ -243,11 +244,17 @@ def test_batches_pad_with_the_pad_token_never_eos(stories_dir):
 
     model.generate = recording
     tokenizer.pad_token = None
-    batched = greedy_answers(model, tokenizer, rows, max_new_tokens=6, batch_size=2)
+    batched = greedy_answers(model, tokenizer, rows, max_new_tokens=6, batch_size=2, data_format=AlpacaFormat())
     assert tokenizer.pad_token == "<unk>" and tokenizer.pad_token_id != tokenizer.eos_token_id
     ids, pad = seen[0]
     assert pad == tokenizer.pad_token_id and ids[0] == tokenizer.pad_token_id  # the shorter prompt, left-padded
     assert tokenizer.eos_token_id not in ids
-    assert batched == greedy_answers(model, tokenizer, rows[:1], max_new_tokens=6) + greedy_answers(
-        model, tokenizer, rows[1:], max_new_tokens=6
+    assert batched == greedy_answers(
+        model, tokenizer, rows[:1], max_new_tokens=6, data_format=AlpacaFormat()
+    ) + greedy_answers(
+        model,
+        tokenizer,
+        rows[1:],
+        max_new_tokens=6,
+        data_format=AlpacaFormat(),
     )  # padding changes no answer

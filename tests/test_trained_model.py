@@ -105,12 +105,14 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
         stream(model, tokenizer, QUESTIONS[:1], max_new_tokens=4, decode=helper.split("_")[1])
     elif helper == "held_out_scores":
         from tinyllama_ft.evaluate.held_out import held_out_scores
+        from tinyllama_ft.data.formats import AlpacaFormat
 
-        held_out_scores(model, tokenizer, rows)
+        held_out_scores(model, tokenizer, rows, data_format=AlpacaFormat())
     elif helper == "greedy_answers":
         from tinyllama_ft.evaluate.held_out import greedy_answers
+        from tinyllama_ft.data.formats import AlpacaFormat
 
-        greedy_answers(model, tokenizer, rows, max_new_tokens=4)
+        greedy_answers(model, tokenizer, rows, max_new_tokens=4, data_format=AlpacaFormat())
     elif helper.startswith("chat_"):
         from tinyllama_ft.infer import chat_generation
         from tinyllama_ft.models.chat_templates import set_chat_template

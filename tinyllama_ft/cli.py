@@ -19,7 +19,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from .config.coercion import ConfigError, unknown_keys_error
+from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_NAMES, FIELD_TYPES, SECTIONS, FinetuneConfig, field_docs
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
@@ -43,10 +43,8 @@ class Command:
 def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
     """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``).
 
-    jsonargparse adds them from the section dataclasses (``add_class_arguments``): each flag's type is the field's
-    annotation (a ``Literal``'s choices are listed and checked), its help the field's docstring, its default the
-    field's; the group's title and description are the section's docstring. A tuple field (``target_modules``,
-    ``prompts``, ...) is added here, typed as a list of its items or one string, so ``--export_formats
+    jsonargparse adds them from the section dataclasses (``add_class_arguments``: type, ``Literal`` choices, help and
+    default from the field); a tuple field is typed as a list of its items or one string, so ``--export_formats
     merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits and checks it.
 
     Args:
@@ -175,7 +173,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
     from .infer.generation import stream
     from .machine.hardware import detect_hardware
     from .models.adapters import adapter_base, load_adapter
-    from .models.run_record import is_chat, read_record, resolve_settings
+    from .models.run_record import read_record, recorded_format, resolve_settings
 
     where = "tinyllama-ft generate"
     base = adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
@@ -184,7 +182,8 @@ def _run_generate(values: dict, given: set) -> list[str]:
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
-    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=is_chat(record))
+    chat = recorded_format(record) != "alpaca"
+    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=chat)
     template = resolve_settings(
         record,
         {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
@@ -202,7 +201,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
         trust_remote_code=cfg.trust_remote_code,
         merged=cfg.reload_merged,
     )
-    if is_chat(record):  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
+    if chat:  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
         return chat_stream(
             model,
             tokenizer,
@@ -264,8 +263,6 @@ def _add_export_arguments(parser) -> None:
 
 
 def _run_export(values: dict, given: set) -> dict:
-    import os
-
     from .export.adapter_export import describe_exports, export_adapter
     from .models.adapters import adapter_base
 
@@ -318,32 +315,19 @@ def build_parser():
     return parser
 
 
-def _given_flags(argv: Sequence[str]) -> list[str]:
-    return [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
-
-
 def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments.
 
     Raises:
-        ConfigError: a flag the command does not take; the message names it and the closest one.
+        ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one.
     """
-    known = (
-        {"help", "config"} | set(FIELD_NAMES)
-        if command == "train"
-        else {"help", "adapter", "format", "base_model", "output_dir", "trust_remote_code"} | set(RECORDED_FIELDS)
-        if command == "export"
-        else {"help", "adapter", "prompt", "input", "base_model"} | set(GENERATE_FIELDS) | set(RECORDED_FIELDS)
-    )
-    given = _given_flags(argv)
-    from .config.secrets import refuse_secret_names
+    from jsonargparse import ArgumentParser
 
-    refuse_secret_names(dict.fromkeys(given), f"tinyllama-ft {command}")  # --hf_token X: never a flag (not shown)
-    unknown = [g for g in given if g not in known]
-    if unknown:
-        raise unknown_keys_error(
-            unknown, sorted(known), f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}"
-        )
+    parser = ArgumentParser(exit_on_error=False)
+    COMMANDS[command].add_arguments(parser)
+    known = {"help", *parser.get_defaults().keys()}  # the flags the command's parser takes, read from it
+    given = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
+    check_keys(given, sorted(known), f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}")  # --hf_token
     return set(given) - {"help"}
 
 
@@ -412,11 +396,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             ``TINYLLAMA_FT_DEBUG=1``) shows the traceback of an error.
 
     Returns:
-        0 on success (a ``train --resume true`` of a finished run too: it prints ``run already finished at step N
-        (max_steps N): nothing to train`` and writes nothing); 2 on a usage or configuration error (``ConfigError``: a misspelt flag, a bad value, a recipe
-        or a flag that contradicts the run's record); 1 on any other failure; 130 on Ctrl-C. An error's last line
-        is ``tinyllama-ft <command>: error: <message>`` on stderr (the message names the field or file and what to
-        do); a failure's line says that ``--debug`` shows the traceback.
+        0 on success (also ``train --resume true`` of a finished run: nothing trained or written); 2 on a
+        ``ConfigError`` (a misspelt flag, a bad value, a contradiction with the recipe or the run's record); 1 on any
+        other failure; 130 on Ctrl-C. An error ends as one line ``tinyllama-ft <command>: error: <message>`` on
+        stderr; a failure's says that ``--debug`` shows the traceback.
 
     Raises:
         SystemExit: ``--help`` (status 0), as jsonargparse raises it.

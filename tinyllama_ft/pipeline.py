@@ -43,7 +43,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .config.secrets import export_secrets
     from .data.formats import check_sources, data_format
     from .data.instructions import split_train_eval
-    from .evaluate.held_out import held_out_check, held_out_rows, heldout_summary
+    from .evaluate.held_out import held_out_check, heldout_summary
     from .evaluate.side_by_side import answers_table, compare_answers
     from .export.adapter_export import check_export_tools, describe_exports, export_adapter
     from .infer.generation import as_samples, format_answers, generate, stream
@@ -133,7 +133,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         work = training_plan(trainer)
         print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
         print(fmt.check_first_batch(trainer))
-        held_out = held_out_rows(eval_dataset, fmt)
+        held_out = fmt.held_out_rows(eval_dataset)
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
             before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
             print(f"before: {before}")

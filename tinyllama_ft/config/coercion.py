@@ -30,15 +30,21 @@ def did_you_mean(key: str, known: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def unknown_keys_error(
-    keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train"
-) -> ConfigError:
-    """The error for keys that are not configuration fields (or a command's flags), each with its near miss;
-    ``help_command --help`` is named as the list of them."""
+def check_keys(keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train") -> None:
+    """The one check of parameter names (a recipe's keys, the notebook's parameters, a command's flags).
+
+    Raises:
+        ConfigError: a key looks like a secret (``secrets.refuse_secret_names``; its value is never shown), or keys
+            are not among ``known`` (each named with its near miss; ``help_command --help`` lists them all).
+    """
+    from .secrets import refuse_secret_names
+
+    refuse_secret_names(dict.fromkeys(keys), where)
     known = list(known)
-    names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys)
+    names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys if k not in known)
     what = "not a FinetuneConfig field" if help_command == "tinyllama-ft train" else "not a flag of this command"
-    return ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")
+    if names:
+        raise ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")
 
 
 def _without_none(annotation: Any) -> tuple[Any, bool]:

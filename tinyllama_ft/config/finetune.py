@@ -19,7 +19,7 @@ from functools import lru_cache
 from typing import Any, Callable, Literal, Mapping
 
 from ..machine.paths import expand_path
-from .coercion import ConfigError, coerce_value, unknown_keys_error
+from .coercion import ConfigError, check_keys, coerce_value
 from .packing import LongRows, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
@@ -255,13 +255,9 @@ class TrainingSection:
     """TRL's packing: "bfd" (best-fit decreasing; TRL's default), "bfd_split" (long rows split) or "wrapped"
     (rows cut at window edges)."""
     completion_only_loss: bool = _field(True, identity=True)
-    """Loss on the response tokens and the EOS after them only (TRL's name; what TRL's prompt/completion
-    format, Axolotl and LLaMA-Factory default to). False: on the whole text, prompt included (the article's).
-    Measured on SmolLM2-135M-Instruct, 20 LoRA steps of 4 x 256 tokens at lr 2e-4 on the demo rows
-    (benchmarks/loss_choice.py, 60 held-out rows, 20 short-answer instructions, 128 new tokens): the whole-text
-    loss lowered the mean EOS probability at the end of held-out responses 0.559 -> 0.418 and the answers that
-    stop 19/20 -> 12/20; the response-only loss raised them to 0.668 and 20/20, with the lower held-out response
-    loss (1.890 -> 1.805, vs 1.849)."""
+    """Loss on the response tokens and the EOS after them only (TRL's name and default for prompt/completion rows);
+    False: on the whole text, prompt included (the article's). Why: README's loss-choice table
+    (benchmarks/loss_choice.py)."""
     eval_steps: int = _field(20, identity=False, allowed=_positive("a positive number of steps"))
     """Evaluate every N optimizer steps (this package)."""
     save_steps: int = _field(20, identity=False, allowed=_positive("a positive number of steps"))
@@ -467,12 +463,7 @@ class FinetuneConfig(
                 shown); ConfigError (a ValueError): a key is not a field (the message names it and the
                 closest field), or as ``__post_init__``.
         """
-        from .secrets import refuse_secret_names
-
-        refuse_secret_names(values, where)
-        unknown = [k for k in values if k not in FIELD_NAMES]
-        if unknown:
-            raise unknown_keys_error(unknown, FIELD_NAMES, where)
+        check_keys(values, FIELD_NAMES, where)
         return cls(**values)
 
 

@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..machine.paths import expand_path
-from .coercion import ConfigError, unknown_keys_error
+from .coercion import ConfigError, check_keys
 from .finetune import FIELD_NAMES, FinetuneConfig
-from .secrets import refuse_secret_names
 
 #: The types of the values papermill (and Colab's forms) write into a notebook.
 _LITERALS = (str, int, float, bool, type(None), list, tuple, dict)
@@ -135,10 +134,7 @@ def load_recipe(name_or_path: str | os.PathLike) -> dict[str, Any]:
     values = _read_yaml(path) or {}
     if not isinstance(values, dict):
         raise ConfigError(f"recipe {path}: expected a mapping of parameter: value, got {type(values).__name__}")
-    refuse_secret_names(values, f"recipe {path}")
-    unknown = [k for k in values if k not in FIELD_NAMES]
-    if unknown:
-        raise unknown_keys_error(unknown, FIELD_NAMES, f"recipe {path}")
+    check_keys(values, FIELD_NAMES, f"recipe {path}")
     return values
 
 

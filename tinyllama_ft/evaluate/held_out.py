@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
-from ..data.formats import AlpacaFormat
 from ..infer.core import Answer, check_batch_size, generate_answers, model_positions
 from ..models.attention import sdpa_outside_training
 
@@ -89,7 +88,7 @@ def held_out_scores(
     tokenizer,
     rows: Sequence[dict],
     *,
-    data_format=None,
+    data_format,
     batch_size: int = 4,
     max_seq_length: int | None = None,
     max_batch_tokens: int = 4096,
@@ -97,17 +96,15 @@ def held_out_scores(
     """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
 
     Args:
-        model: a causal LM (a PEFT model too), on any device.
-        tokenizer: its (fast) tokenizer, with a pad token.
-        rows: the format's held-out rows (``held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
+        model, tokenizer: a causal LM (a PEFT model too), on any device, and its (fast) tokenizer.
+        rows: the format's held-out rows (``data_format.held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
             optionally ``input``, or ``{"messages": [...]}``.
-        data_format: ``formats.AlpacaFormat`` (default, ``DEFAULTS.template``) or a prepared
-            ``formats.ConversationFormat``.
+        data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat``
+            (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
         batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
-        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone): the
-            logits are tokens x vocab, 4096 x 49,152 in bf16 = 0.4 GB on the model's device; the log-probabilities
-            are taken one row at a time in float32 (at most one row x vocab more).
+        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone), which
+            bounds the logits (tokens x vocab); log-probabilities are taken one row at a time in float32.
 
     Returns:
         ``HeldOutScores``.
@@ -116,10 +113,11 @@ def held_out_scores(
         ValueError: no rows, a row without instruction/output (naming it), or every row skipped.
     """
     import torch
+    from torch.nn.utils.rnn import pad_sequence
 
     if not rows:
         raise ValueError("held_out_scores: no rows")
-    ids, masks = (data_format or AlpacaFormat()).score_ids(tokenizer, rows)
+    ids, masks = data_format.score_ids(tokenizer, rows)
     keep = [i for i, x in enumerate(ids) if max_seq_length is None or len(x) <= max_seq_length]
     skipped = sorted(set(range(len(ids))) - set(keep))
     if not keep:
@@ -138,17 +136,10 @@ def held_out_scores(
             chunks.append([i])
     with eval_mode(model), torch.inference_mode():
         for chunk in chunks:
-            width = max(len(ids[i]) for i in chunk)
-            input_ids = torch.full((len(chunk), width), pad_id, dtype=torch.long)
-            attention = torch.zeros((len(chunk), width), dtype=torch.long)
-            response = torch.zeros((len(chunk), width), dtype=torch.bool)
-            last = torch.zeros(len(chunk), dtype=torch.long)  # each row's last supervised token
-            for b, i in enumerate(chunk):
-                n = len(ids[i])
-                input_ids[b, :n] = torch.tensor(ids[i])
-                attention[b, :n] = 1
-                response[b, :n] = torch.tensor(masks[i], dtype=torch.bool)
-                last[b] = max(j for j, m in enumerate(masks[i]) if m)
+            input_ids = pad_sequence([torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=pad_id)
+            attention = pad_sequence([torch.ones(len(ids[i]), dtype=torch.long) for i in chunk], batch_first=True)
+            response = pad_sequence([torch.tensor(masks[i], dtype=torch.bool) for i in chunk], batch_first=True)
+            last = torch.tensor([max(j for j, m in enumerate(masks[i]) if m) for i in chunk])  # last supervised token
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
             target = input_ids[:, 1:]
             nll = torch.zeros(target.shape)
@@ -174,49 +165,47 @@ def held_out_scores(
     )
 
 
-def _output_tokens(row: dict, tokenizer, data_format) -> int:
-    reference = (data_format or AlpacaFormat()).reference(row)
-    return len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"])
+def short_rows(
+    rows: Sequence[dict], tokenizer, *, data_format, n: int, max_tokens: int = SHORT_ANSWER_TOKENS
+) -> list[dict]:
+    """Up to ``n`` rows (the first, in order) whose reference answer is at most ``max_tokens`` tokens.
+
+    Args:
+        rows: held-out rows of ``data_format`` (Alpaca: the reference is ``output``).
+        tokenizer: counts the reference's tokens (no special tokens added, special-token text kept as text).
+        data_format: as ``held_out_scores``.
+        n: rows wanted.
+        max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
+    """
+    picked = []
+    for row in rows:
+        reference = data_format.reference(row)
+        if len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"]) <= max_tokens:
+            picked.append(row)
+            if len(picked) == n:
+                break
+    return picked
 
 
 def short_answer_rows(
-    rows: Sequence[dict], tokenizer, *, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS, data_format=None
+    rows: Sequence[dict], tokenizer, *, data_format, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS
 ) -> list[dict]:
-    """The first ``n`` rows (in order) whose reference answer is at most ``max_tokens`` tokens.
-
-    Args:
-        rows: held-out rows of ``data_format`` (Alpaca dicts by default: the reference is ``output``).
-        tokenizer: counts the reference's tokens (no special tokens added, special-token text kept as text).
-        n: rows wanted.
-        max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
-        data_format: as ``held_out_scores``.
-
-    Returns:
-        The rows, in their order.
+    """``short_rows``, requiring ``n`` of them.
 
     Raises:
         ValueError: fewer than ``n`` such rows.
     """
-    picked = []
-    for row in rows:
-        if _output_tokens(row, tokenizer, data_format) <= max_tokens:
-            picked.append(row)
-            if len(picked) == n:
-                return picked
-    raise ValueError(f"only {len(picked)} of {len(rows)} rows have an output of <= {max_tokens} tokens; {n} asked")
+    picked = short_rows(rows, tokenizer, data_format=data_format, n=n, max_tokens=max_tokens)
+    if len(picked) < n:
+        raise ValueError(f"only {len(picked)} of {len(rows)} rows have an output of <= {max_tokens} tokens; {n} asked")
+    return picked
 
 
 @dataclass(frozen=True)
 class StoppingReport:
-    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with a stop token in time.
-
-    Attributes:
-        stopped, total: counts.
-        max_new_tokens: the budget each answer had.
-        answers: the answers' text (special tokens removed), in row order.
-        new_tokens: tokens each answer used (the stop token included when it came).
-        ended: per row, whether it ended with a stop token (Alpaca: EOS; conversations: the end of turn).
-    """
+    """``stopping_count``'s result: ``stopped`` of ``total`` greedy answers ended with a stop token (Alpaca: EOS;
+    conversations: the end of turn) within ``max_new_tokens``; per row, in order: the ``answers``' text (special
+    tokens removed), the ``new_tokens`` each used (the stop token included) and whether it ``ended``."""
 
     stopped: int
     total: int
@@ -234,8 +223,8 @@ def greedy_answers(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    data_format=None,
     batch_size: int | None = None,
 ) -> list[Answer]:
     """Greedy answers to each held-out row's prompt, through the generation core (``core.generate_answers``).
@@ -251,14 +240,13 @@ def greedy_answers(
     Returns:
         One ``core.Answer`` per row: new ids up to the first stop token, and whether it came.
     """
-    fmt = data_format or AlpacaFormat()
     with eval_mode(model):
         return generate_answers(
             model,
             tokenizer,
-            [fmt.row_prompt(tokenizer, r) for r in rows],
-            stop_token_ids=fmt.stop_token_ids(tokenizer),
-            encode_kwargs=fmt.encode_kwargs,
+            [data_format.row_prompt(tokenizer, r) for r in rows],
+            stop_token_ids=data_format.stop_token_ids(tokenizer),
+            encode_kwargs=data_format.encode_kwargs,
             max_new_tokens=max_new_tokens,
             batch_size=batch_size or check_batch_size(model),
             for_inference=False,  # mid-run: eval_mode switches and restores; Unsloth's inference mode stays off
@@ -270,18 +258,15 @@ def stopping_count(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    data_format=None,
     batch_size: int | None = None,
 ) -> StoppingReport:
     """How many greedy answers to the rows' prompts end with a stop token within ``max_new_tokens``.
 
     Args:
-        model, tokenizer: as ``held_out_scores``.
-        rows: held-out rows (``short_answer_rows`` picks ones with short reference answers).
-        max_new_tokens: budget per answer (default ``STOP_MAX_NEW_TOKENS`` = 128).
-        data_format: as ``held_out_scores``.
-        batch_size: prompts per batch; None: ``core.check_batch_size``.
+        model, tokenizer, rows, data_format, max_new_tokens, batch_size: as ``greedy_answers`` (``short_answer_rows``
+            picks rows with short reference answers).
 
     Returns:
         ``StoppingReport``.
@@ -300,7 +285,7 @@ def stopping_count(
 
 
 def rows_within_positions(
-    model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int, data_format=None, what: str = "held-out answers"
+    model, tokenizer, rows: Sequence[dict], *, data_format, max_new_tokens: int, what: str = "held-out answers"
 ) -> list[dict]:
     """The rows whose generation prompt plus ``max_new_tokens`` fit the model's positions (``core.model_positions``),
     in order; the others are left out with one printed line naming how many, the budget and the positions (the
@@ -311,14 +296,15 @@ def rows_within_positions(
         max_new_tokens: the answers' budget.
         what: what the rows are for, in the printed line.
     """
-    fmt = data_format or AlpacaFormat()
     positions = model_positions(model)
     if positions is None:
         return list(rows)
     kept = [
         r
         for r in rows
-        if len(tokenizer(fmt.row_prompt(tokenizer, r), **fmt.encode_kwargs)["input_ids"]) + max_new_tokens <= positions
+        if len(tokenizer(data_format.row_prompt(tokenizer, r), **data_format.encode_kwargs)["input_ids"])
+        + max_new_tokens
+        <= positions
     ]
     if len(kept) < len(rows):
         print(
@@ -326,20 +312,6 @@ def rows_within_positions(
             f"{max_new_tokens} new tokens exceeds the model's {positions} positions"
         )
     return kept
-
-
-def held_out_rows(dataset, data_format=None) -> list[dict]:
-    """The held-out split as plain dicts, as ``data_format`` reads them (``formats.AlpacaFormat.held_out_rows``:
-    ``instruction``, ``input``, ``output``; ``ConversationFormat``: ``messages``).
-
-    Args:
-        dataset: the eval split (``instructions.split_train_eval``), tokenized or not; None (no eval split) gives [].
-        data_format: as ``held_out_scores``.
-
-    Returns:
-        One dict per row, in order.
-    """
-    return (data_format or AlpacaFormat()).held_out_rows(dataset)
 
 
 @dataclass(frozen=True)
@@ -358,8 +330,8 @@ def held_out_check(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     stop_rows: int = STOP_ROWS,
-    data_format=None,
     max_seq_length: int | None = DEFAULTS.max_seq_length,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
 ) -> HeldOutCheck | None:
@@ -367,7 +339,7 @@ def held_out_check(
 
     Args:
         model, tokenizer: as ``held_out_scores`` (before training, the LoRA model is the base: its adapter is 0).
-        rows: held-out rows (``held_out_rows``); [] skips the check (one printed line).
+        rows: held-out rows (``data_format.held_out_rows``); [] skips the check (one printed line).
         stop_rows: prompts in the stopping count, the first rows whose reference answer has at most
             ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20), among those whose
             prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).
@@ -390,17 +362,6 @@ def held_out_check(
     short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
     return HeldOutCheck(scores, stopping)
-
-
-def short_rows(
-    rows: Sequence[dict], tokenizer, *, n: int, max_tokens: int = SHORT_ANSWER_TOKENS, data_format=None
-) -> list[dict]:
-    """Up to ``n`` rows whose reference answer has at most ``max_tokens`` tokens (``short_answer_rows`` without
-    its error when fewer are short)."""
-    try:
-        return short_answer_rows(rows, tokenizer, n=n, max_tokens=max_tokens, data_format=data_format)
-    except ValueError:
-        return [r for r in rows if _output_tokens(r, tokenizer, data_format) <= max_tokens]
 
 
 def heldout_summary(

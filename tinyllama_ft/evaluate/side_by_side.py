@@ -10,15 +10,7 @@ from __future__ import annotations
 import html
 from typing import Sequence
 
-from ..data.formats import AlpacaFormat
-from .held_out import STOP_MAX_NEW_TOKENS, greedy_answers, rows_within_positions
-
-
-def _answers(model, tokenizer, rows, max_new_tokens, data_format, batch_size):
-    found = greedy_answers(
-        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, batch_size=batch_size
-    )
-    return [(tokenizer.decode(a.ids, skip_special_tokens=True).strip(), a.stopped) for a in found]
+from .held_out import STOP_MAX_NEW_TOKENS, rows_within_positions, stopping_count
 
 
 def compare_answers(
@@ -26,8 +18,8 @@ def compare_answers(
     tokenizer,
     rows: Sequence[dict],
     *,
+    data_format,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    data_format=None,
     batch_size: int | None = None,
 ) -> list[dict]:
     """Answer each held-out row's prompt with the adapter off (base) and on (fine-tuned).
@@ -35,10 +27,10 @@ def compare_answers(
     Args:
         model: a PEFT model (``lora.add_lora`` output, trained or not), not merged.
         tokenizer: its tokenizer.
-        rows: held-out rows of ``data_format`` (``held_out.held_out_rows``): Alpaca dicts with ``instruction``,
+        rows: held-out rows of ``data_format`` (``data_format.held_out_rows``): Alpaca dicts with ``instruction``,
             optionally ``input`` and ``output`` (the reference), or conversations.
         max_new_tokens: budget per answer (default 128, as the stopping count).
-        data_format: ``formats.AlpacaFormat`` (default) or a prepared ``formats.ConversationFormat``.
+        data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat`` (required).
         batch_size: prompts per batch; None: ``core.check_batch_size`` (16 on a CUDA GPU, 4 on a CPU).
 
     Returns:
@@ -52,15 +44,14 @@ def compare_answers(
     """
     if not hasattr(model, "disable_adapter"):
         raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
-    fmt = data_format or AlpacaFormat()
-    rows = rows_within_positions(
-        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=fmt, what="side-by-side answers"
-    )
+    fmt, options = data_format, dict(max_new_tokens=max_new_tokens, data_format=data_format)
+    rows = rows_within_positions(model, tokenizer, rows, what="side-by-side answers", **options)
+    options["batch_size"] = batch_size
     with model.disable_adapter():
-        base = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
-    tuned = _answers(model, tokenizer, rows, max_new_tokens, fmt, batch_size)
+        base = stopping_count(model, tokenizer, rows, **options)
+    tuned = stopping_count(model, tokenizer, rows, **options)
     table = []
-    for r, (b, bs), (t, ts) in zip(rows, base, tuned):
+    for i, r in enumerate(rows):
         instruction, context = fmt.instruction(r)
         reference = fmt.reference(r) if ("output" in r or "messages" in r) else ""  # a row may come without one
         table.append(
@@ -68,10 +59,10 @@ def compare_answers(
                 instruction=instruction,
                 input=context,
                 reference=reference,
-                base=b,
-                tuned=t,
-                base_stopped=bs,
-                tuned_stopped=ts,
+                base=base.answers[i].strip(),
+                tuned=tuned.answers[i].strip(),
+                base_stopped=base.ended[i],
+                tuned_stopped=tuned.ended[i],
             )
         )
     return table

@@ -255,7 +255,7 @@ def export_adapter(
     check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
-    from ..models.run_record import is_chat, read_record, resolve_settings
+    from ..models.run_record import read_record, recorded_format, resolve_settings
 
     record = read_record(adapter_dir)
     settings = resolve_settings(
@@ -264,7 +264,7 @@ def export_adapter(
         defaults={"template": DEFAULTS.template},
         where="export",
     )  # load_adapter: the rest
-    template = None if is_chat(record) else settings["template"]  # None: the chat adapter's own template
+    template = settings["template"] if recorded_format(record) == "alpaca" else None  # None: the chat adapter's own
     converter = None
     if any(f.startswith("gguf_") for f in formats):
         converter = (

@@ -80,18 +80,9 @@ def apply_rope_scaling(config, max_seq_length: int) -> float | None:
     factor = rope_scaling_factor(max_seq_length, getattr(config, "max_position_embeddings", None))
     if factor is None:
         return None
-    params = dict(getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {})
-    theta = params.get("rope_theta", getattr(config, "rope_theta", 10000.0))
-    scaling = {"rope_type": "linear", "factor": factor, "rope_theta": theta}
-    if hasattr(config, "rope_parameters"):
-        config.rope_parameters = scaling
-    else:  # transformers 4.x
-        config.rope_scaling = {"type": "linear", "factor": factor}
+    theta = (getattr(config, "rope_parameters", None) or {}).get("rope_theta", getattr(config, "rope_theta", 10000.0))
+    config.rope_parameters = {"rope_type": "linear", "factor": factor, "rope_theta": theta}
     return factor
-
-
-def _say_once(message: str) -> None:
-    warnings.warn(message, stacklevel=3)
 
 
 def load_model(
@@ -143,7 +134,10 @@ def load_model(
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
     if load_in_4bit and not hardware.cuda:
-        _say_once("load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU")
+        warnings.warn(
+            "load_in_4bit=True needs a CUDA GPU (bitsandbytes): loading in full precision (float32) on the CPU",
+            stacklevel=2,
+        )
         load_in_4bit = False
     if chosen == "unsloth":
         model, tokenizer, factor = _load_unsloth(
@@ -160,9 +154,10 @@ def load_model(
             attn_implementation or "sdpa",
         )
     if factor is not None:
-        _say_once(
+        warnings.warn(
             f"max_seq_length={max_seq_length} exceeds the model's trained positions: "
-            f"linear RoPE scaling x{factor:g} applied ({chosen} backend)"
+            f"linear RoPE scaling x{factor:g} applied ({chosen} backend)",
+            stacklevel=2,
         )
     ensure_pad_token(tokenizer, model)
     _LOADED_BY[model] = chosen

@@ -137,9 +137,14 @@ def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
     return record
 
 
-def is_chat(record: Mapping[str, Any]) -> bool:
-    """The record is a chat run's (``dataset_format`` other than ``"alpaca"``)."""
-    return record.get("dataset_format", "alpaca") != "alpaca"
+def recorded_format(record: Mapping[str, Any]) -> str:
+    """The name of the data format the adapter was trained with (``formats.data_format(cfg).name``): ``"alpaca"``, or
+    a conversation layout (``"auto"``, ``"messages"``, ``"sharegpt"``): how it is prompted and stopped.
+
+    A record that names none (a run from before chat runs, or ``{}`` for a PEFT folder from elsewhere) was Alpaca:
+    decided here, once, for every caller (``load_adapter``, ``generate``, ``export``).
+    """
+    return record.get("dataset_format") or "alpaca"
 
 
 def resolve_settings(
@@ -167,7 +172,7 @@ def resolve_settings(
         if value is None:
             continue
         recorded = record.get(name)
-        if name == "template" and is_chat(record):
+        if name == "template" and recorded_format(record) != "alpaca":
             raise ConfigError(
                 f"{where}: template={value!r}, but the adapter was trained on conversations "
                 f"(dataset_format={record['dataset_format']!r}, chat_template={record.get('chat_template')!r}): "

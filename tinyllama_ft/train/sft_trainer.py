@@ -19,10 +19,9 @@ from ..models.attention import sdpa_outside_training
 from ..models.precision import trainer_precision_flags
 from .plan import RunPlan
 
-#: Arguments whose name changed across TRL / transformers releases: our name -> spellings, newest first.
+#: Arguments renamed between the allowed releases (transformers 5.17 and the newest): our name -> spellings, newest
+#: first.
 RENAMED_ARGUMENTS = {
-    "max_length": ("max_length", "max_seq_length"),  # TRL 0.20
-    "eval_strategy": ("eval_strategy", "evaluation_strategy"),  # transformers 4.46
     "gradient_checkpointing": ("activation_checkpointing", "gradient_checkpointing"),  # transformers 5.2x
     "gradient_checkpointing_kwargs": ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"),
 }
@@ -75,6 +74,8 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
         completion_only_loss=cfg.completion_only_loss,  # explicit: None enables it only for prompt/completion columns
         packing=cfg.packing,
         dataset_num_proc=cfg.dataset_num_proc,
+        max_length=cfg.max_seq_length,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: warmup_steps below 1 is a fraction of the total steps
         include_num_input_tokens_seen="non_padding",
         **trainer_precision_flags(plan.dtype, cpu_autocast_bf16=plan.cpu_autocast_bf16),
     )
@@ -91,16 +92,11 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
     kwargs["eval_strategy"] = "steps" if has_eval else "no"
     if has_eval:
         kwargs["eval_steps"] = cfg.eval_steps
-    kwargs["max_length"] = cfg.max_seq_length
     for name, spellings in RENAMED_ARGUMENTS.items():
         if name not in kwargs:
             continue
         accepted = next((s for s in spellings if _accepts(config_cls, s)), name)
         kwargs[accepted] = kwargs.pop(name)
-    if _accepts(config_cls, "warmup_ratio"):
-        kwargs["warmup_ratio"] = cfg.warmup_ratio
-    else:  # transformers 5 folded it in: warmup_steps below 1 is a fraction of the total steps
-        kwargs["warmup_steps"] = cfg.warmup_ratio
     unknown = [k for k in kwargs if not _accepts(config_cls, k)]
     if unknown:
         raise TypeError(f"the installed {config_cls.__name__} takes none of {unknown}: upgrade trl/transformers")
@@ -125,7 +121,7 @@ def build_trainer(
 
     Args:
         model: the LoRA model (``lora.add_lora``).
-        tokenizer: its tokenizer (passed as ``processing_class``, or ``tokenizer`` on old TRL).
+        tokenizer: its tokenizer (passed as ``processing_class``).
         train_dataset, eval_dataset: ``datasets.Dataset`` with ``input_ids`` + ``completion_mask``, or Alpaca
             columns (tokenized here, ``cfg.template``), or only ``"text"`` (TRL tokenizes it, special-token text
             parsed); eval may be None. Rows with no token to train on are dropped and counted
@@ -152,14 +148,13 @@ def build_trainer(
 
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
-    tok_arg = "processing_class" if _accepts(SFTTrainer, "processing_class") else "tokenizer"
     trainer = sdpa_evaluating(SFTTrainer)(
         model=model,
         args=args,
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         callbacks=callbacks,
-        **{tok_arg: tokenizer},
+        processing_class=tokenizer,
     )
     if progress and not in_interactive_kernel():
         # a terminal, a pipe, papermill: the printed lines are the progress. transformers' own (a tqdm bar with its
