@@ -3,7 +3,8 @@
 Those sources hand over strings where a Python literal was meant: papermill's ``-p dtype None`` and Colab's
 ``"None"``, ``-p target_modules q_proj,v_proj``, YAML's ``2e-4`` (a string to PyYAML), ``--packing false``.
 Each field's type decides what is accepted; anything else is an error naming the field. A mistyped
-name gets the closest field name as a hint (``difflib``), e.g. ``lora_rank`` -> "did you mean lora_r?".
+name gets the closest field name as a hint (``difflib``), e.g. ``lora_rank`` -> "did you mean lora_r?"
+(``check_keys``: one check for recipes, notebook parameters and flags). Why not jsonargparse's types: docs/internals.md.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """TRL ``SFTTrainer`` with the article's arguments (cells 6-7), spelled for the installed TRL/transformers.
 
-``sft_config_kwargs`` reads the installed ``SFTConfig`` signature and uses whichever name it has for renamed
-arguments, so one code path runs on TRL 1.15 / transformers 5.17 and newer releases. Packing is TRL's ``"bfd"``;
-tokens are counted as non-padding input tokens.
+``sft_config_kwargs`` spells the arguments TRL 1.15 / transformers 5.17 and newer releases share, and reads the
+installed signature for the one they name differently (``gradient_checkpointing`` / ``activation_checkpointing``).
+Packing is TRL's ``"bfd"``; tokens are counted as non-padding input tokens.
 """
 
 from __future__ import annotations
