@@ -18,8 +18,7 @@ import time
 import torch
 
 from tinyllama_ft.data.formats import AlpacaFormat
-from tinyllama_ft.evaluate.held_out import STOP_MAX_NEW_TOKENS, eval_mode, held_out_scores
-from tinyllama_ft.infer.core import generate_answers
+from tinyllama_ft.evaluate.held_out import greedy_answers, held_out_scores
 
 
 def load(adapter: str, four_bit: bool):
@@ -50,18 +49,7 @@ def _sync() -> None:
 def answers(model, tokenizer, rows, fmt, decode: str, batch_size: int) -> tuple[list, float]:
     _sync()
     start = time.perf_counter()
-    with eval_mode(model):
-        found = generate_answers(
-            model,
-            tokenizer,
-            [fmt.row_prompt(tokenizer, r) for r in rows],
-            stop_token_ids=fmt.stop_token_ids(tokenizer),
-            encode_kwargs=fmt.encode_kwargs,
-            max_new_tokens=STOP_MAX_NEW_TOKENS,
-            batch_size=batch_size,
-            decode=decode,
-            for_inference=False,
-        )
+    found = greedy_answers(model, tokenizer, rows, data_format=fmt, batch_size=batch_size, decode=decode)
     _sync()
     return found, time.perf_counter() - start
 

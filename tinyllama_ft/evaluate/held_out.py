@@ -226,6 +226,7 @@ def greedy_answers(
     data_format,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
     batch_size: int | None = None,
+    decode: str = "auto",
 ) -> list[Answer]:
     """Greedy answers to each held-out row's prompt, through the generation core (``core.generate_answers``).
 
@@ -236,6 +237,7 @@ def greedy_answers(
         data_format: as ``held_out_scores``: the prompt (``row_prompt``), its tokenization and the stop ids.
         batch_size: prompts per batch (left-padded, ``core.generate_answers``); None: ``core.check_batch_size``
             (16 on a CUDA GPU, 4 on a CPU).
+        decode: ``core.DECODE_CHOICES``; "auto" (the checks' choice) or "plain" / "graph" forced (benchmarks).
 
     Returns:
         One ``core.Answer`` per row: new ids up to the first stop token, and whether it came.
@@ -249,6 +251,7 @@ def greedy_answers(
             encode_kwargs=data_format.encode_kwargs,
             max_new_tokens=max_new_tokens,
             batch_size=batch_size or check_batch_size(model),
+            decode=decode,
             for_inference=False,  # mid-run: eval_mode switches and restores; Unsloth's inference mode stays off
         )
 
