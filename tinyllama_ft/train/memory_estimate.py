@@ -45,6 +45,12 @@ def model_dims(model_config) -> dict[str, int]:
     }
 
 
+def projection_parameters(dims: dict[str, int]) -> int:
+    """Parameters of every decoder projection (q, k, v, o, gate, up, down) of all layers, from ``model_dims``."""
+    h, kv, i = dims["hidden"], dims["kv_dim"], dims["intermediate"]
+    return dims["layers"] * (2 * h * h + 2 * h * kv + 3 * h * i)
+
+
 def estimate_peak_gib(
     dims: dict[str, int],
     *,
@@ -71,7 +77,7 @@ def estimate_peak_gib(
         Weights + adapter/optimizer state + activations + logits, in GiB.
     """
     L, h, i, v, kv = dims["layers"], dims["hidden"], dims["intermediate"], dims["vocab"], dims["kv_dim"]
-    layer_weights = L * (2 * h * h + 2 * h * kv + 3 * h * i)
+    layer_weights = projection_parameters(dims)
     weights = layer_weights * (0.5 if load_in_4bit else 2) + 2 * v * h * 2
     lora = L * lora_r * (2 * (h + h) + 2 * (h + kv) + 3 * (h + i)) * 16  # fp32 weight, grad, two Adam moments
     tokens = micro_batch * max_seq_length

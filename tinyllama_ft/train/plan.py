@@ -19,7 +19,15 @@ from ..config.finetune import FinetuneConfig
 from ..machine.hardware import Hardware, is_importable
 from ..models.loading import choose_backend, rope_scaling_factor
 from ..models.precision import resolve_dtype
-from .memory_estimate import HEADROOM, estimate_peak_gib, gpu_budget_gib, model_dims, read_model_config, splits
+from .memory_estimate import (
+    HEADROOM,
+    estimate_peak_gib,
+    gpu_budget_gib,
+    model_dims,
+    projection_parameters,
+    read_model_config,
+    splits,
+)
 
 
 @dataclass(frozen=True)
@@ -316,8 +324,7 @@ def plan_run(
 def merged_copy_gib(dims: dict[str, int]) -> float:
     """GiB of the 16-bit copy of every decoder projection (q, k, v, o, gate, up, down) the held-out checks decode
     with on a CUDA GPU (``infer.fast.llama_ops.fused_weights``), from ``memory_estimate.model_dims``'s fields."""
-    h, kv, inter = dims["hidden"], dims["kv_dim"], dims["intermediate"]
-    return dims["layers"] * (2 * h * h + 2 * h * kv + 3 * h * inter) * 2 / 2**30
+    return projection_parameters(dims) * 2 / 2**30
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
