@@ -13,6 +13,8 @@ Modes (``--mode``):
   (dynamic cache): what a practitioner writes without Unsloth;
 * ``unsloth``: the article's cells 9-10: Unsloth ``FastLanguageModel`` on the 4-bit base + adapter,
   ``for_inference``, ``generate`` + ``TextStreamer``;
+* ``unsloth_graphs``: ``unsloth`` with ``UNSLOTH_DECODE_CUDA_GRAPHS=1`` (Unsloth's CUDA-graph replay of the
+  decode step, which it otherwise keeps for its RL trainers' generation);
 * ``hf_static``: transformers bf16 base with the adapter merged, ``generate(cache_implementation="static")``
   (transformers compiles the decode step) + ``TextStreamer``;
 * ``package``: this package's reload and ``stream``/``generate`` helpers, as the notebook's cells 9-10 call
@@ -30,6 +32,7 @@ Modes (``--mode``):
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -38,7 +41,9 @@ from pathlib import Path
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (its base model path inside)")
 ap.add_argument(
-    "--mode", required=True, choices=("plain", "unsloth", "hf_static", "package", "package_inductor", "package_cublas")
+    "--mode",
+    required=True,
+    choices=("plain", "unsloth", "unsloth_graphs", "hf_static", "package", "package_inductor", "package_cublas"),
 )
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
@@ -49,7 +54,9 @@ ap.add_argument(
 ap.add_argument("--batches", default="4,16", help="left-padded batch sizes timed after batch 1 ('' for none)")
 a = ap.parse_args()
 
-if a.mode == "unsloth":
+if a.mode.startswith("unsloth"):
+    if a.mode == "unsloth_graphs":
+        os.environ["UNSLOTH_DECODE_CUDA_GRAPHS"] = "1"  # read per generate() call (unsloth/models/_decode_graphs.py)
     import unsloth  # noqa: F401  first: it patches transformers and peft
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repo root, for --mode package
 
@@ -130,7 +137,7 @@ if a.mode in ("plain", "hf_static"):
     extra = {"cache_implementation": "static"} if a.mode == "hf_static" else {}
     answer = hf_answer(model, tokenizer, **extra)
     batched = lambda rows: hf_answer(model, tokenizer, rows, **extra)  # noqa: E731
-elif a.mode == "unsloth":
+elif a.mode.startswith("unsloth"):
     from unsloth import FastLanguageModel
 
     model, tokenizer = FastLanguageModel.from_pretrained(a.adapter, max_seq_length=a.seq, dtype=None, load_in_4bit=True)

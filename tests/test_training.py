@@ -113,3 +113,53 @@ def test_every_sample_in_a_collated_batch_ends_in_one_supervised_eos(trainer):
         **dict.fromkeys(counts, 0),
         **dict.fromkeys(("samples", "samples_ok", "eos_tokens", "eos_supervised"), starts),
     }
+
+
+def test_on_flex_attention_every_packed_batch_has_one_length_and_the_same_loss(
+    stories_dir, alpaca_jsonl, tmp_path_factory, cpu
+):
+    """A plan on flex attention pads each padding-free batch to ``per_device_train_batch_size * max_seq_length``
+    tokens (one shape, so the compiled kernel is built once); the tail is pad ids each at position 0, never
+    supervised, and the loss equals the batch's without it. A plan on SDPA keeps batches unpadded."""
+    import dataclasses
+
+    import torch
+
+    model, tokenizer = stories_lora(stories_dir, cpu)
+    rows = [
+        r
+        for r in alpaca_rows(alpaca_jsonl, 200)
+        if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400
+    ][:40]
+    cfg = FinetuneConfig(
+        max_seq_length=512,
+        report_to="none",
+        max_steps=2,
+        output_dir=str(tmp_path_factory.mktemp("flex")),
+        dataset_num_proc=None,
+    )
+    sdpa = plan_run(cfg, cpu)
+    flex = dataclasses.replace(sdpa, attn_implementation="flex_attention")
+    assert "pad_to_multiple_of" not in sft_config_kwargs(cfg, sdpa, has_eval=False)
+    trainer = build_trainer(
+        model=model, tokenizer=tokenizer, train_dataset=text_dataset(rows, tokenizer), cfg=cfg, plan=flex
+    )
+    width = flex.per_device_train_batch_size * 512
+    batches = list(trainer.get_train_dataloader())
+    assert len(batches) > 2 and all(b["input_ids"].shape == (1, width) for b in batches)
+    batch = batches[-1]  # the epoch's last batch: the fewest rows, the longest tail
+    real = int(batch["position_ids"][0].nonzero().max()) + 1  # the last document's last token
+    assert real < width
+    tail = slice(real, width)
+    assert bool((batch["input_ids"][0, tail] == tokenizer.pad_token_id).all())
+    assert bool((batch["position_ids"][0, tail] == 0).all()) and bool((batch["labels"][0, tail] == -100).all())
+    keys = ("input_ids", "labels", "position_ids")
+    with torch.no_grad():
+        padded = model(**{k: batch[k] for k in keys}).loss
+        trimmed = model(**{k: batch[k][:, :real] for k in keys}).loss
+    torch.testing.assert_close(padded, trimmed, atol=1e-5, rtol=1e-5)
+    unpadded = build_trainer(
+        model=model, tokenizer=tokenizer, train_dataset=text_dataset(rows, tokenizer), cfg=cfg, plan=sdpa
+    )
+    counts = eos_supervision(trainer, batches=None)  # the tail is no sample: the same counts as without it
+    assert counts == eos_supervision(unpadded, batches=None) and counts["samples"] == len(rows)

@@ -249,7 +249,8 @@ def plan_run(
             backend = "transformers"
             reasons.append(
                 "bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
-                "tokens/s at the same batch on the H200)"
+                "tokens/s at the same batch on the H200); packed batches padded to batch x max_seq_length "
+                "tokens, so flex attention compiles once"
             )
         else:
             reasons.append(

@@ -2,7 +2,8 @@
 
 ``sft_config_kwargs`` spells the arguments TRL 1.15 / transformers 5.17 and newer releases share, and reads the
 installed signature for the one they name differently (``gradient_checkpointing`` / ``activation_checkpointing``).
-Packing is TRL's ``"bfd"``; tokens are counted as non-padding input tokens.
+Packing is TRL's ``"bfd"``; tokens are counted as non-padding input tokens. On flex attention a packed batch is
+padded to ``per_device_train_batch_size * max_seq_length`` tokens, so its compiled kernel sees one shape.
 """
 
 from __future__ import annotations
@@ -89,6 +90,9 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     if cfg.packing:
         kwargs["packing_strategy"] = cfg.packing_strategy
+        if cfg.packing_strategy != "wrapped" and plan.attn_implementation == "flex_attention":
+            # every padding-free batch the same length: flex attention's kernel compiles once (docs/speed.md)
+            kwargs["pad_to_multiple_of"] = plan.per_device_train_batch_size * cfg.max_seq_length
     kwargs["eval_strategy"] = "steps" if has_eval else "no"
     if has_eval:
         kwargs["eval_steps"] = cfg.eval_steps
