@@ -120,7 +120,8 @@ def test_on_flex_attention_every_packed_batch_has_one_length_and_the_same_loss(
 ):
     """A plan on flex attention pads each padding-free batch to ``per_device_train_batch_size * max_seq_length``
     tokens (one shape, so the compiled kernel is built once); the tail is pad ids each at position 0, never
-    supervised, and the loss equals the batch's without it. A plan on SDPA keeps batches unpadded."""
+    supervised, and the loss equals the batch's without it. Evaluation (on SDPA) and a plan on SDPA keep batches
+    unpadded."""
     import dataclasses
 
     import torch
@@ -141,12 +142,24 @@ def test_on_flex_attention_every_packed_batch_has_one_length_and_the_same_loss(
     sdpa = plan_run(cfg, cpu)
     flex = dataclasses.replace(sdpa, attn_implementation="flex_attention")
     assert "pad_to_multiple_of" not in sft_config_kwargs(cfg, sdpa, has_eval=False)
+    held_out = text_dataset(alpaca_rows(alpaca_jsonl, 210)[200:], tokenizer)
     trainer = build_trainer(
-        model=model, tokenizer=tokenizer, train_dataset=text_dataset(rows, tokenizer), cfg=cfg, plan=flex
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=text_dataset(rows, tokenizer),
+        eval_dataset=held_out,
+        cfg=cfg,
+        plan=flex,
     )
     width = flex.per_device_train_batch_size * 512
     batches = list(trainer.get_train_dataloader())
     assert len(batches) > 2 and all(b["input_ids"].shape == (1, width) for b in batches)
+    # evaluation runs on SDPA (sdpa_evaluating): its batches keep their own length
+    lengths = [len(ids) for ids in trainer.eval_dataset["input_ids"]]
+    step = cfg.per_device_eval_batch_size
+    eval_widths = [sum(lengths[i : i + step]) for i in range(0, len(lengths), step)]
+    assert [b["input_ids"].shape[1] for b in trainer.get_eval_dataloader()] == eval_widths and min(eval_widths) < width
+    assert trainer.data_collator.pad_to_multiple_of == width
     batch = batches[-1]  # the epoch's last batch: the fewest rows, the longest tail
     real = int(batch["position_ids"][0].nonzero().max()) + 1  # the last document's last token
     assert real < width

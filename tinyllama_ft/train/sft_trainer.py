@@ -8,6 +8,7 @@ padded to ``per_device_train_batch_size * max_seq_length`` tokens, so its compil
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 from typing import Any
@@ -177,7 +178,7 @@ def sdpa_evaluating(trainer_cls):
 
     A model that trains with flex attention is switched to SDPA for each evaluation loop (``eval_loss``
     every ``eval_steps``) and back for training: inductor's no-grad recompile of flex attention found no
-    kernel on the GPU (``attention.py``). Packed eval rows stay apart: transformers builds SDPA's
+    kernel on the GPU (``attention.py``); its batches are not padded to the training length. Packed eval rows stay apart: transformers builds SDPA's
     mask from the rows' ``position_ids`` (each packed row restarts at 0), the documents flex attention
     separates (tests/test_trained_model.py compares the two eval losses).
     """
@@ -186,6 +187,16 @@ def sdpa_evaluating(trainer_cls):
         def evaluation_loop(self, *args, **kwargs):
             with sdpa_outside_training(self.model):
                 return super().evaluation_loop(*args, **kwargs)
+
+        def get_eval_dataloader(self, *args, **kwargs):
+            # flex attention's one padded training length (``pad_to_multiple_of``) buys nothing on SDPA: unpadded
+            collator = self.data_collator
+            if getattr(collator, "pad_to_multiple_of", None) and dataclasses.is_dataclass(collator):
+                self.data_collator = dataclasses.replace(collator, pad_to_multiple_of=None)
+            try:
+                return super().get_eval_dataloader(*args, **kwargs)
+            finally:
+                self.data_collator = collator
 
     Trainer.__name__ = Trainer.__qualname__ = trainer_cls.__name__
     return Trainer
