@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from test_console_script import ENV  # the console script's environment: offline, 2 threads, no W&B
+from test_console_script import ENV  # the console script's environment: offline, the caller's threads, no W&B
 
 pytestmark = pytest.mark.slow  # a training run of the console script, three more commands, a papermill run
 
@@ -86,6 +86,15 @@ def test_piped_stdout_is_one_line_per_step_and_per_evaluation(finished):
     before, after = summary["eval_loss_before"], summary["eval_loss_after"]
     assert last.startswith(f"tinyllama-ft train: done: eval_loss {before:.4f} -> {after:.4f}, adapter in "), last
     assert round(after, 4) != after and evals[-1].endswith(f"{after:.4f}")  # the file keeps the full float
+
+
+def test_piped_stderr_has_no_library_progress_bars(finished):
+    """datasets' ``Map`` / ``Packing train dataset`` and transformers' ``Loading weights`` bars stay off in a
+    command's output (cli.quiet_library_bars): the run's own lines say what they would."""
+    _, done = finished
+    err = done.stderr
+    assert "\r" not in err and not re.search(r"\d+%\|", err), err[-3000:]
+    assert not re.search(r"^(Map|Packing|Building labels|Loading weights|Filter)\b", err, re.M), err[-3000:]
 
 
 def test_resuming_a_finished_run_trains_nothing_and_changes_no_file(finished, stories_dir, alpaca_jsonl, tmp_path):

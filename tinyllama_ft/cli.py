@@ -370,7 +370,30 @@ def run(argv: Sequence[str]) -> Any:
         text = _plain_choice_error(text)
         raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     command = parsed.command
+    quiet_library_bars()
     return COMMANDS[command].run(parsed[command].as_dict(), given)
+
+
+def quiet_library_bars() -> None:
+    """Turn off datasets' bars (``Map``, ``Packing train dataset``) and transformers' (``Loading weights``) in this
+    process, outside an interactive notebook: a command prints its own lines (rows kept and dropped, one line per
+    step), and a bar's ``\\r`` redraws garble a pipe or a log. Hub downloads keep their bars, and
+    ``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps datasets' (datasets gives that variable the last word).
+    """
+    from .machine.kernel import in_interactive_kernel
+
+    if in_interactive_kernel():
+        return
+    import datasets
+    import huggingface_hub.utils
+    from transformers.utils import logging
+
+    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
+    logging.disable_progress_bar()  # transformers' own bars; it turns off the Hub's too
+    if hub_bars:
+        huggingface_hub.utils.enable_progress_bars()
+    if os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS", "").strip() != "0":
+        datasets.disable_progress_bars()
 
 
 #: Environment variable that makes ``main`` show the traceback of an error (as ``--debug`` does).
