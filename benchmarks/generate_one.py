@@ -22,7 +22,6 @@ Modes (``--mode``):
   ``decode="auto"``: the fused CUDA-graph decoder (``graph_decoder.py``: q/k/v and gate/up fused, static
   cache, Liger's kernels, batch-1 projections through the Triton matrix-vector kernel, one captured graph
   per step; no compilation);
-* ``package_inductor``: the same with ``decode="inductor"`` (the first round's compiled static decoder; batch 1 only);
 * ``package_cublas``: ``package`` with the batch-1 projections through cuBLAS (``graph_decoding.MATMUL =
   "cublas"``: the default before 2026-12-01; results of that day name it ``package`` and the default
   ``package_triton``). ``--gemv-configs``: Triton block shapes to use (decode_probe.py writes them).
@@ -43,7 +42,7 @@ ap.add_argument("--adapter", required=True, help="a saved LoRA adapter folder (i
 ap.add_argument(
     "--mode",
     required=True,
-    choices=("plain", "unsloth", "unsloth_graphs", "hf_static", "package", "package_inductor", "package_cublas"),
+    choices=("plain", "unsloth", "unsloth_graphs", "hf_static", "package", "package_cublas"),
 )
 ap.add_argument("--new", type=int, default=256, help="new tokens per answer")
 ap.add_argument("--seq", type=int, default=4096, help="max_seq_length the model is loaded with")
@@ -159,12 +158,9 @@ else:
     model, tokenizer = load_adapter(
         a.adapter, max_seq_length=a.seq, merged=True
     )  # the notebook's reload cell (reload_merged=True)
-    decode = "inductor" if a.mode == "package_inductor" else "auto"
 
     def answer():
-        return stream(
-            model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True, decode=decode
-        )[0]
+        return stream(model, tokenizer, INSTRUCTION, max_new_tokens=a.new, ignore_eos=True, return_ids=True)[0]
 
     def batched(rows):
         instructions = [MANY[i % len(MANY)] for i in range(rows)]
@@ -177,8 +173,6 @@ warm = [timed(answer) for _ in range(a.repeats)]
 steady = statistics.median(t for _, t in warm)
 batches = {}
 for rows in [int(b) for b in a.batches.split(",") if b.strip()]:
-    if a.mode == "package_inductor":
-        break
     run = batched(rows)
     _, first_b = timed(run)
     _, warm_b = timed(run)

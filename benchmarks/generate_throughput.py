@@ -18,7 +18,7 @@ from runner import chosen_names, run_configuration, write_results
 
 HERE = Path(__file__).resolve().parent
 #: Modes of generate_one.py, in the order they run; "plain" is what the others are compared with.
-CONFIGURATIONS = ("package", "plain", "unsloth", "unsloth_graphs", "hf_static", "package_inductor", "package_cublas")
+CONFIGURATIONS = ("package", "plain", "unsloth", "unsloth_graphs", "hf_static", "package_cublas")
 DEFAULT = ("package", "plain", "unsloth", "unsloth_graphs", "hf_static")
 BASELINE = "plain"
 PACKAGES = ("torch", "transformers", "peft", "unsloth", "bitsandbytes", "liger-kernel", "triton")

@@ -125,47 +125,56 @@ def test_merged_reload_is_a_plain_model_computing_what_the_adapter_computes(merg
 
 
 @pytest.mark.parametrize("ignore_eos", [False, True])
-def test_static_cache_decoder_matches_generates_greedy_tokens(merged_and_adapter, capsys, ignore_eos):
-    """The static-cache decoder (uncompiled here: its "eager" mode; "inductor" is the one the core picks on CUDA)
-    gives generate's greedy tokens for the same prompt ids."""
-    from tinyllama_ft.infer.fast.compiled_decoder import decoder_for
-
+def test_static_cache_decoding_matches_generates_greedy_tokens(merged_and_adapter, capsys, ignore_eos):
+    """``decode="static"`` (transformers' static KV cache, which transformers compiles on CUDA; what "auto" picks
+    there for a long request on a plain non-Llama model) gives generate's greedy tokens, streamed and batched."""
     (model, tokenizer), _ = merged_and_adapter
     questions = ["Tell me a story about a cat.", "What is the capital of France?"]
-    fast = []
-    for question in questions:
-        ids = tokenizer([format_prompt(question)], return_tensors="pt", split_special_tokens=True).input_ids
-        stops = [] if ignore_eos else [tokenizer.eos_token_id]
-        fast.append(decoder_for(model, ids.shape[1] + 120, "eager").decode(ids, 120, stops))
-    plain = stream(
-        model, tokenizer, questions, max_new_tokens=120, decode="plain", ignore_eos=ignore_eos, return_ids=True
-    )
+    options = dict(max_new_tokens=120, ignore_eos=ignore_eos, return_ids=True)
+    fast = stream(model, tokenizer, questions, decode="static", **options)
+    plain = stream(model, tokenizer, questions, decode="plain", **options)
     assert fast == plain
     assert (
         all(len(ids) == 120 for ids in fast) if ignore_eos else all(tokenizer.eos_token_id not in ids for ids in fast)
     )
-    texts = stream(model, tokenizer, questions, max_new_tokens=120, decode="plain")
+    texts = stream(model, tokenizer, questions, max_new_tokens=120, decode="static")
     printed = capsys.readouterr().out
     assert texts == [tokenizer.decode(ids, skip_special_tokens=True) for ids in fast] or ignore_eos
     assert all(t.strip()[:40] in printed for t in texts)
+    batched = generate(model, tokenizer, questions, max_new_tokens=120, decode="static", ignore_eos=ignore_eos)
+    assert batched == generate(model, tokenizer, questions, max_new_tokens=120, decode="plain", ignore_eos=ignore_eos)
 
 
-def test_decoder_is_reused_and_streams_in_chunks(merged_and_adapter):
-    from tinyllama_ft.infer.fast.compiled_decoder import decoder_for
+def test_static_cache_decoding_streams_in_pieces_and_refuses_too_long_a_request(merged_and_adapter):
+    """The streamer gets the answer as it is generated (several pieces that add up to it); a prompt whose answer
+    would pass the model's positions is refused before generating, as on every decoder."""
+    from tinyllama_ft.infer.core import PromptTooLongError, model_positions, stream_answers
 
     (model, tokenizer), _ = merged_and_adapter
-    from tinyllama_ft.infer.fast.compiled_decoder import has_decoder
+    pieces = []
 
-    first = decoder_for(model, 100, "eager")
-    assert has_decoder(model, "eager") and not has_decoder(model, "inductor")
-    assert decoder_for(model, 300, "eager") is first and first.max_cache_len == 512
-    assert decoder_for(model, 600, "eager") is not first
-    ids = tokenizer([format_prompt("Tell me a story.")], return_tensors="pt").input_ids
-    chunks = []
-    answer = decoder_for(model, 200, "eager").decode(ids, 50, None, on_tokens=chunks.append, every=8)
-    assert [len(c) for c in chunks] == [8] * 6 + [2] and sum(chunks, []) == answer
-    with pytest.raises(ValueError, match="exceeds the cache"):
-        decoder_for(model, 200, "eager").decode(ids, 2000, None)
+    class Recorder:
+        skip_prompt = True
+
+        def put(self, value):
+            pieces.append(value.flatten().tolist())
+
+        def end(self):
+            pass
+
+    (answer,) = stream_answers(
+        model,
+        tokenizer,
+        [format_prompt("Tell me a story.")],
+        stop_token_ids=[tokenizer.eos_token_id],
+        max_new_tokens=50,
+        decode="static",
+        ignore_eos=True,
+        make_streamer=lambda tok: Recorder(),
+    )
+    assert len(answer.ids) == 50 and len(pieces) > 2 and sum(pieces, [])[-50:] == answer.ids
+    with pytest.raises(PromptTooLongError, match="positions"):
+        stream(model, tokenizer, ["Tell me a story."], max_new_tokens=model_positions(model), decode="static")
 
 
 def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merged_and_adapter):
@@ -174,15 +183,15 @@ def test_auto_decoding_uses_generate_where_the_static_decoder_cannot_apply(merge
     (merged, _), (on_top, _) = merged_and_adapter
     assert decode_mode(merged, "auto", False, 1.0, None) == "plain"  # CPU: generate
     assert decode_mode(merged, "auto", False, 1.0, None, new_tokens=10_000) == "plain"  # compiling pays on CUDA only
-    assert decode_mode(merged, "inductor", False, 1.0, None) == "inductor"
+    assert decode_mode(merged, "static", False, 1.0, None) == "static"
     for args, why in [
-        ((on_top, "inductor", False, 1.0, None), "PEFT"),
-        ((merged, "inductor", True, 1.0, None), "do_sample"),
-        ((merged, "inductor", False, 1.2, None), "repetition_penalty"),
+        ((on_top, "static", False, 1.0, None), "PEFT"),
+        ((merged, "static", True, 1.0, None), "do_sample"),
+        ((merged, "static", False, 1.2, None), "repetition_penalty"),
     ]:
         with pytest.raises(ValueError, match=why):
             decode_mode(*args)
-    for unknown in ("turbo", "eager"):  # the uncompiled static decoder is a test's, not a choice
+    for unknown in ("turbo", "eager", "inductor"):  # "inductor" was the package's own compiled decoder
         with pytest.raises(ValueError, match="choose one of"):
             decode_mode(merged, unknown, False, 1.0, None)
 

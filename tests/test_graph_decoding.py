@@ -77,7 +77,7 @@ def test_auto_picks_the_fused_decoder_only_on_cuda_and_forcing_it_says_why_not(m
     assert decode_mode(merged, "graph", False, 1.0, None) == "graph"
     assert decode_mode(on_top, "graph", False, 1.0, None) == "graph"  # read as a merged copy (below)
     for args, why in [
-        ((on_top, "inductor", False, 1.0, None), "PEFT"),
+        ((on_top, "static", False, 1.0, None), "PEFT"),
         ((merged, "graph", True, 1.0, None), "do_sample"),
     ]:
         with pytest.raises(ValueError, match=why):

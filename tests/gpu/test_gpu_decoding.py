@@ -18,7 +18,7 @@ if not torch.cuda.is_available():
 from tinyllama_ft.machine.hardware import detect_hardware  # noqa: E402
 
 
-def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_dir, tmp_path):
+def test_static_cache_decoding_gives_generates_greedy_tokens_on_a_real_model(stories_dir, tmp_path):
     from tinyllama_ft.models.adapters import load_adapter, save_adapter
     from tinyllama_ft.infer.generation import stream
     from tinyllama_ft.models.lora import add_lora
@@ -52,7 +52,7 @@ def test_compiled_decoder_gives_generates_greedy_tokens_on_a_real_model(stories_
         merged=True,
     )
     questions = ["Tell me a story about a cat.", "What is the capital of France?"]
-    fast = stream(merged, tokenizer, questions, max_new_tokens=200, decode="inductor", ignore_eos=True, return_ids=True)
+    fast = stream(merged, tokenizer, questions, max_new_tokens=200, decode="static", ignore_eos=True, return_ids=True)
     plain = stream(merged, tokenizer, questions, max_new_tokens=200, decode="plain", ignore_eos=True, return_ids=True)
     assert fast == plain
 

@@ -18,12 +18,12 @@ from ..models.attention import sdpa_outside_training
 from ..models.pad_token import encode_left_padded
 
 #: ``decode`` choices: "auto" (see ``decode_mode``), "plain" (always transformers' ``generate``), "graph"
-#: (``graph_decoder.FusedLlamaDecoder``, forced) or "inductor" (``compiled_decoder.StaticDecoder``, forced).
-DECODE_CHOICES = ("auto", "plain", "graph", "inductor")
-#: What "auto" compiles on a CUDA GPU.
-AUTO_DECODE_MODE = "inductor"
-#: New tokens (answers x max_new_tokens) from which "auto" compiles: compilation took 27 s on the H200,
-#: the time ``generate`` (35 tokens/s) needs for ~950 tokens, after which the compiled step (506/s) is ahead.
+#: (``graph_decoder.FusedLlamaDecoder``, forced) or "static" (``generate`` with transformers' static KV cache,
+#: which transformers compiles on a GPU; forced).
+DECODE_CHOICES = ("auto", "plain", "graph", "static")
+#: New tokens (answers x max_new_tokens) from which "auto" compiles ("static"): a compiled static-cache step
+#: (329 tokens/s against 21 for ``generate`` on the H200, benchmarks/README.md) pays for its compilation only
+#: over a long enough request.
 AUTO_COMPILE_MIN_TOKENS = 1000
 
 #: Why the CUDA-graph decoder failed on a model (``"TypeError: ..."``), so "auto" does not try it again.
@@ -114,31 +114,29 @@ def forget(model) -> None:
 
 def _drop_copies(model) -> None:
     """Drop the fast decoders' state for ``model`` (weights, caches, graphs), keeping a recorded failure."""
-    from .fast.compiled_decoder import DECODERS
     from .fast.graph_decoder import FUSED_DECODERS
     from .fast.llama_ops import FUSED_WEIGHTS
 
-    for table in (DECODERS, FUSED_DECODERS, FUSED_WEIGHTS):
+    for table in (FUSED_DECODERS, FUSED_WEIGHTS):
         table.pop(model, None)
 
 
 def decode_mode(
     model, decode: str, do_sample: bool, repetition_penalty: float, logits_processor, new_tokens: int = 0
 ) -> str:
-    """``"plain"``, ``"graph"`` or ``"inductor"``: the decoder the core will use.
+    """``"plain"``, ``"graph"`` or ``"static"``: the decoder the core will use.
 
     "auto" on a CUDA GPU, for greedy decoding: "graph" for a Llama-class model, plain or 4-bit and PEFT-wrapped
     (``llama_ops.why_not_fusable``; a PEFT or 4-bit model is read as a merged 16-bit copy for the call: no
     compilation, so for every request length, unless it failed on this model before, ``GRAPH_FAILED``); for other
-    plain 16-bit models the compiled decoder when it pays (``new_tokens`` = answers x ``max_new_tokens`` reaches
-    ``AUTO_COMPILE_MIN_TOKENS``, or the model already holds one); otherwise ``generate``.
+    plain 16-bit models transformers' compiled static cache when it pays (``new_tokens`` = answers x
+    ``max_new_tokens`` reaches ``AUTO_COMPILE_MIN_TOKENS``); otherwise ``generate``.
 
     Raises:
         ValueError: ``decode`` is not one of ``DECODE_CHOICES``, or a static mode is forced where it cannot
             apply (sampling, a repetition penalty, logits processors; "graph" on a model ``why_not_fusable``
-            refuses; "inductor" on a 4-bit, PEFT-wrapped or Unsloth model).
+            refuses; "static" on a 4-bit, PEFT-wrapped or Unsloth model).
     """
-    from .fast.compiled_decoder import can_decode_static, has_decoder
     from .fast.llama_ops import why_not_fusable
 
     if decode not in DECODE_CHOICES:
@@ -159,11 +157,10 @@ def decode_mode(
             return "plain"
         if why_not_fusable(model) is None and model not in GRAPH_FAILED:
             return "graph"
-        pays = new_tokens >= AUTO_COMPILE_MIN_TOKENS or has_decoder(model, AUTO_DECODE_MODE)
-        return AUTO_DECODE_MODE if pays and can_decode_static(model) else "plain"
+        return "static" if new_tokens >= AUTO_COMPILE_MIN_TOKENS and plain_16bit(model) else "plain"
     if why_not is None and decode == "graph":
         why_not = why_not_fusable(model)
-    if why_not is None and decode == "inductor" and not can_decode_static(model):
+    if why_not is None and decode == "static" and not plain_16bit(model):
         why_not = "the model is 4-bit, PEFT-wrapped or Unsloth's (reload with merged=True)"
     if why_not is not None:
         raise ValueError(f"decode={decode!r} needs greedy decoding on a plain 16/32-bit model: {why_not}")
@@ -177,13 +174,25 @@ def check_batch_size(model) -> int:
     return 16 if model.device.type == "cuda" else 4
 
 
+def plain_16bit(model) -> bool:
+    """True for a plain transformers causal LM in 16/32-bit: not PEFT-wrapped (merge the adapter first),
+    not bitsandbytes-quantized, not an Unsloth model (Unsloth has its own inference path)."""
+    from transformers import PreTrainedModel
+
+    from ..models.loading import loaded_backend
+
+    if loaded_backend(model) == "unsloth":
+        return False
+    if not isinstance(model, PreTrainedModel) or getattr(model, "hf_quantizer", None) is not None:
+        return False
+    return not getattr(model, "peft_config", None)
+
+
 def _transient(model, mode: str) -> bool:
     """True when the graph decoder reads ``model`` through a merged copy that may go stale (a PEFT or 4/8-bit
     model: training or ``disable_adapter`` changes what it computes): the call drops it at its end (``forget``),
     so no copy outlives the call and training keeps its memory (``_drop_copies``)."""
-    from .fast.compiled_decoder import can_decode_static
-
-    return mode == "graph" and not can_decode_static(model)
+    return mode == "graph" and not plain_16bit(model)
 
 
 def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
@@ -232,12 +241,10 @@ def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: Ge
     """Answers to one tokenized batch with the decoder ``mode`` (a streamer: one row only)."""
     import torch
 
-    from .fast.compiled_decoder import decoder_for
-
-    rows, n = batch["input_ids"].shape
+    n = batch["input_ids"].shape[1]
     cut_at = [] if opts.ignore_eos else stops
     forced, budget = opts.decode == mode, opts.max_new_tokens
-    if streamer is not None:  # the static decoders hand a streamer only the new tokens (generate: below)
+    if streamer is not None:  # the graph decoder hands a streamer only the new tokens (generate: below)
         streamer.skip_prompt = False
     if mode == "graph":
         on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk[0])))
@@ -246,14 +253,9 @@ def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: Ge
             if streamer is not None:
                 streamer.end()
             return [Answer(ids, len(ids) < budget and bool(cut_at)) for ids in found]
-    if mode == "inductor" and rows == 1:
-        decoder = decoder_for(model, n + budget, mode)
-        on_tokens = None if streamer is None else (lambda chunk: streamer.put(torch.tensor(chunk)))
-        ids = decoder.decode(batch["input_ids"], budget, cut_at, on_tokens=on_tokens)
-        if streamer is not None:
-            streamer.end()
-        return [Answer(ids, len(ids) < budget and bool(cut_at))]
     kwargs = dict(opts.generate_kwargs(), eos_token_id=stops, pad_token_id=tokenizer.pad_token_id)
+    if mode == "static":
+        kwargs["cache_implementation"] = "static"
     if streamer is not None:
         streamer.skip_prompt = True  # generate hands the streamer the prompt first (also after a graph failure)
         kwargs["streamer"] = streamer
@@ -444,8 +446,6 @@ def stream_answers(
     Raises:
         TypeError, ValueError: as ``generate_answers``; ``titles`` does not match ``prompts`` in length.
     """
-    from .fast.compiled_decoder import decoder_for
-
     opts, prompts = GenerationOptions(**options), list(prompts)
     if titles is not None and len(titles) != len(prompts):
         raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
@@ -458,10 +458,8 @@ def stream_answers(
     answers: list[Answer] = []
     transient = _transient(model, mode)
     try:
-        with sdpa_outside_training(model):  # the static decoders call the model's own attention too
+        with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too
             batches = _batches(model, tokenizer, prompts, 1, encode_kwargs, opts.max_new_tokens)
-            if mode == "inductor":  # one cache for the longest prompt: no recompilation between the answers
-                decoder_for(model, max(b["input_ids"].shape[1] for b in batches) + opts.max_new_tokens, mode)
             for j, batch in enumerate(batches):
                 if titles is not None:
                     print(titles[j])

@@ -103,7 +103,7 @@ def generate(
         **options: ``core.GenerationOptions`` fields: ``max_new_tokens`` (the article's 64), ``do_sample``,
             ``temperature``, ``top_p``, ``repetition_penalty``, ``logits_processor``, ``decode`` ("auto": the
             CUDA-graph decoder where ``core.decode_mode`` picks "graph", else transformers' ``generate``; "plain",
-            "graph", "inductor": forced), ``ignore_eos`` (benchmarks).
+            "graph", "static": forced), ``ignore_eos`` (benchmarks).
 
     Returns:
         One answer string per instruction: the generated text up to (not including) the stop token (EOS),

@@ -144,7 +144,7 @@ def load_adapter(
         merged: return a plain 16-bit model with the adapter merged into the weights, on the transformers
             backend: the base is loaded as it was trained (4-bit when ``load_in_4bit`` on CUDA), dequantized
             to the compute dtype, and the LoRA update added (``merge_and_unload``). The weights the
-            adapter was trained against, in one matrix each: what ``generation.stream``'s compiled decoder
+            adapter was trained against, in one matrix each: what ``generation.stream``'s CUDA-graph decoder
             needs (the notebook's reload default). False: the article's base + adapter on top.
             An adapter trained after a chat template added tokens (``lora.add_lora``'s ``train_embeddings``) saved
             the resized embeddings: the base is resized to them first (``adapter_fit.saved_embedding_rows``),
