@@ -284,3 +284,35 @@ def test_the_reference_is_the_disabled_base_or_the_starting_adapters_frozen_copy
     assert reference_kind(preference_trainer("orpo", model, tokenizer, pairs, tmp_path / "c")) == "none (ORPO)"
     with pytest.raises(ValueError, match="not a PEFT model"):
         preference_trainer("dpo", model.get_base_model(), tokenizer, pairs, tmp_path / "d")
+
+
+def test_the_plan_counts_two_sequences_per_pair_keeps_ktos_micro_batch_and_turns_liger_off(tinyllama_dir, a100):
+    from tinyllama_ft.train.memory_estimate import estimate_peak_gib, model_dims
+    from tinyllama_ft.train.plan import plan_run
+
+    config = json.loads((tinyllama_dir / "config.json").read_text(encoding="utf-8"))
+    fields = dict(per_device_train_batch_size=8, gradient_accumulation_steps=1, max_seq_length=1024)
+    sft = plan_run(FinetuneConfig(**fields), a100, config, budget_gib=39, importable=lambda name: True)
+    dpo = plan_run(FinetuneConfig(method="dpo", **fields), a100, config, budget_gib=39, importable=lambda name: True)
+    assert sft.use_liger_kernel and not dpo.use_liger_kernel
+    assert any("method='dpo': 2 sequence(s) of max_seq_length per pair" in r for r in dpo.reasons)
+    sizes = dict(max_seq_length=1024, backend="transformers", load_in_4bit=True, lora_r=32, fused_loss=True)
+    dims = model_dims(config)
+    assert dpo.estimated_peak_gib == round(
+        estimate_peak_gib(
+            dims,
+            micro_batch=2 * dpo.per_device_train_batch_size,
+            gradient_checkpointing=dpo.gradient_checkpointing,
+            **sizes,
+        ),
+        2,
+    )
+    # a budget only batch 1 fits: KTO's KL term keeps 2 (checkpointed), its loss without the KL term may take 1
+    tight = estimate_peak_gib(dims, micro_batch=2, gradient_checkpointing=True, **sizes) / 0.9 * 1.01
+    kto = plan_run(FinetuneConfig(method="kto", **fields), a100, config, budget_gib=tight, importable=lambda n: True)
+    assert (kto.per_device_train_batch_size, kto.gradient_checkpointing) == (2, True)
+    unpaired = FinetuneConfig(method="kto", loss_type="apo_zero_unpaired", **fields)
+    assert (
+        plan_run(unpaired, a100, config, budget_gib=tight / 3, importable=lambda n: True).per_device_train_batch_size
+        == 1
+    )

@@ -483,7 +483,7 @@ class FinetuneConfig(
                 f"FinetuneConfig.loss_weights={list(self.loss_weights)!r} needs method='dpo' and one weight per "
                 f"loss_type item (loss_type={list(self.loss_type)!r}, empty = ['sigmoid'])"
             )
-        if self.method == "kto" and self.per_device_train_batch_size < 2 and self.loss_type in ((), ("kto",)):
+        if self.kto_kl_term and self.per_device_train_batch_size < 2:
             raise ConfigError(
                 f"FinetuneConfig.per_device_train_batch_size={self.per_device_train_batch_size} is too small for "
                 f"method='kto': its KL term pairs each prompt with another row's completion in the same micro-batch; "
@@ -534,6 +534,12 @@ class FinetuneConfig(
                 "FinetuneConfig.resume=True and overwrite_output_dir=True contradict each other: set one "
                 "of them to False"
             )
+
+    @property
+    def kto_kl_term(self) -> bool:
+        """KTO with its KL term (loss_type "kto", TRL's default), which pairs each prompt with another row's
+        completion in the same micro-batch: it needs a micro-batch of two or more."""
+        return self.method == "kto" and self.loss_type in ((), ("kto",))
 
     @property
     def effective_batch_size(self) -> int:

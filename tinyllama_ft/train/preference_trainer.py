@@ -216,8 +216,7 @@ def build_preference_trainer(
             "(lora.add_lora) or load one (adapters.load_adapter); the reference is the base with it disabled"
         )
     if cfg.method == "kto":
-        kl = cfg.loss_type in ((), ("kto",))
-        if kl and plan.per_device_train_batch_size < 2:
+        if cfg.kto_kl_term and plan.per_device_train_batch_size < 2:
             raise ValueError(
                 f"method='kto': the micro-batch is {plan.per_device_train_batch_size} completion; KTO's KL term "
                 "pairs each prompt with another row's completion in it: use per_device_train_batch_size >= 2"
