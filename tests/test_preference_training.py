@@ -168,3 +168,14 @@ def test_orpo_loss_is_the_chosen_nll_plus_beta_times_the_odds_ratio_term(stories
     _trained(trainer, model)
     after = _trainer_loss(trainer, batch)
     assert after < before and after == pytest.approx(_orpo_loss(trainer, batch, 0.25), abs=1e-4)
+
+
+def test_dpo_steps_raise_the_margin_the_preference_checks_read(stories_dir, cpu, tmp_path):
+    from tinyllama_ft.evaluate.preference_checks import preference_scores
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    before = preference_scores(model, tokenizer, pairs)
+    trainer = preference_trainer("dpo", model, tokenizer, pairs, tmp_path, max_steps=4)
+    trainer.train()
+    after = preference_scores(model, tokenizer, pairs)
+    assert after.margin > before.margin and after.accuracy >= before.accuracy

@@ -316,3 +316,35 @@ def test_the_plan_counts_two_sequences_per_pair_keeps_ktos_micro_batch_and_turns
         plan_run(unpaired, a100, config, budget_gib=tight / 3, importable=lambda n: True).per_device_train_batch_size
         == 1
     )
+
+
+def test_preference_checks_score_each_response_after_its_prompt_and_count_ties_wrong(stories_dir, cpu):
+    import torch
+
+    from tinyllama_ft.evaluate.preference_checks import preference_scores
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    with torch.no_grad():  # a non-zero adapter, so scoring runs the adapted model
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    rows = [pairs[i] for i in range(3)]
+    rows.append({**rows[0], "rejected_ids": rows[0]["chosen_ids"]})  # a tie: counted wrong
+
+    def logp(prompt, response):  # one row alone, no padding: the plain forward pass
+        ids = torch.tensor([prompt + response])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, :-1].float()
+        return torch.log_softmax(logits, -1).gather(-1, ids[0, 1:, None])[len(prompt) - 1 :].sum().item()
+
+    chosen = [logp(r["prompt_ids"], r["chosen_ids"]) for r in rows]
+    rejected = [logp(r["prompt_ids"], r["rejected_ids"]) for r in rows]
+    scores = preference_scores(model, tokenizer, rows, batch_size=3)
+    assert scores.pairs == 4 and scores.skipped == []
+    assert scores.accuracy == sum(c > r for c, r in zip(chosen[:3], rejected[:3])) / 4  # the tie is not a win
+    assert scores.chosen_logp == pytest.approx(sum(chosen) / 4, abs=1e-4)
+    assert scores.rejected_logp == pytest.approx(sum(rejected) / 4, abs=1e-4)
+    assert scores.margin == pytest.approx(sum(c - r for c, r in zip(chosen, rejected)) / 4, abs=1e-4)
+    per_token = [c / len(r["chosen_ids"]) - j / len(r["rejected_ids"]) for c, j, r in zip(chosen, rejected, rows)]
+    assert scores.margin_per_token == pytest.approx(sum(per_token) / 4, abs=1e-5)
+    assert "preference accuracy" in str(scores) and scores.as_dict()["pairs"] == 4
