@@ -348,3 +348,60 @@ def test_preference_checks_score_each_response_after_its_prompt_and_count_ties_w
     per_token = [c / len(r["chosen_ids"]) - j / len(r["rejected_ids"]) for c, j, r in zip(chosen, rejected, rows)]
     assert scores.margin_per_token == pytest.approx(sum(per_token) / 4, abs=1e-5)
     assert "preference accuracy" in str(scores) and scores.as_dict()["pairs"] == 4
+
+
+def test_unpaired_rows_text_and_conversations_train_kto_as_they_are(stories_dir, cpu, tmp_path):
+    import datasets
+
+    from chat_fixtures import smollm2_tokenizer
+    from tinyllama_ft.data.preferences import preference_features
+
+    text = [{"prompt": r["prompt"], "completion": r["chosen"], "label": i % 3 != 0} for i, r in enumerate(TEXT_PAIRS)]
+    clean, report, layout, form = check_preference_rows(text)
+    assert (layout, form, report.dropped) == ("unpaired", "text", 0)
+    model, tokenizer, _ = stories_pairs(stories_dir, cpu)
+    rows, _ = tokenize_preferences(
+        datasets.Dataset.from_list(clean, features=preference_features(layout, form)), tokenizer, form=form
+    )
+    assert rows.column_names == ["prompt_ids", "completion_ids", "label"] and rows["label"] == [
+        r["label"] for r in text
+    ]
+    trainer = preference_trainer("kto", model, tokenizer, rows, tmp_path)
+    assert len(trainer.train_dataset) == len(text)  # unpaired rows are taken as they are
+    batch = trainer.data_collator([trainer.train_dataset[i] for i in range(2)])
+    for j, (ids, mask) in enumerate(_sequences(batch)):
+        _check_sequence(
+            tokenizer,
+            ids,
+            mask,
+            tokenizer.eos_token_id,
+            prompt_text=text[j]["prompt"],
+            response_text=text[j]["completion"],
+        )
+    turns = [
+        {
+            "prompt": [{"role": "user", "content": f"Say <|im_end|> {i}"}],
+            "completion": [{"role": "assistant", "content": f"<|im_end|> {i}"}],
+            "label": bool(i % 2),
+        }
+        for i in range(3)
+    ]
+    clean, report, layout, form = check_preference_rows(turns)
+    assert (layout, form, report.dropped) == ("unpaired", "conversation", 0)
+    chat_tokenizer = smollm2_tokenizer()
+    rows, _ = tokenize_preferences(
+        datasets.Dataset.from_list(clean, features=preference_features(layout, form)), chat_tokenizer, form=form
+    )
+    im_end = chat_tokenizer.convert_tokens_to_ids("<|im_end|>")
+    for row, turn in zip(rows, turns):
+        ids = row["prompt_ids"] + row["completion_ids"]
+        mask = [0] * len(row["prompt_ids"]) + [1] * len(row["completion_ids"])
+        assert ids.count(im_end) == 3  # system, user, assistant turns: the typed ones stay text
+        _check_sequence(
+            chat_tokenizer,
+            ids,
+            mask,
+            im_end,
+            prompt_text=turn["prompt"][0]["content"],
+            response_text=turn["completion"][0]["content"],
+        )
