@@ -57,7 +57,7 @@ def stories_pairs(stories_dir: Path, hardware, *, rows=TEXT_PAIRS, max_seq_lengt
     return (
         model,
         tokenizer,
-        tokenize_preferences(_checked(rows), tokenizer, form="text", max_seq_length=max_seq_length)[0],
+        tokenize_preferences(checked_rows(rows), tokenizer, form="text", max_seq_length=max_seq_length)[0],
     )
 
 
@@ -72,11 +72,12 @@ def smollm2_pairs(*, rows=CHAT_PAIRS, max_seq_length: int = 256):
     return (
         model,
         tokenizer,
-        tokenize_preferences(_checked(rows), tokenizer, form="conversation", max_seq_length=max_seq_length)[0],
+        tokenize_preferences(checked_rows(rows), tokenizer, form="conversation", max_seq_length=max_seq_length)[0],
     )
 
 
-def _checked(rows):
+def checked_rows(rows):
+    """``rows`` checked (``check_preference_rows``, none dropped) as a ``datasets.Dataset``."""
     import datasets
 
     from tinyllama_ft.data.preferences import check_preference_rows, preference_features

@@ -179,3 +179,39 @@ def test_dpo_steps_raise_the_margin_the_preference_checks_read(stories_dir, cpu,
     trainer.train()
     after = preference_scores(model, tokenizer, pairs)
     assert after.margin > before.margin and after.accuracy >= before.accuracy
+
+
+def test_an_adapter_that_trained_embeddings_and_lm_head_continues_against_its_frozen_copy(stories_dir, tmp_path):
+    """An SFT adapter that trained the input embeddings and an untied LM head in full (a chat template's added
+    tokens, ``lora.add_lora(train_embeddings=True)``) is supported: TRL's ``ref`` copy holds those matrices too, the
+    reference pass reads the copies (the loss after training is the sigmoid loss against them), and only the
+    policy's train."""
+    from test_added_tokens_round_trip import _untied_stories
+
+    from tinyllama_ft.data.preference_tokens import tokenize_preferences
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.models.lora import add_lora
+    from preference_fixtures import TEXT_PAIRS, checked_rows
+
+    folder = _untied_stories(stories_dir, tmp_path / "untied")
+    model, tokenizer = load_model(
+        str(folder), max_seq_length=256, dtype=None, load_in_4bit=False, backend="transformers", hardware=Hardware()
+    )
+    model = add_lora(model, gradient_checkpointing=False, train_embeddings=True)
+    torch.manual_seed(0)
+    with torch.no_grad():  # as after SFT: the adapter and both full matrices moved
+        for name, p in model.named_parameters():
+            if "lora_B" in name or "modules_to_save" in name:
+                p.add_(torch.randn_like(p) * 0.05)
+    pairs = tokenize_preferences(checked_rows(TEXT_PAIRS), tokenizer, form="text", max_seq_length=256)[0]
+    trainer = preference_trainer("dpo", model, tokenizer, pairs, tmp_path / "out", from_adapter=True)
+    batch = _batch(trainer)
+    assert abs(_trainer_loss(trainer, batch) - math.log(2)) < TOLERANCE
+    copies = {n: p.detach().clone() for n, p in model.named_parameters() if "modules_to_save" in n}
+    assert {n.split(".modules_to_save.")[0].rsplit(".", 1)[-1] for n in copies} == {"embed_tokens", "lm_head"}
+    _trained(trainer, model)
+    moved = {n for n, p in model.named_parameters() if n in copies and not torch.equal(p, copies[n])}
+    assert moved == {n for n in copies if ".default." in n}  # the policy's matrices train, the reference's stay
+    after = _trainer_loss(trainer, batch)
+    assert abs(after - math.log(2)) > 1e-3 and abs(after - _dpo_loss(trainer, batch, 0.1)) < TOLERANCE
