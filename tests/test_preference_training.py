@@ -215,3 +215,22 @@ def test_an_adapter_that_trained_embeddings_and_lm_head_continues_against_its_fr
     assert moved == {n for n in copies if ".default." in n}  # the policy's matrices train, the reference's stay
     after = _trainer_loss(trainer, batch)
     assert abs(after - math.log(2)) > 1e-3 and abs(after - _dpo_loss(trainer, batch, 0.1)) < TOLERANCE
+
+
+def test_saving_after_a_continued_run_writes_the_trained_adapter_not_the_reference_copy(stories_dir, cpu, tmp_path):
+    import os
+
+    from safetensors.torch import load_file
+
+    from tinyllama_ft.models.adapters import save_adapter
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    trainer = preference_trainer("dpo", model, tokenizer, pairs, tmp_path / "out", from_adapter=True)
+    _trained(trainer, model)
+    folder = save_adapter(model, tokenizer, str(tmp_path / "lora_model"))
+    assert not os.path.exists(os.path.join(folder, "ref"))  # PEFT writes every other adapter to a subfolder
+    saved = load_file(os.path.join(folder, "adapter_model.safetensors"))
+    trained = {n: p for n, p in model.named_parameters() if "lora_B" in n and ".default." in n}
+    assert len(saved) == 2 * len(trained)  # A and B of each adapted module, once
+    name = next(iter(trained))
+    assert torch.equal(saved[name.replace(".default", "")], trained[name].detach())  # the policy's trained weights
