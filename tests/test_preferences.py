@@ -417,3 +417,18 @@ def test_the_whole_run_refuses_a_preference_method_it_would_otherwise_ignore(tmp
     assert not (tmp_path / "out").exists()  # refused before anything is read or written
     assert main(["train", "--method", "orpo", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]) != 0
     assert "method='orpo': the whole run" in capsys.readouterr().err and not (tmp_path / "out").exists()
+
+
+def test_the_docs_row_forms_read_as_they_say(tmp_path):
+    """docs/preference.md's text and conversational pairs load with every row kept, in the form the page says."""
+    import re
+    from pathlib import Path
+
+    page = (Path(__file__).parents[1] / "docs" / "preference.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```jsonl\n(.*?)```", page, re.S)
+    assert len(blocks) == 2
+    for block, form in zip(blocks, ("text", "conversation")):
+        path = tmp_path / f"{form}.jsonl"
+        path.write_text(block, encoding="utf-8")
+        ds, report, layout, found = load_preference_data(str(path), strict=True)
+        assert (layout, found, report.total, len(ds)) == ("paired", form, 2, 2)
