@@ -103,9 +103,10 @@ def test_conversational_pairs_implicit_and_explicit_prompts_and_unpaired_rows():
         {"prompt": "q", "completion": "bad", "label": False},
         {"prompt": "q", "completion": "x", "label": "yes"},
         {"prompt": "q", "completion": "y"},
+        {"prompt": "q", "completion": "from a CSV file", "label": "FALSE"},
     ]
     clean, report, layout, form = check_preference_rows(unpaired)
-    assert (layout, form, [r["label"] for r in clean]) == ("unpaired", "text", [True, False])
+    assert (layout, form, [r["label"] for r in clean]) == ("unpaired", "text", [True, False, False])
     assert report.by_reason == {"wrong type": 1, "missing": 1} and report.bad[0].field == "label"
 
 

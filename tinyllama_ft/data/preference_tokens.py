@@ -15,7 +15,7 @@ from ..models.chat_templates import TemplateMismatch, end_of_turn_token
 from .chat_masks import tokenize_conversation
 from .instructions import BadRow, DataReport
 from .lengths import _common_prefix
-from .tokenization import alpaca_segments, tokenize_segments
+from .tokenization import BATCH_SIZE, alpaca_segments, tokenize_segments
 
 #: ``long_rows`` for preference rows: a pair's prompt and responses belong in one window, so no "split".
 LONG_ROWS = ("drop", "truncate")
@@ -48,14 +48,16 @@ def response_span(mask: Sequence[int]) -> tuple[int, int]:
 def _encode(rows: list[dict[str, Any]], responses: tuple[str, ...], tokenizer, *, form: str, template: str):
     """Per row, per response column: ``(ids, mask)`` of prompt + response, or a ``TemplateMismatch``."""
     if form == "text":
-        segments = [
-            alpaca_segments(row["prompt"], row["input"], row[column], template=template)
-            for row in rows
-            for column in responses
-        ]
-        ids, masks = tokenize_segments(segments, tokenizer)
-        flat = list(zip(ids, masks))
-        return [flat[i : i + len(responses)] for i in range(0, len(flat), len(responses))]
+        out = []
+        for start in range(0, len(rows), BATCH_SIZE):  # one tokenizer call per BATCH_SIZE rows
+            segments = [
+                alpaca_segments(row["prompt"], row["input"], row[column], template=template)
+                for row in rows[start : start + BATCH_SIZE]
+                for column in responses
+            ]
+            flat = list(zip(*tokenize_segments(segments, tokenizer)))
+            out += [flat[i : i + len(responses)] for i in range(0, len(flat), len(responses))]
+        return out
     eot = end_of_turn_token(tokenizer)
     out = []
     for row in rows:

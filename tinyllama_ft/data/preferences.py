@@ -44,13 +44,20 @@ def detect_layout(rows: Iterable[Any]) -> tuple[str, str]:
     raise ValueError("preference rows: no row is an object")
 
 
-def _label_problem(row: dict) -> tuple[str, str, str] | None:
+#: A CSV file's ``label`` texts (CSV holds no booleans) and the bool each is.
+LABEL_TEXTS = {"true": True, "false": False}
+
+
+def _label(row: dict) -> tuple[tuple[str, str, str] | None, bool | None]:
+    """``(problem, label)``: a JSON boolean, or a CSV cell's ``true`` / ``false`` (any case)."""
     value = row.get("label")
     if value is None:
-        return ("label", "is missing", "missing") if "label" not in row else ("label", "is None", "null")
+        return (("label", "is missing", "missing") if "label" not in row else ("label", "is None", "null")), None
+    if isinstance(value, str) and value.strip().lower() in LABEL_TEXTS:
+        return None, LABEL_TEXTS[value.strip().lower()]
     if not isinstance(value, bool):
-        return "label", f"is of type {type(value).__name__}, not a bool (true: desirable)", "wrong type"
-    return None
+        return ("label", f"is {value!r:.40}, not true or false (true: desirable)", "wrong type"), None
+    return None, value
 
 
 def _conversation_row(row: dict, responses: tuple[str, ...]) -> tuple[tuple[str, str, str] | None, dict | None]:
@@ -120,7 +127,8 @@ def check_preference_rows(
         ``(clean, report, layout, form)``. Text rows become ``{"prompt", "input", "chosen", "rejected"}`` (or
         ``"completion"``, ``"label"``) strings (a missing or blank input ``""``); conversational rows
         ``{"prompt": [turns], "chosen": [one assistant turn], "rejected": [...]}`` (implicit prompts made explicit),
-        or ``"completion"`` and ``"label"``. ``label`` is a bool (True: desirable). The report counts per kind
+        or ``"completion"`` and ``"label"``. ``label`` is a bool (True: desirable; a CSV cell's "true" / "false" read
+        as one). The report counts per kind
         (those of ``instructions.check_rows`` and ``conversations.check_conversations``, plus ``"identical pair"``,
         ``"prompt mismatch"``, ``"not one assistant turn"``).
 
@@ -146,8 +154,9 @@ def check_preference_rows(
             problem = "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
         else:
             column = responses[0]
-            kind = "text" if isinstance(row.get(column), str) else "conversation"
-            if column in row and row[column] is not None and kind != form:
+            value = row.get(column)
+            kind = "text" if isinstance(value, str) else "conversation" if isinstance(value, list) else None
+            if kind is not None and kind != form:
                 problem = (
                     column,
                     f"is {'text' if kind == 'text' else 'a list of turns'}; rows here are {form}",
@@ -158,8 +167,8 @@ def check_preference_rows(
             else:
                 problem, item = _conversation_row(row, responses)
             if problem is None and layout == "unpaired":
-                problem = _label_problem(row)
-                item = None if problem else {**item, "label": row["label"]}
+                problem, label = _label(row)
+                item = None if problem else {**item, "label": label}
         if problem is None and layout == "paired" and item["chosen"] == item["rejected"]:
             problem = "rejected", "is the same as chosen (the pair prefers nothing)", "identical pair"
         if problem is None:
