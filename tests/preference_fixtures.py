@@ -87,7 +87,9 @@ def checked_rows(rows):
     return datasets.Dataset.from_list(clean, features=preference_features(layout, form))
 
 
-def preference_trainer(method: str, model, tokenizer, train_dataset, output_dir, *, from_adapter=False, **fields):
+def preference_trainer(
+    method: str, model, tokenizer, train_dataset, output_dir, *, from_adapter=False, progress=False, **fields
+):
     """A real ``build_preference_trainer`` on the CPU: no W&B, no worker processes, batch 2 x 1, two steps."""
     from tinyllama_ft.config.finetune import FinetuneConfig
     from tinyllama_ft.machine.hardware import Hardware
@@ -115,5 +117,5 @@ def preference_trainer(method: str, model, tokenizer, train_dataset, output_dir,
         cfg=cfg,
         plan=plan_run(cfg, Hardware()),
         from_adapter=from_adapter,
-        progress=False,
+        progress=progress,
     )

@@ -234,3 +234,14 @@ def test_saving_after_a_continued_run_writes_the_trained_adapter_not_the_referen
     assert len(saved) == 2 * len(trained)  # A and B of each adapted module, once
     name = next(iter(trained))
     assert torch.equal(saved[name.replace(".default", "")], trained[name].detach())  # the policy's trained weights
+
+
+def test_the_progress_lines_give_tokens_per_second_where_the_trainer_counts_tokens(stories_dir, cpu, tmp_path, capsys):
+    import re
+
+    for method, counted in (("dpo", True), ("orpo", False)):
+        model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+        preference_trainer(method, model, tokenizer, pairs, tmp_path / method, progress=True).train()
+        lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+        tail = r"  tokens/s [\d,]+" if counted else ""  # ORPO's batches hold no input_ids to count
+        assert len(lines) == 2 and all(re.fullmatch(rf"step \d/2  loss \d+\.\d{{4}}  lr \S+{tail}", x) for x in lines)
