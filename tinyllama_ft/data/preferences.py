@@ -20,8 +20,6 @@ PAIRED = ("prompt", "chosen", "rejected")
 UNPAIRED = ("prompt", "completion", "label")
 #: ``form`` values: the response columns hold text, or turns; "auto" reads which from the first object row.
 FORMS = ("text", "conversation", "auto")
-#: ``dataset_format`` -> the form it asks for (``FinetuneConfig.method`` docs).
-FORM_OF_DATASET_FORMAT = {"alpaca": "text", "messages": "conversation", "auto": "auto"}
 
 
 def detect_layout(rows: Iterable[Any]) -> tuple[str, str]:
