@@ -20,7 +20,17 @@ def test_every_field_has_a_docstring_naming_its_source_and_one_section():
     # each field is declared in exactly one section, and the flat config lists them section by section
     by_section = [f.name for section in SECTIONS.values() for f in dataclasses.fields(section)]
     assert by_section == list(FIELD_NAMES)
-    assert list(SECTIONS) == ["model", "lora", "data", "chat", "training", "logging", "export", "generation"]
+    assert list(SECTIONS) == [
+        "model",
+        "lora",
+        "data",
+        "chat",
+        "training",
+        "preference",
+        "logging",
+        "export",
+        "generation",
+    ]
     assert all(issubclass(FinetuneConfig, section) for section in SECTIONS.values())
     cfg = FinetuneConfig(lora_r=8, chat_template="zephyr")  # flat names, whatever the section
     assert (cfg.lora_r, cfg.to_dict()["chat_template"], DEFAULTS.lora_r) == (8, "zephyr", 32)
@@ -49,13 +59,15 @@ def test_every_choice_field_takes_its_values_from_its_literal_annotation():
         "packing_strategy",
         "report_to",
         "export_formats",
+        "method",
+        "loss_type",
     }
     assert not hasattr(finetune, "_ALLOWED")
     assert chosen["dtype"] == (None, "bfloat16", "float16", "float32")
     assert chosen["export_formats"] == finetune.EXPORT_FORMATS == typing.get_args(finetune.ExportFormat)
     for name, values in chosen.items():
         assert typing.get_args(finetune._literal(finetune.FIELD_TYPES[name])) == tuple(v for v in values if v)
-        if name in ("export_formats", "chat_template"):
+        if name in ("export_formats", "chat_template", "loss_type"):  # a list; loss_type's items by method
             continue
         for value in values:  # each listed value is allowed ...
             assert getattr(FinetuneConfig(**{name: value}), name) == value

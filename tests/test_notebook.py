@@ -30,17 +30,22 @@ def _chat_section():
     return {f.name for f in dataclasses.fields(SECTIONS["chat"])}
 
 
-def test_parameters_cell_holds_every_field_but_the_chat_sections_with_its_default():
-    """The Alpaca notebook trains on Alpaca rows only: a conversation run's fields (the chat section's) are the chat
-    notebook's, not offered here; they keep their defaults (dataset_format "alpaca")."""
+def test_parameters_cell_holds_every_field_but_the_chat_and_preference_sections_with_its_default():
+    """The Alpaca notebook trains on Alpaca rows only, by SFT: a conversation run's fields (the chat section's) are the
+    chat notebook's and a preference run's (method, beta, ...) the preference notebook's, not offered here; they keep
+    their defaults (dataset_format "alpaca", method "sft")."""
     tree = ast.parse(_parameters_cell())
     values = {
         node.targets[0].id: ast.literal_eval(node.value)
         for node in tree.body
         if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")
     }
-    chat = _chat_section()
-    assert {"chat_template", "assistant_only_loss", "extra_datasets", "dataset_format"} <= chat
+    import dataclasses
+
+    from tinyllama_ft.config.finetune import SECTIONS
+
+    chat = _chat_section() | {f.name for f in dataclasses.fields(SECTIONS["preference"])}
+    assert {"chat_template", "assistant_only_loss", "extra_datasets", "dataset_format", "method", "beta"} <= chat
     assert not set(values) & chat
     assert list(values) == [n for n in FIELD_NAMES if n not in chat]  # every other field, in the config's order
     assert FinetuneConfig(**values) == DEFAULTS  # and each default as the config has it

@@ -71,6 +71,7 @@ HELPERS = [
     "generate",
     "stream_plain",
     "held_out_scores",
+    "preference_scores",
     "greedy_answers",
     "chat_generate",
     "chat_stream",
@@ -108,6 +109,11 @@ def test_every_helper_that_runs_the_model_outside_training_runs_it_on_sdpa(helpe
         from tinyllama_ft.data.formats import AlpacaFormat
 
         held_out_scores(model, tokenizer, rows, data_format=AlpacaFormat())
+    elif helper == "preference_scores":
+        from tinyllama_ft.evaluate.preference_checks import preference_scores
+
+        ids = tokenizer(["Once upon a time", " there was", " a cat"], add_special_tokens=False)["input_ids"]
+        preference_scores(model, tokenizer, [{"prompt_ids": ids[0], "chosen_ids": ids[1], "rejected_ids": ids[2]}])
     elif helper == "greedy_answers":
         from tinyllama_ft.evaluate.held_out import greedy_answers
         from tinyllama_ft.data.formats import AlpacaFormat

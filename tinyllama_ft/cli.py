@@ -102,12 +102,13 @@ def _add_train_arguments(parser) -> None:
 
 def _run_train(values: dict, given: set) -> dict:
     from .config.sources import config_from_recipe
-    from .data.formats import check_sources
+    from .data.formats import check_sources, data_format
     from .pipeline import run_training
     from .train.checkpoints import RunFinished
     from .train.summary import format_loss
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
+    data_format(cfg)  # what the run would ignore (a preference method) is refused first
     check_sources(cfg, flag_prefix="--")  # named as flags here; run_training checks again, answered from memory
     try:
         summary = run_training(cfg)

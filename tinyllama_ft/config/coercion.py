@@ -79,7 +79,7 @@ def coerce_value(name: str, value: Any, annotation: Any, *, comma_separated: boo
         name: the field, for messages.
         value: what was given.
         annotation: the field's resolved type (``typing.get_type_hints(FinetuneConfig)[name]``): ``int``,
-            ``str | None``, ``tuple[str, ...]``, ``float``, ``bool``, a ``Literal[...]`` of strings (coerced as a
+            ``str | None``, ``tuple[str, ...]``, ``tuple[float, ...]``, ``float``, ``bool``, a ``Literal[...]`` of strings (coerced as a
             ``str``), ``Literal[...] | str``, ``tuple[Literal[...], ...]``.
         comma_separated: for a tuple field, a string is a comma-separated list (``"q_proj,v_proj"``);
             otherwise a string is a one-element tuple (one prompt).
@@ -112,6 +112,12 @@ def coerce_value(name: str, value: Any, annotation: Any, *, comma_separated: boo
         if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
             return tuple(value)
         raise bad("a list of strings" + (" (or one comma-separated string)" if comma_separated else ""))
+    if is_tuple and base in (int, float):
+        if isinstance(value, str):
+            value = [v for v in value.split(",") if v.strip()] if comma_separated else [value]
+        if isinstance(value, (list, tuple)):
+            return tuple(coerce_value(name, v, base) for v in value)
+        raise bad("a list of numbers" + (" (or one comma-separated string)" if comma_separated else ""))
     if base is bool:
         if isinstance(value, bool):
             return value

@@ -1,6 +1,6 @@
 """One configuration object for a fine-tuning run: every default of the package is written here, once.
 
-``FinetuneConfig`` inherits eight section dataclasses (``SECTIONS``), so each field is one flat name for the
+``FinetuneConfig`` inherits nine section dataclasses (``SECTIONS``), so each field is one flat name for the
 notebook's parameters, the command line's flags and the recipes' keys. A field's ``metadata["identity"]`` marks
 what changes the computation (``output_dir.run_identity``); its docstring gives the unit and the source of the
 default, which ``--help`` shows. A choice field's ``Literal[...]`` is the one declaration of its values. Helpers
@@ -50,10 +50,38 @@ NamedChatTemplate = Literal["chatml", "zephyr", "llama-3"]
 ChatTemplateName = Literal["auto", NamedChatTemplate]
 PackingStrategy = Literal["bfd", "bfd_split", "wrapped"]
 ReportTo = Literal["wandb", "none"]
+#: ``method``: supervised fine-tuning, or a preference method on pairs (DPO, ORPO) or labelled completions (KTO).
+Method = Literal["sft", "dpo", "orpo", "kto"]
+#: TRL's DPO losses (``DPOConfig.loss_type``, the same in TRL 1.15 and 1.16).
+DpoLossType = Literal[
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "exo_pair",
+    "nca_pair",
+    "robust",
+    "bco_pair",
+    "sppo_hard",
+    "aot",
+    "aot_unpaired",
+    "apo_zero",
+    "apo_down",
+    "discopop",
+    "sft",
+    "sigmoid_norm",
+]
+#: TRL's KTO losses (``KTOConfig.loss_type``).
+KtoLossType = Literal["kto", "apo_zero_unpaired"]
+#: ``loss_type``'s items: a DPO loss, or the KTO loss (one).
+LossType = Literal[DpoLossType, KtoLossType]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
 ExportFormat = Literal["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora"]
 
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
+#: The preference methods (every ``method`` but "sft").
+PREFERENCE_METHODS: tuple[str, ...] = typing.get_args(Method)[1:]
+DPO_LOSS_TYPES: tuple[str, ...] = typing.get_args(DpoLossType)
+KTO_LOSS_TYPES: tuple[str, ...] = typing.get_args(KtoLossType)
 EXPORT_FORMATS: tuple[str, ...] = typing.get_args(ExportFormat)
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
@@ -269,6 +297,30 @@ class TrainingSection:
 
 
 @dataclass
+class PreferenceSection:
+    """Preference (DPO, ORPO, KTO).
+
+    The training method, and for a preference method the strength of its preference term and its loss.
+    """
+
+    method: Method = _field("sft", identity=True)
+    """"sft" (supervised fine-tuning on instructions or conversations: the article's), or a preference method on
+    prompt/chosen/rejected pairs: "dpo" (TRL's DPOTrainer), "orpo" (TRL's experimental ORPOTrainer, no reference),
+    "kto" (TRL's KTOTrainer, on prompt/completion/label rows or pairs unpaired); pairs are text with the Alpaca
+    prompt (dataset_format "alpaca") or conversations ("messages"), "auto" reads which from the rows (this package)."""
+    beta: float = _field(0.1, identity=True, allowed=_positive())
+    """Preference methods: the preference term's strength (DPO/KTO: how far from the reference; ORPO: the
+    odds-ratio term's weight); TRL's default 0.1."""
+    loss_type: tuple[LossType, ...] = _field((), identity=True, comma_separated=True)
+    """DPO: losses summed with loss_weights ("sigmoid", "ipo", "hinge", "robust", "apo_zero", ...); KTO: one of
+    "kto", "apo_zero_unpaired"; empty = TRL's default ("sigmoid" for DPO, "kto" for KTO)."""
+    loss_weights: tuple[float, ...] = _field(
+        (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
+    )
+    """DPO: one weight per loss_type item; empty = 1 for each (TRL's default)."""
+
+
+@dataclass
 class LoggingSection:
     """Logging and output (article cells 5 and 8).
 
@@ -334,6 +386,7 @@ SECTIONS: dict[str, type] = {
     "data": DataSection,
     "chat": ChatSection,
     "training": TrainingSection,
+    "preference": PreferenceSection,
     "logging": LoggingSection,
     "export": ExportSection,
     "generation": GenerationSection,
@@ -345,6 +398,7 @@ class FinetuneConfig(
     GenerationSection,
     ExportSection,
     LoggingSection,
+    PreferenceSection,
     TrainingSection,
     ChatSection,
     DataSection,
@@ -353,7 +407,7 @@ class FinetuneConfig(
 ):
     """Every knob of a run, one flat object; the defaults are the article's recipe unless a field says otherwise.
 
-    It inherits the eight ``SECTIONS`` dataclasses, so each field is a plain attribute (``cfg.lora_r``). The bases
+    It inherits the nine ``SECTIONS`` dataclasses, so each field is a plain attribute (``cfg.lora_r``). The bases
     are given last section first: a dataclass puts the fields of its last base first, so ``FIELD_NAMES`` keeps the
     sections' order (model first), which is the parameters cell's and docs/parameters.md's.
 
@@ -383,10 +437,58 @@ class FinetuneConfig(
             problem = _not_allowed(f, getattr(self, f.name))
             if problem:
                 raise ConfigError(problem)
+        self._check_method()
         self.packing_strategy = resolve_packing_strategy(
             self.long_rows, self.packing, self.packing_strategy, "FinetuneConfig."
         )
         self._check_combinations()
+
+    def _check_method(self) -> None:
+        """The preference fields against ``method`` (before the packing check: a pair run does not pack).
+
+        Raises:
+            ConfigError: naming the field, the method and what is allowed.
+        """
+        if self.method == "sft":
+            for name in ("loss_type", "loss_weights"):
+                if getattr(self, name):
+                    raise ConfigError(
+                        f"FinetuneConfig.{name}={list(getattr(self, name))!r} is read by method='dpo' or 'kto' only, "
+                        f"and method='sft': set method, or leave {name} empty"
+                    )
+            return
+        if self.long_rows == "split":
+            raise ConfigError(
+                f"FinetuneConfig.long_rows='split' does not apply to method={self.method!r}: a pair's prompt and "
+                f"responses belong in one window; use long_rows='drop' or 'truncate'"
+            )
+        if self.dataset_format == "sharegpt" or self.extra_datasets:
+            raise ConfigError(
+                f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
+                f"method={self.method!r} reads TRL's preference rows from dataset alone: text ('alpaca': the Alpaca "
+                f"prompt), conversations ('messages') or either ('auto'), and no extra_datasets"
+            )
+        allowed = {"dpo": DPO_LOSS_TYPES, "kto": KTO_LOSS_TYPES}.get(self.method, ())
+        wrong = [t for t in self.loss_type if t not in allowed]
+        if wrong or (self.method == "kto" and len(self.loss_type) > 1):
+            what = f"each one of {list(allowed)}" if self.method == "dpo" else f"at most one of {list(allowed)}"
+            raise ConfigError(
+                f"FinetuneConfig.loss_type={list(self.loss_type)!r} is not allowed for method={self.method!r}: "
+                f"{what if allowed else 'empty (ORPO has one loss)'}"
+            )
+        if self.loss_weights and (
+            self.method != "dpo" or len(self.loss_weights) != len(self.loss_type or ("sigmoid",))
+        ):
+            raise ConfigError(
+                f"FinetuneConfig.loss_weights={list(self.loss_weights)!r} needs method='dpo' and one weight per "
+                f"loss_type item (loss_type={list(self.loss_type)!r}, empty = ['sigmoid'])"
+            )
+        if self.kto_kl_term and self.per_device_train_batch_size < 2:
+            raise ConfigError(
+                f"FinetuneConfig.per_device_train_batch_size={self.per_device_train_batch_size} is too small for "
+                f"method='kto': its KL term pairs each prompt with another row's completion in the same micro-batch; "
+                f"use 2 or more"
+            )
 
     def _check_combinations(self) -> None:
         """The rules between fields, checked here so a contradiction stops before anything loads.
@@ -432,6 +534,12 @@ class FinetuneConfig(
                 "FinetuneConfig.resume=True and overwrite_output_dir=True contradict each other: set one "
                 "of them to False"
             )
+
+    @property
+    def kto_kl_term(self) -> bool:
+        """KTO with its KL term (loss_type "kto", TRL's default), which pairs each prompt with another row's
+        completion in the same micro-batch: it needs a micro-batch of two or more."""
+        return self.method == "kto" and self.loss_type in ((), ("kto",))
 
     @property
     def effective_batch_size(self) -> int:

@@ -117,6 +117,25 @@ def conversation_problem(
         return (row.field, row.reason, row.kind), None
     if not isinstance(row, dict):
         return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
+    problem, messages = turns_problem(row, column, sharegpt=sharegpt)
+    if problem:
+        return problem, None
+    problem = _order_problem(messages, column)
+    return (problem, None) if problem else (None, messages)
+
+
+def turns_problem(
+    row: dict, column: str, *, sharegpt: bool = False
+) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
+    """Check the list of turns in ``row[column]``, each turn on its own (order is ``conversation_problem``'s).
+
+    Args:
+        row: a row (a dict). column: the column holding the turns. sharegpt: turns are ``from``/``value``.
+
+    Returns:
+        ``(problem, messages)``: the first fault as ``(field, reason, kind)`` (field ``column`` or
+        ``column[j].key``) and None, or None and the normalised turns (at least one).
+    """
     turns = row.get(column)
     if turns is None:
         return ((column, "is missing", "missing") if column not in row else (column, "is None", "null")), None
@@ -130,8 +149,7 @@ def conversation_problem(
         if problem:
             return problem, None
         messages.append(message)
-    problem = _order_problem(messages, column)
-    return (problem, None) if problem else (None, messages)
+    return None, messages
 
 
 def check_conversations(

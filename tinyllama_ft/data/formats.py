@@ -341,9 +341,22 @@ def data_format(cfg) -> AlpacaFormat | ConversationFormat:
     """The format object of a run: ``AlpacaFormat`` for ``dataset_format="alpaca"``, else ``ConversationFormat``.
 
     Args:
-        cfg: the run's ``FinetuneConfig`` (``dataset_format``, ``template``, ``chat_template``,
+        cfg: the run's ``FinetuneConfig`` (``method``, ``dataset_format``, ``template``, ``chat_template``,
             ``assistant_only_loss``).
+
+    Raises:
+        ConfigError: ``cfg.method`` is a preference method: the whole run (``pipeline.run_training``, the command
+            line's ``train``, the notebooks) trains by SFT so far, and would otherwise ignore it; a preference run
+            is built from ``preference_tokens.tokenize_preferences`` and ``preference_trainer.build_preference_trainer``.
     """
+    if cfg.method != "sft":
+        from ..config.coercion import ConfigError
+
+        raise ConfigError(
+            f"FinetuneConfig.method={cfg.method!r}: the whole run (tinyllama-ft train, the notebooks) trains "
+            "method='sft' only so far; build a preference run with data.preference_tokens.tokenize_preferences and "
+            "train.preference_trainer.build_preference_trainer"
+        )
     if cfg.dataset_format == "alpaca":
         return AlpacaFormat(cfg.template)
     return ConversationFormat(

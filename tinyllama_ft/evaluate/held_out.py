@@ -71,6 +71,46 @@ class HeldOutScores:
         )
 
 
+def token_nlls(model, tokenizer, ids: Sequence[Sequence[int]], *, batch_size: int = 4, max_batch_tokens: int = 4096):
+    """Each row's per-token negative log-likelihood under ``model``, in batches, in eval mode.
+
+    Args:
+        model, tokenizer: a causal LM (a PEFT model too), on any device, and its tokenizer (its pad id pads;
+            padding is masked out, never read).
+        ids: token ids per row, each of at least 2 tokens.
+        batch_size: most rows per forward pass.
+        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone), which
+            bounds the logits (tokens x vocab); log-probabilities are taken one row at a time in float32.
+
+    Yields:
+        ``(index, nll)`` in row order: ``nll`` a float32 CPU tensor of ``len(ids[index]) - 1`` values, ``nll[t]``
+        = -log p(``ids[index][t + 1]`` | the tokens before it), in nats.
+    """
+    import torch
+    from torch.nn.utils.rnn import pad_sequence
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # masked out: never read
+    device = next(model.parameters()).device
+    chunks: list[list[int]] = []
+    for i in range(len(ids)):  # in order; a chunk grows while it fits batch_size rows and max_batch_tokens tokens
+        last_chunk = chunks[-1] if chunks else None
+        wide = max([len(ids[j]) for j in last_chunk or []] + [len(ids[i])])
+        if last_chunk and len(last_chunk) < batch_size and (len(last_chunk) + 1) * wide <= max_batch_tokens:
+            last_chunk.append(i)
+        else:
+            chunks.append([i])
+    with eval_mode(model), torch.inference_mode():
+        for chunk in chunks:
+            input_ids = pad_sequence([torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=pad_id)
+            attention = pad_sequence([torch.ones(len(ids[i]), dtype=torch.long) for i in chunk], batch_first=True)
+            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
+            for b, i in enumerate(chunk):  # one row's float32 log-probabilities at a time, on the model's device
+                n = len(ids[i])
+                logp = torch.log_softmax(logits[b, : n - 1].float(), dim=-1)
+                target = input_ids[b, 1:n].to(logp.device).unsqueeze(-1)
+                yield i, -logp.gather(-1, target).squeeze(-1).cpu()
+
+
 @contextmanager
 def eval_mode(model):
     """``model.eval()`` on SDPA attention inside the block (``inference_attention``), both restored after."""
@@ -113,7 +153,6 @@ def held_out_scores(
         ValueError: no rows, a row without instruction/output (naming it), or every row skipped.
     """
     import torch
-    from torch.nn.utils.rnn import pad_sequence
 
     if not rows:
         raise ValueError("held_out_scores: no rows")
@@ -122,38 +161,19 @@ def held_out_scores(
     skipped = sorted(set(range(len(ids))) - set(keep))
     if not keep:
         raise ValueError(f"held_out_scores: every row is longer than max_seq_length={max_seq_length}")
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # masked out: never read
     resp_nll = full_nll = eos_p = 0.0
     resp_n = full_n = 0
-    device = next(model.parameters()).device
-    chunks: list[list[int]] = []
-    for i in keep:  # in order; a chunk grows while it fits batch_size rows and max_batch_tokens padded tokens
-        last_chunk = chunks[-1] if chunks else None
-        wide = max([len(ids[j]) for j in last_chunk or []] + [len(ids[i])])
-        if last_chunk and len(last_chunk) < batch_size and (len(last_chunk) + 1) * wide <= max_batch_tokens:
-            last_chunk.append(i)
-        else:
-            chunks.append([i])
-    with eval_mode(model), torch.inference_mode():
-        for chunk in chunks:
-            input_ids = pad_sequence([torch.tensor(ids[i]) for i in chunk], batch_first=True, padding_value=pad_id)
-            attention = pad_sequence([torch.ones(len(ids[i]), dtype=torch.long) for i in chunk], batch_first=True)
-            response = pad_sequence([torch.tensor(masks[i], dtype=torch.bool) for i in chunk], batch_first=True)
-            last = torch.tensor([max(j for j, m in enumerate(masks[i]) if m) for i in chunk])  # last supervised token
-            logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
-            target = input_ids[:, 1:]
-            nll = torch.zeros(target.shape)
-            for b in range(len(chunk)):  # one row's float32 log-probabilities at a time, on the model's device
-                logp = torch.log_softmax(logits[b, :-1].float(), dim=-1)
-                nll[b] = -logp.gather(-1, target[b].to(logp.device).unsqueeze(-1)).squeeze(-1).cpu()
-            real = attention[:, 1:].bool()
-            resp = response[:, 1:] & real
-            full_nll += nll[real].sum().item()
-            full_n += int(real.sum())
-            resp_nll += nll[resp].sum().item()
-            resp_n += int(resp.sum())
-            # p(last supervised token) = exp(-its NLL), read one position before it
-            eos_p += (-nll[torch.arange(len(chunk)), last - 1]).exp().sum().item()
+    for i, nll in token_nlls(
+        model, tokenizer, [ids[i] for i in keep], batch_size=batch_size, max_batch_tokens=max_batch_tokens
+    ):
+        row = keep[i]
+        response = torch.tensor(masks[row][1:], dtype=torch.bool)
+        full_nll += nll.sum().item()
+        full_n += len(nll)
+        resp_nll += nll[response].sum().item()
+        resp_n += int(response.sum())
+        last = max(j for j, m in enumerate(masks[row]) if m)  # last supervised token
+        eos_p += math.exp(-nll[last - 1].item())  # p(last supervised token), read one position before it
     return HeldOutScores(
         rows=len(keep),
         response_loss=resp_nll / max(resp_n, 1),

@@ -24,7 +24,8 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
     """Write the adapter and tokenizer to ``adapter_dir`` atomically.
 
     Args:
-        model: a ``peft`` model (only the adapter weights are written, as safetensors).
+        model: a ``peft`` model (only the adapter weights are written, as safetensors; of several adapters, the
+            active one: a preference trainer's frozen ``ref`` copy is left out).
         tokenizer: saved beside the adapter.
         adapter_dir: destination folder (the article's ``"lora_model"``).
         overwrite: replace an existing adapter there; the old one is removed only after the new one
@@ -48,7 +49,9 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.saving-", dir=parent)
     try:
-        model.save_pretrained(staging, safe_serialization=True)
+        # the trained adapter only: a preference trainer's frozen reference copy (TRL's "ref") is not the run's
+        extra = {"selected_adapters": [model.active_adapter]} if len(getattr(model, "peft_config", {})) > 1 else {}
+        model.save_pretrained(staging, safe_serialization=True, **extra)
         tokenizer.save_pretrained(staging)
         if record is not None:
             from .run_record import write_record

@@ -216,12 +216,17 @@ def plan_run(
         rope = rope_scaling_factor(cfg.max_seq_length, positions)
     except Exception as e:  # unreadable config: the plan says so and keeps what was configured
         unreadable = type(e).__name__
+    preference = cfg.method != "sft"
+    if preference and cfg.use_liger_kernel:
+        reasons.append(
+            f"method={cfg.method!r}: use_liger_kernel off (TRL computes the log-probabilities with its own LM head)"
+        )
     if cfg.recipe == "article":
         return RunPlan(
             "article",
             backend=backend,
             attn_implementation=cfg.attn_implementation,
-            use_liger_kernel=cfg.use_liger_kernel,
+            use_liger_kernel=cfg.use_liger_kernel and not preference,
             per_device_train_batch_size=split[0],
             gradient_accumulation_steps=split[1],
             gradient_checkpointing=cfg.gradient_checkpointing,
@@ -261,8 +266,8 @@ def plan_run(
     attn, liger = cfg.attn_implementation, False
     if backend == "transformers":
         attn = attn or ("flex_attention" if bf16 else "sdpa")
-        liger = bf16 and importable("liger_kernel")
-        if bf16 and not liger:
+        liger = bf16 and importable("liger_kernel") and not preference
+        if bf16 and not liger and not preference:
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
     execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger, rope_scaling_factor=rope)
     if dims is None:
@@ -284,22 +289,32 @@ def plan_run(
         max_seq_length=cfg.max_seq_length,
         backend=backend,
         load_in_4bit=common["load_in_4bit"],
-        fused_loss=liger or backend == "unsloth",
+        fused_loss=liger or backend == "unsloth" or cfg.method in ("dpo", "kto"),  # TRL's chunked LM head
         lora_r=cfg.lora_r,
     )
-    candidates = (
-        [(m, False) for m in splits(effective)[:2]]
-        + [(m, True) for m in splits(effective)]
-        + [(m, False) for m in splits(effective)[2:]]
-    )
+    # a pair is two sequences (DPO, ORPO: chosen and rejected; KTO: a completion and its KL completion), and KTO's
+    # KL term needs two completions in a micro-batch
+    kl = cfg.kto_kl_term
+    per_item = 2 if cfg.method in ("dpo", "orpo") or kl else 1
+    least = 2 if kl else 1
+    sizes_of = [m for m in splits(effective) if m >= least] or [least]
+    if preference:
+        item = "completion and its KL completion" if kl else "completion" if cfg.method == "kto" else "pair"
+        reasons.append(
+            f"method={cfg.method!r}: {per_item} sequence(s) of max_seq_length per {item} in the estimate, no packing"
+            + (", micro-batch of 2 or more (KTO's KL term)" if kl else "")
+        )
+    candidates = [(m, False) for m in sizes_of[:2]] + [(m, True) for m in sizes_of] + [(m, False) for m in sizes_of[2:]]
     for micro, gc in candidates:
-        peak = estimate_peak_gib(dims, micro_batch=micro, gradient_checkpointing=gc, **sizes)
+        peak = estimate_peak_gib(dims, micro_batch=micro * per_item, gradient_checkpointing=gc, **sizes)
         if peak <= HEADROOM * budget:
             break
     else:
-        micro, gc = 1, True
-        peak = estimate_peak_gib(dims, micro_batch=micro, gradient_checkpointing=gc, **sizes)
-        reasons.append("even batch 1 with checkpointing may not fit: lower max_seq_length if it runs out of memory")
+        micro, gc = sizes_of[-1], True
+        peak = estimate_peak_gib(dims, micro_batch=micro * per_item, gradient_checkpointing=gc, **sizes)
+        reasons.append(
+            f"even batch {micro} with checkpointing may not fit: lower max_seq_length if it runs out of memory"
+        )
     reasons.append(
         f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
         f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)"

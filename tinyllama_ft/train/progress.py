@@ -16,7 +16,8 @@ class ProgressPrinter(TrainerCallback):
     """Prints ``step N/M  loss X  lr Y  tokens/s Z`` at every logging step, and the eval loss when evaluated.
 
     tokens/s is over the time since the previous line (non-padding tokens fed to the model, transformers'
-    ``num_input_tokens_seen``), evaluation time included when an evaluation ran in between.
+    ``num_input_tokens_seen``), evaluation time included when an evaluation ran in between; left out where the
+    trainer counts no tokens (``include_num_input_tokens_seen="no"``: ORPO, whose batches hold no ``input_ids``).
     """
 
     def __init__(self) -> None:
@@ -32,9 +33,10 @@ class ProgressPrinter(TrainerCallback):
             then, before = self._last or (now, tokens)
             rate = (tokens - before) / (now - then) if now > then else 0.0
             self._last = (now, tokens)
+            counted = getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False)
             print(
                 f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "
-                f"lr {logs.get('learning_rate', 0.0):.3g}  tokens/s {rate:,.0f}",
+                f"lr {logs.get('learning_rate', 0.0):.3g}" + (f"  tokens/s {rate:,.0f}" if counted else ""),
                 flush=True,
             )
         if "eval_loss" in logs:

@@ -33,6 +33,78 @@ def _accepts(cls, name: str) -> bool:
     return name in inspect.signature(cls.__init__).parameters
 
 
+def trainer_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool) -> dict[str, Any]:
+    """The arguments every trainer of the package takes (SFT's and the preference trainers'), in our spelling.
+
+    Args:
+        cfg, plan, has_eval: as ``sft_config_kwargs``.
+
+    Returns:
+        ``transformers.TrainingArguments`` fields plus TRL's ``max_length`` and ``dataset_num_proc``; spell them for
+        the installed class with ``spelled_kwargs``.
+    """
+    kwargs: dict[str, Any] = dict(
+        output_dir=expand_path(cfg.output_dir),  # cfg expands it; a field set after construction is not
+        per_device_train_batch_size=plan.per_device_train_batch_size,
+        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
+        gradient_accumulation_steps=plan.gradient_accumulation_steps,
+        num_train_epochs=cfg.num_train_epochs,
+        max_steps=cfg.max_steps,
+        learning_rate=cfg.learning_rate,
+        weight_decay=cfg.weight_decay,
+        lr_scheduler_type=cfg.lr_scheduler_type,
+        optim=plan.optim,
+        seed=cfg.seed,
+        logging_steps=cfg.logging_steps,
+        save_strategy="steps",
+        save_steps=cfg.save_steps,
+        save_total_limit=cfg.save_total_limit,
+        report_to=[] if cfg.report_to == "none" else [cfg.report_to],
+        run_name=cfg.wandb_run_name,
+        gradient_checkpointing=plan.gradient_checkpointing,
+        dataset_num_proc=cfg.dataset_num_proc,
+        max_length=cfg.max_seq_length,
+        warmup_steps=cfg.warmup_ratio,  # transformers 5: warmup_steps below 1 is a fraction of the total steps
+        include_num_input_tokens_seen="non_padding",
+        **trainer_precision_flags(plan.dtype, cpu_autocast_bf16=plan.cpu_autocast_bf16),
+    )
+    if plan.world_size > 1:  # DDP: one loss over the tokens of all processes; every LoRA weight gets a gradient
+        kwargs.update(average_tokens_across_devices=True, ddp_find_unused_parameters=False)
+    if plan.device == "cpu":  # transformers accepts bf16 autocast on a CPU only when told it trains there
+        kwargs["use_cpu"] = True
+    if plan.gradient_checkpointing:
+        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
+    kwargs["eval_strategy"] = "steps" if has_eval else "no"
+    if has_eval:
+        kwargs["eval_steps"] = cfg.eval_steps
+    return kwargs
+
+
+def spelled_kwargs(kwargs: dict[str, Any], config_cls) -> dict[str, Any]:
+    """``kwargs`` with each of ``RENAMED_ARGUMENTS`` spelled as the installed ``config_cls`` spells it.
+
+    Args:
+        kwargs: our names -> values (``trainer_config_kwargs`` and a trainer's own).
+        config_cls: the installed TRL config class (``SFTConfig``, ``DPOConfig``, ...).
+
+    Returns:
+        A new dict whose keys all exist in ``config_cls.__init__``'s signature.
+
+    Raises:
+        TypeError: the installed class has no spelling for one of the arguments (too old a TRL).
+    """
+    kwargs = dict(kwargs)
+    for name, spellings in RENAMED_ARGUMENTS.items():
+        if name not in kwargs:
+            continue
+        accepted = next((s for s in spellings if _accepts(config_cls, s)), name)
+        kwargs[accepted] = kwargs.pop(name)
+    unknown = [k for k in kwargs if not _accepts(config_cls, k)]
+    if unknown:
+        raise TypeError(f"the installed {config_cls.__name__} takes none of {unknown}: upgrade trl/transformers")
+    return kwargs
+
+
 def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
     """Keyword arguments for the installed ``trl.SFTConfig``: what to train from ``cfg``, how from ``plan``.
 
@@ -53,59 +125,20 @@ def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, con
     """
     if config_cls is None:
         from trl import SFTConfig as config_cls
-    kwargs: dict[str, Any] = dict(
-        output_dir=expand_path(cfg.output_dir),  # cfg expands it; a field set after construction is not
-        per_device_train_batch_size=plan.per_device_train_batch_size,
-        per_device_eval_batch_size=cfg.per_device_eval_batch_size,
-        gradient_accumulation_steps=plan.gradient_accumulation_steps,
-        num_train_epochs=cfg.num_train_epochs,
-        max_steps=cfg.max_steps,
-        learning_rate=cfg.learning_rate,
-        weight_decay=cfg.weight_decay,
-        lr_scheduler_type=cfg.lr_scheduler_type,
-        optim=plan.optim,
-        seed=cfg.seed,
-        logging_steps=cfg.logging_steps,
-        save_strategy="steps",
-        save_steps=cfg.save_steps,
-        save_total_limit=cfg.save_total_limit,
-        report_to=[] if cfg.report_to == "none" else [cfg.report_to],
-        run_name=cfg.wandb_run_name,
-        gradient_checkpointing=plan.gradient_checkpointing,
+    kwargs = trainer_config_kwargs(cfg, plan, has_eval=has_eval)
+    kwargs.update(
         dataset_text_field="text",
         completion_only_loss=cfg.completion_only_loss,  # explicit: None enables it only for prompt/completion columns
         packing=cfg.packing,
-        dataset_num_proc=cfg.dataset_num_proc,
-        max_length=cfg.max_seq_length,
-        warmup_steps=cfg.warmup_ratio,  # transformers 5: warmup_steps below 1 is a fraction of the total steps
-        include_num_input_tokens_seen="non_padding",
-        **trainer_precision_flags(plan.dtype, cpu_autocast_bf16=plan.cpu_autocast_bf16),
     )
-    if plan.world_size > 1:  # DDP: one loss over the tokens of all processes; every LoRA weight gets a gradient
-        kwargs.update(average_tokens_across_devices=True, ddp_find_unused_parameters=False)
-    if plan.device == "cpu":  # transformers accepts bf16 autocast on a CPU only when told it trains there
-        kwargs["use_cpu"] = True
     if plan.use_liger_kernel:  # TRL applies Liger to the model and skips the logits-based metrics
         kwargs["use_liger_kernel"] = True
-    if plan.gradient_checkpointing:
-        kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
     if cfg.packing:
         kwargs["packing_strategy"] = cfg.packing_strategy
         if cfg.packing_strategy != "wrapped" and plan.attn_implementation == "flex_attention":
             # every padding-free batch the same length: flex attention's kernel compiles once (docs/speed.md)
             kwargs["pad_to_multiple_of"] = plan.per_device_train_batch_size * cfg.max_seq_length
-    kwargs["eval_strategy"] = "steps" if has_eval else "no"
-    if has_eval:
-        kwargs["eval_steps"] = cfg.eval_steps
-    for name, spellings in RENAMED_ARGUMENTS.items():
-        if name not in kwargs:
-            continue
-        accepted = next((s for s in spellings if _accepts(config_cls, s)), name)
-        kwargs[accepted] = kwargs.pop(name)
-    unknown = [k for k in kwargs if not _accepts(config_cls, k)]
-    if unknown:
-        raise TypeError(f"the installed {config_cls.__name__} takes none of {unknown}: upgrade trl/transformers")
-    return kwargs
+    return spelled_kwargs(kwargs, config_cls)
 
 
 def build_trainer(
@@ -161,16 +194,25 @@ def build_trainer(
         callbacks=callbacks,
         processing_class=tokenizer,
     )
-    if progress and not in_interactive_kernel():
-        # a terminal, a pipe, papermill: the printed lines are the progress. transformers' own (a tqdm bar with its
-        # "\r" redraws and a raw {'loss': ...} dict per log, or with disable_tqdm the dicts alone, or in a kernel
-        # its HTML table) would interleave with them; an interactive notebook keeps its live table
-        from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # ProgressCallback, or in a kernel the table's
-        from transformers.trainer_callback import PrinterCallback
-
-        for kind in (DEFAULT_PROGRESS_CALLBACK, PrinterCallback):
-            trainer.remove_callback(kind)
+    if progress:
+        quiet_progress(trainer)
     return trainer
+
+
+def quiet_progress(trainer) -> None:
+    """Leave ``progress.ProgressPrinter``'s lines the only progress outside an interactive notebook.
+
+    In a terminal, a pipe or papermill, transformers' own progress (a tqdm bar with its "\\r" redraws and a raw
+    ``{'loss': ...}`` dict per log, or with ``disable_tqdm`` the dicts alone) would interleave with the printed
+    lines, so its callbacks are removed; an interactive notebook keeps its live table.
+    """
+    if in_interactive_kernel():
+        return
+    from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # ProgressCallback, or in a kernel the table's
+    from transformers.trainer_callback import PrinterCallback
+
+    for kind in (DEFAULT_PROGRESS_CALLBACK, PrinterCallback):
+        trainer.remove_callback(kind)
 
 
 def sdpa_evaluating(trainer_cls):

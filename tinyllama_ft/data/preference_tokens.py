@@ -1,0 +1,190 @@
+"""Preference rows tokenized by the package, for TRL's preference trainers (``train.preference_trainer``).
+
+A response is tokenized after its prompt as an SFT row is (``tokenization.tokenize_segments`` for text,
+``chat_masks.tokenize_conversation`` for turns): special-token text stays text and each response ends in exactly
+one end-of-sequence (or end-of-turn) id. The columns are TRL's: ``prompt_ids`` / ``chosen_ids`` / ``rejected_ids``
+(pairs) or ``prompt_ids`` / ``completion_ids`` / ``label`` (KTO). Rows too long for the window follow ``long_rows``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..config.finetune import DEFAULTS
+from ..models.chat_templates import TemplateMismatch, end_of_turn_token
+from .chat_masks import tokenize_conversation
+from .instructions import BadRow, DataReport
+from .lengths import _common_prefix
+from .tokenization import BATCH_SIZE, alpaca_segments, tokenize_segments
+
+#: ``long_rows`` for preference rows: a pair's prompt and responses belong in one window, so no "split".
+LONG_ROWS = ("drop", "truncate")
+
+
+def response_span(mask: Sequence[int]) -> tuple[int, int]:
+    """``(start, end)`` of the last run of supervised tokens (the response and its end token), end exclusive.
+
+    Args:
+        mask: one 0/1 per token (``tokenize_segments``' ``completion_mask``, ``tokenize_conversation``'s
+            ``assistant_masks``).
+
+    Returns:
+        The run's bounds; tokens after it (a template's newline after the end-of-turn token) are not the response.
+
+    Raises:
+        ValueError: no token is supervised.
+    """
+    end = len(mask)
+    while end and not mask[end - 1]:
+        end -= 1
+    if not end:
+        raise ValueError("no supervised token: the row has no response")
+    start = end
+    while start and mask[start - 1]:
+        start -= 1
+    return start, end
+
+
+def _encode(rows: list[dict[str, Any]], responses: tuple[str, ...], tokenizer, *, form: str, template: str):
+    """Per row, per response column: ``(ids, mask)`` of prompt + response, or a ``TemplateMismatch``."""
+    if form == "text":
+        out = []
+        for start in range(0, len(rows), BATCH_SIZE):  # one tokenizer call per BATCH_SIZE rows
+            segments = [
+                alpaca_segments(row["prompt"], row["input"], row[column], template=template)
+                for row in rows[start : start + BATCH_SIZE]
+                for column in responses
+            ]
+            flat = list(zip(*tokenize_segments(segments, tokenizer)))
+            out += [flat[i : i + len(responses)] for i in range(0, len(flat), len(responses))]
+        return out
+    eot = end_of_turn_token(tokenizer)
+    out = []
+    for row in rows:
+        encoded = []
+        for column in responses:
+            try:
+                enc = tokenize_conversation(tokenizer, row["prompt"] + row[column], end_of_turn=eot)
+                encoded.append((enc["input_ids"], enc["assistant_masks"]))
+            except TemplateMismatch as e:
+                encoded.append(e)
+        out.append(encoded)
+    return out
+
+
+def tokenize_preferences(
+    dataset,
+    tokenizer,
+    *,
+    form: str,
+    template: str = DEFAULTS.template,
+    max_seq_length: int = DEFAULTS.max_seq_length,
+    long_rows: str = DEFAULTS.long_rows,
+    strict: bool = DEFAULTS.strict,
+    name: str = "preferences",
+):
+    """Tokenize checked preference rows (``preferences.load_preference_data``) into TRL's id columns.
+
+    The prompt is the tokens before the response's supervised run (``response_span``); for a pair, the tokens
+    ``prompt + chosen`` and ``prompt + rejected`` share (a token merging across the boundary belongs to the
+    response, supervised as in SFT). Each response keeps exactly one end id: the tokenizer's EOS (text, the
+    Alpaca template) or the chat template's end-of-turn token (conversations, the tokenizer's template).
+
+    Args:
+        dataset: a ``datasets.Dataset`` of clean rows: ``prompt`` (+ ``input``) and ``chosen`` / ``rejected``, or
+            ``completion`` / ``label``.
+        tokenizer: the run's fast tokenizer (with its chat template set for conversations).
+        form: ``"text"`` or ``"conversation"`` (as ``load_preference_data`` returns it).
+        template: text form: the Alpaca template (``DEFAULTS.template``).
+        max_seq_length: tokens of prompt + longest response a row may hold (``DEFAULTS.max_seq_length``).
+        long_rows: ``"drop"`` a longer row (kind ``"too long"``), or ``"truncate"`` its responses to the window (their
+            end id lost, so no end-of-sequence supervision); a prompt that leaves no room for one response token is
+            dropped either way (kind ``"no room for a response"``).
+        strict: raise on the first dropped row instead (``DEFAULTS.strict``).
+        name: what the rows are, for messages.
+
+    Returns:
+        ``(tokenized, report)``: a ``datasets.Dataset`` with ``prompt_ids`` and ``chosen_ids`` / ``rejected_ids``
+        (pairs) or ``completion_ids`` / ``label`` (unpaired), rows in order, dropped ones left out; and a printed
+        ``DataReport`` (kinds above and ``"template mismatch"``).
+
+    Raises:
+        ValueError: ``long_rows`` not in ``LONG_ROWS``; every row dropped; with ``strict``, the first dropped row
+            (its 0-based index and field).
+    """
+    import datasets
+
+    if long_rows not in LONG_ROWS:
+        raise ValueError(
+            f"long_rows={long_rows!r} is not one of {LONG_ROWS} for preference rows (a pair's prompt and "
+            "responses belong in one window)"
+        )
+    paired = "chosen" in dataset.column_names
+    responses = ("chosen", "rejected") if paired else ("completion",)
+    rows = list(dataset)
+    report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
+    kept: list[dict[str, Any]] = []
+    for index, (row, encoded) in enumerate(
+        zip(rows, _encode(rows, responses, tokenizer, form=form, template=template))
+    ):
+        report.total += 1
+        bad = next(
+            (
+                BadRow(index, c, str(e), "template mismatch")
+                for c, e in zip(responses, encoded)
+                if isinstance(e, Exception)
+            ),
+            None,
+        )
+        if bad is None:
+            spans = [response_span(mask) for _, mask in encoded]
+            prompt_len = min(start for start, _ in spans)
+            if paired:
+                prompt_len = min(prompt_len, _common_prefix(encoded[0][0], encoded[1][0]))
+            prompt_ids = encoded[0][0][:prompt_len]
+            answers = [ids[prompt_len:end] for (ids, _), (_, end) in zip(encoded, spans)]
+            longest = prompt_len + max(len(a) for a in answers)
+            if prompt_len >= max_seq_length:
+                why = f"is {prompt_len} tokens: no room for a response within max_seq_length={max_seq_length}"
+                bad = BadRow(index, "prompt", why, "no room for a response")
+            elif longest > max_seq_length and long_rows == "drop":
+                why = f"is {longest} tokens with its prompt, longer than max_seq_length={max_seq_length}"
+                bad = BadRow(index, responses[0] if len(answers) == 1 else "<row>", why, "too long")
+            else:
+                room = max_seq_length - prompt_len
+                item = {"prompt_ids": prompt_ids, **{f"{c}_ids": a[:room] for c, a in zip(responses, answers)}}
+                if not paired:
+                    item["label"] = row["label"]
+                kept.append(item)
+        if bad is not None:
+            report.reject(bad, strict=strict)
+    report.kept = len(kept)
+    print(report.summary())
+    if not kept:
+        raise ValueError(f"{name}: every row dropped (all {report.total}): nothing to train on\n{report.summary()}")
+    ids = datasets.Sequence(datasets.Value("int32"))
+    columns = {"prompt_ids": ids, **{f"{c}_ids": ids for c in responses}}
+    if not paired:
+        columns["label"] = datasets.Value("bool")
+    return datasets.Dataset.from_list(kept, features=datasets.Features(columns)), report
+
+
+def unpair(dataset):
+    """Paired tokenized rows as KTO's unpaired ones: each pair becomes its chosen (label True) then its rejected
+    (label False) completion, in order, so each micro-batch of two or more holds both kinds.
+
+    Args:
+        dataset: ``tokenize_preferences`` output for pairs (``prompt_ids``, ``chosen_ids``, ``rejected_ids``).
+
+    Returns:
+        A ``datasets.Dataset`` with ``prompt_ids``, ``completion_ids``, ``label``: twice the rows.
+    """
+    import datasets
+
+    rows = []
+    for row in dataset:
+        rows.append({"prompt_ids": row["prompt_ids"], "completion_ids": row["chosen_ids"], "label": True})
+        rows.append({"prompt_ids": row["prompt_ids"], "completion_ids": row["rejected_ids"], "label": False})
+    ids = datasets.Sequence(datasets.Value("int32"))
+    features = datasets.Features({"prompt_ids": ids, "completion_ids": ids, "label": datasets.Value("bool")})
+    return datasets.Dataset.from_list(rows, features=features)

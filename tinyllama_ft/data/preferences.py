@@ -1,0 +1,236 @@
+"""Preference rows in TRL's standard forms, read (``row_files``) and checked as instruction rows are.
+
+Paired rows (``prompt`` / ``chosen`` / ``rejected``) and unpaired ones (``prompt`` / ``completion`` / ``label``, for
+KTO), each as text (the prompt goes into the run's Alpaca template, with an optional input column) or as
+conversations (role/content turns; a pair may leave its prompt implicit, as the turns ``chosen`` and ``rejected``
+share). A bad row is dropped and counted by kind, or with ``strict`` named by row and field (``instructions``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..config.finetune import DEFAULTS
+from .conversations import _order_problem, conversation_problem, turns_problem
+from .instructions import BadRow, DataReport, _field_problem
+from .row_files import UnreadableRow, read_rows
+
+#: The columns of a paired row and of an unpaired one (TRL's names).
+PAIRED = ("prompt", "chosen", "rejected")
+UNPAIRED = ("prompt", "completion", "label")
+#: ``form`` values: the response columns hold text, or turns; "auto" reads which from the first object row.
+FORMS = ("text", "conversation", "auto")
+
+
+def detect_layout(rows: Iterable[Any]) -> tuple[str, str]:
+    """``(layout, form)`` of the first row that is an object: ``"paired"`` when it has ``chosen``, ``"unpaired"``
+    when it has ``completion``; ``"text"`` when that column holds a string, else ``"conversation"``.
+
+    Raises:
+        ValueError: the first object has neither column, or no row is an object.
+    """
+    for row in rows:
+        if isinstance(row, dict):
+            column = "chosen" if "chosen" in row else "completion" if "completion" in row else None
+            if column is None:
+                raise ValueError(
+                    f"preference rows: the first row has columns {sorted(row)}; expected prompt/chosen/rejected "
+                    "(pairs) or prompt/completion/label (KTO)"
+                )
+            form = "text" if isinstance(row[column], str) else "conversation"
+            return ("paired" if column == "chosen" else "unpaired"), form
+    raise ValueError("preference rows: no row is an object")
+
+
+#: A CSV file's ``label`` texts (CSV holds no booleans) and the bool each is.
+LABEL_TEXTS = {"true": True, "false": False}
+
+
+def _label(row: dict) -> tuple[tuple[str, str, str] | None, bool | None]:
+    """``(problem, label)``: a JSON boolean, or a CSV cell's ``true`` / ``false`` (any case)."""
+    value = row.get("label")
+    if value is None:
+        return (("label", "is missing", "missing") if "label" not in row else ("label", "is None", "null")), None
+    if isinstance(value, str) and value.strip().lower() in LABEL_TEXTS:
+        return None, LABEL_TEXTS[value.strip().lower()]
+    if not isinstance(value, bool):
+        return ("label", f"is {value!r:.40}, not true or false (true: desirable)", "wrong type"), None
+    return None, value
+
+
+def _conversation_row(row: dict, responses: tuple[str, ...]) -> tuple[tuple[str, str, str] | None, dict | None]:
+    """``(problem, clean)`` for a conversational row: ``{"prompt": turns, <response>: [one assistant turn], ...}``."""
+    if row.get("prompt") is None and len(responses) == 2:
+        # the implicit prompt: each response column holds the whole conversation, the two share all but the last turn
+        whole = {}
+        for column in responses:
+            problem, whole[column] = conversation_problem(row, column=column)
+            if problem:
+                return problem, None
+        first, second = (whole[c] for c in responses)
+        if first[:-1] != second[:-1]:
+            why = f"differs from {responses[0]} before its last turn (the implicit prompt)"
+            return (responses[1], why, "prompt mismatch"), None
+        return None, {"prompt": first[:-1], **{c: whole[c][-1:] for c in responses}}
+    problem, prompt = turns_problem(row, "prompt")
+    if problem:
+        return problem, None
+    clean: dict[str, Any] = {"prompt": prompt}
+    for column in responses:
+        problem, turns = turns_problem(row, column)
+        if problem:
+            return problem, None
+        if len(turns) != 1 or turns[0]["role"] != "assistant":
+            return (column, f"holds {len(turns)} turn(s), not one assistant turn", "not one assistant turn"), None
+        clean[column] = turns
+    problem = _order_problem(prompt + clean[responses[0]], "prompt")
+    return (problem, None) if problem else (None, clean)
+
+
+def _text_row(
+    row: dict, responses: tuple[str, ...], input_column: str
+) -> tuple[tuple[str, str, str] | None, dict | None]:
+    problem = _field_problem(row, "prompt", True) or _field_problem(row, input_column, False)
+    for column in responses:
+        problem = problem or _field_problem(row, column, True)
+    if problem:
+        return problem, None
+    inp = row.get(input_column)
+    return None, {
+        "prompt": row["prompt"],
+        "input": inp if inp and inp.strip() else "",
+        **{c: row[c] for c in responses},
+    }
+
+
+def check_preference_rows(
+    rows: Iterable[Any],
+    *,
+    form: str = "auto",
+    input_column: str = DEFAULTS.input_column,
+    strict: bool = DEFAULTS.strict,
+    source: str = "rows",
+) -> tuple[list[dict[str, Any]], DataReport, str, str]:
+    """Keep well-formed preference rows, normalised, once each.
+
+    Args:
+        rows: raw rows (``row_files.read_rows``); the layout (paired or unpaired) is read from the first object.
+        form: ``"text"``, ``"conversation"`` or ``"auto"`` (``FORMS``; default: the first object's decides); a row
+            of the other form is a ``"wrong type"``.
+        input_column: text form: the optional context column (``DEFAULTS.input_column``, Alpaca's "input").
+        strict: raise on the first bad row instead of dropping it (``DEFAULTS.strict``).
+        source: name used in messages (the file or dataset id).
+
+    Returns:
+        ``(clean, report, layout, form)``. Text rows become ``{"prompt", "input", "chosen", "rejected"}`` (or
+        ``"completion"``, ``"label"``) strings (a missing or blank input ``""``); conversational rows
+        ``{"prompt": [turns], "chosen": [one assistant turn], "rejected": [...]}`` (implicit prompts made explicit),
+        or ``"completion"`` and ``"label"``. ``label`` is a bool (True: desirable; a CSV cell's "true" / "false" read
+        as one). The report counts per kind
+        (those of ``instructions.check_rows`` and ``conversations.check_conversations``, plus ``"identical pair"``,
+        ``"prompt mismatch"``, ``"not one assistant turn"``).
+
+    Raises:
+        ValueError: unknown ``form``; the layout cannot be read (``detect_layout``); with ``strict``, at the first
+            bad row, naming ``source``, the 0-based row index and the field.
+    """
+    if form not in FORMS:
+        raise ValueError(f"form={form!r} is not one of {FORMS}")
+    rows = list(rows)
+    layout, found = detect_layout(rows)
+    form = found if form == "auto" else form
+    responses = PAIRED[1:] if layout == "paired" else UNPAIRED[1:2]
+    report = DataReport(source=source)
+    clean: list[dict[str, Any]] = []
+    first_index: dict[str, int] = {}
+    for index, row in enumerate(rows):
+        report.total += 1
+        problem, item = None, None
+        if isinstance(row, UnreadableRow):
+            problem = row.field, row.reason, row.kind
+        elif not isinstance(row, dict):
+            problem = "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
+        else:
+            column = responses[0]
+            value = row.get(column)
+            kind = "text" if isinstance(value, str) else "conversation" if isinstance(value, list) else None
+            if kind is not None and kind != form:
+                problem = (
+                    column,
+                    f"is {'text' if kind == 'text' else 'a list of turns'}; rows here are {form}",
+                    "wrong type",
+                )
+            elif form == "text":
+                problem, item = _text_row(row, responses, input_column)
+            else:
+                problem, item = _conversation_row(row, responses)
+            if problem is None and layout == "unpaired":
+                problem, label = _label(row)
+                item = None if problem else {**item, "label": label}
+        if problem is None and layout == "paired" and item["chosen"] == item["rejected"]:
+            problem = "rejected", "is the same as chosen (the pair prefers nothing)", "identical pair"
+        if problem is None:
+            key = repr(sorted(item.items()))
+            if key in first_index:
+                problem = "<row>", f"duplicates row {first_index[key]}", "duplicate"
+            first_index.setdefault(key, index)
+        if problem is not None:
+            report.reject(BadRow(index, *problem), strict=strict)
+            continue
+        clean.append(item)
+    report.kept = len(clean)
+    return clean, report, layout, form
+
+
+def preference_features(layout: str, form: str):
+    """``datasets.Features`` of ``check_preference_rows``' clean rows for a ``layout`` and ``form``."""
+    import datasets
+
+    text = datasets.Value("string")
+    turns = [{"role": text, "content": text}]
+    value = text if form == "text" else turns
+    columns = {"prompt": value}
+    if form == "text":
+        columns["input"] = text
+    columns.update({c: value for c in (PAIRED[1:] if layout == "paired" else UNPAIRED[1:2])})
+    if layout == "unpaired":
+        columns["label"] = datasets.Value("bool")
+    return datasets.Features(columns)
+
+
+def load_preference_data(
+    source: str,
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    form: str = "auto",
+    input_column: str = DEFAULTS.input_column,
+    strict: bool = DEFAULTS.strict,
+):
+    """Read and check preference rows into a ``datasets.Dataset``.
+
+    Args:
+        source, split, config: as ``row_files.read_rows`` (a local .json/.jsonl/.csv/.parquet file, a folder or a
+            Hub id such as ``trl-lib/ultrafeedback_binarized``); defaults from ``config.DEFAULTS``.
+        form, input_column, strict: as ``check_preference_rows``.
+
+    Returns:
+        ``(dataset, report, layout, form)``: the clean rows (``preference_features``), the printed ``DataReport``,
+        ``"paired"`` / ``"unpaired"`` and ``"text"`` / ``"conversation"``.
+
+    Raises:
+        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
+            ``read_rows`` / ``check_preference_rows``.
+    """
+    import datasets
+
+    rows = read_rows(source, split=split, config=config)
+    if not rows:
+        raise ValueError(f"{source}: no usable rows (it has no rows): nothing to train on")
+    clean, report, layout, form = check_preference_rows(
+        rows, form=form, input_column=input_column, strict=strict, source=source
+    )
+    print(report.summary())
+    if not clean:
+        raise ValueError(f"{source}: no usable rows (all {report.total} rows were dropped)\n{report.summary()}")
+    return datasets.Dataset.from_list(clean, features=preference_features(layout, form)), report, layout, form

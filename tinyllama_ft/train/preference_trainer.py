@@ -1,0 +1,260 @@
+"""TRL's preference trainers (DPO, KTO, ORPO) on rows the package tokenized (``data.preference_tokens``).
+
+Each TRL trainer is subclassed only where it tokenizes: DPO's and KTO's ``_prepare_dataset`` take our id columns
+(KTO's KL completions added as TRL adds them); experimental ORPO, which tokenizes in ``__init__``, gets its columns
+built from ours, and its NLL term on the chosen response only (TRL's covers the prompt too). No packing, no Liger
+(TRL computes log-probabilities with its own LM head). The reference: TRL's frozen ``ref`` copy of a saved adapter
+the run starts from, else the base with adapters disabled (never a second base).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.finetune import FinetuneConfig
+from ..data.preference_tokens import unpair
+from .plan import RunPlan
+from .sft_trainer import quiet_progress, sdpa_evaluating, spelled_kwargs, trainer_config_kwargs
+
+#: The id columns each method's trainer reads (``preference_tokens.tokenize_preferences`` output).
+PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
+UNPAIRED_COLUMNS = ("prompt_ids", "completion_ids", "label")
+#: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO and KTO trainers).
+REF_ADAPTER = "ref"
+
+
+def config_class(method: str):
+    """The installed TRL config class of ``method`` ("dpo", "kto", "orpo"; ORPO from ``trl.experimental.orpo``).
+
+    Raises:
+        ValueError: ``method`` is not a preference method.
+    """
+    if method == "dpo":
+        from trl import DPOConfig
+
+        return DPOConfig
+    if method == "kto":
+        from trl import KTOConfig
+
+        return KTOConfig
+    if method == "orpo":
+        from trl.experimental.orpo import ORPOConfig
+
+        return ORPOConfig
+    raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
+
+
+def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
+    """Keyword arguments for the installed TRL config of ``cfg.method``.
+
+    Args:
+        cfg: the run's configuration: ``method``, ``beta``, ``loss_type``, ``loss_weights`` and the training fields
+            ``sft_trainer.trainer_config_kwargs`` reads (``max_seq_length`` is TRL's ``max_length``: prompt plus
+            response, one sequence of a pair).
+        plan: the run's ``RunPlan``; its Liger choice is not passed (TRL's DPO/KTO trainers compute
+            log-probabilities with their own fused LM head, ORPO from the logits).
+        has_eval: an eval set exists.
+        config_cls: the class whose signature decides the spelling; default ``config_class(cfg.method)``.
+
+    Returns:
+        A dict whose keys all exist in ``config_cls.__init__``'s signature. ``loss_type`` empty keeps TRL's
+        default; ``loss_weights`` empty, TRL's equal weights.
+
+    Raises:
+        ValueError: ``cfg.method`` is "sft".
+        TypeError: as ``sft_trainer.spelled_kwargs``.
+    """
+    config_cls = config_cls or config_class(cfg.method)
+    kwargs = trainer_config_kwargs(cfg, plan, has_eval=has_eval)
+    kwargs["beta"] = cfg.beta
+    if cfg.method == "dpo" and cfg.loss_type:
+        kwargs["loss_type"] = list(cfg.loss_type)
+    if cfg.method == "dpo" and cfg.loss_weights:
+        kwargs["loss_weights"] = list(cfg.loss_weights)
+    if cfg.method == "kto" and cfg.loss_type:
+        kwargs["loss_type"] = cfg.loss_type[0]
+    if cfg.method == "orpo":  # its batches hold chosen_input_ids / rejected_input_ids, no input_ids to count
+        kwargs["include_num_input_tokens_seen"] = "no"
+    return spelled_kwargs(kwargs, config_cls)
+
+
+def _require(dataset, columns: tuple[str, ...], name: str) -> None:
+    missing = [c for c in columns if c not in dataset.column_names]
+    if missing:
+        raise ValueError(
+            f"{name} dataset: no {missing} column (columns: {dataset.column_names}): tokenize the rows with "
+            "data.preference_tokens.tokenize_preferences"
+        )
+
+
+def _add_kl_completions(batch: dict[str, list]) -> dict[str, list]:
+    """TRL's KL completions: within a micro-batch, row i's KL completion is row i-1's (the first takes the last)."""
+    batch["KL_completion_ids"] = batch["completion_ids"][-1:] + batch["completion_ids"][:-1]
+    return batch
+
+
+def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
+    """Our pair columns as ORPO's (``tokenize_row``'s): prompt, and per response ids, attention mask, labels
+    (-100 on the prompt)."""
+    out: dict[str, list] = {"prompt_input_ids": [], "prompt_attention_mask": []}
+    for kind in ("chosen", "rejected"):
+        out.update({f"{kind}_input_ids": [], f"{kind}_attention_mask": [], f"{kind}_labels": []})
+    for i, prompt in enumerate(batch["prompt_ids"]):
+        out["prompt_input_ids"].append(prompt)
+        out["prompt_attention_mask"].append([1] * len(prompt))
+        for kind in ("chosen", "rejected"):
+            answer = batch[f"{kind}_ids"][i]
+            out[f"{kind}_input_ids"].append(prompt + answer)
+            out[f"{kind}_attention_mask"].append([1] * (len(prompt) + len(answer)))
+            out[f"{kind}_labels"].append([-100] * len(prompt) + answer)
+    return out
+
+
+def trainer_class(method: str):
+    """The package's subclass of TRL's trainer for ``method``, taking rows tokenized by the package.
+
+    Returns:
+        A class taking TRL's arguments: DPO's ``train_dataset`` holds ``PAIR_COLUMNS``, KTO's ``UNPAIRED_COLUMNS``,
+        ORPO's ``PAIR_COLUMNS`` (turned into ORPO's own columns before TRL's ``__init__`` maps them).
+
+    Raises:
+        ValueError: ``method`` is not a preference method.
+    """
+    if method == "dpo":
+        from trl import DPOTrainer
+
+        class PackageDPOTrainer(DPOTrainer):
+            def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+                _require(dataset, PAIR_COLUMNS, dataset_name)
+                return dataset
+
+        return PackageDPOTrainer
+    if method == "kto":
+        from trl import KTOTrainer
+
+        class PackageKTOTrainer(KTOTrainer):
+            def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+                _require(dataset, UNPAIRED_COLUMNS, dataset_name)
+                if self.calculate_KL:
+                    batch = args.per_device_train_batch_size
+                    dataset = dataset.map(_add_kl_completions, batched=True, batch_size=batch)
+                return dataset
+
+        return PackageKTOTrainer
+    if method == "orpo":
+        import torch.nn.functional as F
+        from trl.experimental.orpo import ORPOTrainer
+
+        class PackageORPOTrainer(ORPOTrainer):
+            def __init__(self, *args, train_dataset, eval_dataset=None, **kwargs):
+                datasets = []
+                for name, ds in (("train", train_dataset), ("eval", eval_dataset)):
+                    if ds is not None:
+                        _require(ds, PAIR_COLUMNS, name)
+                        ds = ds.map(_orpo_columns, batched=True, remove_columns=ds.column_names)
+                    datasets.append(ds)
+                super().__init__(*args, train_dataset=datasets[0], eval_dataset=datasets[1], **kwargs)
+
+            def tokenize_row(self, feature, model=None):
+                return {}  # already tokenized: the row keeps the columns _orpo_columns made
+
+            def concatenated_forward(self, model, batch):
+                out = list(super().concatenated_forward(model, batch))
+                logits = out[2]  # chosen logits without the last position: [batch, length - 1, vocab]
+                labels = batch["chosen_labels"][:, 1:]
+                labels = F.pad(labels, (0, logits.shape[1] - labels.shape[1]), value=-100).to(logits.device)
+                out[4] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
+                return tuple(out)
+
+        return PackageORPOTrainer
+    raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
+
+
+def build_preference_trainer(
+    *,
+    model,
+    tokenizer,
+    train_dataset,
+    eval_dataset=None,
+    cfg: FinetuneConfig,
+    plan: RunPlan,
+    from_adapter: bool = False,
+    callbacks=None,
+    progress: bool = True,
+):
+    """A TRL DPO, KTO or ORPO trainer (``cfg.method``) for the package's LoRA model and tokenized rows.
+
+    Args:
+        model: the PEFT model (``lora.add_lora``, or ``adapters.load_adapter`` of a saved adapter to keep training).
+        tokenizer: its tokenizer (``processing_class``).
+        train_dataset, eval_dataset: ``preference_tokens.tokenize_preferences`` output: pairs
+            (``PAIR_COLUMNS``; KTO unpairs them, ``preference_tokens.unpair``) or, for KTO, unpaired rows
+            (``UNPAIRED_COLUMNS``); eval may be None.
+        cfg, plan: as ``preference_config_kwargs``; ``plan.per_device_train_batch_size`` is the micro-batch of pairs
+            (DPO, ORPO: two sequences each) or of completions (KTO: with its KL completion).
+        from_adapter: the model holds a saved adapter the run continues: the reference is TRL's frozen ``ref``
+            copy of it (DPO, KTO). False (a fresh adapter): TRL's copy is removed and the reference is the base
+            with adapters disabled. ORPO has no reference.
+        callbacks, progress: as ``sft_trainer.build_trainer``.
+
+    Returns:
+        The trainer.
+
+    Raises:
+        ValueError: ``cfg.method`` is "sft"; the model is not a PEFT model; a dataset lacks its columns; KTO's KL
+            term with a micro-batch of one (it pairs each prompt with another row's completion).
+    """
+    from peft import PeftModel
+
+    from .progress import ProgressPrinter
+
+    if cfg.method == "sft":
+        raise ValueError("build_preference_trainer: method='sft' is sft_trainer.build_trainer's")
+    if not isinstance(model, PeftModel):
+        raise ValueError(
+            f"build_preference_trainer: the model is a {type(model).__name__}, not a PEFT model: add an adapter "
+            "(lora.add_lora) or load one (adapters.load_adapter); the reference is the base with it disabled"
+        )
+    if cfg.method == "kto":
+        if cfg.kto_kl_term and plan.per_device_train_batch_size < 2:
+            raise ValueError(
+                f"method='kto': the micro-batch is {plan.per_device_train_batch_size} completion; KTO's KL term "
+                "pairs each prompt with another row's completion in it: use per_device_train_batch_size >= 2"
+            )
+        train_dataset, eval_dataset = (
+            unpair(ds) if ds is not None and "chosen_ids" in ds.column_names else ds
+            for ds in (train_dataset, eval_dataset)
+        )
+    config_cls = config_class(cfg.method)
+    args = config_cls(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None, config_cls=config_cls))
+    callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
+    trainer = sdpa_evaluating(trainer_class(cfg.method))(
+        model=model,
+        args=args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        callbacks=callbacks,
+        processing_class=tokenizer,
+    )
+    if not from_adapter and REF_ADAPTER in model.peft_config:
+        model.delete_adapter(REF_ADAPTER)  # a fresh adapter's copy is the base: disable adapters instead
+    if progress:
+        quiet_progress(trainer)
+    return trainer
+
+
+def reference_kind(trainer) -> str:
+    """What the trainer's log-probability reference is, for the plan and the summary.
+
+    Returns:
+        ``"none (ORPO)"``, ``"frozen copy of the starting adapter ('ref')"``, ``"base with adapters disabled"`` or
+        ``"separate reference model"``.
+    """
+    if not hasattr(trainer, "ref_model"):
+        return "none (ORPO)"
+    if trainer.ref_model is not None:
+        return "separate reference model"
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if REF_ADAPTER in getattr(model, "peft_config", {}):
+        return f"frozen copy of the starting adapter ({REF_ADAPTER!r})"
+    return "base with adapters disabled"
