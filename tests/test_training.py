@@ -59,26 +59,31 @@ def test_too_old_a_config_class_is_an_error(cpu):
         sft_config_kwargs(FinetuneConfig(), plan_run(FinetuneConfig(), cpu), has_eval=True, config_cls=OldConfig)
 
 
+def short_rows(alpaca_jsonl, tokenizer, read: int, keep: int) -> list[dict]:
+    """Of the first ``read`` Alpaca rows, the first ``keep`` under 400 stories260K tokens: they fit the 512-token
+    window whole (longer ones are truncated by "bfd" packing, EOS with them)."""
+    return [
+        r
+        for r in alpaca_rows(alpaca_jsonl, read)
+        if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400
+    ][:keep]
+
+
+def window_512(output_dir, *, max_steps: int) -> FinetuneConfig:
+    return FinetuneConfig(
+        max_seq_length=512, report_to="none", max_steps=max_steps, output_dir=str(output_dir), dataset_num_proc=None
+    )
+
+
 @pytest.fixture(scope="module")
 def trainer(stories_dir, alpaca_jsonl, tmp_path_factory):
     from tinyllama_ft.machine.hardware import Hardware
 
     cpu = Hardware()
     model, tokenizer = stories_lora(stories_dir, cpu)
-    # rows that fit the 512-token window whole (longer ones are truncated by "bfd" packing, EOS with them)
-    rows = [
-        r
-        for r in alpaca_rows(alpaca_jsonl, 400)
-        if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400
-    ][:64]
+    rows = short_rows(alpaca_jsonl, tokenizer, 400, 64)
     assert len(rows) == 64
-    cfg = FinetuneConfig(
-        max_seq_length=512,
-        report_to="none",
-        max_steps=3,
-        output_dir=str(tmp_path_factory.mktemp("out")),
-        dataset_num_proc=None,
-    )
+    cfg = window_512(tmp_path_factory.mktemp("out"), max_steps=3)
     ds = text_dataset(rows, tokenizer)
     return build_trainer(
         model=model,
@@ -127,18 +132,8 @@ def test_on_flex_attention_every_packed_batch_has_one_length_and_the_same_loss(
     import torch
 
     model, tokenizer = stories_lora(stories_dir, cpu)
-    rows = [
-        r
-        for r in alpaca_rows(alpaca_jsonl, 200)
-        if len(tokenizer(r["instruction"] + r["input"] + r["output"]).input_ids) < 400
-    ][:40]
-    cfg = FinetuneConfig(
-        max_seq_length=512,
-        report_to="none",
-        max_steps=2,
-        output_dir=str(tmp_path_factory.mktemp("flex")),
-        dataset_num_proc=None,
-    )
+    rows = short_rows(alpaca_jsonl, tokenizer, 200, 40)
+    cfg = window_512(tmp_path_factory.mktemp("flex"), max_steps=2)
     sdpa = plan_run(cfg, cpu)
     flex = dataclasses.replace(sdpa, attn_implementation="flex_attention")
     assert "pad_to_multiple_of" not in sft_config_kwargs(cfg, sdpa, has_eval=False)
