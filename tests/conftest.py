@@ -32,6 +32,17 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (scripts/test.sh: ``-n 2 --dist loadgroup``) a test file runs whole on one worker, so its
+    module- and session-scoped fixtures run once; the tests that read the notebook's papermill run (a session
+    fixture of this file, read by several test files) share one worker and that one run."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "notebook_run" if "notebook_run" in getattr(item, "fixturenames", ()) else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
 def alpaca_first_lines() -> list[str]:
     """Lines 0-1417 of Alpaca-cleaned, rebuilt from the demo rows and the long rows (checked by their sha256)."""
     merge = runpy.run_path(str(REPO / "scripts" / "make_alpaca_demo.py"))["merge_lines"]

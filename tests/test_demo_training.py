@@ -23,7 +23,8 @@ def two_threads():
     import torch
 
     before = torch.get_num_threads()
-    torch.set_num_threads(min(2, os.cpu_count() or 1))
+    # the caller's thread count (scripts/test.sh: 1 per worker, two workers on 2 cores), else 2
+    torch.set_num_threads(min(int(os.environ.get("OMP_NUM_THREADS", "2")), os.cpu_count() or 1))
     yield
     torch.set_num_threads(before)
 
