@@ -8,9 +8,10 @@ bash scripts/setup.sh
 export TOKENIZERS_PARALLELISM=false
 # Two pytest workers (pytest-xdist), one torch thread each: on 2 cores that beats one worker with two threads, whose
 # waits spin while the tests' own processes (papermill kernels, the command line) want the cores too. A test file
-# stays on one worker (tests/conftest.py groups them), so its fixtures run once. TEST_WORKERS=0: no workers.
+# stays on one worker (--dist loadfile), so its fixtures run once; the notebook's papermill run, which several files
+# read, runs once for all of them (tests/conftest.py). TEST_WORKERS=0: no workers.
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-workers=(-n "${TEST_WORKERS:-2}" --dist loadgroup)
+workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 [ "${TEST_WORKERS:-2}" != 0 ] || workers=()
 echo "== lint: ruff check, ruff format --check (pyproject.toml's [tool.ruff]) =="
 .venv/bin/ruff check .

@@ -32,17 +32,6 @@ os.environ.setdefault("WANDB_DISABLED", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (scripts/test.sh: ``-n 2 --dist loadgroup``) a test file runs whole on one worker, so its
-    module- and session-scoped fixtures run once; the tests that read the notebook's papermill run (a session
-    fixture of this file, read by several test files) share one worker and that one run."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = "notebook_run" if "notebook_run" in getattr(item, "fixturenames", ()) else item.path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def alpaca_first_lines() -> list[str]:
     """Lines 0-1417 of Alpaca-cleaned, rebuilt from the demo rows and the long rows (checked by their sha256)."""
     merge = runpy.run_path(str(REPO / "scripts" / "make_alpaca_demo.py"))["merge_lines"]
@@ -114,9 +103,11 @@ def a100():
 
 # --- the notebook's papermill run, once per session, shared by every test that reads it ---------------
 
-#: Keys known to no server: the run has them (the secrets tests check no file it writes holds them).
-FAKE_WANDB_KEY = "wandbfake" + __import__("secrets").token_hex(16)  # well-formed for W&B (41 characters)
-FAKE_HF_TOKEN = "hf_fake" + __import__("secrets").token_hex(16)
+#: Keys known to no server: the run has them (the secrets tests check no file it writes holds them). New for each
+#: test run; the same in every pytest-xdist worker of one run (its run id), which read the one notebook run.
+_RUN_ID = os.environ.get("PYTEST_XDIST_TESTRUNUID") or __import__("secrets").token_hex(16)
+FAKE_WANDB_KEY = "wandbfake" + hashlib.sha256(f"wandb {_RUN_ID}".encode()).hexdigest()[:32]  # 41 characters, as W&B's
+FAKE_HF_TOKEN = "hf_fake" + hashlib.sha256(f"hf {_RUN_ID}".encode()).hexdigest()[:32]
 #: The notebook run's parameters: the toy fast path, stories260K on the Alpaca rows, 40 steps (the main job's values,
 #: tinyllama_ft/recipes/offline_cpu.yaml, train SmolLM2: tests/test_readme.py runs those).
 NOTEBOOK_STEPS = 40
@@ -166,13 +157,34 @@ def notebook_run(tmp_path_factory, stories_dir, alpaca_jsonl):
     """The main job: the notebook under papermill on stories260K and the real rows (CPU), with W&B keys in the
     environment and a W&B server that does not answer; every default write location inside the work folder.
 
+    Under pytest-xdist (scripts/test.sh: ``-n 2 --dist loadfile``) the first worker that asks runs it and the others
+    wait for it and read the same folder (a lock and a note in the run's shared temporary root).
+
     Returns:
         ``(workdir, executed notebook path, run_summary dict)``.
     """
     import json
+
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        workdir = _run_notebook_with_keys(tmp_path_factory.mktemp("notebook-run"), stories_dir, alpaca_jsonl)
+    else:
+        from filelock import FileLock
+
+        shared = tmp_path_factory.getbasetemp().parent
+        note = shared / "notebook-run.json"
+        with FileLock(str(shared / "notebook-run.lock")):
+            if note.exists():
+                workdir = Path(json.loads(note.read_text(encoding="utf-8"))["workdir"])
+            else:
+                workdir = _run_notebook_with_keys(tmp_path_factory.mktemp("notebook-run"), stories_dir, alpaca_jsonl)
+                note.write_text(json.dumps({"workdir": str(workdir)}), encoding="utf-8")
+    summary = json.loads((workdir / "outputs" / "run_summary.json").read_text(encoding="utf-8"))
+    return workdir, workdir / "out.ipynb", summary
+
+
+def _run_notebook_with_keys(workdir: Path, stories_dir, alpaca_jsonl) -> Path:
     import socket
 
-    workdir = tmp_path_factory.mktemp("notebook-run")
     with socket.socket() as s:  # a port nothing listens on: the run must go offline fast, key in hand
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}"
@@ -195,5 +207,5 @@ def notebook_run(tmp_path_factory, stories_dir, alpaca_jsonl):
         "WANDB_DATA_DIR": str(home / "wandb-data"),
         "MPLCONFIGDIR": str(home / "mpl"),
     }
-    out = execute_notebook(workdir, env, **notebook_parameters(stories_dir, alpaca_jsonl))
-    return workdir, out, json.loads((workdir / "outputs" / "run_summary.json").read_text(encoding="utf-8"))
+    execute_notebook(workdir, env, **notebook_parameters(stories_dir, alpaca_jsonl))
+    return workdir
