@@ -1,0 +1,74 @@
+"""GRPO (issue 31): the arithmetic problems the package generates, the answer layout."""
+
+from __future__ import annotations
+
+import math
+import re
+from decimal import Decimal
+
+import pytest
+
+from tinyllama_ft.data.answers import extract_number, follows_layout, reference_number
+from tinyllama_ft.data.arithmetic import KINDS, answer_of, arithmetic_problems, problem_pool
+
+
+def _key(row):
+    return row["kind"], tuple(sorted(row["operands"]))
+
+
+def test_arithmetic_problems_are_seeded_balanced_correct_and_held_out_apart():
+    train, held = arithmetic_problems(400)
+    assert (len(train), len(held)) == (400, 100)
+    assert {k: sum(r["kind"] == k for r in held) for k in KINDS} == {k: 25 for k in KINDS}
+    assert {k: sum(r["kind"] == k for r in train) for k in KINDS} == {
+        "sum2": 102,
+        "sum3": 102,
+        "product2": 101,
+        "product3": 95,
+    }  # product3's 120 sets used up
+    assert not {_key(r) for r in train} & {_key(r) for r in held}  # no arithmetic in both, in any story or order
+    assert len({_key(r) for r in train}) == 400  # nor twice in training
+    for row in train + held:
+        values = row["operands"]
+        assert row["answer"] == (sum(values) if row["kind"].startswith("sum") else math.prod(values))
+        assert [int(n) for n in re.findall(r"\d+", row["question"])] == values  # the operands, in the story's order
+        assert row["question"].endswith("?")
+    assert arithmetic_problems(400) == (train, held)  # the same seed, the same rows
+    assert arithmetic_problems(400, seed=1)[1] != held
+    assert arithmetic_problems(10)[1] == held  # the held-out problems do not depend on how many train
+    assert answer_of("product3", (2, 3, 4)) == 24 and len(problem_pool("product3")) == 120  # C(8 + 2, 3) multisets
+
+
+def test_asking_for_more_problems_than_a_kind_has_is_refused():
+    with pytest.raises(ValueError, match="more than the kinds hold"):
+        arithmetic_problems(0, held_out=4 * 121)  # product3 has 120 operand sets
+    with pytest.raises(ValueError, match="more than the kinds hold"):
+        arithmetic_problems(sum(len(problem_pool(k)) for k in KINDS) - 99)
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        arithmetic_problems(-1)
+
+
+@pytest.mark.parametrize(
+    "text, layout, number",
+    [
+        ("3 + 4 = 7\n#### 7", True, "7"),
+        ("#### 1,234", True, "1234"),
+        ("The total is 12.\n\n####  -5.\n", True, "-5"),
+        ("#### $40", True, "40"),
+        ("So 2 + 2 = 4. #### 4", False, "4"),  # the line holds more than the answer
+        ("#### 4\nDone.", False, "4"),  # not the last line
+        ("There are 4 * 7 = 28 apples.", False, "28"),  # no mark: the last number
+        ("#### 6 and then 7", False, "6"),  # the number after the mark wins over a later one
+        ("no number here", False, None),
+        ("", False, None),
+    ],
+)
+def test_the_layout_and_the_number_a_completion_gives(text, layout, number):
+    assert follows_layout(text) is layout
+    assert extract_number(text) == (None if number is None else Decimal(number))
+
+
+def test_references_parse_as_numbers_from_ints_strings_and_gsm8k_answers():
+    assert reference_number(42) == reference_number("42") == reference_number("6 * 7 = 42\n#### 42") == Decimal(42)
+    assert reference_number(2.5) == Decimal("2.5")
+    assert [reference_number(v) for v in (None, True, "none")] == [None, None, None]
