@@ -1,4 +1,4 @@
-"""GRPO (issue 31): the arithmetic problems the package generates, the answer layout."""
+"""GRPO (issue 31): the arithmetic problems the package generates, the answer layout, the GRPO fields' checks."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from decimal import Decimal
 
 import pytest
 
+from tinyllama_ft.config.coercion import ConfigError
+from tinyllama_ft.config.finetune import DEFAULTS, FinetuneConfig
 from tinyllama_ft.data.answers import extract_number, follows_layout, reference_number
 from tinyllama_ft.data.arithmetic import KINDS, answer_of, arithmetic_problems, problem_pool
 
@@ -72,3 +74,31 @@ def test_references_parse_as_numbers_from_ints_strings_and_gsm8k_answers():
     assert reference_number(42) == reference_number("42") == reference_number("6 * 7 = 42\n#### 42") == Decimal(42)
     assert reference_number(2.5) == Decimal("2.5")
     assert [reference_number(v) for v in (None, True, "none")] == [None, None, None]
+
+
+def test_grpo_fields_defaults_and_checks():
+    assert (DEFAULTS.num_generations, DEFAULTS.max_completion_length, DEFAULTS.temperature) == (4, 256, 1.0)
+    assert (DEFAULTS.reward_funcs, DEFAULTS.prompt_column, DEFAULTS.answer_column) == (
+        ("correct_number", "answer_format"),
+        "question",
+        "answer",
+    )
+    cfg = FinetuneConfig(method="grpo", reward_funcs="correct_number,my_rewards:score", loss_type="dr_grpo")
+    assert (cfg.beta, cfg.reward_funcs, cfg.loss_type) == (0.0, ("correct_number", "my_rewards:score"), ("dr_grpo",))
+    assert FinetuneConfig(method="dpo").beta == 0.1 and FinetuneConfig(method="grpo", beta=0.04).beta == 0.04
+    refused = {
+        "num_generations=1 is not allowed: 2 or more": dict(num_generations=1),
+        "= 8 completions per step is not a multiple of num_generations=3": dict(num_generations=3),
+        "at most one of \\['grpo'": dict(loss_type="dapo,grpo"),
+        "loss_type=\\['sigmoid'\\] is not allowed for method='grpo'": dict(loss_type="sigmoid"),
+        "loss_weights=\\[1.0\\] needs method='dpo'": dict(loss_weights="1"),
+        "long_rows='truncate' does not apply to method='grpo'": dict(long_rows="truncate"),
+        "method='grpo' reads prompt rows from dataset alone": dict(dataset_format="sharegpt"),
+        "max_completion_length=512 leaves no room for a prompt": dict(max_completion_length=512, max_seq_length=512),
+        "reward_funcs=\\(\\) is not allowed: at least one reward function": dict(reward_funcs=""),
+        "beta=-0.1 is not allowed": dict(beta=-0.1),
+        "temperature=0.0 is not allowed": dict(temperature=0),
+    }
+    for message, fields in refused.items():
+        with pytest.raises(ConfigError, match=message):
+            FinetuneConfig(method="grpo", **fields)
