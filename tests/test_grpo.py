@@ -102,3 +102,120 @@ def test_grpo_fields_defaults_and_checks():
     for message, fields in refused.items():
         with pytest.raises(ConfigError, match=message):
             FinetuneConfig(method="grpo", **fields)
+
+
+# --- rewards -------------------------------------------------------------------------------------------------------
+
+TEXT = ["7 + 5 = 12\n#### 12", "It is 13.", "#### 12 apples", "no idea"]
+CHAT = [[{"role": "assistant", "content": c}] for c in TEXT]
+
+
+@pytest.mark.parametrize("completions", [TEXT, CHAT], ids=["text", "conversational"])
+def test_builtin_rewards_score_text_and_chat_completions(completions):
+    from tinyllama_ft.train.rewards import answer_format, correct_number
+
+    prompts = ["q"] * 4
+    assert correct_number(prompts, completions, answer=["12", "13", 12, "5 + 7\n#### 12"]) == [1.0, 1.0, 1.0, 0.0]
+    assert correct_number(prompts, completions[:2], answer=["no number", "13"]) == [None, 1.0]  # TRL leaves out None
+    assert answer_format(prompts, completions, completion_ids=None, trainer_state=None) == [1.0, 0.0, 0.0, 0.0]
+    with pytest.raises(ValueError, match="no 'answer' column"):
+        correct_number(prompts, completions)
+
+
+def test_soft_overlong_punishment_is_trls_under_the_builtin_name():
+    from tinyllama_ft.train.rewards import SoftOverlongPunishment, resolve_rewards
+
+    [penalty] = resolve_rewards(["soft_overlong_punishment"], max_completion_length=10)  # ramps over the last 2 tokens
+    assert penalty.__name__ == "soft_overlong_punishment"
+    assert penalty(["q"] * 4, ["a"] * 4, completion_ids=[[1] * n for n in (3, 8, 9, 10)]) == [0.0, 0.0, -0.5, -1.0]
+    assert SoftOverlongPunishment(100, soft_punish_cache=50)(completion_ids=[[1] * 75]) == [-0.5]
+    with pytest.raises(ValueError, match="needs completion_ids"):
+        penalty(["q"], ["a"])
+
+
+REWARDS_MODULE = """
+import math
+
+def score(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+    return [float(len(c)) for c in completions]
+
+def no_kwargs(prompts, completions):
+    return [0.0] * len(completions)
+
+def no_completions(prompts, **kwargs):
+    return [0.0] * len(prompts)
+
+class Scorer:
+    def __call__(self, completions, **kwargs):
+        return [1.0] * len(completions)
+
+scorer = Scorer()
+constant = 3
+"""
+
+
+@pytest.fixture
+def rewards_module(tmp_path, monkeypatch):
+    (tmp_path / "my_rewards.py").write_text(REWARDS_MODULE, encoding="utf-8")
+    (tmp_path / "broken_rewards.py").write_text("import not_installed_anywhere\n", encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_user_rewards_resolve_from_module_file_and_callable(rewards_module):
+    from tinyllama_ft.train.rewards import answer_format, correct_number, resolve_rewards
+
+    def mine(prompts, completions, **kwargs):
+        return [0.5] * len(completions)
+
+    funcs = resolve_rewards(
+        ["correct_number", "my_rewards:score", f"{rewards_module / 'my_rewards.py'}:scorer", mine, answer_format]
+    )
+    assert funcs[0] is correct_number and funcs[3] is mine and funcs[4] is answer_format
+    assert funcs[1](prompts=["q"], completions=["abc"], trainer_state=None, answer=["1"]) == [3.0]
+    assert funcs[2](prompts=["q"], completions=["abc"], completion_ids=[[1]], log_metric=None) == [1.0]
+
+
+def test_rewards_trl_could_not_call_are_refused_naming_them(rewards_module):
+    from tinyllama_ft.train.rewards import RewardError, resolve_rewards
+
+    refused = {
+        "reward_funcs\\[0\\]='nope_rewards:score': no module named 'nope_rewards'": ["nope_rewards:score"],
+        "no module named 'not_installed_anywhere' \\(importing 'broken_rewards'\\)": ["broken_rewards:f"],
+        "reward_funcs\\[1\\]='my_rewards:missing': 'my_rewards' has no 'missing'": [
+            "answer_format",
+            "my_rewards:missing",
+        ],
+        "'my_rewards:constant' is a int, not a function": ["my_rewards:constant"],
+        "'my_rewards:Scorer' is a class": ["my_rewards:Scorer"],
+        "'my_rewards:no_kwargs' has no \\*\\*kwargs": ["my_rewards:no_kwargs"],
+        "'my_rewards:no_completions' has no 'completions' parameter": ["my_rewards:no_completions"],
+        "no such file": ["missing_file.py:score"],
+        "'corect_number' is no built-in reward .* \\(did you mean correct_number\\?\\)": ["corect_number"],
+        "reward_funcs\\[1\\].* is logged as 'correct_number', as reward_funcs\\[0\\] is": [
+            "correct_number",
+            "tinyllama_ft.train.rewards:correct_number",
+        ],
+        "reward_funcs is empty": [],
+        "reward_funcs\\[0\\] \\(3\\) is a int, not a function": [3],
+    }
+    for message, funcs in refused.items():
+        with pytest.raises(RewardError, match=message):
+            resolve_rewards(funcs)
+
+
+def test_a_bad_reward_is_refused_before_torch_is_even_imported(rewards_module):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom tinyllama_ft.train.rewards import RewardError, resolve_rewards\n"
+        "try:\n    resolve_rewards(['correct_number', 'my_rewards:no_kwargs'])\nexcept RewardError as e:\n"
+        "    print(e)\nprint('torch' in sys.modules, 'transformers' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", code], cwd=rewards_module, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    # -P: the working folder is not on sys.path (as for a console script); the module is found there all the same
+    assert "reward_funcs[1]='my_rewards:no_kwargs' has no **kwargs" in out[0]
+    assert out[-1] == "False False"
