@@ -219,3 +219,101 @@ def test_a_bad_reward_is_refused_before_torch_is_even_imported(rewards_module):
     # -P: the working folder is not on sys.path (as for a console script); the module is found there all the same
     assert "reward_funcs[1]='my_rewards:no_kwargs' has no **kwargs" in out[0]
     assert out[-1] == "False False"
+
+
+# --- prompt rows ---------------------------------------------------------------------------------------------------
+
+
+def test_prompt_rows_bad_rows_are_dropped_and_counted_and_strict_names_row_and_field():
+    from tinyllama_ft.data.grpo_prompts import check_prompt_rows
+
+    rows = [
+        {"question": "What is 2 + 3?", "answer": 5},
+        {"question": "What is 2 + 3?", "answer": "5"},  # the same row once its answer is text
+        {"question": "  ", "answer": 1},
+        {"answer": 1},
+        {"question": "q", "answer": None},
+        {"question": "q", "answer": True},
+        {"question": [{"role": "user", "content": "hi"}], "answer": "1"},  # the other form
+        ["not", "an", "object"],
+        {"question": "What is 2 * 3?\n", "answer": "2 * 3 = 6\n#### 6", "extra": 1},
+    ]
+    clean, report, form = check_prompt_rows(rows, source="q.jsonl")
+    assert form == "text" and (report.total, report.kept) == (9, 2)
+    assert clean == [
+        {"prompt": "What is 2 + 3?", "answer": "5"},
+        {"prompt": "What is 2 * 3?\n", "answer": "2 * 3 = 6\n#### 6"},
+    ]
+    assert report.by_reason == {
+        "duplicate": 1,
+        "empty": 1,
+        "missing": 1,
+        "null": 1,
+        "wrong type": 2,
+        "not an object": 1,
+    }
+    with pytest.raises(ValueError, match="q.jsonl: row 1: field '<row>' duplicates row 0"):
+        check_prompt_rows(rows[:1] * 3 + rows[3:4], source="q.jsonl", strict=True)
+
+
+def test_chat_prompts_must_end_with_a_user_turn():
+    from tinyllama_ft.data.grpo_prompts import check_prompt_rows
+
+    user, assistant = {"role": "user", "content": "u"}, {"role": "assistant", "content": "a"}
+    rows = [
+        {"prompt": [{"role": "system", "content": "Be brief."}, user], "solution": 1},
+        {"prompt": [user, assistant, user], "solution": 2},
+        {"prompt": [user, assistant], "solution": 3},
+        {"prompt": [assistant, user], "solution": 4},
+        {"prompt": [], "solution": 5},
+        {"prompt": "text", "solution": 6},
+    ]
+    clean, report, form = check_prompt_rows(rows, prompt_column="prompt", answer_column="solution")
+    assert form == "conversation" and [r["answer"] for r in clean] == ["1", "2"]
+    assert [str(b) for b in report.bad] == [
+        "row 2: field 'prompt' does not end with a user turn (the completion answers it)",
+        "row 3: field 'prompt[0]' is a 'assistant' turn where a 'user' one belongs",
+        "row 4: field 'prompt' has no turns",
+        "row 5: field 'prompt' is text, but the first rows' prompts are conversation",
+    ]
+
+
+def test_grpo_prompts_ask_for_the_layout_in_the_runs_form():
+    from tinyllama_ft.data.alpaca_prompts import format_prompt
+    from tinyllama_ft.data.answers import LAYOUT_INSTRUCTION
+    from tinyllama_ft.data.grpo_prompts import grpo_prompts
+
+    text = [{"prompt": "What is 2 + 3?", "answer": "5"}]
+    chat = [
+        {"prompt": [{"role": "system", "content": "s"}, {"role": "user", "content": "What is 2 + 3?"}], "answer": 5}
+    ]
+    asked = f"What is 2 + 3?\n{LAYOUT_INSTRUCTION}"
+    assert grpo_prompts(text)[0] == {"prompt": format_prompt(asked, "", ""), "answer": "5"}
+    assert grpo_prompts(text, dataset_format="messages")["prompt"] == [[{"role": "user", "content": asked}]]
+    assert grpo_prompts(chat)["prompt"][0][1] == {"role": "user", "content": asked}
+    assert chat[0]["prompt"][1]["content"] == "What is 2 + 3?"  # the caller's rows are left as they were
+    assert (
+        grpo_prompts(text, instruction="", template="alpaca_no_input")["prompt"][0].count("What is 2 + 3?\n\n###") == 1
+    )
+    with pytest.raises(ValueError, match="row 0: the prompt is chat messages, and dataset_format='alpaca'"):
+        grpo_prompts(chat, dataset_format="alpaca")
+
+
+def test_prompts_too_long_for_the_window_are_dropped_as_trl_tokenizes_them():
+    from chat_fixtures import smollm2_tokenizer
+
+    from tinyllama_ft.data.grpo_prompts import drop_long_prompts, grpo_prompts, prompt_token_ids
+
+    tokenizer = smollm2_tokenizer()
+    rows = [{"prompt": "What is 2 + 3?", "answer": "5"}, {"prompt": "word " * 200, "answer": "1"}]
+    for dataset_format in ("alpaca", "messages"):
+        prompts = grpo_prompts(rows, dataset_format=dataset_format)
+        lengths = [len(prompt_token_ids(tokenizer, p)) for p in prompts["prompt"]]
+        assert lengths[0] < 100 < lengths[1]
+        kept, dropped = drop_long_prompts(prompts, tokenizer, max_prompt_tokens=100)
+        assert dropped == [1] and kept["answer"] == ["5"]
+        with pytest.raises(ValueError, match="every prompt is longer than 8 tokens"):
+            drop_long_prompts(prompts, tokenizer, max_prompt_tokens=8)
+    chat = grpo_prompts(rows[:1], dataset_format="messages")["prompt"][0]
+    rendered = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
+    assert prompt_token_ids(tokenizer, chat) == tokenizer(rendered, add_special_tokens=False)["input_ids"]
