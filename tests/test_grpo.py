@@ -317,3 +317,175 @@ def test_prompts_too_long_for_the_window_are_dropped_as_trl_tokenizes_them():
     chat = grpo_prompts(rows[:1], dataset_format="messages")["prompt"][0]
     rendered = tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=False)
     assert prompt_token_ids(tokenizer, chat) == tokenizer(rendered, add_special_tokens=False)["input_ids"]
+
+
+# --- the trainer ---------------------------------------------------------------------------------------------------
+
+#: TRL's GRPO reads transformers' deprecated ``is_gradient_checkpointing`` (as its DPO does:
+#: tests/test_preference_training.py): TRL's read, not this package's.
+TRL_READS_DEPRECATED = "ignore:`is_gradient_checkpointing` is deprecated:FutureWarning"
+
+
+def _grpo_cfg(output_dir, **fields):
+    values = dict(
+        method="grpo",
+        report_to="none",
+        output_dir=str(output_dir),
+        dataset_format="messages",
+        max_seq_length=512,
+        num_generations=2,
+        max_completion_length=32,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_steps=2,
+        warmup_ratio=0.0,
+        learning_rate=1e-4,
+        save_steps=1000,
+        gradient_checkpointing=False,
+    )
+    return FinetuneConfig(**{**values, **fields})
+
+
+def _prompts(n: int):
+    from tinyllama_ft.data.grpo_prompts import check_prompt_rows, grpo_prompts
+
+    train, _ = arithmetic_problems(n, held_out=4)
+    return grpo_prompts(check_prompt_rows(train)[0], dataset_format="messages")
+
+
+def _tiny_grpo(tmp_path, *, from_adapter=False, **fields):
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer
+    from tinyllama_ft.train.plan import plan_run
+
+    tokenizer = smollm2_tokenizer()
+    model = add_lora(tiny_model("llama", tokenizer), gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    cfg = _grpo_cfg(tmp_path, **fields)
+    trainer = build_grpo_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=_prompts(8),
+        cfg=cfg,
+        plan=plan_run(cfg, Hardware()),
+        from_adapter=from_adapter,
+        progress=False,
+    )
+    return trainer, model
+
+
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_the_grpo_trainer_takes_the_configs_values_on_both_library_sets(tmp_path):
+    from tinyllama_ft.train.grpo_trainer import grpo_reference, reward_names
+
+    trainer, model = _tiny_grpo(tmp_path, reward_funcs="correct_number,answer_format,soft_overlong_punishment")
+    args = trainer.args
+    assert (args.num_generations, args.max_completion_length, args.temperature, args.beta) == (2, 32, 1.0, 0.0)
+    assert (args.loss_type, args.generation_batch_size, args.learning_rate) == ("dapo", 4, 1e-4)  # TRL's loss
+    assert reward_names(trainer) == ["correct_number", "answer_format", "soft_overlong_punishment"]
+    assert trainer.ref_model is None and grpo_reference(trainer) == "none (beta 0)"
+    assert trainer.train_dataset.column_names == ["prompt", "answer"]
+
+    fresh, model = _tiny_grpo(tmp_path / "fresh", beta=0.04, loss_type="grpo", temperature=0.7)
+    assert (fresh.args.beta, fresh.args.loss_type, fresh.args.temperature) == (0.04, "grpo", 0.7)
+    assert "ref" not in model.peft_config and grpo_reference(fresh) == "base with adapters disabled"
+    continued, model = _tiny_grpo(tmp_path / "continued", beta=0.04, from_adapter=True)
+    assert "ref" in model.peft_config and grpo_reference(continued).startswith("frozen copy of the starting adapter")
+
+
+def test_the_grpo_trainer_refuses_what_cannot_train(tmp_path):
+    import dataclasses
+
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, check_group_batch
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.rewards import RewardError
+
+    cfg = _grpo_cfg(tmp_path)
+    plan = plan_run(cfg, Hardware())
+    with pytest.raises(ValueError, match="= 6 completions per step is not a multiple of num_generations=4"):
+        check_group_batch(
+            dataclasses.replace(cfg, num_generations=4),
+            dataclasses.replace(plan, world_size=3, per_device_train_batch_size=2),
+        )
+    tokenizer = smollm2_tokenizer()
+    bare = tiny_model("llama", tokenizer)
+    common = dict(tokenizer=tokenizer, train_dataset=_prompts(4), plan=plan)
+    with pytest.raises(ValueError, match="not a PEFT model"):
+        build_grpo_trainer(model=bare, cfg=cfg, **common)
+    with pytest.raises(ValueError, match="method='sft'; set method='grpo'"):
+        build_grpo_trainer(model=bare, cfg=FinetuneConfig(), **common)
+    from tinyllama_ft.models.lora import add_lora
+
+    model = add_lora(bare, gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    with pytest.raises(ValueError, match="no 'prompt' column"):
+        build_grpo_trainer(
+            model=model, cfg=cfg, **{**common, "train_dataset": _prompts(4).rename_column("prompt", "q")}
+        )
+    with pytest.raises(RewardError, match="reward_funcs\\[0\\]='nope:f': no module named 'nope'"):
+        build_grpo_trainer(model=model, cfg=cfg, reward_funcs=["nope:f"], **common)
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_grpo_trains_smollm2_on_arithmetic_prompts_logging_each_reward(tmp_path, capsys):
+    """Two real GRPO steps on SmolLM2-135M-Instruct (CPU, 2 prompts x 2 completions of at most 32 tokens per step): a
+    notebook's own reward gets the completions, the answer column and the trainer state; every reward's mean is logged
+    and printed each step, the summed reward is their sum, and the adapter's B matrices (zero at the start, untouched by
+    weight decay) moved. TRL 1.15 (the GPU machine's set) computes GRPO's log-probabilities with a Triton kernel a CPU
+    torch lacks: there the trainer is only built."""
+    import torch
+    from chat_fixtures import cpu_trl_cannot_train, smollm2_dir
+
+    from tinyllama_ft.data.formats import ConversationFormat
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.loading import load_model
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, reward_history, reward_names
+    from tinyllama_ft.train.plan import plan_run
+
+    seen = []
+
+    def brevity(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+        seen.append((len(completions), kwargs["answer"], trainer_state.global_step))
+        return [1.0 - len(ids) / 32 for ids in completion_ids]
+
+    cfg = _grpo_cfg(tmp_path, reward_funcs="correct_number,answer_format,soft_overlong_punishment")
+    model, tokenizer = load_model(
+        smollm2_dir(), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=Hardware()
+    )
+    targets = ConversationFormat("messages").prepare(model, tokenizer, cfg)
+    model = add_lora(model, lora_r=16, lora_alpha=32, target_modules=targets, gradient_checkpointing=False, seed=3407)
+    prompts = _prompts(8)
+    trainer = build_grpo_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=prompts,
+        cfg=cfg,
+        plan=plan_run(cfg, Hardware()),
+        reward_funcs=[*cfg.reward_funcs, brevity],
+    )
+    names = reward_names(trainer)
+    assert names == ["correct_number", "answer_format", "soft_overlong_punishment", "brevity"]
+    if cpu_trl_cannot_train():
+        return
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    assert all(not p.any() for p in before.values())
+    trainer.train()
+    history = reward_history(trainer.state.log_history, names)
+    assert [h["step"] for h in history] == [1, 2]
+    for step in history:
+        means = step["rewards"]
+        assert 0 <= means["correct_number"] <= 1 and 0 <= means["answer_format"] <= 1
+        assert -1 <= means["soft_overlong_punishment"] <= 0 and 0 <= means["brevity"] <= 1
+        assert step["reward"] == pytest.approx(sum(means.values()), abs=1e-5)
+        assert 0 < step["completion_length"] <= 32
+    assert [s[0] for s in seen] == [4, 4] and [s[2] for s in seen] == [0, 1]
+    assert all(set(answers) <= set(prompts["answer"]) and len(set(answers)) == 2 for _, answers, _ in seen)
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if n in before)
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
+    assert len(lines) == 2 and all("correct_number" in line and "brevity" in line for line in lines)
