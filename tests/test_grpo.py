@@ -489,3 +489,57 @@ def test_grpo_trains_smollm2_on_arithmetic_prompts_logging_each_reward(tmp_path,
     assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if n in before)
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("step ")]
     assert len(lines) == 2 and all("correct_number" in line and "brevity" in line for line in lines)
+
+
+# --- the held-out checks -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dataset_format", ["messages", "alpaca"])
+def test_held_out_checks_answer_as_trls_rollouts_prompt_and_score_as_the_rewards(dataset_format):
+    """Greedy answers from the checks equal ``generate`` on the prompt ids TRL's GRPOTrainer builds (its own
+    ``_tokenize_prompts``), one prompt at a time and stopped on TRL's ids; the scores follow from those answers."""
+    import torch
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+    from trl import GRPOConfig, GRPOTrainer
+
+    from tinyllama_ft.data.grpo_prompts import check_prompt_rows, grpo_prompts
+    from tinyllama_ft.evaluate.grpo_checks import grpo_scores, rollout_stop_ids
+    from tinyllama_ft.train.rewards import resolve_rewards
+
+    tokenizer = smollm2_tokenizer()
+    model = tiny_model("llama", tokenizer, seed=1)
+    _, held = arithmetic_problems(0, held_out=5)
+    rows = grpo_prompts(check_prompt_rows(held)[0], dataset_format=dataset_format)
+    funcs = resolve_rewards(["correct_number", "answer_format", "soft_overlong_punishment"], max_completion_length=12)
+    scores = grpo_scores(model, tokenizer, rows, reward_funcs=funcs, max_new_tokens=12, batch_size=3)
+
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=funcs,
+        args=GRPOConfig(
+            output_dir="unused", per_device_train_batch_size=2, num_generations=2, report_to=[], use_cpu=True
+        ),
+        train_dataset=rows,
+        processing_class=tokenizer,
+    )
+    prompt_ids = trainer._tokenize_prompts(list(rows["prompt"]))[0]
+    stops = rollout_stop_ids(tokenizer, model)
+    assert stops == trainer.eos_token_ids
+    expected, lengths, ended = [], [], []
+    model.eval()
+    for ids in prompt_ids:
+        with torch.no_grad():
+            out = model.generate(torch.tensor([ids]), max_new_tokens=12, do_sample=False, eos_token_id=stops)
+        new = out[0, len(ids) :].tolist()
+        end = next((j for j, t in enumerate(new) if t in stops), None)
+        expected.append(tokenizer.decode(new[:end], skip_special_tokens=True))
+        lengths.append(len(new) if end is None else end + 1)  # TRL counts the stop token
+        ended.append(end is not None)
+    assert scores.answers == expected
+    assert (scores.completion_length, scores.stopped) == (sum(lengths) / 5, sum(ended))
+    assert scores.format_compliance == sum(map(follows_layout, expected)) / 5
+    refs = [reference_number(a) for a in rows["answer"]]
+    assert scores.accuracy == sum(extract_number(t) == r for t, r in zip(expected, refs)) / 5
+    assert scores.rewards["answer_format"] == scores.format_compliance
+    assert scores.rewards["correct_number"] == scores.accuracy
+    assert -1 <= scores.rewards["soft_overlong_punishment"] <= 0
