@@ -8,16 +8,14 @@ each reward's mean per step (``rewards/<name>/mean``): ``RewardProgress`` prints
 
 from __future__ import annotations
 
-import time
 from typing import Any, Callable, Sequence
-
-from transformers import TrainerCallback
 
 from ..config.finetune import FinetuneConfig
 from .plan import RunPlan
-from .preference_trainer import REF_ADAPTER, reference_kind
+from .progress import ProgressPrinter
+from .preference_trainer import reference_kind, settle_reference
 from .rewards import resolve_rewards
-from .sft_trainer import quiet_progress, spelled_kwargs, trainer_config_kwargs
+from .sft_trainer import spelled_kwargs, trainer_config_kwargs
 
 #: What TRL's GRPO logs per step besides the loss, read for the step line and ``reward_history``.
 REWARD = "reward"
@@ -145,11 +143,7 @@ def build_grpo_trainer(
         processing_class=tokenizer,
         callbacks=callbacks,
     )
-    if not from_adapter and REF_ADAPTER in model.peft_config:
-        model.delete_adapter(REF_ADAPTER)  # a fresh adapter's copy is the base: disable adapters instead
-    if progress:
-        quiet_progress(trainer)
-    return trainer
+    return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
 
 
 def grpo_reference(trainer) -> str:
@@ -191,30 +185,21 @@ def _number(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-class RewardProgress(TrainerCallback):
+class RewardProgress(ProgressPrinter):
     """Prints ``step N/M  loss X  reward R (name a, name b)  zero-std groups Z  length L  lr Y  tokens/s T`` at every
     logging step: the mean summed reward, each reward's mean, the share of groups with no reward variance, the mean
     completion length, and prompt + completion tokens per second (TRL's count) since the previous line."""
-
-    def __init__(self) -> None:
-        self._last: tuple[float, int] | None = None
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        self._last = (time.perf_counter(), state.num_input_tokens_seen)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
         if "loss" not in logs or REWARD not in logs:
             return
-        now, tokens = time.perf_counter(), state.num_input_tokens_seen
-        then, before = self._last or (now, tokens)
-        self._last = (now, tokens)
         names = [k[len("rewards/") : -len("/mean")] for k in logs if k.startswith("rewards/") and k.endswith("/mean")]
         each = ", ".join(f"{n} {_number(logs[f'rewards/{n}/mean'], '.3f')}" for n in names)
         print(
             f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  reward "
             f"{_number(logs[REWARD], '.3f')} ({each})  zero-std groups {_number(logs.get(ZERO_STD), '.0%')}  length "
             f"{_number(logs.get(LENGTH), '.1f')}  lr {logs.get('learning_rate', 0.0):.3g}  tokens/s "
-            f"{(tokens - before) / (now - then) if now > then else 0.0:,.0f}",
+            f"{self.tokens_per_second(state):,.0f}",
             flush=True,
         )
