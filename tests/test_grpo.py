@@ -505,6 +505,7 @@ def test_held_out_checks_answer_as_trls_rollouts_prompt_and_score_as_the_rewards
     from tinyllama_ft.data.grpo_prompts import check_prompt_rows, grpo_prompts
     from tinyllama_ft.evaluate.grpo_checks import grpo_scores, rollout_stop_ids
     from tinyllama_ft.train.rewards import resolve_rewards
+    from tinyllama_ft.train.sft_trainer import spelled_kwargs
 
     tokenizer = smollm2_tokenizer()
     model = tiny_model("llama", tokenizer, seed=1)
@@ -513,12 +514,11 @@ def test_held_out_checks_answer_as_trls_rollouts_prompt_and_score_as_the_rewards
     funcs = resolve_rewards(["correct_number", "answer_format", "soft_overlong_punishment"], max_completion_length=12)
     scores = grpo_scores(model, tokenizer, rows, reward_funcs=funcs, max_new_tokens=12, batch_size=3)
 
+    args = dict(output_dir="unused", per_device_train_batch_size=2, num_generations=2, report_to=[], use_cpu=True)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=funcs,
-        args=GRPOConfig(
-            output_dir="unused", per_device_train_batch_size=2, num_generations=2, report_to=[], use_cpu=True
-        ),
+        args=GRPOConfig(**spelled_kwargs({**args, "gradient_checkpointing": False}, GRPOConfig)),
         train_dataset=rows,
         processing_class=tokenizer,
     )
