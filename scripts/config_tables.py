@@ -7,8 +7,9 @@
 
 Both are grouped by the configuration's sections (``SECTIONS``); a choice field's Colab form lists the values of
 its ``Literal`` annotation (``finetune.choices``). The Alpaca notebook's cell holds every field but the chat
-section's (a conversation run's fields; that notebook trains on Alpaca rows only) and the preference section's; the chat notebook's holds the
-fields a chat run changes, the chat section's all among them (``CHAT_NOTEBOOK``). tests/test_notebook.py,
+section's (a conversation run's fields; that notebook trains on Alpaca rows only), the preference section's and
+the GRPO section's; the chat notebook's holds the fields a chat run changes, the chat section's all among them
+(``CHAT_NOTEBOOK``). tests/test_notebook.py,
 tests/test_chat_notebook.py and tests/test_readme.py check that the files match what this prints, so the
 configuration stays their one source.
 """
@@ -45,6 +46,7 @@ SECTION_TITLES = {
     "chat": "chat (conversations)",
     "training": "training",
     "preference": "preference (DPO, ORPO, KTO)",
+    "grpo": "GRPO (rewards)",
     "logging": "logging and output",
     "export": "export",
     "generation": "generation",
@@ -77,14 +79,14 @@ class ParametersCell:
     notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-#: The Alpaca notebook: every field with its default, but the chat section's and the preference section's (an SFT
-#: run's notebook).
+#: The Alpaca notebook: every field with its default, but the chat section's, the preference section's and the GRPO
+#: section's (an SFT run's notebook).
 ALPACA_NOTEBOOK = ParametersCell(
     "notebooks/finetune_tinyllama.py",
     {
         name: getattr(DEFAULTS, name)
         for name in FIELD_NAMES
-        if name not in section_fields("chat") + section_fields("preference")
+        if name not in section_fields("chat") + section_fields("preference") + section_fields("grpo")
     },
 )
 _CHAT_SHOWN = (

@@ -27,6 +27,7 @@ def test_every_field_has_a_docstring_naming_its_source_and_one_section():
         "chat",
         "training",
         "preference",
+        "grpo",
         "logging",
         "export",
         "generation",

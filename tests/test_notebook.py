@@ -30,10 +30,10 @@ def _chat_section():
     return {f.name for f in dataclasses.fields(SECTIONS["chat"])}
 
 
-def test_parameters_cell_holds_every_field_but_the_chat_and_preference_sections_with_its_default():
+def test_parameters_cell_holds_every_field_but_the_chat_preference_and_grpo_sections_with_its_default():
     """The Alpaca notebook trains on Alpaca rows only, by SFT: a conversation run's fields (the chat section's) are the
-    chat notebook's and a preference run's (method, beta, ...) the preference notebook's, not offered here; they keep
-    their defaults (dataset_format "alpaca", method "sft")."""
+    chat notebook's and a preference or GRPO run's (method, beta, num_generations, ...) their notebooks', not offered
+    here; they keep their defaults (dataset_format "alpaca", method "sft")."""
     tree = ast.parse(_parameters_cell())
     values = {
         node.targets[0].id: ast.literal_eval(node.value)
@@ -44,7 +44,9 @@ def test_parameters_cell_holds_every_field_but_the_chat_and_preference_sections_
 
     from tinyllama_ft.config.finetune import SECTIONS
 
-    chat = _chat_section() | {f.name for f in dataclasses.fields(SECTIONS["preference"])}
+    chat = _chat_section() | {
+        f.name for section in ("preference", "grpo") for f in dataclasses.fields(SECTIONS[section])
+    }
     assert {"chat_template", "assistant_only_loss", "extra_datasets", "dataset_format", "method", "beta"} <= chat
     assert not set(values) & chat
     assert list(values) == [n for n in FIELD_NAMES if n not in chat]  # every other field, in the config's order

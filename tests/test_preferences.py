@@ -24,7 +24,8 @@ def test_method_and_its_fields_are_checked_against_each_other():
     assert (cfg.loss_type, cfg.loss_weights) == (("sigmoid", "sft"), (1.0, 0.5))
     assert FinetuneConfig(method="kto", loss_type=["apo_zero_unpaired"], per_device_train_batch_size=1).loss_type
     refused = {
-        "read by method='dpo' or 'kto' only": dict(loss_type="ipo"),
+        "read by method='dpo', 'kto' or 'grpo' only": dict(loss_type="ipo"),
+        "beta=0.0 is not allowed for method='dpo': positive": dict(method="dpo", beta=0),
         "not allowed for method='kto'": dict(method="kto", loss_type="sigmoid"),
         "empty \\(ORPO has one loss\\)": dict(method="orpo", loss_type="ipo"),
         "one weight per loss_type item": dict(method="dpo", loss_weights=[1.0, 2.0]),

@@ -1,6 +1,6 @@
 """One configuration object for a fine-tuning run: every default of the package is written here, once.
 
-``FinetuneConfig`` inherits nine section dataclasses (``SECTIONS``), so each field is one flat name for the
+``FinetuneConfig`` inherits ten section dataclasses (``SECTIONS``), so each field is one flat name for the
 notebook's parameters, the command line's flags and the recipes' keys. A field's ``metadata["identity"]`` marks
 what changes the computation (``output_dir.run_identity``); its docstring gives the unit and the source of the
 default, which ``--help`` shows. A choice field's ``Literal[...]`` is the one declaration of its values. Helpers
@@ -50,8 +50,9 @@ NamedChatTemplate = Literal["chatml", "zephyr", "llama-3"]
 ChatTemplateName = Literal["auto", NamedChatTemplate]
 PackingStrategy = Literal["bfd", "bfd_split", "wrapped"]
 ReportTo = Literal["wandb", "none"]
-#: ``method``: supervised fine-tuning, or a preference method on pairs (DPO, ORPO) or labelled completions (KTO).
-Method = Literal["sft", "dpo", "orpo", "kto"]
+#: ``method``: supervised fine-tuning, a preference method on pairs (DPO, ORPO) or labelled completions (KTO), or
+#: reinforcement learning from reward functions (GRPO).
+Method = Literal["sft", "dpo", "orpo", "kto", "grpo"]
 #: TRL's DPO losses (``DPOConfig.loss_type``, the same in TRL 1.15 and 1.16).
 DpoLossType = Literal[
     "sigmoid",
@@ -72,16 +73,21 @@ DpoLossType = Literal[
 ]
 #: TRL's KTO losses (``KTOConfig.loss_type``).
 KtoLossType = Literal["kto", "apo_zero_unpaired"]
-#: ``loss_type``'s items: a DPO loss, or the KTO loss (one).
-LossType = Literal[DpoLossType, KtoLossType]
+#: TRL's GRPO losses (``GRPOConfig.loss_type``, the same in TRL 1.15 and 1.16).
+GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+#: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one).
+LossType = Literal[DpoLossType, KtoLossType, GrpoLossType]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
 ExportFormat = Literal["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora"]
 
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
-#: The preference methods (every ``method`` but "sft").
-PREFERENCE_METHODS: tuple[str, ...] = typing.get_args(Method)[1:]
+#: The preference methods.
+PREFERENCE_METHODS: tuple[str, ...] = ("dpo", "orpo", "kto")
 DPO_LOSS_TYPES: tuple[str, ...] = typing.get_args(DpoLossType)
 KTO_LOSS_TYPES: tuple[str, ...] = typing.get_args(KtoLossType)
+GRPO_LOSS_TYPES: tuple[str, ...] = typing.get_args(GrpoLossType)
+#: ``beta`` left at None: each method's TRL default (GRPO's 0.0 loads no reference; the preference methods' 0.1).
+METHOD_BETA = {"grpo": 0.0, "dpo": 0.1, "orpo": 0.1, "kto": 0.1, "sft": 0.1}
 EXPORT_FORMATS: tuple[str, ...] = typing.get_args(ExportFormat)
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
@@ -307,17 +313,57 @@ class PreferenceSection:
     """"sft" (supervised fine-tuning on instructions or conversations: the article's), or a preference method on
     prompt/chosen/rejected pairs: "dpo" (TRL's DPOTrainer), "orpo" (TRL's experimental ORPOTrainer, no reference),
     "kto" (TRL's KTOTrainer, on prompt/completion/label rows or pairs unpaired); pairs are text with the Alpaca
-    prompt (dataset_format "alpaca") or conversations ("messages"), "auto" reads which from the rows (this package)."""
-    beta: float = _field(0.1, identity=True, allowed=_positive())
+    prompt (dataset_format "alpaca") or conversations ("messages"), "auto" reads which from the rows; or "grpo"
+    (TRL's GRPOTrainer: completions sampled from prompts, scored by reward_funcs) (this package)."""
+    beta: float | None = _field(
+        None, identity=True, allowed=((lambda v: v is None or v >= 0), "None (the method's default) or a number >= 0")
+    )
     """Preference methods: the preference term's strength (DPO/KTO: how far from the reference; ORPO: the
-    odds-ratio term's weight); TRL's default 0.1."""
+    odds-ratio term's weight), > 0; GRPO: the KL term's weight, 0 = no reference model; None = TRL's default for the
+    method (0.1; GRPO's 0.0)."""
     loss_type: tuple[LossType, ...] = _field((), identity=True, comma_separated=True)
     """DPO: losses summed with loss_weights ("sigmoid", "ipo", "hinge", "robust", "apo_zero", ...); KTO: one of
-    "kto", "apo_zero_unpaired"; empty = TRL's default ("sigmoid" for DPO, "kto" for KTO)."""
+    "kto", "apo_zero_unpaired"; GRPO: one of "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo";
+    empty = TRL's default ("sigmoid" for DPO, "kto" for KTO, "dapo" for GRPO)."""
     loss_weights: tuple[float, ...] = _field(
         (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
     )
     """DPO: one weight per loss_type item; empty = 1 for each (TRL's default)."""
+
+
+@dataclass
+class GrpoSection:
+    """GRPO (method "grpo").
+
+    The completions sampled per prompt, their length and temperature, the reward functions, the prompt rows' columns.
+    """
+
+    num_generations: int = _field(4, identity=True, allowed=((lambda v: v >= 2), "2 or more completions"))
+    """Completions sampled per prompt (the group whose rewards are compared: GRPO needs 2+); the effective batch
+    (per_device_train_batch_size x gradient_accumulation_steps, in completions) must be a multiple of it; TRL's
+    default 8, 4 here: rollouts cost most of a step on a T4, and 4 per group leaves the default batch of 8 two prompts
+    (this package)."""
+    max_completion_length: int = _field(256, identity=True, allowed=_positive("a positive number of tokens"))
+    """Most tokens sampled per completion; TRL's default 512, 256 here: a GSM8K-style worked answer fits, and a T4's
+    rollouts take half the time (this package)."""
+    temperature: float = _field(1.0, identity=True, allowed=_positive())
+    """Sampling temperature of the completions; TRL's default 1.0 (lower: less varied groups, less to learn from)."""
+    reward_funcs: tuple[str, ...] = _field(
+        ("correct_number", "answer_format"),
+        identity=True,
+        comma_separated=True,
+        allowed=_not_empty("at least one reward function"),
+    )
+    """Reward functions, summed per completion: built-ins "correct_number" (1 when the number after the last ####,
+    else the last number, equals the answer), "answer_format" (1 when the last line is "#### <number>"),
+    "soft_overlong_punishment" (DAPO's penalty near max_completion_length), or "module:function" / "file.py:function"
+    of your own (train.rewards says what it receives); checked before the model loads (this package)."""
+    prompt_column: str = _field("question", identity=True)
+    """GRPO: the column holding each prompt (a string, or a list of chat messages ending with a user turn); GSM8K's
+    and the arithmetic demo's "question" (this package)."""
+    answer_column: str = _field("answer", identity=True)
+    """GRPO: the column holding each reference answer (a number, or text whose number after "####" or last number is
+    the answer, as GSM8K's "answer"); rewards receive it as answer (this package)."""
 
 
 @dataclass
@@ -387,6 +433,7 @@ SECTIONS: dict[str, type] = {
     "chat": ChatSection,
     "training": TrainingSection,
     "preference": PreferenceSection,
+    "grpo": GrpoSection,
     "logging": LoggingSection,
     "export": ExportSection,
     "generation": GenerationSection,
@@ -398,6 +445,7 @@ class FinetuneConfig(
     GenerationSection,
     ExportSection,
     LoggingSection,
+    GrpoSection,
     PreferenceSection,
     TrainingSection,
     ChatSection,
@@ -407,7 +455,7 @@ class FinetuneConfig(
 ):
     """Every knob of a run, one flat object; the defaults are the article's recipe unless a field says otherwise.
 
-    It inherits the nine ``SECTIONS`` dataclasses, so each field is a plain attribute (``cfg.lora_r``). The bases
+    It inherits the ten ``SECTIONS`` dataclasses, so each field is a plain attribute (``cfg.lora_r``). The bases
     are given last section first: a dataclass puts the fields of its last base first, so ``FIELD_NAMES`` keeps the
     sections' order (model first), which is the parameters cell's and docs/parameters.md's.
 
@@ -449,12 +497,22 @@ class FinetuneConfig(
         Raises:
             ConfigError: naming the field, the method and what is allowed.
         """
+        if self.beta is None:
+            self.beta = METHOD_BETA[self.method]
+        if self.method == "grpo":
+            self._check_grpo()
+            return
+        if self.method in PREFERENCE_METHODS and self.beta <= 0:
+            raise ConfigError(
+                f"FinetuneConfig.beta={self.beta!r} is not allowed for method={self.method!r}: positive (the preference "
+                "term's strength)"
+            )
         if self.method == "sft":
             for name in ("loss_type", "loss_weights"):
                 if getattr(self, name):
                     raise ConfigError(
-                        f"FinetuneConfig.{name}={list(getattr(self, name))!r} is read by method='dpo' or 'kto' only, "
-                        f"and method='sft': set method, or leave {name} empty"
+                        f"FinetuneConfig.{name}={list(getattr(self, name))!r} is read by method='dpo', 'kto' or "
+                        f"'grpo' only, and method='sft': set method, or leave {name} empty"
                     )
             return
         if self.long_rows == "split":
@@ -488,6 +546,45 @@ class FinetuneConfig(
                 f"FinetuneConfig.per_device_train_batch_size={self.per_device_train_batch_size} is too small for "
                 f"method='kto': its KL term pairs each prompt with another row's completion in the same micro-batch; "
                 f"use 2 or more"
+            )
+
+    def _check_grpo(self) -> None:
+        """The fields GRPO reads, against each other (``_check_method`` for method="grpo").
+
+        Raises:
+            ConfigError: naming the field and what is allowed.
+        """
+        if len(self.loss_type) > 1 or any(t not in GRPO_LOSS_TYPES for t in self.loss_type):
+            raise ConfigError(
+                f"FinetuneConfig.loss_type={list(self.loss_type)!r} is not allowed for method='grpo': at most one of "
+                f"{list(GRPO_LOSS_TYPES)}"
+            )
+        if self.loss_weights:
+            raise ConfigError(
+                f"FinetuneConfig.loss_weights={list(self.loss_weights)!r} needs method='dpo'; GRPO weighs nothing"
+            )
+        if self.long_rows != "drop":
+            raise ConfigError(
+                f"FinetuneConfig.long_rows={self.long_rows!r} does not apply to method='grpo': a cut prompt loses its "
+                "question; use long_rows='drop' (prompts longer than max_seq_length - max_completion_length tokens)"
+            )
+        if self.dataset_format == "sharegpt" or self.extra_datasets:
+            raise ConfigError(
+                f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
+                "method='grpo' reads prompt rows from dataset alone: text prompts in the Alpaca template ('alpaca'), "
+                "chat prompts ('messages'), or as the rows hold them ('auto'), and no extra_datasets"
+            )
+        if self.effective_batch_size % self.num_generations:
+            raise ConfigError(
+                f"FinetuneConfig.per_device_train_batch_size={self.per_device_train_batch_size} x "
+                f"gradient_accumulation_steps={self.gradient_accumulation_steps} = {self.effective_batch_size} "
+                f"completions per step is not a multiple of num_generations={self.num_generations}: each prompt's "
+                "group of completions must fit in one step; change one of the three"
+            )
+        if self.max_completion_length >= self.max_seq_length:
+            raise ConfigError(
+                f"FinetuneConfig.max_completion_length={self.max_completion_length} leaves no room for a prompt in "
+                f"max_seq_length={self.max_seq_length} tokens: lower it, or raise max_seq_length"
             )
 
     def _check_combinations(self) -> None:

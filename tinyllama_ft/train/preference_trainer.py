@@ -236,8 +236,20 @@ def build_preference_trainer(
         callbacks=callbacks,
         processing_class=tokenizer,
     )
+    return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
+
+
+def settle_reference(trainer, *, from_adapter: bool, progress: bool):
+    """A just-built TRL trainer of a PEFT model, its reference settled: TRL's frozen ``ref`` copy of the adapter is
+    kept when the run continues a saved adapter, removed for a fresh one (whose copy is the base: the reference is
+    then the base with adapters disabled); with ``progress``, ``sft_trainer.quiet_progress``.
+
+    Returns:
+        The trainer.
+    """
+    model = trainer.accelerator.unwrap_model(trainer.model)
     if not from_adapter and REF_ADAPTER in model.peft_config:
-        model.delete_adapter(REF_ADAPTER)  # a fresh adapter's copy is the base: disable adapters instead
+        model.delete_adapter(REF_ADAPTER)
     if progress:
         quiet_progress(trainer)
     return trainer

@@ -26,13 +26,17 @@ class ProgressPrinter(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         self._last = (time.perf_counter(), state.num_input_tokens_seen)
 
+    def tokens_per_second(self, state) -> float:
+        """Tokens (``state.num_input_tokens_seen``) per second since the previous call (or the start of training)."""
+        now, tokens = time.perf_counter(), state.num_input_tokens_seen
+        then, before = self._last or (now, tokens)
+        self._last = (now, tokens)
+        return (tokens - before) / (now - then) if now > then else 0.0
+
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
         if "loss" in logs:
-            now, tokens = time.perf_counter(), state.num_input_tokens_seen
-            then, before = self._last or (now, tokens)
-            rate = (tokens - before) / (now - then) if now > then else 0.0
-            self._last = (now, tokens)
+            rate = self.tokens_per_second(state)
             counted = getattr(args, "include_num_input_tokens_seen", "no") not in ("no", False)
             print(
                 f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  "

@@ -1,0 +1,240 @@
+"""GRPO's prompt rows: a prompt and its reference answer, read (``row_files``) and checked as instruction rows are.
+
+A prompt is text or chat messages ending with a user turn (``prompt_column``); the reference is a number or text
+(``answer_column``, kept as text in the ``answer`` column every reward receives). ``grpo_prompts`` puts the prompts in
+the run's form, each asking for the answer layout (``answers.LAYOUT_INSTRUCTION``): the Alpaca template's text, or
+messages that TRL renders with the chat template; ``drop_long_prompts`` drops those TRL could not fit.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterable
+
+from ..config.finetune import DEFAULTS
+from .alpaca_prompts import format_prompt
+from .answers import LAYOUT_INSTRUCTION
+from .conversations import turns_problem
+from .instructions import BadRow, DataReport, _field_problem
+from .row_files import UnreadableRow, read_rows
+
+#: The reference answer's column in the rows TRL gets (the keyword every reward receives it by).
+ANSWER = "answer"
+#: A prompt's forms: a string, or a list of chat messages.
+FORMS = ("text", "conversation")
+
+
+def _messages_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, list | None]:
+    """A chat prompt: turns well formed (``conversations.turns_problem``), an optional system turn first, then user
+    and assistant alternating from a user turn, ending with a user turn (the completion answers it)."""
+    problem, messages = turns_problem(row, column)
+    if problem:
+        return problem, None
+    start = 1 if messages[0]["role"] == "system" else 0
+    for j, message in enumerate(messages[start:], start=start):
+        expected = "user" if (j - start) % 2 == 0 else "assistant"
+        if message["role"] != expected:
+            return (
+                f"{column}[{j}]",
+                f"is a {message['role']!r} turn where a {expected!r} one belongs",
+                "out of order",
+            ), None
+    if len(messages) == start or messages[-1]["role"] != "user":
+        return (column, "does not end with a user turn (the completion answers it)", "out of order"), None
+    return None, messages
+
+
+def _answer_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, str | None]:
+    """The reference as text: a string as it is, a number written out (``42``, ``2.5``)."""
+    value = row.get(column)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return None, str(value)
+    problem = _field_problem(row, column, True)
+    return (problem, None) if problem else (None, value)
+
+
+def _row_problem(row: Any, prompt_column: str, answer_column: str, form: str | None):
+    """``(problem, kind, clean)``: the first fault as ``(field, reason, kind)``, or None with the prompt's form and
+    the clean row."""
+    if isinstance(row, UnreadableRow):
+        return (row.field, row.reason, row.kind), None, None
+    if not isinstance(row, dict):
+        return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None, None
+    kind = "conversation" if isinstance(row.get(prompt_column), list) else "text"
+    if kind == "conversation":
+        problem, prompt = _messages_problem(row, prompt_column)
+    else:
+        problem, prompt = _field_problem(row, prompt_column, True), row.get(prompt_column)
+    if problem is None and form not in (None, kind):
+        problem = prompt_column, f"is {kind}, but the first rows' prompts are {form}", "wrong type"
+    if problem is None:
+        problem, answer = _answer_problem(row, answer_column)
+    return (problem, None, None) if problem else (None, kind, {"prompt": prompt, ANSWER: answer})
+
+
+def check_prompt_rows(
+    rows: Iterable[Any],
+    *,
+    prompt_column: str = DEFAULTS.prompt_column,
+    answer_column: str = DEFAULTS.answer_column,
+    strict: bool = DEFAULTS.strict,
+    source: str = "rows",
+) -> tuple[list[dict[str, Any]], DataReport, str | None]:
+    """Keep rows with a usable prompt and reference answer, once each.
+
+    Args:
+        rows: raw rows (``row_files.read_rows``).
+        prompt_column: the prompt's column: a non-blank string, or chat messages ending with a user turn.
+        answer_column: the reference's column: a number or a non-blank string.
+        strict: raise on the first bad row instead of dropping it.
+        source: the file or dataset id, for messages.
+
+    Returns:
+        ``(clean, report, form)``: rows ``{"prompt": str | messages, "answer": str}``; the ``DataReport`` (kinds:
+        ``"missing"``, ``"null"``, ``"wrong type"``, ``"empty"``, ``"out of order"``, ``"duplicate"``, ...); the form
+        of the first good row's prompt (``FORMS``; a row of the other form is a ``"wrong type"``), None if none.
+
+    Raises:
+        ValueError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the field.
+    """
+    report = DataReport(source=source)
+    clean: list[dict[str, Any]] = []
+    form, first_index = None, {}
+    for index, row in enumerate(rows):
+        report.total += 1
+        problem, kind, item = _row_problem(row, prompt_column, answer_column, form)
+        if problem is None:
+            key = json.dumps([item["prompt"], item[ANSWER]])
+            if key in first_index:
+                problem = "<row>", f"duplicates row {first_index[key]} (same prompt and answer)", "duplicate"
+            first_index.setdefault(key, index)
+        if problem is not None:
+            report.reject(BadRow(index, *problem), strict=strict)
+            continue
+        form = form or kind
+        clean.append(item)
+    report.kept = len(clean)
+    return clean, report, form
+
+
+def load_prompt_rows(
+    source: str,
+    *,
+    split: str = DEFAULTS.dataset_split,
+    config: str | None = DEFAULTS.dataset_config,
+    prompt_column: str = DEFAULTS.prompt_column,
+    answer_column: str = DEFAULTS.answer_column,
+    strict: bool = DEFAULTS.strict,
+) -> tuple[list[dict[str, Any]], DataReport, str]:
+    """Read and check GRPO prompt rows (``check_prompt_rows``); the report is printed.
+
+    Args:
+        source, split, config: as ``row_files.read_rows``: a local .json/.jsonl/.csv/.parquet file or a Hub id
+            (``openai/gsm8k`` with ``config="main"``, ``prompt_column="question"``, ``answer_column="answer"``).
+        prompt_column, answer_column, strict: as ``check_prompt_rows``.
+
+    Returns:
+        ``(clean, report, form)`` as ``check_prompt_rows``.
+
+    Raises:
+        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
+            ``read_rows`` / ``check_prompt_rows``.
+    """
+    rows = read_rows(source, split=split, config=config)
+    clean, report, form = check_prompt_rows(
+        rows, prompt_column=prompt_column, answer_column=answer_column, strict=strict, source=source
+    )
+    print(report.summary())
+    if not clean:
+        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
+        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
+    return clean, report, form
+
+
+def _asking(text: str, instruction: str) -> str:
+    return f"{text}\n{instruction}" if instruction else text
+
+
+def grpo_prompts(
+    rows: Iterable[dict[str, Any]],
+    *,
+    dataset_format: str = "auto",
+    template: str = DEFAULTS.template,
+    instruction: str = LAYOUT_INSTRUCTION,
+):
+    """The prompt rows TRL's ``GRPOTrainer`` samples from: ``prompt`` (text or messages) and ``answer``.
+
+    Args:
+        rows: ``check_prompt_rows``' clean rows (one form), or any rows with ``prompt`` and ``answer``.
+        dataset_format: ``"alpaca"``: each prompt is text, filled into the Alpaca ``template`` as the instruction
+            (TRL tokenizes it, special tokens added as the tokenizer adds them); ``"messages"``: a text prompt becomes
+            one user turn, and TRL renders the messages with the tokenizer's chat template; ``"auto"``: text prompts
+            as ``"alpaca"``, chat prompts as ``"messages"``.
+        template: the Alpaca template (``alpaca_prompts.format_prompt``).
+        instruction: a line added after each question (a chat prompt: to its last user turn) asking for the answer
+            layout the rewards check; ``""`` adds none.
+
+    Returns:
+        A ``datasets.Dataset`` with ``prompt`` (strings, or lists of ``{"role", "content"}``) and ``answer`` (strings).
+
+    Raises:
+        ValueError: ``dataset_format="alpaca"`` with chat prompts (naming the first row), or an unknown
+            ``dataset_format``.
+    """
+    import datasets
+
+    if dataset_format not in ("auto", "alpaca", "messages"):
+        raise ValueError(f"dataset_format={dataset_format!r}: GRPO prompts are 'alpaca', 'messages' or 'auto'")
+    out = []
+    for index, row in enumerate(rows):
+        prompt = row["prompt"]
+        if isinstance(prompt, str) and dataset_format == "messages":
+            prompt = [{"role": "user", "content": _asking(prompt, instruction)}]
+        elif isinstance(prompt, str):
+            prompt = format_prompt(_asking(prompt, instruction), "", "", template)
+        elif dataset_format == "alpaca":
+            raise ValueError(
+                f"row {index}: the prompt is chat messages, and dataset_format='alpaca' fills text into the Alpaca "
+                "template: use dataset_format='messages' or 'auto'"
+            )
+        else:
+            prompt = [dict(m) for m in prompt]
+            prompt[-1]["content"] = _asking(prompt[-1]["content"], instruction)
+        out.append({"prompt": prompt, ANSWER: str(row[ANSWER])})
+    return datasets.Dataset.from_list(out)
+
+
+def prompt_token_ids(tokenizer, prompt) -> list[int]:
+    """A prompt's token ids as TRL's ``GRPOTrainer`` tokenizes it: text with the tokenizer's own special tokens,
+    messages through the chat template with the assistant's header added."""
+    if isinstance(prompt, str):
+        return tokenizer(prompt)["input_ids"]
+    return list(
+        tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    )
+
+
+def drop_long_prompts(dataset, tokenizer, *, max_prompt_tokens: int):
+    """Drop the prompts longer than ``max_prompt_tokens`` (``max_seq_length - max_completion_length``): TRL's GRPO
+    does not cut them, and a cut question has no answer.
+
+    Args:
+        dataset: ``grpo_prompts``' rows.
+        tokenizer: the run's tokenizer (its chat template set for messages).
+        max_prompt_tokens: the most tokens a prompt may have.
+
+    Returns:
+        ``(kept, dropped)``: the dataset without those rows, and their 0-based indices.
+
+    Raises:
+        ValueError: every prompt is too long (naming the shortest's length).
+    """
+    lengths = [len(prompt_token_ids(tokenizer, p)) for p in dataset["prompt"]]
+    dropped = [i for i, n in enumerate(lengths) if n > max_prompt_tokens]
+    if dropped and len(dropped) == len(lengths):
+        raise ValueError(
+            f"every prompt is longer than {max_prompt_tokens} tokens (max_seq_length - max_completion_length; the "
+            f"shortest has {min(lengths)}): raise max_seq_length or lower max_completion_length"
+        )
+    keep = set(dropped)
+    return (dataset.select([i for i in range(len(lengths)) if i not in keep]) if dropped else dataset), dropped

@@ -1,0 +1,205 @@
+"""TRL's ``GRPOTrainer`` from the package's configuration, on its LoRA model and prompt rows (``data.grpo_prompts``).
+
+The GRPO fields give the group, completion length, temperature, beta and loss; the rest is every trainer's
+(``sft_trainer.trainer_config_kwargs``). Each optimizer step's completions must hold whole groups. With beta > 0 the
+reference is TRL's frozen copy of a saved adapter the run continues, else the base with adapters disabled. TRL logs
+each reward's mean per step (``rewards/<name>/mean``): ``RewardProgress`` prints them, ``reward_history`` collects them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from ..config.finetune import FinetuneConfig
+from .plan import RunPlan
+from .progress import ProgressPrinter
+from .preference_trainer import reference_kind, settle_reference
+from .rewards import resolve_rewards
+from .sft_trainer import spelled_kwargs, trainer_config_kwargs
+
+#: What TRL's GRPO logs per step besides the loss, read for the step line and ``reward_history``.
+REWARD = "reward"
+ZERO_STD = "frac_reward_zero_std"
+LENGTH = "completions/mean_length"
+
+
+def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -> dict[str, Any]:
+    """Keyword arguments for the installed ``trl.GRPOConfig``.
+
+    Args:
+        cfg: the run's configuration: ``num_generations``, ``max_completion_length``, ``temperature``, ``beta``,
+            ``loss_type`` (empty: TRL's "dapo") and the training fields ``trainer_config_kwargs`` reads
+            (``max_seq_length`` is not passed: GRPO's sequences are a prompt, ``grpo_prompts.drop_long_prompts``
+            bounds it, plus at most ``max_completion_length`` tokens).
+        plan: the run's ``RunPlan``: the micro-batch split (``per_device_train_batch_size`` completions per micro-batch,
+            one generation round per optimizer step), precision, device, checkpointing.
+        config_cls: the class whose signature decides the spelling; default ``trl.GRPOConfig``.
+
+    Returns:
+        A dict whose keys all exist in ``config_cls.__init__``'s signature. No evaluation (``grpo_checks`` scores
+        held-out prompts); TRL counts the prompt and completion tokens itself (``include_num_input_tokens_seen``
+        "no": the trainer's own count reads ``input_ids`` its batches lack).
+
+    Raises:
+        TypeError: as ``sft_trainer.spelled_kwargs``.
+    """
+    if config_cls is None:
+        from trl import GRPOConfig as config_cls
+    kwargs = trainer_config_kwargs(cfg, plan, has_eval=False)
+    for name in ("max_length", "dataset_num_proc"):  # SFT's and the preference trainers': GRPO tokenizes per step
+        kwargs.pop(name)
+    kwargs.update(
+        num_generations=cfg.num_generations,
+        max_completion_length=cfg.max_completion_length,
+        temperature=cfg.temperature,
+        beta=cfg.beta,
+        include_num_input_tokens_seen="no",
+    )
+    if cfg.loss_type:
+        kwargs["loss_type"] = cfg.loss_type[0]
+    return spelled_kwargs(kwargs, config_cls)
+
+
+def check_group_batch(cfg: FinetuneConfig, plan: RunPlan) -> None:
+    """Refuse a split whose optimizer step does not hold whole groups of ``num_generations`` completions.
+
+    Raises:
+        ValueError: ``plan.effective_batch_size`` (micro-batch x accumulation x processes) is not a multiple of
+            ``cfg.num_generations``, naming the three.
+    """
+    if plan.effective_batch_size % cfg.num_generations:
+        raise ValueError(
+            f"per_device_train_batch_size={plan.per_device_train_batch_size} x gradient_accumulation_steps="
+            f"{plan.gradient_accumulation_steps} x {plan.world_size} process(es) = {plan.effective_batch_size} "
+            f"completions per step is not a multiple of num_generations={cfg.num_generations}: each prompt's group "
+            "must fit in one step"
+        )
+
+
+def build_grpo_trainer(
+    *,
+    model,
+    tokenizer,
+    train_dataset,
+    cfg: FinetuneConfig,
+    plan: RunPlan,
+    reward_funcs: Sequence[str | Callable] | None = None,
+    from_adapter: bool = False,
+    callbacks=None,
+    progress: bool = True,
+):
+    """A TRL ``GRPOTrainer`` for the package's LoRA model, prompt rows and reward functions.
+
+    Args:
+        model: the PEFT model (``lora.add_lora``, or ``adapters.load_adapter`` of a saved adapter to keep training).
+        tokenizer: its tokenizer (``processing_class``; for chat prompts, its chat template set, as
+            ``families.prepare_family`` sets it).
+        train_dataset: ``grpo_prompts.grpo_prompts`` output: ``prompt`` (text or messages) and ``answer``; every
+            column reaches the rewards by name.
+        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo".
+        reward_funcs: built-in names, ``module:function`` strings or callables (``rewards.resolve_rewards``); None:
+            ``cfg.reward_funcs``. Resolve them before loading the model, so a bad one stops the run first.
+        from_adapter: the model holds a saved adapter the run continues: with ``beta`` > 0 the reference is TRL's
+            frozen ``ref`` copy of it. False: TRL's copy is removed and the reference is the base with adapters
+            disabled. No reference at all with ``beta`` 0 (TRL's default).
+        callbacks: extra ``transformers.TrainerCallback`` objects.
+        progress: add ``RewardProgress`` (one line per logging step); outside an interactive notebook it replaces
+            transformers' progress bar and printed log dicts (``sft_trainer.quiet_progress``).
+
+    Returns:
+        The trainer.
+
+    Raises:
+        ValueError: ``cfg.method`` is not "grpo"; the model is not a PEFT model; the dataset has no ``prompt``
+            column; a step holds part of a group (``check_group_batch``).
+        rewards.RewardError: as ``rewards.resolve_rewards``.
+    """
+    from peft import PeftModel
+    from trl import GRPOConfig, GRPOTrainer
+
+    if cfg.method != "grpo":
+        raise ValueError(f"build_grpo_trainer: method={cfg.method!r}; set method='grpo'")
+    if not isinstance(model, PeftModel):
+        raise ValueError(
+            f"build_grpo_trainer: the model is a {type(model).__name__}, not a PEFT model: add an adapter "
+            "(lora.add_lora) or load one (adapters.load_adapter)"
+        )
+    if "prompt" not in train_dataset.column_names:
+        raise ValueError(
+            f"build_grpo_trainer: the dataset has no 'prompt' column (columns: {train_dataset.column_names}): build it "
+            "with data.grpo_prompts.grpo_prompts"
+        )
+    check_group_batch(cfg, plan)
+    rewards = resolve_rewards(
+        cfg.reward_funcs if reward_funcs is None else reward_funcs, max_completion_length=cfg.max_completion_length
+    )
+    args = GRPOConfig(**grpo_config_kwargs(cfg, plan, config_cls=GRPOConfig))
+    callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=rewards,
+        args=args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        callbacks=callbacks,
+    )
+    return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
+
+
+def grpo_reference(trainer) -> str:
+    """What the KL term compares with: ``"none (beta 0)"``, or ``preference_trainer.reference_kind``'s answer."""
+    return "none (beta 0)" if trainer.beta == 0 else reference_kind(trainer)
+
+
+def reward_names(trainer) -> list[str]:
+    """The trainer's reward functions' names, as TRL logs them (``rewards/<name>/mean``)."""
+    return list(trainer.reward_func_names)
+
+
+def reward_history(log_history: Sequence[dict], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Each logged training step's rewards, from ``trainer.state.log_history``.
+
+    Args:
+        log_history: the trainer's log entries.
+        names: the reward functions' names (``reward_names``).
+
+    Returns:
+        One dict per logged step, in order: ``step``, ``reward`` (the mean summed reward), ``rewards`` (name -> mean;
+        None where TRL logged none: every completion unscored), ``frac_reward_zero_std`` (the share of groups whose
+        completions all scored the same: no signal) and ``completion_length`` (mean tokens).
+    """
+    return [
+        {
+            "step": entry.get("step"),
+            REWARD: entry.get(REWARD),
+            "rewards": {name: entry.get(f"rewards/{name}/mean") for name in names},
+            ZERO_STD: entry.get(ZERO_STD),
+            "completion_length": entry.get(LENGTH),
+        }
+        for entry in log_history
+        if REWARD in entry and "loss" in entry
+    ]
+
+
+def _number(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+class RewardProgress(ProgressPrinter):
+    """Prints ``step N/M  loss X  reward R (name a, name b)  zero-std groups Z  length L  lr Y  tokens/s T`` at every
+    logging step: the mean summed reward, each reward's mean, the share of groups with no reward variance, the mean
+    completion length, and prompt + completion tokens per second (TRL's count) since the previous line."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        logs = logs or {}
+        if "loss" not in logs or REWARD not in logs:
+            return
+        names = [k[len("rewards/") : -len("/mean")] for k in logs if k.startswith("rewards/") and k.endswith("/mean")]
+        each = ", ".join(f"{n} {_number(logs[f'rewards/{n}/mean'], '.3f')}" for n in names)
+        print(
+            f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  reward "
+            f"{_number(logs[REWARD], '.3f')} ({each})  zero-std groups {_number(logs.get(ZERO_STD), '.0%')}  length "
+            f"{_number(logs.get(LENGTH), '.1f')}  lr {logs.get('learning_rate', 0.0):.3g}  tokens/s "
+            f"{self.tokens_per_second(state):,.0f}",
+            flush=True,
+        )

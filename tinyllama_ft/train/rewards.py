@@ -1,0 +1,275 @@
+"""GRPO's reward functions: the built-ins named in ``reward_funcs``, and the user's own, checked before a model loads.
+
+Each reward has TRL's signature, ``f(prompts, completions, completion_ids=None, trainer_state=None, **kwargs)``
+returning one float (or None: not scored) per completion; completions are strings for text prompts and lists of
+messages for chat prompts; ``kwargs`` holds the rows' columns (the reference as ``answer``) and TRL's extras
+(``log_extra``, ``log_metric``). ``resolve_rewards`` turns names, ``module:function`` / ``file.py:function`` strings
+and callables into that list, refusing what TRL could not call, naming it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+from ..config.coercion import ConfigError, did_you_mean
+from ..config.finetune import DEFAULTS
+from ..data.answers import extract_number, follows_layout, reference_number
+
+#: The share of ``max_completion_length`` over which ``soft_overlong_punishment`` ramps to -1 (DAPO's 4,096 of
+#: 20,480 tokens: eq. 13 of arxiv.org/abs/2503.14476).
+OVERLONG_SHARE = 0.2
+
+
+class RewardError(ConfigError):
+    """A reward in ``reward_funcs`` that cannot be used (unknown, not importable, not callable, wrong signature)."""
+
+
+def completion_text(completion: Any) -> str:
+    """A completion's text: the string itself, or the text of a chat completion's assistant messages joined.
+
+    Args:
+        completion: a string (text prompts), or a list of ``{"role", "content"}`` messages (chat prompts), a content
+            being a string or a list of ``{"type": "text", "text": ...}`` parts.
+
+    Raises:
+        TypeError: anything else (naming its type).
+    """
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and all(isinstance(m, dict) for m in completion):
+        parts = []
+        for message in completion:
+            if message.get("role", "assistant") != "assistant":
+                continue
+            content = message.get("content") or ""
+            if isinstance(content, list):
+                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+            parts.append(content)
+        return "".join(parts)
+    raise TypeError(f"a completion is a string or a list of messages, not a {type(completion).__name__}")
+
+
+def correct_number(
+    prompts, completions, completion_ids=None, trainer_state=None, *, answer=None, **kwargs
+) -> list[float | None]:
+    """1.0 for a completion whose number equals the reference, else 0.0 (``data.answers.extract_number``: the number
+    after its last ``####``, else its last number), so a right answer scores before the layout is learnt.
+
+    Args:
+        prompts, completion_ids, trainer_state: TRL's; not read.
+        completions: one per prompt (``completion_text``).
+        answer: the reference per completion (the ``answer`` column: a number, or text as GSM8K's ``answer``).
+
+    Returns:
+        One reward per completion; None where the reference holds no number (TRL leaves it out).
+
+    Raises:
+        ValueError: no ``answer`` column (the prompt rows lack ``answer_column``).
+    """
+    if answer is None:
+        raise ValueError("correct_number needs the reference answers: the prompt rows have no 'answer' column")
+    rewards: list[float | None] = []
+    for completion, reference in zip(completions, answer, strict=True):
+        expected = reference_number(reference)
+        rewards.append(None if expected is None else float(extract_number(completion_text(completion)) == expected))
+    return rewards
+
+
+def answer_format(prompts, completions, completion_ids=None, trainer_state=None, **kwargs) -> list[float | None]:
+    """1.0 for a completion whose last non-empty line is ``#### <number>`` (``data.answers.follows_layout``), else 0.0.
+
+    Args:
+        prompts, completion_ids, trainer_state: TRL's; not read. completions: one per prompt.
+    """
+    return [float(follows_layout(completion_text(c))) for c in completions]
+
+
+class SoftOverlongPunishment:
+    """DAPO's soft overlong punishment (``trl.rewards.get_soft_overlong_punishment``) under the built-in's name.
+
+    0 for a completion of at most ``max_completion_length - soft_punish_cache`` tokens, then falling linearly to -1
+    at ``max_completion_length``: a completion cut at the limit (no answer) costs the most. A class, not a closure,
+    so it pickles as TRL's does.
+
+    Args:
+        max_completion_length: the run's ``max_completion_length`` (tokens).
+        soft_punish_cache: the tokens over which it ramps; default ``OVERLONG_SHARE`` of ``max_completion_length``
+            (at least 1).
+    """
+
+    __name__ = "soft_overlong_punishment"
+
+    def __init__(self, max_completion_length: int, soft_punish_cache: int | None = None):
+        from trl.rewards import get_soft_overlong_punishment
+
+        cache = soft_punish_cache or max(1, round(OVERLONG_SHARE * max_completion_length))
+        self.trl_reward = get_soft_overlong_punishment(
+            max_completion_len=max_completion_length, soft_punish_cache=cache
+        )
+
+    def __call__(self, prompts=None, completions=None, completion_ids=None, trainer_state=None, **kwargs):
+        """One penalty in [-1, 0] per completion, from its token count (``completion_ids``, the end token included).
+
+        Raises:
+            ValueError: no ``completion_ids``.
+        """
+        if completion_ids is None:
+            raise ValueError("soft_overlong_punishment needs completion_ids (the completions' token ids)")
+        return self.trl_reward(completion_ids=completion_ids)
+
+
+#: The built-ins by name -> a maker taking ``max_completion_length``.
+BUILTIN_REWARDS: dict[str, Callable[[int], Callable]] = {
+    "correct_number": lambda max_completion_length: correct_number,
+    "answer_format": lambda max_completion_length: answer_format,
+    "soft_overlong_punishment": SoftOverlongPunishment,
+}
+
+
+def reward_name(func: Callable) -> str:
+    """The name TRL logs a reward under (``rewards/<name>/mean``): a partial's function's, a function's
+    ``__name__``, else the class name (TRL's ``get_callable_name``)."""
+    import functools
+
+    while isinstance(func, functools.partial):
+        func = func.func
+    return getattr(func, "__name__", type(func).__name__)
+
+
+def check_reward(func: Any, where: str) -> None:
+    """Refuse what TRL could not call as a reward.
+
+    Args:
+        func: the candidate.
+        where: how the user named it, for the message (``"reward_funcs[1]='my_rewards:score'"``).
+
+    Raises:
+        RewardError: ``func`` is a class (TRL would call it and get an instance), is not callable, or its signature
+            has no ``completions`` parameter TRL can pass by name, or no ``**kwargs`` to take the rest (the
+            columns, ``trainer_state``, ``log_extra``, ``log_metric``).
+    """
+    if inspect.isclass(func):
+        raise RewardError(f"{where} is a class: pass a function, or an instance whose __call__ is the reward")
+    if not callable(func):
+        raise RewardError(f"{where} is a {type(func).__name__}, not a function")
+    try:
+        params = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a readable signature: TRL will tell
+        return
+    kinds = inspect.Parameter
+    named = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
+    missing = [
+        what
+        for what, ok in (
+            ("'completions' parameter", "completions" in named),
+            ("**kwargs", any(p.kind is kinds.VAR_KEYWORD for p in params)),
+        )
+        if not ok
+    ]
+    if missing:
+        raise RewardError(
+            f"{where} has no {' and no '.join(missing)}: TRL calls a reward as f(prompts=..., completions=..., "
+            "completion_ids=..., trainer_state=..., **columns); write it as "
+            "def reward(prompts, completions, completion_ids=None, trainer_state=None, **kwargs)"
+        )
+
+
+def _module(name: str, where: str):
+    if name.endswith(".py"):
+        path = os.path.abspath(os.path.expanduser(name))
+        if not os.path.isfile(path):
+            raise RewardError(f"{where}: no such file {path!r}")
+        module_name = f"tinyllama_ft_rewards_{os.path.splitext(os.path.basename(path))[0]}"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module  # so the reward pickles by reference, as an imported one does
+        spec.loader.exec_module(module)
+        return module
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name != name.split(".")[0] or os.getcwd() in sys.path:
+            raise
+    sys.path.append(os.getcwd())  # the working folder, as `python -m` would search it (console scripts do not)
+    return importlib.import_module(name)
+
+
+def import_reward(spec: str, where: str = "reward") -> Callable:
+    """The callable ``spec`` names: ``"package.module:function"`` or ``"path/to/file.py:function"``.
+
+    Args:
+        spec: the string; the part after the last ``:`` may be dotted (``"module:Class.method"``).
+        where: how to name it in messages.
+
+    Raises:
+        RewardError: no ``:``, a module or file that is missing or fails to import (its error quoted), or no such
+            attribute in it.
+    """
+    module_name, _, attr = spec.rpartition(":")
+    if not module_name or not attr:
+        raise RewardError(
+            f"{where}: {spec!r} is no built-in reward ({', '.join(BUILTIN_REWARDS)}) and not module:function"
+            + did_you_mean(spec, BUILTIN_REWARDS)
+        )
+    try:
+        obj = _module(module_name, where)
+    except RewardError:
+        raise
+    except ModuleNotFoundError as err:
+        raise RewardError(f"{where}: no module named {err.name!r} (importing {module_name!r})") from err
+    except Exception as err:  # noqa: BLE001  the user's module failed while importing: say so, with its error
+        raise RewardError(f"{where}: importing {module_name!r} failed: {type(err).__name__}: {err}") from err
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise RewardError(f"{where}: {module_name!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve_rewards(
+    reward_funcs: Sequence[str | Callable] = DEFAULTS.reward_funcs,
+    *,
+    max_completion_length: int = DEFAULTS.max_completion_length,
+) -> list[Callable]:
+    """The reward functions a GRPO run passes to TRL, each checked (``check_reward``); call it before loading a model.
+
+    Args:
+        reward_funcs: built-in names (``BUILTIN_REWARDS``), ``"module:function"`` / ``"file.py:function"`` strings,
+            or callables (a notebook's own functions), in order.
+        max_completion_length: the run's, for ``soft_overlong_punishment``.
+
+    Returns:
+        The callables, in order.
+
+    Raises:
+        RewardError: an empty list, an unknown name, a module, file or attribute not found, a reward TRL could not
+            call, or two rewards under one name (TRL logs each as ``rewards/<name>/mean``); the message names the
+            item (``reward_funcs[i]``).
+    """
+    if isinstance(reward_funcs, str) or callable(reward_funcs):
+        reward_funcs = [reward_funcs]
+    if not reward_funcs:
+        raise RewardError("reward_funcs is empty: GRPO needs at least one reward function")
+    resolved, names = [], {}
+    for i, item in enumerate(reward_funcs):
+        where = f"reward_funcs[{i}]={item!r}" if isinstance(item, str) else f"reward_funcs[{i}] ({item!r:.60})"
+        if isinstance(item, str) and item in BUILTIN_REWARDS:
+            func = BUILTIN_REWARDS[item](max_completion_length)
+        elif isinstance(item, str):
+            func = import_reward(item, where)
+        else:
+            func = item
+        check_reward(func, where)
+        name = reward_name(func)
+        if name in names:
+            raise RewardError(
+                f"{where} is logged as {name!r}, as reward_funcs[{names[name]}] is: give the functions different names"
+            )
+        names[name] = i
+        resolved.append(func)
+    return resolved
