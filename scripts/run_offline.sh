@@ -12,7 +12,9 @@
 # The output notebook is finetune_tinyllama.out.ipynb only once the run succeeds (beside its
 # outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb.
 # SETUP=0 (or SKIP_SETUP=1) skips the install and VENV=dir uses another environment (tests/test_readme.py runs it that way).
-# OMP_NUM_THREADS (default 2, the CPU cores of a small machine) sets torch's threads.
+# OMP_NUM_THREADS (default 2, the CPU cores of a small machine) sets torch's threads; OMP_WAIT_POLICY (default
+# PASSIVE) lets a waiting thread sleep: on 2 cores shared with other work, spinning threads made 2-thread runs
+# 8-13x slower (docs/troubleshooting.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${VENV:-.venv}
@@ -28,6 +30,7 @@ python3 tinyllama_ft/machine/preflight.py --model-name "$MODEL" --dataset "$DATA
 OUT=${OUT:-runs/offline}
 mkdir -p "$OUT"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 FRESH=(-p overwrite_output_dir True)  # a run starts over, unless the user resumes or decides
 args=("$@")
 for ((i = 0; i + 1 < ${#args[@]}; i++)); do

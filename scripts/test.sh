@@ -10,7 +10,7 @@ export TOKENIZERS_PARALLELISM=false
 # waits spin while the tests' own processes (papermill kernels, the command line) want the cores too. A test file
 # stays on one worker (--dist loadfile), so its fixtures run once; the notebook's papermill run, which several files
 # read, runs once for all of them (tests/conftest.py). TEST_WORKERS=0: no workers.
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 workers=(-n "${TEST_WORKERS:-2}" --dist loadfile)
 [ "${TEST_WORKERS:-2}" != 0 ] || workers=()
 echo "== lint: ruff check, ruff format --check (pyproject.toml's [tool.ruff]) =="

@@ -429,6 +429,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         SystemExit: ``--help`` (status 0), as jsonargparse raises it.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "torch" not in sys.modules:  # read once, when torch's OpenMP starts: waiting threads sleep, not spin
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # spinning on busy cores: 8x slower (troubleshooting.md)
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
