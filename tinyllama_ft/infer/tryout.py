@@ -135,16 +135,8 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template, data_fo
             submit.disabled = False
 
     submit.on_click(on_submit)
-    for name, widget in (
-        ("instruction", instruction),
-        ("input", context),
-        ("max_new_tokens", max_new_tokens),
-        ("temperature", temperature),
-        ("submit", submit),
-        ("output", output),
-    ):
-        setattr(box, name, widget)
-    box.on_submit = on_submit
+    box.instruction, box.input, box.max_new_tokens, box.temperature = instruction, context, max_new_tokens, temperature
+    box.submit, box.output, box.on_submit = submit, output, on_submit
     return box
 
 
