@@ -30,6 +30,9 @@ class Family:
     examples: str
 
 
+#: Pad candidates of Qwen's vocabularies (its published pad, ``<|endoftext|>``, is a stop token).
+QWEN_PADS = ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>")
+
 FAMILIES = {
     f.name: f
     for f in (
@@ -44,24 +47,8 @@ FAMILIES = {
             "Llama-3.2-1B/3B",
         ),
         Family("smollm2", "llama", LLAMA_TARGETS, "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
-        Family(
-            "qwen2.5",
-            "qwen2",
-            LLAMA_TARGETS,
-            "<|im_end|>",
-            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
-            "chatml",
-            "Qwen2.5-0.5B/1.5B/3B",
-        ),
-        Family(
-            "qwen3",
-            "qwen3",
-            LLAMA_TARGETS,
-            "<|im_end|>",
-            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
-            "chatml",
-            "Qwen3-0.6B/1.7B/4B",
-        ),
+        Family("qwen2.5", "qwen2", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen2.5-0.5B/1.5B/3B"),
+        Family("qwen3", "qwen3", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen3-0.6B/1.7B/4B"),
         Family(
             "phi-3", "phi3", PHI3_TARGETS, "<|end|>", ("<unk>", "<|placeholder6|>"), None, "Phi-3-mini, Phi-3.5-mini"
         ),
