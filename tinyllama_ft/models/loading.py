@@ -13,7 +13,6 @@ import weakref
 from ..config.coercion import ConfigError
 from ..config.finetune import BACKENDS, DEFAULTS
 from ..machine.hardware import Hardware, detect_hardware, is_importable
-from ..machine.paths import expand_path
 from .pad_token import ensure_pad_token
 from .precision import resolve_dtype, torch_dtype
 
@@ -114,10 +113,9 @@ def load_model(
         ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; 4-bit on CUDA without bitsandbytes.
         OSError: the model cannot be found (not a folder, and the Hub does not answer).
     """
-    hardware = hardware or detect_hardware()
-    model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
-    from .demo_model import resolve_model_name  # a GGUF file or the demo model's id -> a local folder
+    from .demo_model import resolve_model_name  # ~ and $VARS expanded; a GGUF file or the demo model's id -> a folder
 
+    hardware = hardware or detect_hardware()
     model_name = resolve_model_name(model_name)
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
@@ -127,20 +125,11 @@ def load_model(
             stacklevel=2,
         )
         load_in_4bit = False
+    args = (model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code)
     if chosen == "unsloth":
-        model, tokenizer, factor = _load_unsloth(
-            model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code
-        )
+        model, tokenizer, factor = _load_unsloth(*args)
     else:
-        model, tokenizer, factor = _load_transformers(
-            model_name,
-            max_seq_length,
-            dtype_name,
-            load_in_4bit,
-            hardware,
-            trust_remote_code,
-            attn_implementation or "sdpa",
-        )
+        model, tokenizer, factor = _load_transformers(*args, hardware, attn_implementation or "sdpa")
     if factor is not None:
         warnings.warn(
             f"max_seq_length={max_seq_length} exceeds the model's trained positions: "
@@ -172,9 +161,7 @@ def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_re
     return model, tokenizer, rope_scaling_factor(max_seq_length, positions)
 
 
-def _load_transformers(
-    model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code, attn_implementation="sdpa"
-):
+def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code, hardware, attention):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
@@ -190,7 +177,7 @@ def _load_transformers(
         model_name,
         config=config,
         dtype=torch_dtype(dtype_name),
-        attn_implementation=attn_implementation,
+        attn_implementation=attention,
         trust_remote_code=trust_remote_code,
         use_safetensors=True,
         **kwargs,
