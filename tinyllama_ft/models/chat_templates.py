@@ -161,11 +161,7 @@ def end_of_turn_token(tokenizer, *, chat_template: str | None = None) -> str:
             "the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
             f"one, else one of {sorted(NAMED_TEMPLATES)}"
         )
-    marks = [
-        {"role": "user", "content": _MARK.format(0)},
-        {"role": "assistant", "content": _MARK.format(1)},
-        {"role": "user", "content": _MARK.format(2)},
-    ]
+    marks = [{"role": role, "content": _MARK.format(i)} for i, role in enumerate(("user", "assistant", "user"))]
     probe = render(tokenizer, marks, chat_template=chat_template)
     after = probe[probe.find(_MARK.format(1)) + len(_MARK.format(1)) : probe.find(_MARK.format(2))]
     specials = special_tokens(tokenizer)
@@ -193,8 +189,7 @@ def stop_token_ids(tokenizer, model=None, *, chat_template: str | None = None) -
 
 
 def _generation_eos_ids(model) -> list[int]:
-    config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None)
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = getattr(model.config, "eos_token_id", None)
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
