@@ -62,11 +62,6 @@ class InstallPlan:
         return [shlex.join(c) for c in self.commands]
 
 
-def _split_pin(pin: str) -> tuple[str, str]:
-    name, _, version = pin.partition("==")
-    return name, version
-
-
 def installed_versions(names: Sequence[str]) -> dict[str, str]:
     """Installed distribution versions for ``names`` by ``normalize_name`` (missing ones left out)."""
     found = {}
@@ -109,7 +104,7 @@ def plan_install(
             "the transformers backend runs instead"
         )
     else:
-        missing = [p for p in COLAB_PINS if installed.get(normalize_name(_split_pin(p)[0])) != _split_pin(p)[1]]
+        missing = [p for p in COLAB_PINS if installed.get(normalize_name(p.partition("==")[0])) != p.partition("==")[2]]
         if missing:
             plan.commands.append(pip + ["--no-deps", *missing])
             plan.notes.append(
@@ -152,7 +147,7 @@ def install(
     if key in _DONE:
         print("install: already done in this process")
         return _DONE[key]
-    names = [_split_pin(p)[0] for p in COLAB_PINS] + ["wandb"]
+    names = [p.partition("==")[0] for p in COLAB_PINS] + ["wandb"]
     plan = plan_install(hardware, installed_versions(names), with_wandb=with_wandb, find_links=find_links)
     for note in plan.notes:
         print(f"install: {note}")
