@@ -1,13 +1,13 @@
 """Export a trained adapter where people run models: a merged 16-bit model, GGUF files, an Ollama Modelfile.
 
-``export_adapter`` writes each format to ``<output_dir>/export/<format>/`` (docs/export.md lists them). Each
-folder is built in a staging folder and moved into place when complete, after a free-space check; a killed
-export's staging folder is removed by the next export into that folder.
+``export_adapter`` writes each format to ``<output_dir>/export/<format>/`` (docs/export.md), built in a staging
+folder after a free-space check and moved into place when complete; the next export removes a killed one's leftovers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import shutil
 import time
@@ -16,6 +16,7 @@ from pathlib import Path
 from ..config.finetune import DEFAULTS, EXPORT_FORMATS
 from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, replace_folder, stale_temporaries
 from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
+from .ollama import write_modelfile
 
 #: GGUF file names inside each format folder.
 GGUF_NAMES = {
@@ -29,15 +30,8 @@ GGUF_NAMES = {
 
 @dataclasses.dataclass(frozen=True)
 class ExportResult:
-    """One exported format.
-
-    Attributes:
-        format: the format name.
-        path: the format folder (``<output_dir>/export/<format>``).
-        files: the file paths written there.
-        bytes: their total size in bytes.
-        seconds: wall time of this format's conversion (the shared merge not included), seconds.
-    """
+    """One exported format: its name, folder (``<output_dir>/export/<format>``), the files written there, their
+    total size in bytes, and the seconds its conversion took (the shared merge not included)."""
 
     format: str
     path: str
@@ -51,18 +45,10 @@ def _files(folder: Path) -> tuple[str, ...]:
 
 
 def _clean_stale_exports(root: Path) -> list[str]:
-    """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per kind of repair.
-
-    A ``.staging-<host>-<pid>-<token>`` folder (the merged 16-bit copy and partial files: gigabytes for TinyLlama)
-    or a ``.<fmt>.old-...`` folder of a process that no longer exists is removed; an ``.old`` one whose ``<fmt>``
-    folder is missing (killed between ``temporaries.replace_folder``'s two renames) holds the last complete export and is renamed back. A
-    live export's folders (another process's, or a concurrent one of this process) are left alone, and so are
-    another host's (``temporaries.stale_temporaries``).
-
-    Returns:
-        The lines printed, e.g. ``"export: removed 1 temporary left by a killed export in runs/a/export:
-        .staging-box-4242-1f2e3d4c (2.05 GiB); 2.05 GiB freed"``; ``[]`` when nothing was left.
-    """
+    """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per repair: a dead
+    process's ``.staging-...`` or ``.<fmt>.old-...`` folder is removed (``temporaries.clean_stale``), or renamed back
+    when its ``<fmt>`` folder is missing (killed between ``temporaries.replace_folder``'s two renames). Returns the
+    lines printed."""
     lines = []
     for fmt in EXPORT_FORMATS:
         for old in stale_temporaries(root, f".{fmt}.old-")[0]:
@@ -75,8 +61,7 @@ def _clean_stale_exports(root: Path) -> list[str]:
     return lines + clean_stale(root, patterns, label="export", left_by="a killed export")
 
 
-#: Tokenizer sources that transformers' ``save_pretrained`` no longer writes (v5 saves ``tokenizer.json`` only) and
-#: llama.cpp's converter needs: SentencePiece's model carries the merge scores llama.cpp tokenizes with.
+#: Tokenizer files transformers 5 no longer saves and llama.cpp's converter needs (SentencePiece's merge scores).
 TOKENIZER_SOURCES = ("tokenizer.model",)
 
 
@@ -93,19 +78,15 @@ def save_merged(
 
     Args:
         model: the merged model (``load_adapter(..., merged=True)``), cast in place to ``dtype`` when given.
-        tokenizer: its tokenizer; for an Alpaca ``template`` its ``chat_template`` is set to
-            ``alpaca_chat_template.jinja_chat_template(template)``; with ``template=None`` (a chat adapter) its own chat
-            template, the one it was trained with, is kept.
-        target_dir: the folder to write (created; not atomic by itself, ``export_adapter`` stages it).
+        tokenizer: its tokenizer; its ``chat_template`` becomes ``alpaca_chat_template.jinja_chat_template(template)``
+            for an Alpaca ``template``, and stays its own for a chat adapter (``template=None``).
+        target_dir: the folder to write (created; ``export_adapter`` stages it).
         template: the Alpaca prompt template the adapter was trained with, or None for a chat adapter.
         dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, or None to keep the model's.
-        base_dir: the base model's local folder; its ``TOKENIZER_SOURCES`` are copied when the save lacks
-            them (without ``tokenizer.model`` llama.cpp's converter rebuilds a SentencePiece vocabulary from
-            ``tokenizer.json`` without its scores, and llama.cpp then splits prompts differently).
+        base_dir: the base model's local folder, whose ``TOKENIZER_SOURCES`` are copied when the save lacks them.
 
     Returns:
-        ``target_dir`` as a Path (``model.safetensors``, ``config.json``, ``generation_config.json``, tokenizer
-        files, ``chat_template.jinja``).
+        ``target_dir`` as a Path (safetensors, configs, tokenizer files, ``chat_template.jinja``).
 
     Raises:
         ValueError: a 4-bit model; ``template=None`` and the tokenizer has no chat template.
@@ -140,11 +121,8 @@ def save_merged(
 
 
 def _local_base_dir(base: str, required: bool = True) -> str | None:
-    """A local folder holding the base's config and tokenizer (the folder itself, or the Hub cache's copy).
-
-    Raises:
-        FileNotFoundError: neither exists and ``required`` (else None).
-    """
+    """A local folder holding the base's config and tokenizer (the folder itself, or the Hub cache's copy); None
+    when neither exists, or FileNotFoundError when ``required``."""
     if os.path.isdir(base):
         return base
     from huggingface_hub import snapshot_download
@@ -165,14 +143,12 @@ def check_export_tools(formats, *, whole_modules: bool = False) -> None:
 
     Args:
         formats: export format names (``export_formats``).
-        whole_modules: the adapter trains (or trained) whole modules beside its LoRA matrices: the embeddings and
-            LM head of a chat template's added tokens (``adapters.saves_whole_modules``).
+        whole_modules: the adapter trains whole modules beside its LoRA matrices (``adapters.saves_whole_modules``).
 
     Raises:
-        coercion.ConfigError: ``gguf_lora`` with ``whole_modules``: a GGUF LoRA holds LoRA matrices only
-            (llama.cpp's converter stops at the saved embeddings); the message names the formats that work.
-        RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (``gguf_export.QUANTIZER_MISSING``: what to
-            install, and that ``gguf_q8_0`` needs neither).
+        coercion.ConfigError: ``gguf_lora`` with ``whole_modules`` (a GGUF LoRA holds LoRA matrices only): names the
+            formats that work.
+        RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (``gguf_export.QUANTIZER_MISSING``).
     """
     from ..config.coercion import ConfigError
     from . import gguf_export
@@ -209,20 +185,14 @@ def export_adapter(
 
     Args:
         adapter_dir: a folder written by ``adapters.save_adapter`` (the notebook's ``<output_dir>/lora_model``).
-        formats: names from ``config.EXPORT_FORMATS`` (the config field ``export_formats``), e.g.
-            ``["merged_16bit", "gguf_q8_0"]``; empty: nothing to do (returns ``{}`` at once).
+        formats: names from ``config.EXPORT_FORMATS`` (``["merged_16bit", "gguf_q8_0"]``); empty: returns ``{}``.
         output_dir: the run's output folder.
-        template: the Alpaca prompt template trained with; None: what the run recorded (``run_record.read_record``:
-            the adapter's ``tinyllama_ft.json``, else the run's ``run_config.json``), else ``DEFAULTS.template`` (the
-            article's ``"alpaca"``). A chat adapter (recorded ``dataset_format`` other than ``"alpaca"``) keeps its
-            own chat template in the merged model, the GGUF and the Modelfile; a template given for it is refused.
+        template: the Alpaca prompt template trained with; None: what the run recorded, else ``DEFAULTS.template``.
+            A chat adapter keeps its own chat template in every format; a template given for it is refused.
         base_model: a local copy of the base (default: the adapter's recorded base).
-        max_seq_length, load_in_4bit, dtype: how the base is loaded for the merge (``load_adapter``); None:
-            the run's recorded values, else the base's trained positions (no RoPE scaling), 4-bit as the
-            article's recipe (dequantized before the merge; full precision on a CPU), the hardware's dtype.
-            A ``max_seq_length`` other than the recorded one is refused (``run_record.resolve_settings``).
-        merged_dtype: dtype of ``merged_16bit``'s safetensors: ``"auto"`` (the merge dtype when it is 16-bit,
-            else bfloat16), ``"bfloat16"``, ``"float16"`` or ``"float32"`` (a full-precision reference).
+        max_seq_length, load_in_4bit, dtype: how the base is loaded for the merge, as ``adapters.load_adapter``.
+        merged_dtype: dtype of ``merged_16bit``'s safetensors: ``"auto"`` (the merge dtype when it is 16-bit, else
+            bfloat16), ``"bfloat16"``, ``"float16"`` or ``"float32"``.
         converter_dir, cache_dir, sdist: llama.cpp's converter folder, or where/how to fetch it
             (``gguf_export.llama_cpp_converter``).
         hardware: injected machine facts (default ``detect_hardware()``).
@@ -232,15 +202,15 @@ def export_adapter(
         ``{format: ExportResult}`` in the order asked.
 
     Raises:
-        ValueError: an unknown format name (before anything runs); coercion.ConfigError (a ValueError): a
-            ``template`` or ``max_seq_length`` that contradicts the record.
-        RuntimeError: ``gguf_q4_k_m`` without llama.cpp's quantizer (checked first; the message names what to
-            install), no converter (offline and not cached), or a conversion failed.
+        ValueError: an unknown format name (before anything runs).
+        coercion.ConfigError: (a ValueError) a ``template`` or ``max_seq_length`` that contradicts the record;
+            as ``check_export_tools``.
+        RuntimeError: as ``check_export_tools`` (checked first); no converter (offline, not cached); a failed
+            conversion.
         OSError: ``errno.ENOSPC`` when the estimated size does not fit (nothing written); NotADirectoryError:
             ``output_dir`` is a file.
-        coercion.ConfigError: ``gguf_lora`` for an adapter that saved whole modules (``check_export_tools``).
-        FileNotFoundError: as ``adapters.load_adapter``; locations.PathArgumentError / HubUnreachableError: as
-            ``adapters.adapter_base`` (checked before anything loads).
+        FileNotFoundError, locations.PathArgumentError / HubUnreachableError: as ``adapters.load_adapter``
+            (checked before anything loads).
     """
     from ..models.adapters import adapter_base, load_adapter, saves_whole_modules
     from . import gguf_export
@@ -304,37 +274,19 @@ def export_adapter(
                 )
             merge_dtype = str(model.dtype).replace("torch.", "")
             n_params = sum(p.numel() for p in model.parameters())
-            check_free_space(
-                path=str(root),
-                needed_bytes=estimate_bytes(
-                    n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize
-                ),
-            )
+            needed = estimate_bytes(n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize)
+            check_free_space(path=str(root), needed_bytes=needed)
             base_dir = _local_base_dir(base, required=False)
+            save = functools.partial(
+                save_merged, model=model, tokenizer=tokenizer, template=template, base_dir=base_dir
+            )
             if any(f in OUTTYPES_OR_Q4 for f in formats):
-                full = save_merged(
-                    model=model,
-                    tokenizer=tokenizer,
-                    target_dir=staging / "merged-full",
-                    template=template,
-                    base_dir=base_dir,
-                )
+                full = save(target_dir=staging / "merged-full")
             for fmt in merged_formats:
                 start, folder = time.perf_counter(), staging / fmt
                 if fmt == "merged_16bit":
-                    out_dtype = (
-                        merged_dtype
-                        if merged_dtype != "auto"
-                        else (merge_dtype if merge_dtype in ("bfloat16", "float16") else "bfloat16")
-                    )
-                    save_merged(
-                        model=model,
-                        tokenizer=tokenizer,
-                        target_dir=folder,
-                        template=template,
-                        dtype=out_dtype,
-                        base_dir=base_dir,
-                    )
+                    auto = merge_dtype if merge_dtype in ("bfloat16", "float16") else "bfloat16"
+                    save(target_dir=folder, dtype=auto if merged_dtype == "auto" else merged_dtype)
                 else:
                     folder.mkdir()
                     gguf = folder / GGUF_NAMES[fmt]
@@ -347,8 +299,6 @@ def export_adapter(
                         gguf_export.convert_to_gguf(
                             model_dir=full, target=gguf, outtype=gguf_export.OUTTYPES[fmt], converter=converter
                         )
-                    from .ollama import write_modelfile
-
                     write_modelfile(
                         gguf_path=gguf,
                         eos_token=tokenizer.eos_token,
@@ -380,23 +330,15 @@ def export_adapter(
 
 def _chat_stop_tokens(tokenizer, record) -> list[str]:
     """A chat adapter's stop strings: the recorded stop ids' tokens (end-of-turn first), else the template's."""
-    ids = record.get("stop_token_ids")
-    if not ids:
-        from ..models.chat_templates import stop_token_ids
+    from ..models.chat_templates import stop_token_ids
 
-        ids = stop_token_ids(tokenizer)
+    ids = record.get("stop_token_ids") or stop_token_ids(tokenizer)
     return [t for t in dict.fromkeys(tokenizer.convert_ids_to_tokens(list(ids))) if t]
 
 
 def describe_exports(results: dict[str, ExportResult]) -> str:
-    """One line per exported format: name, size in MiB, seconds and folder (what the notebook and CLI print).
-
-    Args:
-        results: ``export_adapter``'s return value.
-
-    Returns:
-        The lines; ``"no export asked (export_formats is empty)"`` when ``results`` is empty.
-    """
+    """One line per format of ``export_adapter``'s ``results``: name, size in MiB, seconds and folder (what the
+    notebook and CLI print); ``"no export asked (export_formats is empty)"`` for none."""
     if not results:
         return "no export asked (export_formats is empty)"
     return "\n".join(

@@ -1,9 +1,8 @@
 """GGUF files for llama.cpp, Ollama and LM Studio, written by llama.cpp's own converter.
 
-llama.cpp's ``convert_hf_to_gguf.py`` writes what llama.cpp checks (pre-tokenizer, token types, ``add_bos``);
-it ships only inside the ``llama-cpp-python`` sdist, which ``llama_cpp_converter`` downloads once
-(``sdist_download``), checks against its pinned SHA-256 and extracts into a cache. The converter runs as a
-subprocess with ``HF_HUB_OFFLINE=1``; ``q4_k_m`` needs llama.cpp's C++ quantizer (``quantize_gguf``).
+``convert_hf_to_gguf.py`` writes what llama.cpp checks (pre-tokenizer, token types, ``add_bos``); it ships only in
+the ``llama-cpp-python`` sdist, which ``llama_cpp_converter`` downloads once, checks against its pinned SHA-256 and
+extracts into a cache. It runs as a subprocess with ``HF_HUB_OFFLINE=1``; ``q4_k_m`` needs llama.cpp's quantizer.
 """
 
 from __future__ import annotations
@@ -58,29 +57,22 @@ def llama_cpp_converter(
     """The folder holding llama.cpp's converter scripts, fetched once and cached.
 
     Args:
-        cache_dir: where converters are kept (default ``gguf_source.default_cache_dir()``, where converted models
-            are kept too: ``~/.cache/tinyllama_ft``); the converter lands in
+        cache_dir: where converters are kept (default ``gguf_source.default_cache_dir()``); the converter lands in
             ``<cache_dir>/llama.cpp-converter-<version>/``.
         sdist: a local ``llama_cpp_python-<version>.tar.gz`` to extract instead of downloading (offline).
         version: llama-cpp-python release (default ``LLAMA_CPP_PYTHON_VERSION``).
-        sha256: expected SHA-256 of the sdist; ``None`` skips the check (only for another ``version``).
-        timeout_s: seconds allowed for the download (each source; pip's fallback too).
+        sha256: expected SHA-256 of the sdist; None skips the check (only for another ``version``).
+        timeout_s: seconds allowed for the download (``sdist_download.download_sdist``: each source).
 
-    The download (``sdist_download.download_sdist``) builds nothing: it looks where pip would (find-links folders, then
-    ``index-url`` and ``extra-index-url``, with pip's proxy and certificates), streams the file and keeps the first
-    copy whose SHA-256 is ``sha256``; only if none answers does it run ``pip download --no-deps --no-binary
-    llama-cpp-python``. It prints the URL before and one ``gguf: llama.cpp's converter ready in ...`` line after.
-    Fetch folders left by a killed download (``.llama.cpp-converter-<version>.fetching-<host>-<pid>-<token>``) are
-    removed first, with a line saying so.
+    Fetch folders left by a killed download are removed first, said in a line; the download prints its URL before
+    and one ``gguf: llama.cpp's converter ready in ...`` line after.
 
     Returns:
-        The converter folder (``convert_hf_to_gguf.py``, ``convert_lora_to_gguf.py``, ``conversion/``,
-        ``gguf-py/gguf/``).
+        The converter folder (``convert_hf_to_gguf.py``, ``convert_lora_to_gguf.py``, ``conversion/``, ``gguf-py/``).
 
     Raises:
-        RuntimeError: not cached and the download failed (the message lists each source's error and says how to
-            get the file by hand); the sdist's checksum differs from ``sha256``; the sdist lacks the converter.
-            Nothing is left in the cache.
+        RuntimeError: not cached and the download failed (each source's error, and how to get the file by hand);
+            the sdist's checksum differs from ``sha256``; the sdist lacks the converter. Nothing is left in the cache.
     """
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = root / f"llama.cpp-converter-{version}"
@@ -143,8 +135,6 @@ def llama_cpp_converter(
 
 
 def _run_converter(cmd: list[str], what: str, timeout_s: float) -> float:
-    import time
-
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("NO_LOCAL_GGUF", None)  # the converter must use its own gguf-py, not an older installed gguf
     start = time.perf_counter()
@@ -178,11 +168,9 @@ def convert_to_gguf(
 
     Args:
         model_dir: the merged model (safetensors, ``config.json``, tokenizer files, chat template).
-        target: the ``.gguf`` path; written under a temporary name in the same folder and renamed when
-            complete, so a failure leaves no file (and an older file there is kept).
+        target: the ``.gguf`` path, written under a temporary name and renamed when complete (a failure leaves none).
         outtype: ``"f16"``, ``"bf16"``, ``"q8_0"`` (or another converter ``--outtype``).
-        converter: ``llama_cpp_converter()``.
-        timeout_s: seconds allowed.
+        converter: ``llama_cpp_converter()``. timeout_s: seconds allowed.
 
     Returns:
         Seconds the conversion took.
@@ -191,12 +179,11 @@ def convert_to_gguf(
         RuntimeError: the converter failed (its stderr tail in the message) or ran over ``timeout_s``.
     """
     with _written_atomically(target) as tmp:
-        seconds = _run_converter(
+        return _run_converter(
             [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp), "--outtype", outtype],
             f"GGUF {outtype} of {model_dir}",
             timeout_s,
         )
-    return seconds
 
 
 def convert_lora_to_gguf(
@@ -213,10 +200,7 @@ def convert_lora_to_gguf(
     Args:
         adapter_dir: the PEFT adapter folder.
         base_dir: a local folder with the base model's ``config.json`` and tokenizer (weights not read).
-        target: the ``.gguf`` path, written atomically as in ``convert_to_gguf``.
-        converter: ``llama_cpp_converter()``.
-        outtype: ``"f16"`` (default), ``"bf16"``, ``"f32"`` or ``"q8_0"``.
-        timeout_s: seconds allowed.
+        target, converter, timeout_s: as ``convert_to_gguf``. outtype: ``"f16"``, ``"bf16"``, ``"f32"`` or ``"q8_0"``.
 
     Returns:
         Seconds the conversion took.
@@ -225,7 +209,7 @@ def convert_lora_to_gguf(
         RuntimeError: as ``convert_to_gguf`` (e.g. an architecture or LoRA target the converter lacks).
     """
     with _written_atomically(target) as tmp:
-        seconds = _run_converter(
+        return _run_converter(
             [
                 str(converter / "convert_lora_to_gguf.py"),
                 "--outfile",
@@ -239,7 +223,6 @@ def convert_lora_to_gguf(
             f"GGUF LoRA of {adapter_dir}",
             timeout_s,
         )
-    return seconds
 
 
 def find_quantizer() -> str | None:
@@ -255,8 +238,7 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
     """Quantize a 16-bit GGUF to Q4_K_M with llama.cpp's quantizer (``find_quantizer``).
 
     Args:
-        source: an f16/bf16 GGUF (``convert_to_gguf``).
-        target: the Q4_K_M ``.gguf``, written atomically.
+        source: an f16/bf16 GGUF (``convert_to_gguf``). target: the Q4_K_M ``.gguf``, written atomically.
         timeout_s: seconds allowed for the ``llama-quantize`` binary.
 
     Returns:
@@ -265,8 +247,6 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
     Raises:
         RuntimeError: no quantizer installed (``QUANTIZER_MISSING`` names what to install), or it failed.
     """
-    import time
-
     which = find_quantizer()
     if which is None:
         raise RuntimeError(QUANTIZER_MISSING)

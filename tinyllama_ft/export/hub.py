@@ -1,11 +1,9 @@
-"""Push an adapter, a merged model or a GGUF export to the Hugging Face Hub (private by default).
+"""Push an adapter, a merged model or a GGUF export to the Hugging Face Hub (private by default), through
+``huggingface_hub.HfApi``.
 
-The token comes from ``HF_TOKEN`` in the environment or the Colab secret of that name
-(``secrets.find_secret``), never from a parameter. Offline (``HF_HUB_OFFLINE=1``) or when the Hub does
-not answer, ``push_to_hub`` fails within seconds with a message saying so, before anything is uploaded::
-
-    from tinyllama_ft.export.hub import push_to_hub
-    push_to_hub(folder="outputs/export/gguf_q8_0", repo_id="me/tinyllama-alpaca-GGUF")
+The token comes from ``HF_TOKEN`` in the environment or the Colab secret of that name (``secrets.find_secret``),
+never from a parameter. Offline, or when the Hub does not answer, ``push_to_hub`` fails within seconds, before
+anything is uploaded.
 """
 
 from __future__ import annotations
@@ -40,13 +38,8 @@ def folder_kind(folder: str | os.PathLike) -> str:
 
 
 def upload_files(folder: str | os.PathLike) -> list[str]:
-    """The files ``push_to_hub`` uploads: the regular, non-hidden files at the top of ``folder``, sorted.
-
-    Hidden files (staging leftovers, ``.partial``) and sub-folders (checkpoints) are never uploaded.
-
-    Raises:
-        FileNotFoundError: as ``folder_kind``.
-    """
+    """The files ``push_to_hub`` uploads: the regular, non-hidden files at the top of ``folder``, sorted (never
+    staging leftovers or sub-folders). Raises FileNotFoundError as ``folder_kind``."""
     folder_kind(folder)
     return sorted(p.name for p in Path(folder).iterdir() if p.is_file() and not p.name.startswith("."))
 
@@ -83,9 +76,8 @@ def push_to_hub(
     Args:
         folder: an adapter folder (``save_adapter``), or ``<output_dir>/export/<format>``.
         repo_id: ``"user/name"`` or ``"org/name"`` (``huggingface_hub.utils.validate_repo_id``).
-        private: create the repository private (default; an existing repository keeps its visibility).
-        commit_message: default ``"Upload <kind> with tinyllama-ft"``.
-        timeout_s: seconds the reachability check waits for the Hub.
+        private: create the repository private (an existing repository keeps its visibility).
+        commit_message: default ``"Upload <kind> with tinyllama-ft"``. timeout_s: seconds the Hub gets to answer.
 
     Returns:
         The repository's URL.

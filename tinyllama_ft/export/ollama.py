@@ -1,12 +1,8 @@
 """An Ollama ``Modelfile`` beside an exported GGUF: the trained prompt format and its stop strings.
 
-Without one, Ollama (like llama-server) prompts the model in a template it never saw; the Modelfile pins the
-Alpaca ``TEMPLATE`` (``alpaca_chat_template.ollama_template``) and ``PARAMETER stop`` for each stop string
-(``alpaca_chat_template.stop_strings``). A chat model's Modelfile has no ``TEMPLATE``: Ollama then reads the chat template
-the GGUF carries (the adapter's own), and the Modelfile stops on its end-of-turn token and EOS. Use it with::
-
-    ollama create my-model -f outputs/export/gguf_q8_0/Modelfile
-    ollama run my-model "Name three primary colors."
+Without one, Ollama prompts the model in a template it never saw. An Alpaca model's Modelfile pins its ``TEMPLATE``
+and stop strings (``alpaca_chat_template``); a chat model's has no ``TEMPLATE`` (Ollama reads the chat template the
+GGUF carries) and stops on its end-of-turn token and EOS. ``ollama create my-model -f <folder>/Modelfile`` uses it.
 """
 
 from __future__ import annotations
@@ -39,17 +35,14 @@ def modelfile_text(
 
     Args:
         gguf_name: the GGUF's file name (``FROM ./<gguf_name>``, relative to the Modelfile).
-        eos_token: the tokenizer's EOS text; the first stop string.
-        template: the prompt template the model was trained with (``"alpaca"``, ``"alpaca_no_input"``), or None
-            for a chat model: no ``TEMPLATE`` line, so Ollama takes the chat template the GGUF carries
-            (``tokenizer.chat_template``, the one the adapter was trained with) and never Alpaca's.
+        eos_token: the tokenizer's EOS text.
+        template: the prompt template trained with (``"alpaca"``, ``"alpaca_no_input"``), or None for a chat model
+            (no ``TEMPLATE`` line: Ollama takes the GGUF's chat template).
         temperature: ``PARAMETER temperature`` when given; None leaves Ollama's default.
-        stop_tokens: a chat model's stop strings (its end-of-turn token first, then EOS); ``eos_token`` is added
-            when missing.
+        stop_tokens: a chat model's stop strings (end-of-turn token first); ``eos_token`` is added when missing.
 
     Returns:
-        The Modelfile's text (``FROM``, ``TEMPLATE`` in triple quotes for Alpaca, one ``PARAMETER stop`` per stop
-        string).
+        The Modelfile's text (``FROM``, an Alpaca ``TEMPLATE`` in triple quotes, one ``PARAMETER stop`` each).
 
     Raises:
         ValueError: unknown ``template``; empty ``eos_token``; a template holding ``\"\"\"`` (cannot be quoted).
@@ -74,18 +67,8 @@ def modelfile_text(
 def write_modelfile(
     *, gguf_path: str | os.PathLike, eos_token: str, template: str | None = "alpaca", stop_tokens: Sequence[str] = ()
 ) -> Path:
-    """Write ``Modelfile`` beside ``gguf_path`` (atomically: a temporary name, then a rename).
-
-    Args:
-        gguf_path: the exported GGUF.
-        eos_token, template, stop_tokens: as ``modelfile_text``.
-
-    Returns:
-        The Modelfile's path.
-
-    Raises:
-        ValueError: as ``modelfile_text``.
-    """
+    """Write ``Modelfile`` beside the exported ``gguf_path`` (a temporary name, then a rename) and return its path;
+    ``eos_token``, ``template``, ``stop_tokens`` and the ValueError as ``modelfile_text``."""
     gguf_path = Path(gguf_path)
     target = gguf_path.parent / MODELFILE
     text = modelfile_text(gguf_name=gguf_path.name, eos_token=eos_token, template=template, stop_tokens=stop_tokens)

@@ -1,8 +1,6 @@
-"""Answer with a chat model: prompts from its chat template, stopping on the template's stop tokens.
-
-The conversation is rendered with ``add_generation_prompt=True`` and tokenized as ``apply_chat_template`` does;
-generation stops on ``chat_templates.stop_token_ids`` and the answer comes back without prompt, stop token or
-special-token text. The generation core (``core.py``) does the batching, decoder choice and streaming.
+"""Answer with a chat model: prompts from its chat template (``add_generation_prompt=True``, tokenized as
+``apply_chat_template`` does), stopping on ``chat_templates.stop_token_ids``; answers come back without prompt, stop
+token or special-token text. The generation core (``core.py``) batches, decodes and streams.
 """
 
 from __future__ import annotations
@@ -55,8 +53,8 @@ def chat_generate(
         One answer per conversation: the text generated up to the first stop token, special tokens removed.
 
     Raises:
-        ValueError, TypeError: as ``core.generate_answers`` (the pad token is a stop token; a conversation longer
-            than the model's positions; an unknown option).
+        ValueError, TypeError: as ``core.generate_answers`` (a conversation longer than the model's positions; an
+            unknown option).
     """
     answers = _chat_answers(generate_answers, model, tokenizer, conversations, stop_token_ids, **options)
     return [a.ids for a in answers] if return_ids else decode_answers(tokenizer, answers)

@@ -1,9 +1,9 @@
 """The one generation core: every answer the package generates goes through ``generate_answers`` or ``stream_answers``.
 
-Callers render their prompts and name their stop tokens; the core batches (left padding, a pad that is never
-EOS), stops each answer at its first stop token, picks the decoder (``decode_mode``: the CUDA-graph or compiled
-decoder of ``fast/``, else transformers' ``generate``), streams, and refuses a prompt longer than the model's
-positions. Per-model decoder state is kept in ``weakref`` tables, never on the model; ``forget(model)`` drops it.
+Callers render their prompts and name their stop tokens; the core batches (left padding), stops each answer at its
+first stop token, picks the decoder (``decode_mode``: ``fast/``'s CUDA-graph decoder, else transformers'
+``generate``), streams, and refuses a prompt longer than the model's positions. Per-model decoder state is kept in
+``weakref`` tables, never on the model; ``forget(model)`` drops it.
 """
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ from ..config.finetune import DEFAULTS
 from ..models.attention import sdpa_outside_training
 from ..models.pad_token import encode_left_padded
 
-#: ``decode`` choices: "auto" (see ``decode_mode``), "plain" (always transformers' ``generate``), "graph"
-#: (``graph_decoder.FusedLlamaDecoder``, forced) or "static" (``generate`` with transformers' static KV cache,
-#: which transformers compiles on a GPU; forced).
+#: ``decode`` choices: "auto" (``decode_mode``), "plain" (transformers' ``generate``), "graph"
+#: (``graph_decoder.FusedLlamaDecoder``) or "static" (``generate`` with transformers' compiled static KV cache).
 DECODE_CHOICES = ("auto", "plain", "graph", "static")
-#: New tokens (answers x max_new_tokens) from which "auto" compiles ("static"): a compiled static-cache step
-#: (329 tokens/s against 21 for ``generate`` on the H200, benchmarks/README.md) pays for its compilation only
-#: over a long enough request.
+#: New tokens (answers x max_new_tokens) from which "auto" compiles ("static"): only a long request pays for the
+#: compilation (benchmarks/README.md).
 AUTO_COMPILE_MIN_TOKENS = 1000
 
 #: Why the CUDA-graph decoder failed on a model (``"TypeError: ..."``), so "auto" does not try it again.
@@ -94,8 +92,7 @@ class GenerationOptions:
 
 
 def prepare_for_inference(model) -> None:
-    """Eval mode, plus ``FastLanguageModel.for_inference`` on a model Unsloth loaded (``loading.loaded_backend``;
-    in place)."""
+    """Eval mode (in place), plus ``FastLanguageModel.for_inference`` on a model Unsloth loaded."""
     from ..models.loading import loaded_backend
 
     if loaded_backend(model) == "unsloth":
@@ -126,16 +123,13 @@ def decode_mode(
 ) -> str:
     """``"plain"``, ``"graph"`` or ``"static"``: the decoder the core will use.
 
-    "auto" on a CUDA GPU, for greedy decoding: "graph" for a Llama-class model, plain or 4-bit and PEFT-wrapped
-    (``llama_ops.why_not_fusable``; a PEFT or 4-bit model is read as a merged 16-bit copy for the call: no
-    compilation, so for every request length, unless it failed on this model before, ``GRAPH_FAILED``); for other
-    plain 16-bit models transformers' compiled static cache when it pays (``new_tokens`` = answers x
-    ``max_new_tokens`` reaches ``AUTO_COMPILE_MIN_TOKENS``); otherwise ``generate``.
+    "auto", greedy, on a CUDA GPU: "graph" where ``llama_ops.why_not_fusable`` accepts the model and it did not fail
+    on it before (``GRAPH_FAILED``); else "static" for a plain 16-bit model when ``new_tokens`` (answers x
+    ``max_new_tokens``) reaches ``AUTO_COMPILE_MIN_TOKENS``; otherwise "plain".
 
     Raises:
-        ValueError: ``decode`` is not one of ``DECODE_CHOICES``, or a static mode is forced where it cannot
-            apply (sampling, a repetition penalty, logits processors; "graph" on a model ``why_not_fusable``
-            refuses; "static" on a 4-bit, PEFT-wrapped or Unsloth model).
+        ValueError: ``decode`` is not one of ``DECODE_CHOICES``, or "graph" / "static" is forced where it cannot
+            apply (sampling, a repetition penalty, logits processors, a model it cannot read).
     """
     from .fast.llama_ops import why_not_fusable
 
@@ -168,15 +162,13 @@ def decode_mode(
 
 
 def check_batch_size(model) -> int:
-    """Prompts per batch for the held-out checks' greedy answers: 16 on a CUDA GPU, where the CUDA-graph decoder
-    answers a batch in about the time of one prompt (~8,300 tokens/s at 16 on the H200, benchmarks/README.md),
-    4 elsewhere (``generate`` on a CPU: a batch runs until its longest answer ends)."""
+    """Prompts per batch for the held-out checks: 16 on a CUDA GPU (the graph decoder answers a batch in about the
+    time of one prompt, benchmarks/README.md), 4 elsewhere (a CPU batch runs until its longest answer ends)."""
     return 16 if model.device.type == "cuda" else 4
 
 
 def plain_16bit(model) -> bool:
-    """True for a plain transformers causal LM in 16/32-bit: not PEFT-wrapped (merge the adapter first),
-    not bitsandbytes-quantized, not an Unsloth model (Unsloth has its own inference path)."""
+    """True for a plain transformers causal LM in 16/32-bit: not PEFT-wrapped, quantized, or Unsloth's."""
     from transformers import PreTrainedModel
 
     from ..models.loading import loaded_backend
@@ -190,8 +182,7 @@ def plain_16bit(model) -> bool:
 
 def _transient(model, mode: str) -> bool:
     """True when the graph decoder reads ``model`` through a merged copy that may go stale (a PEFT or 4/8-bit
-    model: training or ``disable_adapter`` changes what it computes): the call drops it at its end (``forget``),
-    so no copy outlives the call and training keeps its memory (``_drop_copies``)."""
+    model): the call drops it at its end, so training keeps its memory."""
     return mode == "graph" and not plain_16bit(model)
 
 
@@ -216,25 +207,14 @@ def _fused(model, batch, max_new_tokens, stops, forced: bool, on_tokens=None) ->
     except Exception as e:  # noqa: BLE001  a kernel or graph capture that fails here: generate still works
         if forced:
             raise
-        from .fast.graph_decoder import FUSED_DECODERS
-        from .fast.llama_ops import FUSED_WEIGHTS
-
         GRAPH_FAILED[model] = f"{type(e).__name__}: {e}"
-        FUSED_DECODERS.pop(model, None)  # its cache and graphs, and the fused weight copy, are not used again
-        FUSED_WEIGHTS.pop(model, None)
+        _drop_copies(model)  # its cache and graphs, and the fused weight copy, are not used again
         warnings.warn(
             f"the CUDA-graph decoder failed on this model ({type(e).__name__}: {str(e)[:200]}); "
             "answering with transformers' generate",
             stacklevel=3,
         )
         return None
-
-
-def _stop_ids(tokenizer, stop_token_ids: Sequence[int]) -> list[int]:
-    stops = [int(i) for i in stop_token_ids if i is not None]
-    if not stops:
-        raise ValueError("stop_token_ids is empty: name the tokens that end an answer")
-    return stops
 
 
 def _decode_batch(model, tokenizer, batch, mode: str, stops: list[int], opts: GenerationOptions, streamer=None):
@@ -270,9 +250,8 @@ class PromptTooLongError(ConfigError):
 
 
 def model_positions(model) -> int | None:
-    """Token positions ``model`` knows: ``max_position_embeddings`` of its (text) config, times the factor of a
-    linear RoPE scaling (``loading.apply_rope_scaling`` sets one when a run's ``max_seq_length`` exceeds the base's
-    positions, so a run's model reaches that ``max_seq_length``); None when the config names no positions."""
+    """Token positions ``model`` knows: its (text) config's ``max_position_embeddings`` times the factor of a linear
+    RoPE scaling (``loading.apply_rope_scaling``); None when the config names no positions."""
     config = getattr(model, "config", None)
     if config is not None and hasattr(config, "get_text_config"):
         config = config.get_text_config()
@@ -286,42 +265,63 @@ def model_positions(model) -> int | None:
 
 
 def check_positions(model, batches, max_new_tokens: int) -> None:
-    """Refuse prompts that, with ``max_new_tokens`` new tokens, need more positions than ``model_positions``.
+    """Refuse prompts that, with ``max_new_tokens`` new tokens, need more positions than ``model_positions``
+    (transformers would only warn, then compute past the positions the model was trained on).
 
     Args:
-        model: the model that will answer.
-        batches: the tokenized prompts (``_batches``), in order: each ``attention_mask`` row counts one prompt's
-            tokens (padding excluded).
-        max_new_tokens: the answer budget per prompt.
+        model: the model that will answer. max_new_tokens: the answer budget per prompt.
+        batches: the tokenized prompts, in order; each ``attention_mask`` row (B, T) counts one prompt's tokens.
 
     Raises:
-        PromptTooLongError: (a ``ValueError``) the first prompt too long, naming its index, its tokens, ``max_new_tokens`` and the model's
-            positions (transformers would only warn, then compute past the positions the model was trained on).
+        PromptTooLongError: (a ``ValueError``) the first prompt too long: its index, its tokens, ``max_new_tokens``
+            and the model's positions.
     """
     positions = model_positions(model)
-    if positions is None:
-        return
-    index = 0
-    for batch in batches:
-        for tokens in batch["attention_mask"].sum(dim=1).tolist():
-            if tokens + max_new_tokens > positions:
-                raise PromptTooLongError(
-                    f"prompt {index} has {tokens} tokens and max_new_tokens={max_new_tokens}: {tokens + max_new_tokens} "
-                    f"positions, more than the model's {positions} (max_position_embeddings, or the run's "
-                    f"max_seq_length where RoPE was scaled): shorten the prompt or lower max_new_tokens"
-                )
-            index += 1
+    counts = [n for batch in batches for n in batch["attention_mask"].sum(dim=1).tolist()]
+    for index, tokens in enumerate(counts if positions else []):
+        if tokens + max_new_tokens > positions:
+            raise PromptTooLongError(
+                f"prompt {index} has {tokens} tokens and max_new_tokens={max_new_tokens}: {tokens + max_new_tokens} "
+                f"positions, more than the model's {positions} (max_position_embeddings, or the run's "
+                f"max_seq_length where RoPE was scaled): shorten the prompt or lower max_new_tokens"
+            )
 
 
-def _batches(model, tokenizer, prompts, size: int, encode_kwargs, max_new_tokens: int) -> list:
-    """The prompts tokenized in left-padded batches of ``size`` (``pad_token.encode_left_padded``: never EOS), all
-    checked against the model's positions (``check_positions``) before any is answered."""
-    batches = [
-        encode_left_padded(tokenizer, prompts[start : start + size], model=model, **(encode_kwargs or {}))
-        for start in range(0, len(prompts), size)
-    ]
-    check_positions(model, batches, max_new_tokens)
-    return batches
+def _answer(
+    model, tokenizer, prompts, stop_ids, encode, options, size, for_inference=True, streamers=None, titles=None
+):
+    """The answers to ``prompts`` in batches of ``size`` (one streamer each when given), the fast decoders' copies
+    of a PEFT or 4-bit model dropped at the end (``_transient``)."""
+    opts, prompts = GenerationOptions(**options), list(prompts)
+    if titles is not None and len(titles) != len(prompts):
+        raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
+    if not prompts:
+        return []
+    stops = [int(i) for i in stop_ids if i is not None]
+    if not stops:
+        raise ValueError("stop_token_ids is empty: name the tokens that end an answer")
+    if for_inference:
+        prepare_for_inference(model)
+    mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens if streamers else 0)
+    transient, answers = _transient(model, mode), []
+    try:
+        with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too
+            batches = [
+                encode_left_padded(tokenizer, prompts[at : at + size], model=model, **(encode or {}))
+                for at in range(0, len(prompts), size)
+            ]
+            check_positions(model, batches, opts.max_new_tokens)  # every prompt before any is answered
+            for j, batch in enumerate(batches):
+                if titles is not None:
+                    print(titles[j])
+                streamer = streamers(tokenizer) if streamers else None
+                answers += _decode_batch(model, tokenizer, batch, mode, stops, opts, streamer=streamer)
+                if mode == "graph" and model in GRAPH_FAILED:  # said once: the other batches use generate
+                    mode = "plain"
+    finally:
+        if transient:
+            _drop_copies(model)
+    return answers
 
 
 def generate_answers(
@@ -335,21 +335,18 @@ def generate_answers(
     for_inference: bool = True,
     **options,
 ) -> list[Answer]:
-    """Answer rendered prompts in left-padded batches.
+    """Answer rendered prompts in left-padded batches (``pad_token.encode_left_padded``: the pad is never EOS).
 
     Args:
         model, tokenizer: a causal LM (PEFT-wrapped, merged or plain) and its tokenizer.
-        prompts: N rendered prompt strings (an Alpaca prompt with an empty response, a chat template's
-            generation prompt).
+        prompts: N rendered prompt strings (an Alpaca prompt with an empty response, a chat generation prompt).
         stop_token_ids: the ids that end an answer (Alpaca: EOS; chat: the end-of-turn token, then EOS).
         encode_kwargs: tokenizer-call arguments for the prompts, as training tokenized them
             (``split_special_tokens=True`` for Alpaca prompts, ``add_special_tokens=False`` for a chat template's).
         batch_size: prompts per batch; None: all in one.
-        for_inference: switch the model to inference (``prepare_for_inference``: eval mode, Unsloth's inference
-            mode); False leaves it as the caller set it (the held-out checks run mid-run inside
-            ``held_out.eval_mode``, which restores training mode after).
-        **options: ``GenerationOptions`` fields (``max_new_tokens``, ``do_sample``, ``temperature``, ``top_p``,
-            ``repetition_penalty``, ``logits_processor``, ``decode``, ``ignore_eos``).
+        for_inference: switch the model to inference first (``prepare_for_inference``); False leaves it as the
+            caller set it (the held-out checks, inside ``held_out.eval_mode``).
+        **options: ``GenerationOptions`` fields.
 
     Returns:
         One ``Answer`` per prompt, in order; ``[]`` for no prompts.
@@ -359,65 +356,27 @@ def generate_answers(
         ValueError: empty ``stop_token_ids``; ``decode`` as ``decode_mode``; a prompt's tokens plus
             ``max_new_tokens`` exceed the model's positions (``check_positions``: nothing is generated).
     """
-    opts, prompts = GenerationOptions(**options), list(prompts)
-    if not prompts:
-        return []
-    stops = _stop_ids(tokenizer, stop_token_ids)
-    if for_inference:
-        prepare_for_inference(model)
-    mode = opts.mode(model)
-    answers: list[Answer] = []
-    transient = _transient(model, mode)
-    try:
-        with sdpa_outside_training(model):
-            for batch in _batches(
-                model, tokenizer, prompts, batch_size or len(prompts), encode_kwargs, opts.max_new_tokens
-            ):
-                answers += _decode_batch(model, tokenizer, batch, mode, stops, opts)
-                if mode == "graph" and model in GRAPH_FAILED:  # said once: the other batches use generate
-                    mode = "plain"
-    finally:
-        if transient:
-            _drop_copies(model)
-    return answers
+    size = batch_size or max(1, len(prompts))
+    return _answer(model, tokenizer, prompts, stop_token_ids, encode_kwargs, options, size, for_inference)
 
 
 def text_streamer(tokenizer):
-    """The default streamer of ``stream_answers``: transformers' ``TextStreamer`` printing to stdout, special
-    tokens removed; in a kernel no person watches (papermill) one whole line at a time (``LineStreamer``).
-
-    ``TextStreamer`` prints each word with ``flush=True``: each flush is one output message of the kernel, and
-    ``papermill --log-output`` writes each message as a log line, so the answer arrived one word per line.
-    """
+    """The default streamer of ``stream_answers``: transformers' ``TextStreamer`` printing to stdout, special tokens
+    removed; in a kernel no person watches (papermill) one whole line at a time, since ``papermill --log-output``
+    writes each of ``TextStreamer``'s flushes (a word) as a log line."""
     from transformers import TextStreamer
 
     from ..machine.kernel import in_interactive_kernel, jupyter_kernel
 
-    if jupyter_kernel() is not None and not in_interactive_kernel():
-        return _line_streamer_class()(tokenizer, skip_special_tokens=True)
-    return TextStreamer(tokenizer, skip_special_tokens=True)
-
-
-def _line_streamer_class():
-    from transformers import TextStreamer
-
     class LineStreamer(TextStreamer):
-        """transformers' ``TextStreamer`` that prints only whole lines (the last one when the answer ends)."""
-
-        def __init__(self, tokenizer, **decode_kwargs):
-            super().__init__(tokenizer, **decode_kwargs)
-            self.pending = ""
-
         def on_finalized_text(self, text: str, stream_end: bool = False):
-            self.pending += text
-            if stream_end:
-                print(self.pending, flush=True)
-                self.pending = ""
-            elif "\n" in self.pending:
-                lines, self.pending = self.pending.rsplit("\n", 1)
+            self.pending = getattr(self, "pending", "") + text
+            if stream_end or "\n" in self.pending:
+                lines, self.pending = (self.pending, "") if stream_end else self.pending.rsplit("\n", 1)
                 print(lines, flush=True)
 
-    return LineStreamer
+    streamer = LineStreamer if jupyter_kernel() is not None and not in_interactive_kernel() else TextStreamer
+    return streamer(tokenizer, skip_special_tokens=True)
 
 
 def stream_answers(
@@ -437,7 +396,7 @@ def stream_answers(
         model, tokenizer, prompts, stop_token_ids, encode_kwargs, **options: as ``generate_answers``; "auto"
             decoding compiles (non-Llama models on CUDA) when answers x ``max_new_tokens`` reaches
             ``AUTO_COMPILE_MIN_TOKENS``.
-        titles: a line printed before each answer (e.g. ``"### Instruction: ..."``); None prints none.
+        titles: a line printed before each answer (``"### Instruction: ..."``); None prints none.
         make_streamer: ``f(tokenizer)`` -> a transformers streamer (``put`` / ``end``); default ``text_streamer``.
 
     Returns:
@@ -446,31 +405,8 @@ def stream_answers(
     Raises:
         TypeError, ValueError: as ``generate_answers``; ``titles`` does not match ``prompts`` in length.
     """
-    opts, prompts = GenerationOptions(**options), list(prompts)
-    if titles is not None and len(titles) != len(prompts):
-        raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
-    if not prompts:
-        return []
-    stops = _stop_ids(tokenizer, stop_token_ids)
-    prepare_for_inference(model)
-    mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens)
-    make_streamer = make_streamer or text_streamer
-    answers: list[Answer] = []
-    transient = _transient(model, mode)
-    try:
-        with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too
-            batches = _batches(model, tokenizer, prompts, 1, encode_kwargs, opts.max_new_tokens)
-            for j, batch in enumerate(batches):
-                if titles is not None:
-                    print(titles[j])
-                streamer = make_streamer(tokenizer)
-                answers += _decode_batch(model, tokenizer, batch, mode, stops, opts, streamer=streamer)
-                if mode == "graph" and model in GRAPH_FAILED:
-                    mode = "plain"
-    finally:
-        if transient:
-            _drop_copies(model)
-    return answers
+    streamers = make_streamer or text_streamer
+    return _answer(model, tokenizer, prompts, stop_token_ids, encode_kwargs, options, 1, True, streamers, titles)
 
 
 def decode_answers(tokenizer, answers: Sequence[Answer]) -> list[str]:

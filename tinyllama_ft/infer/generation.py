@@ -1,8 +1,7 @@
 """Answer instructions with a (LoRA) model: batch generation and token-by-token streaming (article cells 9-10).
 
-The Alpaca prompt with an empty response, stopping at EOS; answers come back without prompt or special-token
-text, and special-token text typed by the user stays text. The generation core (``core.py``) does the batching,
-stopping, decoder choice and streaming; on the Unsloth backend its fast inference mode is switched on.
+The run's prompt format (Alpaca with an empty response, or a chat template) and its stop tokens; answers come back
+without prompt or special-token text. The generation core (``core.py``) batches, stops, decodes and streams.
 """
 
 from __future__ import annotations
@@ -31,16 +30,15 @@ def one_per_instruction(value, n: int, name: str) -> list[str]:
     return value
 
 
-def render_prompts(tokenizer, instructions, inputs=None, *, template: str = DEFAULTS.template, data_format=None):
-    """``(instructions, prompts, data_format)``: the instructions as a list and their generation prompts.
+def answer_with(core_fn, model, tokenizer, instructions, inputs, template, data_format, **options):
+    """The answers of ``core_fn`` (``core.generate_answers`` or ``core.stream_answers``, given ``**options``) to the
+    instructions' prompts in ``data_format`` (None: ``AlpacaFormat(template)``), with its stop ids and tokenization.
 
     Args:
-        tokenizer: the run's tokenizer (a chat template renders through it).
-        instructions: one instruction (a user message) or a list.
-        inputs: Alpaca context strings (None, one for all, or one per instruction); Alpaca prompts only.
-        template: the Alpaca template where ``data_format`` is None.
-        data_format: the run's ``formats.AlpacaFormat`` / ``formats.ConversationFormat`` (``formats.data_format``);
-            None: ``AlpacaFormat(template)``.
+        model, tokenizer, instructions, inputs, template, data_format: as ``generate``.
+
+    Returns:
+        One ``core.Answer`` per instruction.
 
     Raises:
         ValueError: ``inputs`` does not match ``instructions``, or is given for a conversation format.
@@ -48,36 +46,14 @@ def render_prompts(tokenizer, instructions, inputs=None, *, template: str = DEFA
     fmt = data_format or AlpacaFormat(template)
     instructions = [instructions] if isinstance(instructions, str) else list(instructions)
     if inputs is None:
-        return instructions, [fmt.prompt(tokenizer, i) for i in instructions], fmt
-    if not isinstance(fmt, AlpacaFormat):
+        prompts = [fmt.prompt(tokenizer, i) for i in instructions]
+    elif not isinstance(fmt, AlpacaFormat):
         raise ValueError(f"inputs= fills the Alpaca prompt's input; {fmt!r} renders a chat template: leave it out")
-    inputs = one_per_instruction(inputs, len(instructions), "inputs")
-    return instructions, [format_prompt(i, x, "", fmt.template) for i, x in zip(instructions, inputs)], fmt
-
-
-def answer_with(core_fn, model, tokenizer, instructions, inputs, template, data_format, **options):
-    """The answers of ``core_fn`` (``core.generate_answers`` or ``core.stream_answers``) on the
-    instructions' prompts (``render_prompts``), with the format's stop ids and prompt tokenization.
-
-    Args:
-        core_fn: the core function; ``**options`` go to it (``core.GenerationOptions`` fields, ``titles``, ...).
-        model, tokenizer, instructions, inputs, template, data_format: as ``generate``.
-
-    Returns:
-        One ``core.Answer`` per instruction.
-    """
-    instructions, prompts, fmt = render_prompts(
-        tokenizer, instructions, inputs, template=template, data_format=data_format
-    )
-    answers = core_fn(
-        model,
-        tokenizer,
-        prompts,
-        stop_token_ids=fmt.stop_token_ids(tokenizer),
-        encode_kwargs=fmt.encode_kwargs,
-        **options,
-    )
-    return answers
+    else:
+        inputs = one_per_instruction(inputs, len(instructions), "inputs")
+        prompts = [format_prompt(i, x, "", fmt.template) for i, x in zip(instructions, inputs)]
+    stops, encode = fmt.stop_token_ids(tokenizer), fmt.encode_kwargs
+    return core_fn(model, tokenizer, prompts, stop_token_ids=stops, encode_kwargs=encode, **options)
 
 
 def generate(
@@ -100,10 +76,8 @@ def generate(
         data_format: the run's format object (``formats.data_format(cfg)``): a conversation format renders each
             instruction as a user message through the chat template and stops at its end-of-turn token; None:
             ``AlpacaFormat(template)``.
-        **options: ``core.GenerationOptions`` fields: ``max_new_tokens`` (the article's 64), ``do_sample``,
-            ``temperature``, ``top_p``, ``repetition_penalty``, ``logits_processor``, ``decode`` ("auto": the
-            CUDA-graph decoder where ``core.decode_mode`` picks "graph", else transformers' ``generate``; "plain",
-            "graph", "static": forced), ``ignore_eos`` (benchmarks).
+        **options: ``core.GenerationOptions`` fields (``max_new_tokens``: the article's 64, ``do_sample``,
+            ``temperature``, ``top_p``, ``repetition_penalty``, ``logits_processor``, ``decode``, ``ignore_eos``).
 
     Returns:
         One answer string per instruction: the generated text up to (not including) the stop token (EOS),
@@ -129,13 +103,10 @@ def stream(
     return_ids: bool = False,
     **options,
 ) -> list[str] | list[list[int]]:
-    """Print answers as they are generated (transformers ``TextStreamer``), one instruction after
-    another, and return them.
+    """Print answers as they are generated (``core.text_streamer``), one instruction after another; return them.
 
     Args:
-        model, tokenizer, instructions, inputs, template, data_format, **options: as ``generate``; "auto"
-            decoding uses the CUDA-graph decoder on a CUDA GPU where it applies (a merged 16/32-bit Llama,
-            greedy), and ``generate`` otherwise.
+        model, tokenizer, instructions, inputs, template, data_format, **options: as ``generate``.
         return_ids: return each answer's new token ids instead of its text.
 
     Returns:

@@ -1,11 +1,8 @@
 """A try-out box for the notebook: type an instruction, press Submit, watch the answer stream.
 
-An ipywidgets form (instruction text area, optional input, sliders for ``max_new_tokens`` and
-``temperature``, a Submit button) over an ``Output`` area. The answer is generated with the run's
-Alpaca prompt through the generation core (``core.stream_answers``) and streamed token by token into the
-``Output`` area through a transformers ``TextStreamer`` whose text goes to the widget instead of stdout. Temperature 0 is greedy decoding.
-
-Headless runs (papermill, a script) get nothing: ``tryout_box`` prints one line and returns None.
+An ipywidgets form (instruction, optional input, ``max_new_tokens`` and ``temperature`` sliders, Submit) over an
+``Output`` area that a transformers ``TextStreamer`` writes the answer into (``core.stream_answers``). Headless
+runs (papermill, a script) get one printed line instead.
 """
 
 from __future__ import annotations
@@ -21,9 +18,7 @@ TEMPERATURE_SLIDER = (0.0, 1.5, 0.05, 0.0)
 def _widget_streamer(tokenizer, output):
     from transformers import TextStreamer
 
-    class WidgetStreamer(TextStreamer):
-        """``TextStreamer`` writing finished text pieces into an ipywidgets ``Output`` (no stdout)."""
-
+    class WidgetStreamer(TextStreamer):  # text into the ipywidgets Output, not stdout
         def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
             if text:
                 output.append_stdout(text)
@@ -47,12 +42,9 @@ def answer_into(
 
     Args:
         output: the ``Output`` widget written to (cleared first).
-        model, tokenizer: the run's (PEFT) model and tokenizer.
-        instruction, input: the Alpaca fields (``input`` may be ``""``).
-        max_new_tokens: most tokens generated.
-        temperature: 0 = greedy; > 0 samples at that temperature.
-        template: as ``alpaca_prompts.format_prompt``.
-        data_format: as ``generation.generate`` (a chat run's box renders the instruction as a user message).
+        model, tokenizer, template, data_format: as ``generation.generate``.
+        instruction, input: the Alpaca fields (``input`` may be ``""``; a chat run's instruction is a user message).
+        max_new_tokens: most tokens generated. temperature: 0 = greedy; > 0 samples at that temperature.
 
     Returns:
         The answer up to (not including) the stop token, special tokens removed.
@@ -143,16 +135,8 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template, data_fo
             submit.disabled = False
 
     submit.on_click(on_submit)
-    for name, widget in (
-        ("instruction", instruction),
-        ("input", context),
-        ("max_new_tokens", max_new_tokens),
-        ("temperature", temperature),
-        ("submit", submit),
-        ("output", output),
-    ):
-        setattr(box, name, widget)
-    box.on_submit = on_submit
+    box.instruction, box.input, box.max_new_tokens, box.temperature = instruction, context, max_new_tokens, temperature
+    box.submit, box.output, box.on_submit = submit, output, on_submit
     return box
 
 
@@ -162,11 +146,8 @@ def tryout_box(
     """Show the try-out box in an interactive notebook; do nothing (one printed line) elsewhere.
 
     Args:
-        model, tokenizer: the run's (PEFT or merged) model and tokenizer.
-        template: as ``alpaca_prompts.format_prompt``.
-        data_format: as ``generation.generate``.
-        interactive: None detects it (``machine.kernel.in_interactive_kernel``); False always skips (headless
-            runs can pass it); True always builds and displays.
+        model, tokenizer, template, data_format: as ``generation.generate``.
+        interactive: None detects it (``machine.kernel.in_interactive_kernel``); False skips; True always shows.
 
     Returns:
         The displayed ``VBox`` (see ``build_tryout``), or None when skipped.

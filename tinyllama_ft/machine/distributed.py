@@ -1,9 +1,8 @@
 """Several processes, one run: what ``accelerate launch`` / ``torchrun`` tell each process, in one place.
 
-Reads ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` (starting nothing), so the plan splits the effective batch over
-``world_size()``, each process loads on its own GPU (``local_process_index()``) and only the main process writes
-the run's files (``is_main_process()``). A plain process is world size 1, main, device 0. Kept over accelerate's
-``main_process_first``, which does not pass the main process's failure on (tests/test_distributed.py).
+``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` are read without starting anything (a plain process is world size 1,
+main, device 0). Kept over accelerate's ``main_process_first``, which does not pass the main process's failure on
+(tests/test_distributed.py).
 """
 
 from __future__ import annotations
@@ -35,12 +34,8 @@ def local_process_index(env: Mapping[str, str] | None = None) -> int:
 
 
 def is_main_process(env: Mapping[str, str] | None = None) -> bool:
-    """True unless this is a non-main process of a multi-process launch.
-
-    Reads ``RANK`` (global rank), else ``LOCAL_RANK``, else accelerate's ``PartialState`` when something
-    already set it up (never initialised here); a plain process is the main one. The one check
-    every "main process only" step uses, ``lock.acquire_run_lock`` included.
-    """
+    """True unless this is a non-main process of a multi-process launch: ``RANK``, else ``LOCAL_RANK``, else
+    accelerate's ``PartialState`` when something set it up (never initialised here)."""
     env = os.environ if env is None else env
     for name in ("RANK", "LOCAL_RANK"):
         if env.get(name, "").strip():
@@ -59,23 +54,15 @@ class MainProcessError(RuntimeError):
 
 @contextlib.contextmanager
 def main_process_first(what: str) -> Iterator[bool]:
-    """Run the block on the main process first, then on the others; plain (yields True) without a launch.
-
-    Under a launch this sets up accelerate's ``PartialState`` (the process group: gloo on a CPU, NCCL on
-    GPUs, transformers' 1800 s ``ddp_timeout``), which the Trainer reuses. The others wait until the main
-    process has left the block; if the block raised there, each of them raises ``MainProcessError``
-    naming ``what`` and that error instead of running the block (none waits forever or goes on alone).
-    Yields ``is_main_process()``, so the block can do main-only work:
-
-        with main_process_first("preparing output_dir") as main:
-            if main:
-                prepare_output_dir(cfg)
+    """Run the block on the main process first, then on the others; yields ``is_main_process()`` (True without a
+    launch). Under a launch it sets up accelerate's ``PartialState`` (gloo on a CPU, NCCL on GPUs, transformers'
+    1800 s ``ddp_timeout``), which the Trainer reuses.
 
     Args:
-        what: the step, for the others' error message (e.g. ``"preparing output_dir"``).
+        what: the step, for the others' error message (``"preparing output_dir"``).
 
     Raises:
-        MainProcessError: in a non-main process, when the block failed on the main process.
+        MainProcessError: in a non-main process, when the block raised on the main process (none waits forever).
     """
     if world_size() == 1:
         yield True
@@ -98,14 +85,11 @@ def main_process_first(what: str) -> Iterator[bool]:
 
 
 def same_on_all_processes(value, *, what: str):
-    """Check that every launched process computed the same ``value``; returns it (at once without a launch).
-
-    DDP needs every process to run the same micro-batches and accumulation: a plan sized to each GPU's
-    own free memory could differ between them, and the processes would then wait on each other forever.
+    """Check that every launched process computed the same ``value`` (a plan sized to each GPU's free memory could
+    differ, and DDP would hang); returns it, at once without a launch.
 
     Args:
-        value: anything picklable and comparable with ``==`` (e.g. the plan's batch split).
-        what: what ``value`` is, for the message.
+        value: picklable and comparable with ``==`` (the plan's batch split). what: what it is, for the message.
 
     Raises:
         ValueError: on every process, when the values differ; names each process's.
@@ -140,12 +124,9 @@ def _state():
 
 
 def end_process_group() -> None:
-    """Destroy the launch's process group, if one is up (run at exit once ``_state`` set one up).
-
-    A process that exits with its gloo group still up aborts in C++ at interpreter shutdown ("terminate
-    called without an active exception", SIGABRT; torch 2.13 on a CPU, seen 2026-12-01), after its work is
-    done: the launcher then reports the run as failed. Neither accelerate nor the Trainer destroys the group.
-    """
+    """Destroy the launch's process group, if one is up (at exit, once ``_state`` set one up): a process exiting
+    with its gloo group up aborts (SIGABRT) and the launcher reports a failure; neither accelerate nor the Trainer
+    destroys it."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -1,8 +1,7 @@
 """What machine we are on: Colab or not, CUDA or not, which compute capability, which GPU.
 
-Every decision elsewhere (install commands, backend, dtype, optimizer) takes a ``Hardware`` value, so
-tests inject the facts of a T4, an A100 or a CPU instead of needing one. ``detect_hardware`` is the only
-place that probes the real machine; it imports torch only when torch is already installed.
+Every decision elsewhere takes a ``Hardware`` value, so tests inject a T4, an A100 or a CPU; ``detect_hardware`` is
+the only probe of the real machine (torch is imported only when installed).
 """
 
 from __future__ import annotations
@@ -40,11 +39,7 @@ class Hardware:
 
     @property
     def bf16_capable(self) -> bool:
-        """True when the GPU has hardware bf16 units (Ampere, capability 8.0, and newer).
-
-        ``detect_hardware`` asks torch without emulation (``is_bf16_supported()`` alone answers yes on a
-        T4, where bf16 is emulated and slow); injected facts without that answer decide from the capability.
-        """
+        """True when the GPU has hardware bf16 units: ``cuda_bf16`` (a T4 only emulates it), else capability >= 8.0."""
         if not self.cuda:
             return False
         if self.cuda_bf16 is not None:
@@ -93,11 +88,11 @@ def is_importable(module: str) -> bool:
 
 
 def cap_gpu_memory(cap_gib: float, hardware: Hardware | None = None) -> float | None:
-    """Limit this process's CUDA memory to ``cap_gib`` GiB (a T4 stand-in on a bigger GPU).
+    """Limit this process's CUDA memory to ``cap_gib`` GiB (a T4 stand-in on a bigger GPU) with
+    ``torch.cuda.set_per_process_memory_fraction`` on its device (``LOCAL_RANK``).
 
-    Applied with ``torch.cuda.set_per_process_memory_fraction`` on this process's device (0 alone, its
-    ``LOCAL_RANK`` under ``accelerate launch``). Returns the fraction applied, or
-    ``None`` when ``cap_gib`` is 0 or there is no CUDA device.
+    Returns:
+        The fraction applied, or None when ``cap_gib`` is 0 or there is no CUDA device.
 
     Raises:
         ValueError: ``cap_gib`` is negative or above the device's memory.

@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
+from packaging.utils import canonicalize_name as normalize_name  # how pip keys distributions (re-exported)
+
 from .hardware import Hardware, detect_hardware
 
 #: The Unsloth stack for Colab and the GPU machine: unsloth with a transformers/trl/datasets set it
@@ -60,18 +62,8 @@ class InstallPlan:
         return [shlex.join(c) for c in self.commands]
 
 
-def _split_pin(pin: str) -> tuple[str, str]:
-    name, _, version = pin.partition("==")
-    return name, version
-
-
-def normalize_name(name: str) -> str:
-    """A distribution's name as the versions are keyed: lower case, ``-`` for ``_``."""
-    return name.lower().replace("_", "-")
-
-
 def installed_versions(names: Sequence[str]) -> dict[str, str]:
-    """Installed distribution versions for ``names`` (missing ones left out)."""
+    """Installed distribution versions for ``names`` by ``normalize_name`` (missing ones left out)."""
     found = {}
     for name in names:
         try:
@@ -91,16 +83,14 @@ def plan_install(
     """Decide the pip commands for this machine.
 
     Args:
-        hardware: the machine's facts (CUDA, compute capability, Colab).
-        installed: installed distribution versions by normalized name (``installed_versions``).
+        hardware: the machine's facts. installed: ``installed_versions``' result.
         with_wandb: also install ``wandb`` when it is missing (the article logs to W&B).
-        find_links: a local folder of wheels; adds ``--no-index --find-links`` (offline machines).
+        find_links: a local folder of wheels: adds ``--no-index --find-links`` (offline machines).
         python: the interpreter whose pip runs.
 
     Returns:
-        An ``InstallPlan``; empty when everything is already in place (so a second call is a no-op).
-        Without CUDA, or below capability 7.0, no Unsloth stack is planned (the transformers backend
-        runs instead) and a note says so.
+        An ``InstallPlan``, empty when everything is in place. Without CUDA, or below capability 7.0, no Unsloth
+        stack is planned (the transformers backend runs) and a note says so.
     """
     plan = InstallPlan()
     pip = [python, "-m", "pip", "install", "-q"]
@@ -114,7 +104,7 @@ def plan_install(
             "the transformers backend runs instead"
         )
     else:
-        missing = [p for p in COLAB_PINS if installed.get(normalize_name(_split_pin(p)[0])) != _split_pin(p)[1]]
+        missing = [p for p in COLAB_PINS if installed.get(normalize_name(p.partition("==")[0])) != p.partition("==")[2]]
         if missing:
             plan.commands.append(pip + ["--no-deps", *missing])
             plan.notes.append(
@@ -141,16 +131,13 @@ def install(
     """Plan and (by default on Colab only) run the GPU-aware install.
 
     Args:
-        run: ``None`` runs the commands on Colab and only prints them elsewhere; ``True``/``False``
-            forces either.
-        with_wandb: install ``wandb`` too when missing.
-        find_links: local wheel folder for an offline install (``--no-index --find-links``).
+        run: None runs the commands on Colab and only prints them elsewhere; True / False forces either.
+        with_wandb, find_links: as ``plan_install``.
         hardware: injected machine facts; default ``detect_hardware()``.
         runner: runs one argv list; default ``subprocess.run(..., check=True)``.
 
     Returns:
-        The plan that was run (or would be). A second call in the same process with the same
-        arguments returns at once, and after a successful run the plan is empty anyway.
+        The plan that was run (or would be); a second call with the same arguments returns it at once.
 
     Raises:
         subprocess.CalledProcessError: a pip command failed (its output is above the error).
@@ -160,7 +147,7 @@ def install(
     if key in _DONE:
         print("install: already done in this process")
         return _DONE[key]
-    names = [_split_pin(p)[0] for p in COLAB_PINS] + ["wandb"]
+    names = [p.partition("==")[0] for p in COLAB_PINS] + ["wandb"]
     plan = plan_install(hardware, installed_versions(names), with_wandb=with_wandb, find_links=find_links)
     for note in plan.notes:
         print(f"install: {note}")

@@ -1,8 +1,7 @@
 """Which front end runs this process: a Jupyter/Colab kernel (a person at it, or papermill), or a terminal.
 
-One check for the package's three questions: may the try-out box be shown (a kernel a person can interact
-with: ``in_interactive_kernel``), may a W&B key be asked for (``can_prompt``), and is HTML displayed
-(any kernel: ``jupyter_kernel``). Standard library only; IPython is imported when installed, never required.
+It answers whether the try-out box is shown (``in_interactive_kernel``), a W&B key may be asked for
+(``can_prompt``) and HTML is displayed (``jupyter_kernel``). IPython is imported when installed, never required.
 """
 
 from __future__ import annotations
@@ -31,10 +30,7 @@ def parent_is_papermill() -> bool:
 
 
 def in_interactive_kernel() -> bool:
-    """True in a Jupyter/Colab kernel that a person can interact with.
-
-    False outside IPython, in a terminal IPython, and in a kernel started by the ``papermill`` command.
-    """
+    """True in a Jupyter/Colab kernel a person can interact with (not in a terminal IPython or under papermill)."""
     return jupyter_kernel() is not None and not parent_is_papermill()
 
 

@@ -1,10 +1,9 @@
 """One run per output folder at a time: ``<output_dir>/run.lock``, a JSON file with a heartbeat.
 
-Kept over filelock's ``SoftFileLease``: it creates its marker empty and writes it afterwards (a racing run may read
-no owner; ours appears complete, by ``os.link``: tests/test_lock.py's race names the winner), beats by the file's
-mtime, not its content that Drive syncs, and makes every contender share one lease duration. A lock is stale when
-its heartbeat is older than ``STALE_AFTER_S`` or its process on this host is gone, and is then taken over with a
-message. Only the main process of a launch takes it; this process's own lock is reused (docs/internals.md).
+Kept over filelock's ``SoftFileLease``, which creates its marker empty before writing it and takes a lease over only
+after watching it unchanged for a whole lease: ours appears complete (``os.link``) and a lock whose heartbeat is older
+than ``STALE_AFTER_S``, or whose process on this host is gone, is taken over at once (tests/test_lock.py). Only the
+main process of a launch takes it; this process's own lock is reused (docs/internals.md).
 """
 
 from __future__ import annotations
@@ -18,16 +17,16 @@ import sys
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
 
 from .distributed import is_main_process  # the one rule for "main process only" (re-exported)
+from .paths import expand_path
 
 #: The lock file's name inside ``output_dir``.
 LOCK_FILE = "run.lock"
 #: Seconds between heartbeats of a live run.
 HEARTBEAT_S = 30.0
-#: Seconds after its last heartbeat that a lock from another machine is stale: ten missed heartbeats,
-#: room for Google Drive's sync delay between Colab runtimes.
+#: Seconds after its last heartbeat that another machine's lock is stale: ten missed heartbeats, room for Google
+#: Drive's sync delay between Colab runtimes.
 STALE_AFTER_S = 300.0
 
 _HELD: dict[str, "RunLock"] = {}
@@ -35,10 +34,6 @@ _HELD: dict[str, "RunLock"] = {}
 
 class RunLockedError(RuntimeError):
     """``output_dir`` is locked by another live run."""
-
-
-def _utc(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _pid_alive(pid: int) -> bool:
@@ -65,6 +60,14 @@ def read_lock(output_dir: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def _staged(path: str, text: str, token: str) -> str:
+    """A complete temporary copy of ``text`` beside ``path``, named after ``token``; returns its path."""
+    tmp = f"{path}.{token}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    return tmp
+
+
 class RunLock:
     """This process's lock on ``output_dir`` (from ``acquire_run_lock``); a context manager that releases it."""
 
@@ -77,16 +80,13 @@ class RunLock:
             "pid": os.getpid(),
             "started": now,
             "heartbeat": now,
-            "started_utc": _utc(now),
+            "started_utc": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(now)),
             "token": uuid.uuid4().hex,
         }
         self.heartbeat_s = heartbeat_s
         self.lost = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-
-    def _text(self) -> str:
-        return json.dumps(self.info, indent=2)
 
     def _owned(self) -> bool:
         current = read_lock(self.output_dir)
@@ -108,10 +108,7 @@ class RunLock:
         return True
 
     def _write(self) -> None:
-        tmp = f"{self.path}.{self.info['token']}.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(self._text())
-        os.replace(tmp, self.path)  # atomic: a reader sees the old heartbeat or the new
+        os.replace(_staged(self.path, json.dumps(self.info, indent=2), self.info["token"]), self.path)
 
     def _run(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
@@ -121,18 +118,14 @@ class RunLock:
             except OSError as e:  # a Drive hiccup: try again at the next beat
                 print(f"run lock: heartbeat on {self.path} failed ({e}); retrying", file=sys.stderr)
 
-    def start(self) -> "RunLock":
-        self._thread = threading.Thread(target=self._run, name=f"run-lock-heartbeat {self.output_dir}", daemon=True)
-        self._thread.start()
-        return self
-
     def release(self) -> None:
         """Stop the heartbeat and remove the lock file if it is still ours (idempotent)."""
         self._stop.set()
         if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=10)
-        if _HELD.get(os.path.realpath(self.output_dir)) is self:
-            del _HELD[os.path.realpath(self.output_dir)]
+        key = os.path.realpath(self.output_dir)
+        if _HELD.get(key) is self:
+            del _HELD[key]
         if self._owned():
             with contextlib.suppress(FileNotFoundError):
                 os.remove(self.path)
@@ -146,9 +139,7 @@ class RunLock:
 
 def _create(path: str, text: str, token: str) -> bool:
     """Create ``path`` holding ``text`` unless it exists, atomically. Returns False when it exists."""
-    tmp = f"{path}.{token}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    tmp = _staged(path, text, token)
     try:
         os.link(tmp, path)  # atomic, and the file is complete the moment it appears
         return True
@@ -199,15 +190,13 @@ def acquire_run_lock(
         heartbeat_s: seconds between this run's heartbeats (``HEARTBEAT_S``).
 
     Returns:
-        The held ``RunLock`` (the same object when this process already holds it), or None in a
-        non-main process of a multi-process launch (``is_main_process``).
+        The held ``RunLock`` (the same object when this process already holds it), or None in a non-main process of
+        a multi-process launch (``is_main_process``).
 
     Raises:
-        RunLockedError: a live run holds the lock: the message names the folder, its host and process
-            id, when it started and how old its heartbeat is.
+        RunLockedError: a live run holds the lock: names the folder, its host and process id, when it started and
+            how old its heartbeat is.
     """
-    from .paths import expand_path
-
     output_dir = expand_path(output_dir)
     if not is_main_process():
         return None
@@ -218,15 +207,14 @@ def acquire_run_lock(
     os.makedirs(output_dir, exist_ok=True)
     lock = RunLock(output_dir, heartbeat_s)
     for _ in range(5):
-        if _create(lock.path, lock._text(), lock.info["token"]):
+        if _create(lock.path, json.dumps(lock.info, indent=2), lock.info["token"]):
             break
         try:
             with open(lock.path, "rb") as f:
                 raw = f.read()
         except FileNotFoundError:
             continue
-        current = read_lock(output_dir)
-        state, who = _judge(lock.path, current, stale_after_s)
+        state, who = _judge(lock.path, read_lock(output_dir), stale_after_s)
         if state == "own":  # this process's lock, from an earlier cell run: hand it to the new object
             lock._write()
             break
@@ -244,7 +232,9 @@ def acquire_run_lock(
     if held is not None:
         held.release()
     _HELD[key] = lock
-    return lock.start()
+    lock._thread = threading.Thread(target=lock._run, name=f"run-lock-heartbeat {output_dir}", daemon=True)
+    lock._thread.start()
+    return lock
 
 
 def _break(path: str, raw: bytes, token: str) -> None:
@@ -264,13 +254,10 @@ def _break(path: str, raw: bytes, token: str) -> None:
 
 def release_run_lock(output_dir: str) -> bool:
     """Release this process's lock on ``output_dir``. Returns True when one was held."""
-    from .paths import expand_path
-
     lock = _HELD.get(os.path.realpath(expand_path(output_dir)))
-    if lock is None:
-        return False
-    lock.release()
-    return True
+    if lock is not None:
+        lock.release()
+    return lock is not None
 
 
 @atexit.register

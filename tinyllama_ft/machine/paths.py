@@ -1,11 +1,9 @@
 """Path parameters as a person types them (``~/runs/x``, ``$HOME/data.jsonl``), and the one rule that tells a local
 path from a Hub id.
 
-Python's file functions take ``~`` literally (``os.makedirs("~/runs/x")`` creates a folder named ``~``), so
-every helper that takes a path passes it through ``expand_path`` where it enters. Every model or data argument
-(``model_name``, ``dataset``, ``--base_model``, ``--adapter``, the notebooks' parameters) is read with
-``is_local_path``; ``config.locations`` turns a missing path into one line naming the argument. Standard library
-only: ``preflight.py`` reads this file before anything is installed.
+Python's file functions take ``~`` literally, so every path passes through ``expand_path`` where it enters; every
+model or data argument is read with ``is_local_path``. Standard library only: ``preflight.py`` reads this file
+before anything is installed.
 """
 
 from __future__ import annotations
@@ -20,33 +18,17 @@ LOCAL_SUFFIXES = (".gguf", ".json", ".jsonl", ".csv", ".parquet")
 
 
 def expand_path(path: str | os.PathLike | None) -> str | None:
-    """``path`` with ``~``/``~user`` and ``$VAR``/``${VAR}`` expanded (``os.path.expanduser(os.path.expandvars())``).
-
-    Args:
-        path: a local path, or a Hub id (returned unchanged: it has neither ``~`` nor ``$``); None passes through.
-
-    Returns:
-        The expanded path as a string (not made absolute); None for None. An unset variable stays as written
-        (``os.path.expandvars``), so the error that follows names it.
-    """
+    """``os.path.expanduser(os.path.expandvars(path))`` as a string (not made absolute): a Hub id is unchanged, None
+    stays None, an unset variable stays as written (so the error that follows names it)."""
     if path is None:
         return None
     return os.path.expanduser(os.path.expandvars(os.fspath(path)))
 
 
 def is_local_path(value: str | os.PathLike) -> bool:
-    """Whether a model or data argument names a local file or folder rather than a Hub id: the package's one rule.
-
-    A value is a local path when, as typed or after ``expand_path``, it starts with ``/``, ``./``, ``../`` or ``~``,
-    exists, ends in ``.gguf``, ``.json``, ``.jsonl``, ``.csv`` or ``.parquet`` (any case), or holds more than one
-    ``/`` (a Hub id is ``name`` or ``namespace/name``); anything else is a Hub id.
-
-    Args:
-        value: the argument as given (a ``str`` or path object).
-
-    Returns:
-        True for a local path (which may not exist: ``locations.check_source`` then says so), False for a Hub id.
-    """
+    """True when a model or data argument (a ``str`` or path object) names a local file or folder, which may not
+    exist, rather than a Hub id: as typed or expanded it starts with ``LOCAL_PREFIXES``, ends in ``LOCAL_SUFFIXES``
+    (any case), holds more than one ``/`` (a Hub id is ``name`` or ``namespace/name``), or exists."""
     typed = os.fspath(value)
     expanded = expand_path(typed)
     return any(

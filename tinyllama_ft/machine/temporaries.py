@@ -1,11 +1,10 @@
 """Temporaries named after their owner, and the cleanup of those a killed run left behind.
 
-A run killed mid-way (SIGKILL, a Colab disconnect, an out-of-memory kill) leaves its temporaries: an export's
-staging folder (a full 16-bit merged copy plus a partial GGUF: gigabytes for TinyLlama), a ``.partial`` GGUF,
-the converter's download folder. ``make_temporary`` names each ``<prefix><host>-<pid>-<token><suffix>``, so the
-next run can tell a dead process's from a live one's (``stale_temporaries``; the liveness rule is the run lock's,
-``lock._pid_alive``), and ``clean_stale`` removes them, saying in one line what it removed and the space freed.
-Kept over ``tempfile``, whose names say nothing of their owner (tests/test_export_leftovers.py).
+A killed run (SIGKILL, a Colab disconnect) leaves its temporaries: an export's staging folder (gigabytes), a
+``.partial`` GGUF, the converter's download folder. ``make_temporary`` names each
+``<prefix><host>-<pid>-<token><suffix>`` so the next run tells a dead process's from a live one's, and
+``clean_stale`` removes them in one printed line. Kept over ``tempfile``, whose names say nothing of their owner
+(tests/test_export_leftovers.py).
 """
 
 from __future__ import annotations
@@ -19,8 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
-#: Seconds without a write after which a temporary named the earlier way (no owner in its name, e.g.
-#: ``.staging-k3x_9a2b``) counts as left by a killed run.
+#: Seconds without a write after which a temporary without an owner in its name (``.staging-k3x_9a2b``) is stale.
 UNOWNED_STALE_S = 3600.0
 #: Temporaries this process made and still uses (a pid alone does not say: a restarted container reuses it).
 _LIVE: set[str] = set()
@@ -31,17 +29,11 @@ def _host() -> str:
 
 
 def make_temporary(parent: str | os.PathLike, prefix: str, suffix: str = "", *, create: str | None = "dir") -> Path:
-    """A hidden temporary in ``parent`` whose name says who owns it: ``<prefix><host>-<pid>-<token><suffix>``.
-
-    A run killed with it in place leaves it behind; ``stale_temporaries`` finds it again by that name, and tells it
-    from one that a live process (this one included) still uses.
+    """A hidden temporary in ``parent`` named ``<prefix><host>-<pid>-<token><suffix>`` (``stale_temporaries`` reads it).
 
     Args:
-        parent: the folder (created if missing).
-        prefix: the name's start, e.g. ``".staging-"``.
-        suffix: the name's end, e.g. ``".partial"``.
-        create: ``"dir"`` (a folder, mode 0700 like ``tempfile.mkdtemp``), ``"file"`` (an empty file, mode 0600),
-            or None (only the name, reserved for an ``os.replace`` into it).
+        parent: the folder (created if missing). prefix, suffix: the name's ends (``".staging-"``, ``".partial"``).
+        create: ``"dir"`` (mode 0700), ``"file"`` (empty, mode 0600), or None (the name only, for an ``os.replace``).
 
     Returns:
         Its path; ``discard_temporary`` removes it (or forgets it once renamed).
@@ -67,14 +59,8 @@ def make_temporary(parent: str | os.PathLike, prefix: str, suffix: str = "", *, 
 
 
 def discard_temporary(path: str | os.PathLike) -> None:
-    """Remove a ``make_temporary`` folder or file and stop counting it as in use.
-
-    Args:
-        path: the temporary; already gone (renamed into place, removed) is fine.
-
-    Raises:
-        Nothing: what cannot be removed stays, and a later run's ``clean_stale`` takes it once this process ends.
-    """
+    """Remove a ``make_temporary`` folder or file (already gone is fine) and stop counting it as in use; what cannot
+    be removed stays for a later ``clean_stale``. Raises nothing."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path, ignore_errors=True)
@@ -98,7 +84,7 @@ def replace_folder(staged: str | os.PathLike, target: str | os.PathLike) -> None
 
 
 def _started_after(pid: int, when: float) -> bool:
-    """True when process ``pid`` began after ``when`` (epoch s), so it cannot have made a thing written then (Linux)."""
+    """True when process ``pid`` began after ``when`` (epoch s), so it cannot have made a thing written then."""
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
             ticks = int(f.read().rsplit(")", 1)[1].split()[19])
@@ -133,20 +119,15 @@ def _tree(path: Path) -> tuple[int, float]:
 def stale_temporaries(
     parent: str | os.PathLike, prefix: str, suffix: str = ""
 ) -> tuple[list[Path], list[tuple[Path, str]]]:
-    """The temporaries named ``<prefix>...<suffix>`` in ``parent`` that no live run uses.
+    """The temporaries named ``<prefix>...<suffix>`` in ``parent`` (as ``make_temporary`` made them) no live run uses.
 
-    Stale: made on this host by a process that has exited, or whose pid now belongs to a process that began after
-    the temporary was last changed (Linux), or that is this process's pid but not one it made (a restarted
-    container's pid 1); and, from before names carried their owner (``.staging-k3x_9a2b``), ones not written for
-    ``UNOWNED_STALE_S`` seconds. A live process's are kept, this process's own included.
-
-    Args:
-        parent: the folder to look in (missing: nothing found).
-        prefix, suffix: as given to ``make_temporary``.
+    Stale: made on this host by a process that has exited, whose pid now belongs to a process begun after the
+    temporary last changed, or that is this process's pid but not one it made (a restarted container); without an
+    owner in the name, not written for ``UNOWNED_STALE_S`` seconds.
 
     Returns:
-        ``(stale, foreign)``: stale paths to remove, and ``(path, host)`` of those made on another host (a shared
-        folder), whose processes this machine cannot see; both sorted by name. An unreadable ``parent``: ``([], [])``.
+        ``(stale, foreign)``, sorted by name: paths to remove, and ``(path, host)`` of those made on another host
+        (whose processes this machine cannot see). A missing or unreadable ``parent``: ``([], [])``.
     """
     from .lock import _pid_alive  # the package's one liveness rule (zombies count as gone)
 
@@ -184,22 +165,16 @@ def format_bytes(n: int) -> str:
 
 
 def clean_stale(parent: str | os.PathLike, patterns: list[tuple[str, str]], *, label: str, left_by: str) -> list[str]:
-    """Remove the ``stale_temporaries`` of each ``(prefix, suffix)`` in ``parent`` and print what went, in one line.
+    """Remove the ``stale_temporaries`` of each ``(prefix, suffix)`` in ``parent``, printing what went.
 
     Args:
-        parent: the folder (missing: nothing to do).
-        patterns: ``(prefix, suffix)`` pairs, as given to ``make_temporary``.
-        label: the line's first word, e.g. ``"export"``.
-        left_by: who left them, e.g. ``"a killed export"``.
+        parent: the folder (missing: nothing to do). patterns: ``(prefix, suffix)`` pairs as for ``make_temporary``.
+        label, left_by: the line's first word and who left them (``"export"``, ``"a killed export"``).
 
     Returns:
-        The lines printed (``[]`` when nothing was there): ``"<label>: removed N temporaries left by <left_by> in
-        <parent>: <name> (<size>), ...; <total> freed"``, and for each one made on another host ``"<label>: kept
-        <name> in <parent> (<size>): made on host '<host>', whose processes this machine cannot see; delete it by
-        hand if nothing runs there"``. Sizes are the files' bytes (``format_bytes``).
-
-    Raises:
-        Nothing: a temporary that cannot be removed is left out of the line and tried again next time.
+        The lines printed (``[]`` for none): ``"<label>: removed N temporaries left by <left_by> in <parent>: <name>
+        (<size>), ...; <total> freed"``, and a ``"<label>: kept <name> ..."`` line for each made on another host.
+        Raises nothing: one that cannot be removed is left out of the line and tried again next time.
     """
     removed: list[str] = []
     freed = 0

@@ -1,10 +1,9 @@
 """Does a saved LoRA adapter fit a base model? Checked before PEFT loads it.
 
-PEFT loads an adapter onto any base whose module names match; a base with another vocabulary then fails only at
-generation. ``adapter_fit_problems`` compares, without loading weights, the recorded base's config, the adapter's
-tokenizer against the base's embeddings, and each saved tensor's shape against the base parameter PEFT loads it
-into (``base_name``). ``saved_embedding_rows`` gives the vocabulary an adapter with resized embeddings needs.
-Kept: PEFT loads a misfitting adapter without a word (tests/test_adapter_fit.py).
+``adapter_fit_problems`` compares, without loading weights, the recorded base's config, the adapter's tokenizer
+against the base's embeddings, and each saved tensor's shape against the base parameter PEFT loads it into.
+``saved_embedding_rows`` gives the vocabulary an adapter with resized embeddings needs. Kept: PEFT loads a
+misfitting adapter without a word, and it fails only at generation (tests/test_adapter_fit.py).
 """
 
 from __future__ import annotations
@@ -52,17 +51,15 @@ def _saved_tensors(adapter_dir: str) -> dict[str, list[int]]:
 def base_name(saved_name: str, modules: dict) -> str:
     """The name, in the plain base, of the parameter or module a saved adapter tensor is loaded into.
 
-    PEFT's wrappers put infixes into the names of what they wrap (``lm_head.modules_to_save.weight``,
-    ``lm_head.original_module.weight``, ``model.embed_tokens.base_layer.weight``, or with the adapter's name after
-    ``modules_to_save``): each is dropped where it follows a module of the base that has no such child
-    or attribute of its own, as PEFT maps them back (a base's own module called ``base_layer`` stays).
+    PEFT's wrapper infixes (``lm_head.modules_to_save[.<adapter>].weight``, ``...original_module...``,
+    ``...base_layer...``) are dropped where they follow a base module with no such child of its own.
 
     Args:
         saved_name: a tensor name of ``adapter_model.safetensors`` without PEFT's ``base_model.model.`` prefix.
         modules: the base's ``dict(named_modules())``, before any adapter wraps it.
 
     Returns:
-        ``saved_name`` without the wrapper infixes (``"lm_head.weight"``); unchanged when it has none.
+        ``saved_name`` without the wrapper infixes (``"lm_head.weight"``).
     """
     parts, kept, i = saved_name.split("."), [], 0
     while i < len(parts):
@@ -89,19 +86,12 @@ def _loaded_tensors(adapter_dir: str, base_model) -> dict[str, list[list[int]]]:
 
 
 def saved_embedding_rows(adapter_dir: str, base_model) -> int | None:
-    """Rows of the input embedding matrix saved with the adapter, or None when it saved none.
-
-    PEFT saves the whole matrix when the vocabulary was resized before training (new tokens of a chat
-    template); the base must be resized to this many rows before the adapter loads onto it. The matrix is found
-    under any of PEFT's names for it (``base_name``: ``model.embed_tokens.weight``,
-    ``model.embed_tokens.modules_to_save.weight``...).
+    """Rows of the input embedding matrix saved with the adapter (the vocabulary resized for a chat template's
+    tokens, which the base must be resized to first), or None when it saved none.
 
     Args:
-        adapter_dir: a PEFT LoRA folder (``adapter_model.safetensors``; only its header is read).
+        adapter_dir: a PEFT LoRA folder (only ``adapter_model.safetensors``' header is read).
         base_model: the base (a transformers model) before the adapter is added.
-
-    Returns:
-        The saved matrix's rows, or None.
 
     Raises:
         OSError: ``adapter_dir`` has no readable ``adapter_model.safetensors``.
@@ -146,8 +136,7 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
         tokenizer: the tokenizer generation will use; default: the one saved in ``adapter_dir``, if any.
 
     Returns:
-        One sentence per difference (``"vocab_size: 512 in the adapter's base, 32000 in this base"``,
-        ``"model.layers.3.self_attn.q_proj: the adapter adapts it, this base has no such module"``...).
+        One sentence per difference (``"vocab_size: 512 in the adapter's base, 32000 in this base"``...).
     """
     with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
         adapter_config = json.load(f)
@@ -200,16 +189,17 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
         other = next((shape for shape in shapes if size is not None and size != shape[dim]), None)
         if other is not None:
             wrong.append(f"{module_name}: the adapter's LoRA {side}put size is {other[dim]}, this base's is {size}")
-    missing = sorted(set(missing))
+
+    def first3(items, sep):
+        return sep.join(items[:3]) + (f" and {len(items) - 3} more" if len(items) > 3 else "")
+
     if missing:
-        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
         problems.append(
-            f"target modules this base lacks: {', '.join(missing[:3])}{more} "
+            f"target modules this base lacks: {first3(sorted(set(missing)), ', ')} "
             f"(the adapter's target_modules: {adapter_config.get('target_modules')})"
         )
     if wrong:
-        more = f" and {len(wrong) - 3} more" if len(wrong) > 3 else ""
-        problems.append("hidden sizes differ: " + "; ".join(wrong[:3]) + more)
+        problems.append("hidden sizes differ: " + first3(wrong, "; "))
     return [other_type] + problems if problems and other_type else problems
 
 

@@ -1,12 +1,11 @@
 """Save a trained LoRA adapter (article cell 8) and load it back (cell 9).
 
-The folder is PEFT's format with the tokenizer beside it, so ``peft.AutoPeftModelForCausalLM`` loads it without
-this package. Saving writes to a hidden sibling folder and moves it into place only once complete.
+The folder is PEFT's format with the tokenizer beside it (``peft.AutoPeftModelForCausalLM`` loads it without this
+package), written in a hidden sibling folder and moved into place once complete.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
@@ -24,15 +23,13 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
     """Write the adapter and tokenizer to ``adapter_dir`` atomically.
 
     Args:
-        model: a ``peft`` model (only the adapter weights are written, as safetensors; of several adapters, the
-            active one: a preference trainer's frozen ``ref`` copy is left out).
+        model: a ``peft`` model: its active adapter's weights are written as safetensors (a preference trainer's
+            frozen ``ref`` copy is left out).
         tokenizer: saved beside the adapter.
         adapter_dir: destination folder (the article's ``"lora_model"``).
-        overwrite: replace an existing adapter there; the old one is removed only after the new one
-            is complete.
-        record: ``run_record.adapter_record(cfg, plan, family=...)``, written as ``tinyllama_ft.json`` beside the
-            adapter: how later commands (``load_adapter``, ``tinyllama-ft generate`` / ``export``) prompt and load
-            it. None writes none (they then read the run's ``run_config.json``, if any).
+        overwrite: replace an existing adapter there (the old one is removed once the new one is complete).
+        record: ``run_record.adapter_record(...)``, written as ``tinyllama_ft.json``: how later commands prompt and
+            load it; None writes none.
 
     Returns:
         The absolute path of the adapter folder.
@@ -68,11 +65,10 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
 
 
 def adapter_base_model(adapter_dir: str, *, flag: str = "adapter_dir") -> str:
-    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``), as recorded.
+    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``).
 
     Args:
-        adapter_dir: the adapter folder.
-        flag: the argument's name in messages (``"--adapter"`` on the command line).
+        adapter_dir: the adapter folder. flag: the argument's name in messages (``"--adapter"``).
 
     Raises:
         locations.PathArgumentError: (a FileNotFoundError and a ConfigError) ``adapter_dir`` does not exist, or holds
@@ -94,8 +90,7 @@ def adapter_base(
     base_flag: str = "base_model",
 ) -> str:
     """The base an adapter loads onto, checked before anything loads: ``base_model`` when given, else the base
-    recorded in its ``adapter_config.json``; the one check of ``load_adapter``, ``export_adapter`` and the
-    command line's ``generate`` / ``export``.
+    recorded in its ``adapter_config.json`` (the one check of ``load_adapter``, ``export_adapter`` and the CLI).
 
     Args:
         adapter_dir: the adapter folder (must exist locally).
@@ -106,10 +101,8 @@ def adapter_base(
         The base's expanded local path or Hub id.
 
     Raises:
-        locations.PathArgumentError: (a ConfigError) no such adapter folder, not a saved adapter, or the base is a
-            local path that does not exist: a recorded base that moved is named with the file it was read from and
-            ``base_flag`` to pass instead (``"--base_model (not given: the value recorded in
-            .../adapter_config.json): no such file or folder: /old/base; pass --base_model with where it is now"``).
+        locations.PathArgumentError: (a ConfigError) no such adapter folder, not a saved adapter, or a local base
+            that does not exist (a recorded one is named with the file it was read from, and ``base_flag``).
         locations.HubUnreachableError: the base is a Hub id that the Hub does not answer for and the cache lacks.
     """
     from .demo_model import check_model_source
@@ -136,37 +129,25 @@ def load_adapter(
 
     Args:
         adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
-        max_seq_length, dtype, load_in_4bit: as ``loading.load_model``; None (the default): what the run recorded
-            (``run_record.read_record``: the adapter's ``tinyllama_ft.json``, else the run's ``run_config.json``),
-            else the base's trained positions (no RoPE scaling), the hardware's dtype and
-            ``DEFAULTS.load_in_4bit``. A ``max_seq_length`` other than the recorded one is refused (RoPE scaling
-            follows it, so the model would answer garbled); another ``dtype`` / ``load_in_4bit`` is used, said in
-            one line.
+        max_seq_length, dtype, load_in_4bit: as ``loading.load_model``; None: what the run recorded
+            (``run_record.read_record``), else the base's trained positions (no RoPE scaling), the hardware's dtype
+            and ``DEFAULTS.load_in_4bit``. Another ``max_seq_length`` than the recorded one is refused (RoPE scaling
+            follows it); another ``dtype`` / ``load_in_4bit`` is used, said in one line.
         backend, hardware, trust_remote_code: as ``loading.load_model``.
         base_model: override the base recorded in the adapter (e.g. a local copy of it).
-        merged: return a plain 16-bit model with the adapter merged into the weights, on the transformers
-            backend: the base is loaded as it was trained (4-bit when ``load_in_4bit`` on CUDA), dequantized
-            to the compute dtype, and the LoRA update added (``merge_and_unload``). The weights the
-            adapter was trained against, in one matrix each: what ``generation.stream``'s CUDA-graph decoder
-            needs (the notebook's reload default). False: the article's base + adapter on top.
-            An adapter trained after a chat template added tokens (``lora.add_lora``'s ``train_embeddings``) saved
-            the resized embeddings: the base is resized to them first (``adapter_fit.saved_embedding_rows``),
-            on the transformers backend.
+        merged: a plain 16-bit transformers model with the adapter merged in (``merge_and_unload`` on the base
+            loaded as trained, dequantized): what the CUDA-graph decoder needs. False: base + adapter on top.
+            Saved resized embeddings (a chat template's added tokens) resize the base first.
 
     Returns:
-        ``(model, tokenizer)``: the model in eval mode (a peft model, or the merged transformers model)
-        and the adapter's tokenizer.
+        ``(model, tokenizer)``: the model in eval mode and the adapter's tokenizer.
 
     Raises:
-        locations.PathArgumentError / HubUnreachableError: as ``adapter_base`` (no such adapter folder, not an adapter,
-            a recorded base that moved, an unreachable Hub id); FileNotFoundError: ``adapter_dir`` has no
-            ``adapter_model.safetensors`` (adapter weights are read as safetensors only, never a pickle).
-        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base (another model
-            type, vocabulary or hidden sizes, or target modules the base lacks): names each difference.
+        locations.PathArgumentError / HubUnreachableError: as ``adapter_base``.
+        FileNotFoundError: no ``adapter_model.safetensors`` (never a pickle); no tokenizer files beside saved resized
+            embeddings (``adapter_tokenizer_source``).
+        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base: names each difference.
         coercion.ConfigError: (a ``ValueError``) ``max_seq_length`` contradicts the recorded one (names both).
-        FileNotFoundError: the adapter folder has no tokenizer files and saved resized embeddings (the base's
-            tokenizer lacks the added tokens); without resized embeddings the base's tokenizer is used, said in
-            one line.
     """
     from ..machine.hardware import detect_hardware, is_importable
     from .loading import choose_backend, ensure_pad_token, load_model
@@ -189,9 +170,7 @@ def load_adapter(
     max_seq_length, dtype, load_in_4bit = settings["max_seq_length"], settings["dtype"], settings["load_in_4bit"]
     if max_seq_length is None:  # nothing recorded: the base's own positions, never a RoPE scaling nobody trained
         max_seq_length = base_positions(base, trust_remote_code=trust_remote_code)
-    if merged and "unsloth" in sys.modules:
-        # Unsloth replaces transformers' Llama forward methods for the whole process when it loads a model:
-        # a plain transformers model built now would run Unsloth's code. Reload the article's way instead.
+    if merged and "unsloth" in sys.modules:  # Unsloth patched transformers' forwards for the whole process
         warnings.warn(
             "merged=True after Unsloth was used in this process: reloading base + adapter with "
             "Unsloth instead (restart the runtime and reload to get the merged 16-bit model)",
@@ -235,7 +214,7 @@ def load_adapter(
             model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
         if merged:
             model = model.merge_and_unload()
-            if hasattr(model, "peft_config"):  # peft < 0.2x leaves it on the merged model
+            if hasattr(model, "peft_config"):  # peft (0.21) leaves it on the merged model
                 del model.peft_config
         tokenizer = AutoTokenizer.from_pretrained(
             adapter_tokenizer_source(adapter_dir, base, resized=bool(rows)), trust_remote_code=trust_remote_code
@@ -246,14 +225,15 @@ def load_adapter(
 
 
 def saves_whole_modules(adapter_dir: str) -> bool:
-    """The adapter saved whole modules beside its LoRA matrices (peft's ``modules_to_save``: the embeddings and LM
-    head of a chat template's added tokens).
+    """The adapter saved whole modules beside its LoRA matrices (``PeftConfig.modules_to_save``: the embeddings and
+    LM head of a chat template's added tokens).
 
     Raises:
-        OSError / ValueError: ``adapter_config.json`` is missing or not JSON.
+        ValueError: ``adapter_dir`` holds no readable ``adapter_config.json`` (PEFT's message).
     """
-    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
-        return bool(json.load(f).get("modules_to_save"))
+    from peft import PeftConfig
+
+    return bool(PeftConfig.from_pretrained(adapter_dir).modules_to_save)
 
 
 #: Files of a saved tokenizer, any one of which ``AutoTokenizer`` reads a tokenizer from.
@@ -264,14 +244,11 @@ def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = Fal
     """Where the adapter's tokenizer is read from: the adapter folder (``save_adapter`` writes it there), else the base.
 
     Args:
-        adapter_dir: the adapter folder.
-        base: the base model's folder or Hub id.
-        resized: the adapter saved resized embeddings (a chat template's added tokens), which the base's own
-            tokenizer cannot produce.
+        adapter_dir: the adapter folder. base: the base model's folder or Hub id.
+        resized: the adapter saved resized embeddings (added tokens the base's tokenizer lacks).
 
     Returns:
-        ``adapter_dir``, or ``base`` (said in one line) when the folder holds no tokenizer file (a PEFT folder saved
-        without one).
+        ``adapter_dir``, or ``base`` (said in one line) when the folder holds no tokenizer file.
 
     Raises:
         FileNotFoundError: no tokenizer file in ``adapter_dir`` and ``resized``: names the folder and what to copy.
@@ -289,8 +266,8 @@ def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = Fal
 
 
 def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote_code) -> int:
-    """The base model's trained positions (``max_position_embeddings``), the ``max_seq_length`` that applies no
-    RoPE scaling; ``DEFAULTS.max_seq_length`` when its config has none.
+    """The base model's ``max_position_embeddings`` (the ``max_seq_length`` without RoPE scaling), else
+    ``DEFAULTS.max_seq_length``.
 
     Raises:
         OSError: as ``transformers.AutoConfig.from_pretrained`` (no such folder, not cached offline).

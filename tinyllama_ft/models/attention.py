@@ -1,10 +1,9 @@
 """Attention kernel outside training: SDPA in place of flex attention while a model scores or generates.
 
-Flex attention runs through a ``torch.compile``d kernel that inductor recompiles for new shapes, and failed
-(``NoValidChoicesError``) on the just-trained model (tests/gpu/test_gpu_export.py). Scoring and generation have
-no packed rows, so ``sdpa_outside_training`` switches the model to SDPA for the call and back afterwards.
-``eager_block_masks`` has transformers build flex attention's block masks without ``torch.compile`` (compiling
-the mask builder took 38-240 s of a fresh process's first two steps: docs/speed.md).
+Flex attention's compiled kernel recompiles for new shapes and failed on the just-trained model
+(tests/gpu/test_gpu_export.py); scoring and generation have no packed rows, so ``sdpa_outside_training`` uses SDPA
+for the call. ``eager_block_masks`` has transformers build flex attention's block masks without ``torch.compile``
+(compiling them took 38-240 s: docs/speed.md).
 """
 
 from __future__ import annotations
@@ -23,16 +22,9 @@ def attention_implementation(model) -> str | None:
 
 @contextmanager
 def sdpa_outside_training(model):
-    """Run the block with ``model`` on SDPA attention when it trains with flex attention; restore it after.
-
-    For model calls outside training only (scoring, generation): SDPA does not separate packed rows.
-
-    Args:
-        model: a transformers model or a PEFT model around one (anything else is left alone).
-
-    Yields:
-        The attention implementation in use during the block.
-    """
+    """Run the block with ``model`` (a transformers or PEFT model; anything else is left alone) on SDPA attention
+    when it trains with flex attention, restored after; yields the implementation in use. Outside training only:
+    SDPA does not separate packed rows."""
     before = attention_implementation(model)
     if before not in TRAINING_ONLY_ATTENTION or not hasattr(model, "set_attn_implementation"):
         yield before
@@ -55,14 +47,9 @@ def flex_block_mask(
     device="cpu",
     **kwargs,
 ):
-    """transformers' ``masking_utils.flex_attention_mask`` (same arguments, same mask) built eagerly.
-
-    transformers calls ``create_block_mask(..., _compile=True)``: in a fresh process that compiled for 38 s
-    (Alpaca rows) to 240 s (conversations) on the H200, once with static and once with dynamic shapes. Eagerly,
-    torch evaluates ``mask_function`` over the whole (batch, 1, q_length, kv_length) grid, a transient
-    ``batch_size * q_length * kv_length`` booleans (8 x 2,048 x 2,048: 32 MiB) and an index tensor of the same
-    shape, then keeps the (batch, 1, q_length / 128, kv_length / 128) blocks (tests/test_attention.py checks it
-    against the document-causal mask of packed rows).
+    """transformers' ``masking_utils.flex_attention_mask`` (same arguments, same mask) built with
+    ``create_block_mask(..., _compile=False)``: a transient (batch, 1, q_length, kv_length) boolean grid (8 x 2,048 x
+    2,048: 32 MiB), then the 128 x 128 blocks (tests/test_attention.py checks it on packed rows).
 
     Args:
         batch_size, q_length, kv_length (int): the mask's shape; q_offset, kv_offset (int): the first query and
@@ -84,15 +71,8 @@ def flex_block_mask(
 
 
 def eager_block_masks(model) -> bool:
-    """Have transformers build flex attention's block masks with ``flex_block_mask`` (in this process, for every
-    model on flex attention: the masks are the same, only not compiled), when ``model`` trains with it.
-
-    Args:
-        model: a transformers model or a PEFT model around one.
-
-    Returns:
-        True when ``model`` uses flex attention (the mask builder is then registered), else False.
-    """
+    """When ``model`` (transformers or PEFT) trains with flex attention, register ``flex_block_mask`` as
+    transformers' builder of its block masks (for this process) and return True; else False."""
     if attention_implementation(model) != "flex_attention":
         return False
     from transformers.masking_utils import AttentionMaskInterface

@@ -1,10 +1,9 @@
 """Chat templates: the tokenizer's own, or a named one for a base model, with EOS and stop tokens to match.
 
 ``set_chat_template`` keeps the tokenizer's template or installs one of ``NAMED_TEMPLATES`` as TRL's
-``clone_chat_template`` does (tokens added, EOS and generation config set to the end-of-turn token);
-``check_stop_tokens`` refuses a template whose end-of-turn token generation would not stop on. The end-of-turn
-token is read from the template itself (``end_of_turn_token``, through ``render_turns``).
-TRL's ``clone_chat_template`` needs a source tokenizer from the Hub; ours runs offline (tests/test_chat_templates.py).
+``clone_chat_template`` does (tokens added, EOS and generation config set to the end-of-turn token, which is read
+from the template itself). Kept: TRL's ``clone_chat_template`` needs a source tokenizer from the Hub; ours runs
+offline (tests/test_chat_templates.py).
 """
 
 from __future__ import annotations
@@ -18,8 +17,7 @@ CHATML_TEMPLATE = (
     "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
-#: Zephyr's template (HuggingFaceH4/zephyr-7b-beta, TinyLlama/TinyLlama-1.1B-Chat-v1.0 tokenizer_config.json): role
-#: markers as plain text, every turn closed by the tokenizer's own EOS (``</s>`` on Llama-2), so no new token.
+#: Zephyr's template (TinyLlama/TinyLlama-1.1B-Chat-v1.0 tokenizer_config.json): every turn closed by EOS, no new token.
 ZEPHYR_TEMPLATE = (
     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\n' + message['content'] + eos_token }}\n"
     "{% elif message['role'] == 'system' %}\n{{ '<|system|>\n' + message['content'] + eos_token }}\n"
@@ -30,8 +28,8 @@ ZEPHYR_TEMPLATE = (
 
 @dataclass(frozen=True)
 class NamedTemplate:
-    """A chat template for a base model: its Jinja text (or the TRL file holding it), the special tokens it
-    needs, and its end-of-turn token (None: the tokenizer's own EOS)."""
+    """A chat template for a base model: its Jinja text (or TRL's file), the special tokens it needs, and its
+    end-of-turn token (None: the tokenizer's own EOS)."""
 
     template: str | None
     special_tokens: tuple[str, ...]
@@ -85,16 +83,8 @@ class TemplateMismatch(ValueError):
 
 
 def render(tokenizer, messages, *, add_generation_prompt: bool = False, chat_template: str | None = None) -> str:
-    """``tokenizer.apply_chat_template`` as text (no tokenization).
-
-    Args:
-        tokenizer: with a chat template (or pass ``chat_template``).
-        messages: turns as ``[{"role", "content"}]``.
-        add_generation_prompt: end with the assistant's header, for generation.
-        chat_template: a Jinja template to use instead of the tokenizer's.
-
-    Returns:
-        The rendered conversation.
+    """``tokenizer.apply_chat_template(messages, tokenize=False, ...)``: ``messages`` (``[{"role", "content"}]``)
+    rendered as text, ending with the assistant's header when ``add_generation_prompt``.
 
     Raises:
         ValueError: the tokenizer has no chat template and none is given (transformers' message).
@@ -109,11 +99,10 @@ def render_turns(
 ) -> list[tuple[str, bool, bool]]:
     """The rendered conversation cut into ``(text, supervised, is_content)`` pieces, in order.
 
-    The template is rendered once with placeholder contents, which locates each turn's content and the markup
-    around it; the real contents are then put back (as rendered: exactly, or trimmed when the template trims)
-    and the joined pieces are checked to equal the real rendering. An assistant turn is supervised from the end
-    of the generation prompt (when the template is prefix-preserving there; else from its content) through its
-    ``end_of_turn`` token; everything else (system, user, markup, the newline after end-of-turn) is not.
+    Rendered once with placeholder contents to locate each turn's content and markup; the real contents are put
+    back (trimmed where the template trims) and the joined pieces checked against the real rendering. An assistant
+    turn is supervised from the end of the generation prompt (else from its content) through its ``end_of_turn``
+    token; everything else is not.
 
     Args:
         tokenizer: with a chat template. messages: normalised turns (``conversations``).
@@ -172,11 +161,7 @@ def end_of_turn_token(tokenizer, *, chat_template: str | None = None) -> str:
             "the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
             f"one, else one of {sorted(NAMED_TEMPLATES)}"
         )
-    marks = [
-        {"role": "user", "content": _MARK.format(0)},
-        {"role": "assistant", "content": _MARK.format(1)},
-        {"role": "user", "content": _MARK.format(2)},
-    ]
+    marks = [{"role": role, "content": _MARK.format(i)} for i, role in enumerate(("user", "assistant", "user"))]
     probe = render(tokenizer, marks, chat_template=chat_template)
     after = probe[probe.find(_MARK.format(1)) + len(_MARK.format(1)) : probe.find(_MARK.format(2))]
     specials = special_tokens(tokenizer)
@@ -204,22 +189,17 @@ def stop_token_ids(tokenizer, model=None, *, chat_template: str | None = None) -
 
 
 def _generation_eos_ids(model) -> list[int]:
-    config = getattr(model, "generation_config", None)
-    eos = getattr(config, "eos_token_id", None)
+    eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
     if eos is None:
         eos = getattr(model.config, "eos_token_id", None)
     return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
 
 def check_stop_tokens(tokenizer, model) -> int:
-    """Refuse a template whose end-of-turn token the model's generation config does not stop on.
-
-    Returns:
-        The end-of-turn token id.
+    """The end-of-turn token id, once the model's generation config (or config) stops on it.
 
     Raises:
-        ValueError: the end-of-turn id is not in ``model.generation_config.eos_token_id`` (or ``config``'s),
-            naming both, and saying how to fix it.
+        ValueError: it does not stop on it: names both, and how to fix it.
     """
     token = end_of_turn_token(tokenizer)
     token_id = tokenizer.convert_tokens_to_ids(token)
@@ -236,8 +216,8 @@ def check_stop_tokens(tokenizer, model) -> int:
 
 @dataclass
 class ChatFormat:
-    """What ``set_chat_template`` set: the template's name, end-of-turn token, stop ids, and the ids of tokens
-    it added (their embedding rows are new: train them, e.g. peft's ``trainable_token_indices``)."""
+    """What ``set_chat_template`` set: the template's name, end-of-turn token, stop ids, and the ids of the tokens
+    it added (their new embedding rows must train)."""
 
     name: str
     end_of_turn: str
@@ -250,10 +230,9 @@ def set_chat_template(tokenizer, model=None, *, chat_template: str = DEFAULTS.ch
 
     Args:
         tokenizer: the model's tokenizer.
-        model: the model (its embeddings are resized for new tokens; its config and generation config get the
-            stop ids); None to set the tokenizer only.
+        model: its embeddings are resized for new tokens, its configs get the stop ids; None: the tokenizer only.
         chat_template: ``"auto"`` (the tokenizer's own; ``DEFAULTS.chat_template``), a ``NAMED_TEMPLATES`` name
-            (``chatml``, ``zephyr``, ``llama-3``) for a base model, or a Jinja string (used as is, EOS unchanged).
+            for a base model, or a Jinja string (used as is, EOS unchanged).
 
     Returns:
         A ``ChatFormat``.
@@ -287,9 +266,7 @@ def set_chat_template(tokenizer, model=None, *, chat_template: str = DEFAULTS.ch
     else:
         template_text(chat_template)  # raises naming the choices
     eot = end_of_turn_token(tokenizer)
-    stops = stop_token_ids(tokenizer)
-    if model is not None and name not in NAMED_TEMPLATES:
-        stops = stop_token_ids(tokenizer, model)
+    stops = stop_token_ids(tokenizer, model if name not in NAMED_TEMPLATES else None)
     if model is not None:
         if len(tokenizer) > model.get_input_embeddings().weight.shape[0]:
             model.resize_token_embeddings(len(tokenizer))
@@ -303,15 +280,8 @@ def set_chat_template(tokenizer, model=None, *, chat_template: str = DEFAULTS.ch
 
 
 def chat_prompt(tokenizer, messages) -> str:
-    """The generation prompt for ``messages``: the template with ``add_generation_prompt=True``, so the model
-    answers as the assistant.
-
-    Args:
-        tokenizer: with a chat template. messages: a conversation's turns, or a string (one user turn).
-
-    Returns:
-        The prompt text (special tokens as text; tokenize with ``add_special_tokens=False``).
-    """
+    """The generation prompt (``add_generation_prompt=True``) for ``messages``: a conversation's turns, or a string
+    (one user turn). Special tokens are text: tokenize it with ``add_special_tokens=False``."""
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     return render(tokenizer, messages, add_generation_prompt=True)

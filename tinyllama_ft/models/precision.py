@@ -1,8 +1,5 @@
-"""One precision decision for the whole run: model weights, 4-bit compute dtype and trainer flags.
-
-The article passes ``dtype=None`` to Unsloth ("auto": fp16 on T4/V100, bf16 on Ampere and newer) and
-sets the trainer's ``fp16 = not is_bf16_supported()`` / ``bf16 = is_bf16_supported()``. Here that
-decision is made once, from the compute capability, and everything else follows it.
+"""One precision decision for the whole run (model weights, 4-bit compute dtype, trainer flags), made once from the
+compute capability as the article's ``dtype=None`` and ``fp16 = not is_bf16_supported()`` make it.
 """
 
 from __future__ import annotations
@@ -66,11 +63,8 @@ def trainer_precision_flags(dtype_name: str, cpu_autocast_bf16: bool = False) ->
     """The trainer's mixed-precision flags for the run's dtype: ``{"fp16": ..., "bf16": ...}``.
 
     Args:
-        dtype_name: the run's dtype (``resolve_dtype``).
-        cpu_autocast_bf16: fp32 weights on a CPU that computes bf16 natively, dtype chosen automatically:
-            bf16 autocast for the matmuls (TRL's ``SFTConfig`` default, what its CPU users get), weights
-            and optimizer state staying fp32.
-
-    fp32 sets neither otherwise.
+        dtype_name: the run's dtype (``resolve_dtype``); fp32 sets neither.
+        cpu_autocast_bf16: fp32 weights on a CPU that computes bf16 natively: bf16 autocast for the matmuls (TRL's
+            ``SFTConfig`` default), weights and optimizer state staying fp32.
     """
     return {"fp16": dtype_name == "float16", "bf16": dtype_name == "bfloat16" or cpu_autocast_bf16}

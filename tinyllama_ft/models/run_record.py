@@ -1,9 +1,7 @@
-"""What a run recorded beside its adapter, and how later commands take it.
-
-``save_adapter(..., record=adapter_record(...))`` writes ``<adapter_dir>/tinyllama_ft.json``: the prompt format
-and how the base was loaded; older adapters are read from the run's ``run_config.json``. ``resolve_settings``
-merges a caller's values with the record: a contradiction is refused where it would change the answers, and used
-with a notice where it is only another precision.
+"""What a run recorded beside its adapter (``tinyllama_ft.json``: the prompt format and how the base was loaded;
+older adapters: the run's ``run_config.json``), and how later commands take it: ``resolve_settings`` refuses a
+caller's value that contradicts the record where it would change the answers, and uses it with a notice where it is
+only another precision.
 """
 
 from __future__ import annotations
@@ -14,7 +12,7 @@ import sys
 from typing import Any, Mapping
 
 from ..config.coercion import ConfigError
-from ..machine.paths import expand_path
+from ..machine.paths import expand_path, write_json_atomically
 
 #: The record's file name inside the adapter folder.
 RECORD_FILE = "tinyllama_ft.json"
@@ -40,8 +38,7 @@ def adapter_record(cfg, plan=None, *, family=None) -> dict[str, Any]:
 
     Args:
         cfg: the run's ``FinetuneConfig``.
-        plan: its ``plan.RunPlan`` (the dtype and 4-bit choice the base was actually loaded with); None: the
-            configuration's ``dtype`` / ``load_in_4bit``.
+        plan: its ``plan.RunPlan`` (the dtype and 4-bit choice the base was loaded with); None: the configuration's.
         family: ``families.prepare_family``'s ``FamilySetup`` for a chat run (its end-of-turn token and stop ids).
 
     Returns:
@@ -63,30 +60,18 @@ def adapter_record(cfg, plan=None, *, family=None) -> dict[str, Any]:
 
 
 def write_record(folder: str, record: Mapping[str, Any]) -> str:
-    """Write ``record`` to ``<folder>/tinyllama_ft.json``; returns the path. (``save_adapter`` calls it inside its
-    staging folder, so the record appears with the adapter or not at all.)"""
-    path = os.path.join(folder, RECORD_FILE)
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(dict(record), f, indent=2, sort_keys=True)
-    return path
+    """Write ``record`` to ``<folder>/tinyllama_ft.json`` (``paths.write_json_atomically``); returns the path."""
+    return write_json_atomically(os.path.join(folder, RECORD_FILE), dict(record), sort_keys=True)
 
 
 def read_record(adapter_dir: str) -> dict[str, Any]:
-    """What the run that saved ``adapter_dir`` recorded; ``{}`` when nothing was.
-
-    Args:
-        adapter_dir: an adapter folder.
-
-    Returns:
-        The adapter's own ``tinyllama_ft.json``; else the recorded fields of the run's ``run_config.json`` in the
-        folder or its parent (adapters saved before the record existed; there ``dtype`` / ``load_in_4bit`` are
-        the configuration's, not the plan's); else ``{}`` (a PEFT folder from elsewhere).
+    """What the run that saved ``adapter_dir`` recorded: its ``tinyllama_ft.json``; else the recorded fields of the
+    run's ``run_config.json`` in the folder or its parent; else ``{}`` (a PEFT folder from elsewhere, said once).
 
     Raises:
-        ConfigError: ``tinyllama_ft.json`` exists but is not a JSON object, or a recorded value is not one the
-            configuration allows (``dtype: "float99"``, ``max_seq_length: -5``): names the file and the field.
+        ConfigError: ``tinyllama_ft.json`` is not a JSON object, or a recorded value is not one the configuration
+            allows (``dtype: "float99"``): names the file and the field.
     """
-
     path = os.path.join(adapter_dir, RECORD_FILE)
     if os.path.isfile(path):
         try:
@@ -120,11 +105,7 @@ _SAID_UNRECORDED: set[str] = set()
 
 
 def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
-    """``record``, once its values pass the configuration's own checks (``FinetuneConfig``).
-
-    Raises:
-        ConfigError: the first value the configuration refuses, with the file named.
-    """
+    """``record``, once its values pass ``FinetuneConfig``'s checks; else ConfigError naming the file."""
     from ..config.finetune import FinetuneConfig
 
     values = {k: record[k] for k in (*MUST_MATCH, *MAY_DIFFER) if k in record}
@@ -138,12 +119,9 @@ def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
 
 
 def recorded_format(record: Mapping[str, Any]) -> str:
-    """The name of the data format the adapter was trained with (``formats.data_format(cfg).name``): ``"alpaca"``, or
-    a conversation layout (``"auto"``, ``"messages"``, ``"sharegpt"``): how it is prompted and stopped.
-
-    A record that names none (a run from before chat runs, or ``{}`` for a PEFT folder from elsewhere) was Alpaca:
-    decided here, once, for every caller (``load_adapter``, ``generate``, ``export``).
-    """
+    """The data format the adapter was trained with (``formats.data_format(cfg).name``): ``"alpaca"`` or a
+    conversation layout (``"auto"``, ``"messages"``, ``"sharegpt"``); a record naming none was Alpaca (decided here
+    for every caller)."""
     return record.get("dataset_format") or "alpaca"
 
 
@@ -153,18 +131,16 @@ def resolve_settings(
     """The settings to load and prompt an adapter with: the caller's, the record's, then the defaults.
 
     Args:
-        record: ``read_record``'s result.
-        given: name -> value the caller passed; None means "not given".
-        defaults: name -> value used when neither gives one (e.g. ``max_seq_length=None``: the base's positions).
+        record: ``read_record``'s result. given: name -> value the caller passed (None: not given).
+        defaults: name -> value used when neither gives one (``max_seq_length=None``: the base's positions).
         where: the caller, for messages (``"tinyllama-ft generate"``).
 
     Returns:
         ``{name: value}`` for every name in ``defaults``, and every name of ``given`` that is given or recorded.
 
     Raises:
-        ConfigError: a given value of ``MUST_MATCH`` differs from the recorded one; the message names the field,
-            both values and how to fix it. A given ``template`` on a chat record is refused the same way (a chat
-            adapter is prompted through its own chat template).
+        ConfigError: a given value of ``MUST_MATCH`` differs from the recorded one, or a ``template`` is given for a
+            chat adapter: names the field, both values and how to fix it.
     """
     out = dict(defaults)
     out.update({k: v for k, v in record.items() if k in out or k in given})

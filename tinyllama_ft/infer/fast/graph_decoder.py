@@ -1,9 +1,8 @@
 """Greedy decoding of a Llama model with fused projections, a static KV cache and a captured CUDA graph.
 
-transformers' Llama math with fewer kernels (``llama_ops.py``: fused q|k|v and gate|up weights, Triton
-matrix-vector products at batch 1, Liger's kernels where installed), one decode step captured as a CUDA graph and
-replayed for every token: no compiler needed. Batches are left-padded, each row with its own RoPE positions. The
-fused weights are a copy kept per model (``llama_ops.FUSED_WEIGHTS``). Throughput: docs/speed.md.
+transformers' Llama math in fewer kernels (``llama_ops.py``; Triton matrix-vector products at batch 1), one decode
+step captured as a CUDA graph and replayed for every token, no compiler needed. Batches are left-padded, each row
+with its own RoPE positions. Throughput: docs/speed.md.
 """
 
 from __future__ import annotations
@@ -13,14 +12,12 @@ from typing import Callable, Sequence
 
 from .llama_ops import fused_weights, liger_ops, llama_model, rms_norm, rope, silu_mul, why_not_fusable
 
-#: SDPA kernels tried for the decode step (one row of queries per key/value head): each is captured and
-#: timed, the fastest kept. None = PyTorch's own choice (cuDNN on the H200, ~11 us a layer at 512 keys).
+#: SDPA kernels tried for the decode step, each captured and timed, the fastest kept (None: PyTorch's choice).
 ATTENTION_BACKENDS = (None, "EFFICIENT_ATTENTION")
 #: Replays timed per candidate.
 ATTENTION_TRIAL_STEPS = 20  # < CACHE_BLOCK: the trial replays advance through the cache
-#: Batch-1 projections: "cublas" (``F.linear``), "triton" (``triton_gemv.gemv``: 673 vs 602 tokens/s through
-#: ``stream`` on the H200, the same agreement with ``generate``; benchmarks/README.md) or "auto" (Triton on
-#: CUDA where it imports, else cuBLAS); what ``fused_decoder_for`` builds.
+#: Batch-1 projections ``fused_decoder_for`` builds with: "cublas" (``F.linear``), "triton" (``triton_gemv.gemv``,
+#: faster on the H200: benchmarks/README.md) or "auto" (Triton on CUDA where it imports).
 MATMUL = "auto"
 MATMULS = ("auto", "cublas", "triton")
 #: Cache lengths are rounded up to this many tokens, so requests of similar length share one decoder.
@@ -30,9 +27,8 @@ FUSED_DECODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def fused_decoder_for(model, batch_size: int, tokens: int) -> "FusedLlamaDecoder":
-    """The model's ``FusedLlamaDecoder`` for ``batch_size`` rows holding at least ``tokens`` tokens (made
-    once per batch size and kept in ``FUSED_DECODERS``; a longer request makes a longer one). The decoders of
-    one model share its fused weights.
+    """The model's ``FusedLlamaDecoder`` for ``batch_size`` rows holding at least ``tokens`` tokens (kept in
+    ``FUSED_DECODERS`` per batch size; a longer request makes a longer one).
 
     Raises:
         ValueError: as ``FusedLlamaDecoder``.
@@ -57,9 +53,7 @@ class FusedLlamaDecoder:
         batch_size: prompts decoded together.
         graph: capture the step as a CUDA graph (None: on a CUDA device).
         kernels: "liger" (fused Triton kernels, CUDA only), "torch", or None (Liger where it imports).
-        matmul: one of ``MATMULS``: the batch-1 decode step's projections through cuBLAS or the Triton
-            matrix-vector kernel (CUDA only; prompts and batches always use cuBLAS); "auto": Triton on
-            CUDA where it imports.
+        matmul: one of ``MATMULS``, for the batch-1 decode step's projections (prompts always use cuBLAS).
 
     Raises:
         ValueError: the model is not fusable, ``kernels="liger"`` where Liger is not available, or
@@ -111,11 +105,7 @@ class FusedLlamaDecoder:
             self.cos, self.sin = cos[0], sin[0]  # (L, D)
         shape = (batch_size, self.KV, max_cache_len, self.D)
         self.cache = [
-            (
-                torch.zeros(shape, dtype=self.dtype, device=self.device),
-                torch.zeros(shape, dtype=self.dtype, device=self.device),
-            )
-            for _ in self.layers
+            tuple(torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in "kv") for _ in self.layers
         ]
         self.columns = torch.arange(max_cache_len, device=self.device)
         # the step's inputs and outputs, fixed tensors (a CUDA graph reads and writes these addresses)
@@ -160,11 +150,7 @@ class FusedLlamaDecoder:
         for (w_in, w_qkv, w_o, w_post, w_gu, w_down), (k_cache, v_cache) in zip(self.layers, self.cache):
             h, residual = self._norm(x, w_in, residual)
             qkv = self._linear(h, w_qkv).view(B, T, H + 2 * KV, D)
-            q, k, v = (
-                qkv[:, :, :H].transpose(1, 2),
-                qkv[:, :, H : H + KV].transpose(1, 2),
-                qkv[:, :, H + KV :].transpose(1, 2),
-            )
+            q, k, v = (part.transpose(1, 2) for part in qkv.split([H, KV, KV], dim=2))
             q, k = rope(q, k, cos, sin, self.liger)
             k_cache.index_copy_(2, slots, k)
             v_cache.index_copy_(2, slots, v)
@@ -235,8 +221,7 @@ class FusedLlamaDecoder:
         return graph, start.elapsed_time(end) / ATTENTION_TRIAL_STEPS
 
     def _capture(self) -> None:
-        """Capture the step once per attention kernel in ``ATTENTION_BACKENDS`` (each ~0.1 s) and keep the
-        fastest; ``self.attention_ms`` records each one's time per step."""
+        """Capture the step per ``ATTENTION_BACKENDS`` kernel and keep the fastest (``attention_ms``: each one's)."""
         self.attention_ms = {}
         best = None
         for backend in ATTENTION_BACKENDS:
@@ -255,11 +240,8 @@ class FusedLlamaDecoder:
 
     def _prime(self) -> None:
         """Valid buffers for trial steps: they advance from column 0 (the caches are zeroed before a prompt)."""
-        self.token.zero_()
-        self.slot.zero_()
-        self.rope_pos.zero_()
-        self.first_key.zero_()
-        self.count.zero_()
+        for buffer in (self.token, self.slot, self.rope_pos, self.first_key, self.count):
+            buffer.zero_()
 
     def decode(
         self,

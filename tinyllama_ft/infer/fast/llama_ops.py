@@ -1,9 +1,7 @@
-"""A transformers Llama as the fused decoder (``graph_decoder.py``) reads it: which models qualify, their
-weights with q/k/v and gate/up concatenated (a 4-bit or PEFT model's as a merged 16-bit copy), and the pointwise parts of a decoder layer: Liger's fused
-Triton kernels where installed (one kernel each, in transformers' Llama casting order), or the same
-operations in plain torch (CPU, or no Liger).
-
-``liger`` arguments are ``liger_ops()``'s tuple, or None for the torch operations.
+"""A transformers Llama as the fused decoder (``graph_decoder.py``) reads it: which models qualify, their weights
+with q/k/v and gate/up concatenated (a 4-bit or PEFT model's as a merged 16-bit copy), and a decoder layer's
+pointwise parts: Liger's fused Triton kernels where installed (``liger`` arguments: ``liger_ops()``'s tuple), else
+the same operations in torch, in transformers' Llama casting order.
 """
 
 from __future__ import annotations
@@ -22,9 +20,8 @@ def llama_model(model):
 
 
 def why_not_fusable(model) -> str | None:
-    """None when the fused decoder reproduces ``model``: a transformers Llama in 16/32 bits or bitsandbytes 4/8
-    bits, plain or PEFT-wrapped with LoRA adapters on its projections (no DoRA, no LoRA bias, nothing merged into
-    the wrapper), not loaded by Unsloth (it has its own inference path); else why not."""
+    """None when the fused decoder reproduces ``model`` (a transformers Llama, 16/32-bit or bitsandbytes 4/8-bit,
+    plain or with LoRA adapters on its projections, not Unsloth's); else why not."""
     from ...models.loading import loaded_backend
 
     if loaded_backend(model) == "unsloth":
@@ -62,10 +59,9 @@ PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "
 
 
 def projection_weight(module, dtype):
-    """A projection's weight as the model computes with it, a (out, in) tensor in ``dtype``: bitsandbytes weights
-    dequantized and the active LoRA adapters' deltas added (PEFT's own ``dequantize_module_weight`` and
-    ``get_delta_weight``, summed in float32), so a PEFT model decodes as its merged 16-bit copy would; a plain
-    layer's weight is returned as it is (no copy) when it already has ``dtype``."""
+    """A projection's weight as the model computes with it, (out, in) in ``dtype``: PEFT's
+    ``dequantize_module_weight`` plus the active adapters' ``get_delta_weight`` (summed in float32); a plain
+    layer's own tensor when it already has ``dtype``."""
     from peft.utils.integrations import dequantize_module_weight
 
     if not hasattr(module, "lora_A"):
@@ -80,17 +76,12 @@ def projection_weight(module, dtype):
 
 
 def fused_weights(model) -> dict:
-    """The model's weights as the fused decoder reads them, made once and kept in ``FUSED_WEIGHTS`` (a snapshot:
-    after changing the model's weights, or switching its adapters on or off, call ``core.forget(model)``).
-
-    Args:
-        model: a model ``why_not_fusable`` accepts.
+    """The weights of ``model`` (one ``why_not_fusable`` accepts) as the fused decoder reads them, kept in
+    ``FUSED_WEIGHTS`` (a snapshot: call ``core.forget(model)`` after changing its weights or adapters).
 
     Returns:
         ``{"layers": [(input norm, q|k|v, o, post-attention norm, gate|up, down)] per layer, "embed", "norm",
-        "lm_head"}``: the concatenated projections are copies, and so is every projection of a 4/8-bit or
-        PEFT model (``projection_weight``: a merged 16-bit copy, TinyLlama 1.9 GiB in bf16); the other tensors
-        are the model's own.
+        "lm_head"}``: concatenated (and a 4/8-bit or PEFT model's) projections are copies; the rest the model's own.
     """
     import torch
 

@@ -1,21 +1,16 @@
 """One-token projections (``x @ W.T`` for a single row) as a Triton kernel, a lever for the fused decoder.
 
-At batch 1 every decode-step projection is a matrix-vector product that reads the whole weight once;
-cuBLAS runs them as GEMM-shaped kernels (``nvjet`` + a split-K reduction) at ~2.4 TB/s of the H200's
-~4.3 measured (benchmarks/README.md). This kernel gives each program ``BLOCK_N`` weight rows, reads them
-along K in ``BLOCK_K`` columns (coalesced), accumulates in float32 and writes one bf16/fp16/fp32 value
-per row: one kernel per projection, no reduction pass. ``FusedLlamaDecoder(matmul="triton")`` uses it;
-``benchmarks/decode_probe.py`` times it against cuBLAS on TinyLlama's shapes.
+At batch 1 each decode-step projection is a matrix-vector product; cuBLAS runs it as a GEMM plus a split-K
+reduction (~2.4 TB/s of the H200's ~4.3). Here each program reads ``BLOCK_N`` weight rows along K in ``BLOCK_K``
+columns and accumulates in float32: one kernel, no reduction pass (benchmarks/decode_probe.py times both).
 """
 
 from __future__ import annotations
 
-#: ``(BLOCK_N, BLOCK_K, num_warps)`` used when no shape-specific entry is in ``CONFIGS``: the sweep's best
-#: for three of TinyLlama's five shapes.
+#: ``(BLOCK_N, BLOCK_K, num_warps)`` for shapes not in ``CONFIGS``.
 DEFAULT_CONFIG = (4, 1024, 8)
-#: ``(N, K) -> (BLOCK_N, BLOCK_K, num_warps)``: per-shape choices, the fastest of 18 block shapes on the H200
-#: (benchmarks/decode_probe.py, results/2026-12-01-decode-probe.json): TinyLlama's q|k|v, o, gate|up,
-#: down and lm_head; 22 layers' projections 0.655 ms (2.96 TB/s) against cuBLAS's 0.828 (2.34 TB/s).
+#: ``(N, K) -> (BLOCK_N, BLOCK_K, num_warps)``: the fastest of 18 block shapes on the H200 for TinyLlama's q|k|v,
+#: o, gate|up, down and lm_head (benchmarks/decode_probe.py).
 CONFIGS: dict[tuple[int, int], tuple[int, int, int]] = {
     (2560, 2048): (4, 1024, 8),
     (2048, 2048): (4, 1024, 8),
@@ -57,8 +52,7 @@ def gemv(x, weight, out=None, config: tuple[int, int, int] | None = None):
     """``weight @ x``: x ``(K,)``, weight ``(N, K)`` row-major (a ``nn.Linear`` weight), same dtype, on CUDA.
 
     Args:
-        x: the one row of activations, contiguous.
-        weight: the projection's weight, contiguous.
+        x, weight: the one row of activations and the projection's weight, both contiguous.
         out: optional ``(N,)`` output tensor (else a new one).
         config: ``(BLOCK_N, BLOCK_K, num_warps)``; None: ``CONFIGS[(N, K)]`` or ``DEFAULT_CONFIG``.
 
