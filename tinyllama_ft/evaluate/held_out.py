@@ -339,13 +339,15 @@ def rows_within_positions(
 
 @dataclass(frozen=True)
 class HeldOutCheck:
-    """``held_out_check``'s result: the scores and the stopping count of one model state."""
+    """``held_out_check``'s result: the scores and the stopping count of one model state, and on preference pairs
+    their ``preference_checks.PreferenceScores``."""
 
     scores: HeldOutScores
     stopping: StoppingReport
+    preference: object | None = None
 
     def __str__(self) -> str:
-        return f"{self.scores}; {self.stopping}"
+        return f"{self.scores}; {self.stopping}" + (f"; {self.preference}" if self.preference is not None else "")
 
 
 def held_out_check(
@@ -370,7 +372,9 @@ def held_out_check(
         max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
 
     Returns:
-        ``HeldOutCheck``, or None without rows.
+        ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
+        ``preference`` holds ``preference_checks.preference_scores`` of the rows (accuracy, margins, log-probabilities);
+        the scores and the stopping count read each pair's prompt and chosen response.
 
     Raises:
         ValueError: as ``held_out_scores`` (every row longer than ``max_seq_length``, a row without fields).
@@ -384,7 +388,12 @@ def held_out_check(
     )
     short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
-    return HeldOutCheck(scores, stopping)
+    preference = None
+    if data_format.pairs:
+        from .preference_checks import preference_scores
+
+        preference = preference_scores(model, tokenizer, rows)
+    return HeldOutCheck(scores, stopping, preference)
 
 
 def heldout_summary(
@@ -395,9 +404,12 @@ def heldout_summary(
     Returns:
         ``{"heldout_before", "heldout_after"}`` (``HeldOutScores.as_dict``, or None), ``"stopped_before"``,
         ``"stopped_after"``, ``"stop_total"``, ``"stop_max_new_tokens"`` and ``"side_by_side"``
-        (``side_by_side.compare_answers`` rows, or []).
+        (``side_by_side.compare_answers`` rows, or []); on preference pairs also ``"preference": {"before",
+        "after"}`` (``PreferenceScores.as_dict``).
     """
-    return {
+    checks = {"before": before, "after": after}
+    preference = {k: c.preference.as_dict() for k, c in checks.items() if c is not None and c.preference is not None}
+    return ({"preference": preference} if preference else {}) | {
         "heldout_before": before.scores.as_dict() if before else None,
         "heldout_after": after.scores.as_dict() if after else None,
         "stopped_before": before.stopping.stopped if before else None,

@@ -25,7 +25,8 @@ def peft_wrapping() -> Iterator[None]:
     """Around peft's ``get_peft_model`` / ``PeftModel.from_pretrained``: the one read of transformers' deprecated
     ``is_gradient_checkpointing`` that peft makes there does not print transformers' FutureWarning on every model
     load. Our own code calls the current API (``activation_checkpointing_enable``, ``add_lora``); the value peft gets
-    is the same (the old property returns ``is_activation_checkpointing``), so nothing else changes. Any other
+    is the same (the old property returns ``is_activation_checkpointing``), so nothing else changes. TRL's DPO and KTO
+    trainers read it at each reference pass (``train.preference_trainer`` wraps their loss in this too). Any other
     warning passes through."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=CHECKPOINTING_ALIAS_WARNING, category=FutureWarning)
@@ -96,8 +97,9 @@ def add_lora(
     seed: int = DEFAULTS.seed,
     backend: str | None = None,
     train_embeddings: bool = False,
+    adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
 ):
-    """Wrap ``model`` (from ``loading.load_model``) in LoRA adapters.
+    """Wrap ``model`` (from ``loading.load_model``) in LoRA adapters: a fresh one, or a saved one to keep training.
 
     Args:
         model: the base model (``loading.load_model``).
@@ -115,16 +117,28 @@ def add_lora(
         train_embeddings: also train the input embeddings and the LM head in full (``embedding_modules``),
             saved with the adapter: for the tokens a chat template added (``ChatFormat.added_token_ids``).
             For TinyLlama-1.1B that is 2 x 32,002 x 2,048 = 131M more trainable parameters.
+        adapter_name_or_path: a saved adapter folder (an earlier run's ``adapter_dir``, any PEFT LoRA folder for
+            this base) to keep training instead of a fresh adapter (a preference run continuing an SFT run): its
+            own rank, scaling, target modules and saved whole modules apply (the arguments above that shape an
+            adapter are not read; said in one line), loaded by ``adapters.attach_adapter``. "" (the default): a
+            fresh adapter.
 
     Returns:
-        The ``peft`` model, with only the adapter weights (and the embeddings, with ``train_embeddings``)
-        trainable.
+        The ``peft`` model, with only the adapter weights (and the embeddings, with ``train_embeddings`` or when
+        the saved adapter holds them) trainable.
 
     Raises:
         ValueError: none of ``target_modules`` exists in the model (from peft); ``train_embeddings`` with the
-            Unsloth backend (not done there: use the transformers backend).
+            Unsloth backend (not done there: use the transformers backend); ``adapter_name_or_path`` with the
+            Unsloth backend (``plan.plan_run`` picks transformers for it).
+        adapter_fit.AdapterMismatchError: the saved adapter does not fit ``model``.
     """
     backend = backend or ("unsloth" if "unsloth" in sys.modules else "transformers")
+    if adapter_name_or_path and backend == "unsloth":
+        raise ValueError(
+            f"adapter_name_or_path={adapter_name_or_path!r}: a saved adapter is continued on the transformers "
+            "backend (PEFT), not Unsloth's: set backend='transformers' (the plan picks it with backend='auto')"
+        )
     if train_embeddings and backend == "unsloth":
         raise ValueError(
             "train_embeddings (the chat template added tokens, whose new embedding rows must train) is "
@@ -160,6 +174,14 @@ def add_lora(
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
+        if adapter_name_or_path:
+            from .adapters import attach_adapter
+
+            print(
+                f"continuing the adapter in {adapter_name_or_path} (its own rank, scaling and target modules; "
+                "lora_r, lora_alpha, lora_dropout, lora_bias, target_modules, use_rslora are not read)"
+            )
+            return attach_adapter(model, adapter_name_or_path, trainable=True)[0]
         torch.manual_seed(seed)
         modules, tied = embedding_modules(model) if train_embeddings else ((), False)
         config = lora_config(
