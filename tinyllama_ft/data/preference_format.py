@@ -144,8 +144,8 @@ class PreferenceFormat:
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
         """The wrapped format's ``prepare`` (a chat template, stop ids and pad token for conversations); a continued
-        adapter's recorded stop ids must be the ones the template gives, and any embedding rows it saved must be
-        the tokenizer's.
+        adapter's recorded stop ids must be the ones the template gives, and any embedding rows it saved the
+        model's (the same tokens added).
 
         Returns:
             The LoRA target modules (as the wrapped format's; a continued adapter keeps its own).
@@ -170,11 +170,11 @@ class PreferenceFormat:
                 f"adapter_name_or_path={self.adapter_name_or_path!r} recorded stop ids {list(recorded)}, and the "
                 f"chat template here gives {list(stops)}: is model_name the base it was trained on?"
             )
-        rows = saved_embedding_rows(self.adapter_name_or_path, model)
-        if rows and rows != len(tokenizer):
+        rows, here = saved_embedding_rows(self.adapter_name_or_path, model), model.get_input_embeddings().num_embeddings
+        if rows and rows != here:
             raise ConfigError(
-                f"adapter_name_or_path={self.adapter_name_or_path!r} saved embeddings for {rows} tokens (a chat "
-                f"template's added tokens), and the tokenizer here has {len(tokenizer)}: continue it on "
+                f"adapter_name_or_path={self.adapter_name_or_path!r} saved embeddings of {rows} rows (a chat "
+                f"template's added tokens), and the model here has {here} ({len(tokenizer)} tokens): continue it on "
                 f"conversations with the chat_template it was trained with, on the base it was trained on"
             )
 
