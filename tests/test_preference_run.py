@@ -300,7 +300,7 @@ def test_conversational_pairs_run_through_the_chat_format(tmp_path, cpu):
 
 
 def test_the_held_out_check_scores_the_pairs_and_the_summary_holds_a_preference_block(stories_dir, tmp_path, cpu):
-    from tinyllama_ft.evaluate.held_out import held_out_check, heldout_summary
+    from tinyllama_ft.evaluate.held_out import held_out_check, held_out_scores, heldout_summary
     from tinyllama_ft.evaluate.preference_checks import preference_scores
     from tinyllama_ft.train.summary import build_run_summary, format_preference
 
@@ -309,6 +309,10 @@ def test_the_held_out_check_scores_the_pairs_and_the_summary_holds_a_preference_
     rows = fmt.held_out_rows(held)
     check = held_out_check(model, tokenizer, rows, data_format=fmt, max_seq_length=cfg.max_seq_length)
     assert check.preference == preference_scores(model, tokenizer, rows) and check.preference.pairs == len(rows)
+    alone = held_out_scores(model, tokenizer, rows, data_format=fmt, max_seq_length=cfg.max_seq_length)
+    figures = ("response_loss", "full_text_loss", "eos_probability", "response_tokens", "full_text_tokens", "rows")
+    for name in figures:  # the chosen responses, scored once for both checks
+        assert getattr(check.scores, name) == pytest.approx(getattr(alone, name), rel=1e-5), name
     assert check.scores.rows == len(rows) and "preference accuracy" in str(check)
     ids, masks = fmt.score_ids(tokenizer, rows[:1])
     assert ids[0] == rows[0]["prompt_ids"] + rows[0]["chosen_ids"] and sum(masks[0]) == len(rows[0]["chosen_ids"])
