@@ -15,8 +15,9 @@ import sys
 
 import pytest
 from chat_fixtures import cpu_trl_cannot_train, smollm2_dir
-from conftest import REPO
+from conftest import REPO, execute_notebook
 from preference_fixtures import CHAT_PAIRS, TEXT_PAIRS
+from test_chat_notebook import _parameters
 
 from tinyllama_ft.config.coercion import ConfigError
 from tinyllama_ft.config.finetune import FIELD_NAMES, FinetuneConfig
@@ -29,20 +30,6 @@ RECIPE = "dpo_offline_cpu"
 #: subclasses silence it, but TRL 1.15 reads it outside the loss too (its own read, not this package's).
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 newest_trl = pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss)")
-
-
-def _parameters(path):
-    import ast
-
-    import jupytext
-
-    [cell] = [c for c in jupytext.read(path).cells if "parameters" in c.metadata.get("tags", [])]
-    tree = ast.parse(cell.source)
-    return {
-        node.targets[0].id: ast.literal_eval(node.value)
-        for node in tree.body
-        if isinstance(node, ast.Assign) and not node.targets[0].id.startswith("_")
-    }
 
 
 def test_preference_notebook_pair_badge_and_generated_parameters_cell():
@@ -120,30 +107,37 @@ def _pairs_file(path, rows=TEXT_PAIRS):
     return str(path)
 
 
-def _stories_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
-    """A preference run's configuration on stories260K and ``TEXT_PAIRS`` (a local file), batch 2, 2 steps."""
+def _run_fields(tmp_path, **fields) -> dict:
+    """A short preference run's configuration values (DPO, text pairs, batch 2 x 1, 2 steps at 1e-3, no W&B, no
+    checkpoint or evaluation within the steps), ``fields`` on top."""
     values = dict(
         method="dpo",
-        model_name=str(stories_dir),
-        dataset=_pairs_file(tmp_path / "pairs.jsonl"),
+        dataset_format="alpaca",
         max_seq_length=256,
         load_in_4bit=False,
         backend="transformers",
+        lora_r=4,
+        lora_alpha=8,
         per_device_train_batch_size=2,
         gradient_accumulation_steps=1,
         max_steps=2,
-        test_size=0.25,
-        report_to="none",
-        output_dir=str(tmp_path / "out"),
-        dataset_num_proc=None,
-        lora_r=4,
-        lora_alpha=8,
-        eval_steps=1000,
-        save_steps=1000,
         learning_rate=1e-3,
         warmup_ratio=0.0,
+        gradient_checkpointing=False,
+        test_size=0.25,
+        eval_steps=1000,
+        save_steps=1000,
+        report_to="none",
+        dataset_num_proc=None,
+        output_dir=str(tmp_path / "out"),
     )
-    return FinetuneConfig(**{**values, **fields})
+    return {**values, **fields}
+
+
+def _stories_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
+    """A preference run's configuration on stories260K and ``TEXT_PAIRS`` (a local file)."""
+    dataset = _pairs_file(tmp_path / "pairs.jsonl")
+    return FinetuneConfig(**_run_fields(tmp_path, model_name=str(stories_dir), dataset=dataset, **fields))
 
 
 def _saved_adapter(stories_dir, folder, **record_fields) -> str:
@@ -274,21 +268,9 @@ def test_conversational_pairs_run_through_the_chat_format(tmp_path, cpu):
     tokenizer = smollm2_tokenizer()
     tiny_model("llama", tokenizer).save_pretrained(tmp_path / "tiny")
     tokenizer.save_pretrained(tmp_path / "tiny")
+    dataset = _pairs_file(tmp_path / "chat.jsonl", CHAT_PAIRS)
     cfg = FinetuneConfig(
-        method="dpo",
-        model_name=str(tmp_path / "tiny"),
-        dataset=_pairs_file(tmp_path / "chat.jsonl", CHAT_PAIRS),
-        dataset_format="messages",
-        max_seq_length=256,
-        load_in_4bit=False,
-        backend="transformers",
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=1,
-        max_steps=1,
-        report_to="none",
-        output_dir=str(tmp_path / "out"),
-        dataset_num_proc=None,
-        test_size=0.25,
+        **_run_fields(tmp_path, model_name=str(tmp_path / "tiny"), dataset=dataset, dataset_format="messages")
     )
     fmt, plan, model, tokenizer, trainer, held = _through_the_cells(cfg, hardware=cpu)
     assert (fmt.form, fmt.name, fmt.family.end_of_turn) == ("conversation", "messages", "<|im_end|>")
@@ -412,23 +394,14 @@ def test_an_adapter_that_trained_embeddings_continues_on_conversations_with_its_
 def dpo_notebook_run(tmp_path_factory):
     """The preference notebook under papermill with the shipped recipe's values (the demo model from the PyPI GGUF,
     the committed pairs): ``(workdir, executed notebook text, run_summary dict)``."""
-    import papermill
-
     if cpu_trl_cannot_train():
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
     workdir = tmp_path_factory.mktemp("preference-notebook")
     parameters = {**load_recipe(RECIPE), "model_name": smollm2_dir(), "dataset": str(PAIRS)}
     parameters["output_dir"] = str(workdir / "out")
-    papermill.execute_notebook(
-        f"{NOTEBOOK}.ipynb",
-        str(workdir / "out.ipynb"),
-        cwd=str(workdir),
-        kernel_name="python3",
-        progress_bar=False,
-        parameters=parameters,
-    )
+    executed = execute_notebook(workdir, {}, notebook="finetune_preference", **parameters)
     summary = json.loads((workdir / "out" / "run_summary.json").read_text(encoding="utf-8"))
-    return workdir, (workdir / "out.ipynb").read_text(encoding="utf-8"), summary
+    return workdir, executed.read_text(encoding="utf-8"), summary
 
 
 @pytest.mark.slow
@@ -472,34 +445,13 @@ def test_a_preference_runs_adapter_reloads_answers_and_exports_as_an_sft_runs(dp
 
 
 def _smollm2_run(tmp_path, **fields) -> dict:
-    """A short whole run's configuration values on SmolLM2: the first 12 committed pairs (6 held out), 2 steps,
-    short answers."""
+    """A short whole run's configuration values on SmolLM2: the first 12 committed pairs (6 held out), 2 steps at
+    1e-4, one short answer after reloading."""
     rows = PAIRS.read_text(encoding="utf-8").splitlines()[:12]
     (tmp_path / "pairs.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
-    return dict(
-        model_name=smollm2_dir(),
-        dataset=str(tmp_path / "pairs.jsonl"),
-        dataset_format="alpaca",
-        max_seq_length=256,
-        load_in_4bit=False,
-        backend="transformers",
-        lora_r=8,
-        lora_alpha=16,
-        per_device_train_batch_size=2,
-        gradient_accumulation_steps=1,
-        max_steps=2,
-        learning_rate=1e-4,
-        warmup_ratio=0.0,
-        gradient_checkpointing=False,
-        test_size=0.5,
-        eval_steps=1000,
-        save_steps=1000,
-        report_to="none",
-        dataset_num_proc=None,
-        output_dir=str(tmp_path / "out"),
-        prompts=["Name a primary color."],
-        max_new_tokens=8,
-        **fields,
+    values = dict(lora_r=8, lora_alpha=16, learning_rate=1e-4, test_size=0.5, prompts=["Name a primary color."])
+    return _run_fields(
+        tmp_path, model_name=smollm2_dir(), dataset=str(tmp_path / "pairs.jsonl"), max_new_tokens=8, **values, **fields
     )
 
 

@@ -1,9 +1,10 @@
 """What differs between a run on Alpaca rows and a run on conversations, as one object per ``dataset_format``.
 
-The run (``pipeline.run_training``, both notebooks) is written once and given one of these: ``AlpacaFormat``
+The run (``pipeline.run_training``, the notebooks) is written once and given one of these: ``AlpacaFormat``
 (Alpaca prompt, loss on the response, stop at EOS) or ``ConversationFormat`` (the model's chat template, loss on
-assistant turns, stop at the end-of-turn token). Each says how rows are read, fingerprinted, tokenized and
-prompted, what the model needs before LoRA, what the held-out checks compare and what the summary adds.
+assistant turns, stop at the end-of-turn token); a preference method's ``preference_format.PreferenceFormat`` wraps
+either. Each says how rows are read, fingerprinted, tokenized and prompted, what the model needs before LoRA, what
+the held-out checks compare and what the summary adds.
 """
 
 from __future__ import annotations
