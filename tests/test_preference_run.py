@@ -548,3 +548,32 @@ def test_dpo_continues_an_sft_runs_adapter_against_its_frozen_copy(tmp_path, alp
     record = json.loads((REPO / summary["adapter_dir"] / "tinyllama_ft.json").read_text(encoding="utf-8"))
     assert record["adapter_name_or_path"] == start and record["method"] == "dpo"
     assert hashlib.sha256((tmp_path / "sft_adapter" / "adapter_model.safetensors").read_bytes()).hexdigest() == digest
+
+
+@pytest.mark.slow
+@newest_trl
+def test_a_preference_run_continuing_an_adapter_resumes_to_the_uninterrupted_runs_weights(stories_dir, tmp_path):
+    """Resume: the checkpoint of step 2 of a 4-step DPO run that continues a saved adapter, alone in a fresh folder
+    (as a run killed after it leaves it), resumed with ``resume=True``: it trains steps 3-4 against the same frozen
+    reference and ends with the uninterrupted run's adapter."""
+    import shutil
+
+    import torch
+    from safetensors.torch import load_file
+
+    from tinyllama_ft.pipeline import run_training
+
+    start = _saved_adapter(stories_dir, tmp_path / "sft")
+    fields = dict(adapter_name_or_path=start, max_steps=4, save_steps=2, save_total_limit=3, prompts=["Hi"])
+    whole = run_training(_stories_run(stories_dir, tmp_path, output_dir=str(tmp_path / "whole"), **fields))
+    cut = tmp_path / "cut"
+    shutil.copytree(tmp_path / "whole", cut, ignore=shutil.ignore_patterns("checkpoint-4", "lora_model"))
+    resumed = run_training(_stories_run(stories_dir, tmp_path, output_dir=str(cut), resume=True, **fields))
+    assert resumed["resumed_from"].endswith("checkpoint-2") and resumed["global_step"] == 4
+    assert resumed["preference"]["reference"] == "frozen copy of the starting adapter ('ref')"
+    weights = [load_file(f"{s['adapter_dir']}/adapter_model.safetensors") for s in (whole, resumed)]
+    assert weights[0].keys() == weights[1].keys()
+    for name in weights[0]:
+        torch.testing.assert_close(weights[1][name], weights[0][name], rtol=1e-5, atol=1e-6)
+    after = [{k: v for k, v in s["preference"]["after"].items() if k != "skipped"} for s in (whole, resumed)]
+    assert after[1] == pytest.approx(after[0], rel=1e-4)
