@@ -136,8 +136,8 @@ def _run_fields(tmp_path, **fields) -> dict:
 
 def _stories_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
     """A preference run's configuration on stories260K and ``TEXT_PAIRS`` (a local file)."""
-    dataset = _pairs_file(tmp_path / "pairs.jsonl")
-    return FinetuneConfig(**_run_fields(tmp_path, model_name=str(stories_dir), dataset=dataset, **fields))
+    values = {"model_name": str(stories_dir), "dataset": _pairs_file(tmp_path / "pairs.jsonl"), **fields}
+    return FinetuneConfig(**_run_fields(tmp_path, **values))
 
 
 def _saved_adapter(stories_dir, folder, **record_fields) -> str:
