@@ -19,6 +19,14 @@ MIN_HELD_OUT_PAIRS = 50
 FORM_OF = {"alpaca": "text", "messages": "conversation", "auto": "auto"}
 
 
+def _with_prompt(row: dict) -> tuple[list[int], list[int]]:
+    """``(ids, mask)`` of a tokenized row's prompt and its chosen response (or KTO completion), the mask 1 on the
+    response (its end id included)."""
+    prompt = list(row["prompt_ids"])
+    response = list(row["chosen_ids"] if "chosen_ids" in row else row["completion_ids"])
+    return prompt + response, [0] * len(prompt) + [1] * len(response)
+
+
 class PreferenceFormat:
     """Preference rows (pairs, or KTO's unpaired rows) for ``method`` dpo, orpo or kto.
 
@@ -213,17 +221,11 @@ class PreferenceFormat:
         response, then the rejected one (or the completion and its label)."""
         from .chat_masks import show_supervision
 
-        prompt = list(row["prompt_ids"])
+        shown = show_supervision(tokenizer, *_with_prompt(row))
         if "chosen_ids" not in row:
-            shown = show_supervision(
-                tokenizer, prompt + row["completion_ids"], [0] * len(prompt) + [1] * len(row["completion_ids"])
-            )
             return f"{shown}\n(label: {'desirable' if row['label'] else 'undesirable'})"
-        chosen = show_supervision(
-            tokenizer, prompt + row["chosen_ids"], [0] * len(prompt) + [1] * len(row["chosen_ids"])
-        )
         rejected = show_supervision(tokenizer, row["rejected_ids"], [1] * len(row["rejected_ids"]))
-        return f"{chosen}\n(rejected: {rejected})"
+        return f"{shown}\n(rejected: {rejected})"
 
     def check_first_batch(self, trainer) -> str:
         """``preference_tokens.pair_supervision`` on the first batch (kept in ``self.first_batch``), in one line."""
@@ -266,13 +268,8 @@ class PreferenceFormat:
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per row as training tokenized it: the prompt, then the chosen response (or completion)
         with its end id, the mask 1 on the response."""
-        ids, masks = [], []
-        for row in rows:
-            prompt = list(row["prompt_ids"])
-            response = list(row["chosen_ids"] if "chosen_ids" in row else row["completion_ids"])
-            ids.append(prompt + response)
-            masks.append([0] * len(prompt) + [1] * len(response))
-        return ids, masks
+        encoded = [_with_prompt(row) for row in rows]
+        return [ids for ids, _ in encoded], [mask for _, mask in encoded]
 
     def reference(self, row: dict) -> str:
         """The chosen response's text (KTO: the desirable completion's)."""

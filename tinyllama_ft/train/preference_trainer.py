@@ -22,6 +22,12 @@ PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 UNPAIRED_COLUMNS = ("prompt_ids", "completion_ids", "label")
 #: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO and KTO trainers).
 REF_ADAPTER = "ref"
+#: Why DPO's and KTO's trainers are not evaluated before training (``loop.train_and_evaluate``): an evaluation pass
+#: (the policy and the reference over every held-out pair) would only give the loss at a zero log-ratio.
+STARTS_AT_REFERENCE = (
+    "the policy starts as its reference, so the loss there is the one at a zero log-ratio (DPO's sigmoid loss: "
+    "ln 2 = 0.6931; KTO's: 0.5); the held-out preference checks read the model before training"
+)
 
 
 def config_class(method: str):
@@ -148,6 +154,9 @@ def trainer_class(method: str):
         from trl import DPOTrainer
 
         class PackageDPOTrainer(DPOTrainer):
+            evaluates_before_training = False  # loop.train_and_evaluate: the loss there is known
+            evaluates_before_training_reason = STARTS_AT_REFERENCE
+
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
                 return dataset
@@ -161,6 +170,9 @@ def trainer_class(method: str):
         from trl import KTOTrainer
 
         class PackageKTOTrainer(KTOTrainer):
+            evaluates_before_training = False  # as DPO's
+            evaluates_before_training_reason = STARTS_AT_REFERENCE
+
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, UNPAIRED_COLUMNS, dataset_name)
                 if self.calculate_KL:

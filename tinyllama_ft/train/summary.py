@@ -31,6 +31,15 @@ def format_loss(value: float | None) -> str:
     return "None" if value is None else f"{value:.4f}"
 
 
+def format_eval_loss(results: dict) -> str:
+    """``"eval_loss 1.6995 -> 1.5574"`` from ``loop.train_and_evaluate``'s figures (or a run summary); ``"eval_loss
+    0.5120 after training"`` when there is no loss before it (a DPO or KTO trainer starts at a known loss)."""
+    before, after = results.get("eval_loss_before"), results.get("eval_loss_after")
+    if before is None and after is not None:
+        return f"eval_loss {format_loss(after)} after training"
+    return f"eval_loss {format_loss(before)} -> {format_loss(after)}"
+
+
 def format_preference(preference: dict | None) -> str:
     """A preference run's held-out accuracy, as the command line's done line shows it:
     ``", preference accuracy 48.0% -> 71.0% of 50 pairs"``; "" without preference scores (an SFT run, KTO's
@@ -46,7 +55,7 @@ def format_results(results: dict) -> str:
     seconds with 1 decimal, peak GPU memory in GiB with 2 (``run_summary.json`` keeps the full values)."""
     rate, peak = results.get("tokens_per_s"), results.get("peak_memory_gib")
     return (
-        f"eval_loss {format_loss(results.get('eval_loss_before'))} -> {format_loss(results.get('eval_loss_after'))}, "
+        f"{format_eval_loss(results)}, "
         f"{results.get('train_tokens', 0):,} tokens in {results.get('train_runtime_s', 0.0):.1f} s"
         + (f", {rate:,.0f} tokens/s" if rate is not None else "")
         + (f", peak GPU memory {peak:.2f} GiB" if peak is not None else "")
