@@ -108,7 +108,7 @@ from tinyllama_ft.config.sources import config_from_notebook
 from tinyllama_ft.data.formats import data_format
 
 cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
-fmt = data_format(cfg)  # what differs between Alpaca rows and conversations; every cell below is the same for both
+fmt = data_format(cfg)  # what differs between Alpaca rows, conversations and preference pairs: the cells below are the same
 print(fmt)
 
 # %%
@@ -183,7 +183,7 @@ check_export_tools(cfg.export_formats, whole_modules=fmt.trains_embeddings)  # g
 model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
                  lora_bias=cfg.lora_bias, target_modules=target_modules, use_rslora=cfg.use_rslora,
                  gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend,
-                 train_embeddings=fmt.trains_embeddings)
+                 train_embeddings=fmt.trains_embeddings, adapter_name_or_path=cfg.adapter_name_or_path)
 trainable = trainable_parameters(model)
 print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
@@ -197,7 +197,8 @@ print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 from tinyllama_ft.data.instructions import split_train_eval
 
 rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
-train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
+train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed,
+                                               min_test_rows=fmt.min_test_rows)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
 print(fmt.example(tokenizer, train_dataset[0]))
 
@@ -269,7 +270,7 @@ finish_tracking(tracking)
 from tinyllama_ft.models.adapters import save_adapter
 from tinyllama_ft.models.run_record import adapter_record
 
-adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=fmt.family))
+adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, data_format=fmt))
 print(f"adapter saved to {adapter_dir}")
 
 # %%

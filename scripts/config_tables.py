@@ -1,16 +1,16 @@
 """Generate, from ``FinetuneConfig``, docs/parameters.md's parameter table and the notebooks' parameters cells.
 
     python scripts/config_tables.py          # print them
-    python scripts/config_tables.py --write  # rewrite them in docs/parameters.md, notebooks/finetune_tinyllama.py
-                                             # and notebooks/finetune_chat.py (then: jupytext --to ipynb
-                                             # notebooks/finetune_tinyllama.py notebooks/finetune_chat.py)
+    python scripts/config_tables.py --write  # rewrite them in docs/parameters.md and the three notebooks'
+                                             # .py files (then: jupytext --to ipynb notebooks/finetune_*.py)
 
 Both are grouped by the configuration's sections (``SECTIONS``); a choice field's Colab form lists the values of
 its ``Literal`` annotation (``finetune.choices``). The Alpaca notebook's cell holds every field but the chat
 section's (a conversation run's fields; that notebook trains on Alpaca rows only), the preference section's and
 the GRPO section's; the chat notebook's holds the fields a chat run changes, the chat section's all among them
-(``CHAT_NOTEBOOK``). tests/test_notebook.py,
-tests/test_chat_notebook.py and tests/test_readme.py check that the files match what this prints, so the
+(``CHAT_NOTEBOOK``); the preference notebook's those a DPO / ORPO / KTO run changes (``PREFERENCE_NOTEBOOK``).
+tests/test_notebook.py, tests/test_chat_notebook.py, tests/test_preference_run.py and tests/test_readme.py check
+that the files match what this prints, so the
 configuration stays their one source.
 """
 
@@ -30,6 +30,7 @@ from tinyllama_ft.config.finetune import (
     DEFAULTS,
     FIELD_NAMES,
     FIELD_TYPES,
+    PREFERENCE_METHODS,
     SECTIONS,
     ConversationFormat,
     choices,
@@ -124,7 +125,44 @@ CHAT_NOTEBOOK = ParametersCell(
     },
     notes={"lora": "the target modules are read from the model's layers: Phi-3's are fused"},
 )
-NOTEBOOKS = (ALPACA_NOTEBOOK, CHAT_NOTEBOOK)
+_PREFERENCE_SHOWN = (
+    *("model_name", "max_seq_length", "dtype", "load_in_4bit", "backend"),
+    *("lora_r", "lora_alpha", "lora_dropout", "gradient_checkpointing"),
+    *("dataset", "dataset_split", "template", "test_size", "long_rows", "strict"),
+    *("dataset_format", "chat_template"),
+    *("learning_rate", "warmup_ratio", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps"),
+    *("eval_steps", "save_steps", "seed"),
+    *section_fields("preference"),
+    *("report_to", "wandb_project", "wandb_run_name", "output_dir", "resume", "overwrite_output_dir"),
+    *("export_formats", "prompts", "max_new_tokens", "reload_merged"),
+)
+#: The preference notebook: the fields a DPO / ORPO / KTO run changes, the preference section's all among them, with
+#: the notebook's values (an instruction model with its own chat template on TRL's UltraFeedback pairs; 1,024 tokens:
+#: a pair's two sequences fit a T4, docs/preference.md).
+PREFERENCE_NOTEBOOK = ParametersCell(
+    "notebooks/finetune_preference.py",
+    {
+        **{name: getattr(DEFAULTS, name) for name in _PREFERENCE_SHOWN},
+        "model_name": "HuggingFaceTB/SmolLM2-135M-Instruct",
+        "max_seq_length": 1024,
+        "load_in_4bit": False,
+        "backend": "transformers",
+        "lora_r": 16,
+        "dataset": "trl-lib/ultrafeedback_binarized",
+        "dataset_format": "auto",
+        "learning_rate": 5e-5,
+        "method": "dpo",
+        "wandb_run_name": "smollm2-dpo",
+        "output_dir": "outputs_preference",
+    },
+    choices={
+        "dataset_format": ("auto", "alpaca", "messages"),
+        "long_rows": typing.get_args(ConversationLongRows),
+        "method": PREFERENCE_METHODS,
+    },
+    notes={"data": "text pairs take the Alpaca template, conversations the chat template below"},
+)
+NOTEBOOKS = (ALPACA_NOTEBOOK, CHAT_NOTEBOOK, PREFERENCE_NOTEBOOK)
 
 
 def _literal(value) -> str:

@@ -131,8 +131,9 @@ def notebook_parameters(stories_dir, alpaca_jsonl) -> dict:
     )
 
 
-def execute_notebook(workdir: Path, env: dict, **parameters) -> Path:
-    """Run the notebook under papermill in ``workdir`` with ``env`` set (None removes a variable)."""
+def execute_notebook(workdir: Path, env: dict, notebook: str = "finetune_tinyllama", **parameters) -> Path:
+    """Run ``notebooks/<notebook>.ipynb`` (the Alpaca notebook by default) under papermill in ``workdir`` with ``env``
+    set (None removes a variable)."""
     import papermill
 
     with pytest.MonkeyPatch.context() as patch:
@@ -142,7 +143,7 @@ def execute_notebook(workdir: Path, env: dict, **parameters) -> Path:
             else:
                 patch.setenv(name, value)
         papermill.execute_notebook(
-            str(REPO / "notebooks" / "finetune_tinyllama.ipynb"),
+            str(REPO / "notebooks" / f"{notebook}.ipynb"),
             str(workdir / "out.ipynb"),
             cwd=str(workdir),
             kernel_name="python3",

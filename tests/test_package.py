@@ -36,10 +36,11 @@ def test_jupytext_pair_is_in_sync():
     assert sum("parameters" in t for t in tags) == 1
 
 
-def test_both_notebooks_run_the_same_code_cells_in_ten_titled_sections():
-    """Issue 21: the Alpaca and the chat notebook are one run (what differs is ``fmt``, the data format object): after
-    the parameters cell their code cells are the same, in the same order; each has at most 40 cells, in about ten
-    titled sections, and no cell of code holds a function or class of its own (the logic is in the package)."""
+def test_the_three_notebooks_run_the_same_code_cells_in_the_same_ten_titled_sections():
+    """Issues 21 and 30: the Alpaca, the chat and the preference notebook are one run (what differs is ``fmt``, the
+    data format object, and the trainer ``cfg.method`` picks): after the parameters cell their code cells are the
+    same, in the same order, under the same ten section titles; each has at most 40 cells, and no cell of code holds a
+    function or class of its own (the logic is in the package)."""
     import ast
 
     import jupytext
@@ -51,10 +52,15 @@ def test_both_notebooks_run_the_same_code_cells_in_ten_titled_sections():
 
     alpaca, alpaca_rest = after_parameters("finetune_tinyllama")
     chat, chat_rest = after_parameters("finetune_chat")
+    preference, preference_rest = after_parameters("finetune_preference")
     code = lambda cells: [c.source for c in cells if c.cell_type == "code"]  # noqa: E731
-    assert code(alpaca_rest) == code(chat_rest) and len(code(alpaca_rest)) >= 15
-    for cells in (alpaca, chat):
-        sections = [c.source.splitlines()[0] for c in cells if c.cell_type == "markdown" and c.source.startswith("## ")]
+    assert code(alpaca_rest) == code(chat_rest) == code(preference_rest) and len(code(alpaca_rest)) >= 15
+    titles = lambda cells: [  # noqa: E731
+        c.source.splitlines()[0] for c in cells if c.cell_type == "markdown" and c.source.startswith("## ")
+    ]
+    assert titles(alpaca) == titles(chat) == titles(preference)
+    for cells in (alpaca, chat, preference):
+        sections = titles(cells)
         assert len(cells) <= 40 and 8 <= len(sections) <= 12, (len(cells), sections)
         for source in code(cells):
             tree = ast.parse("\n".join(line for line in source.splitlines() if not line.startswith(("!", "%"))))

@@ -409,18 +409,6 @@ def test_unpaired_rows_text_and_conversations_train_kto_as_they_are(stories_dir,
         )
 
 
-def test_the_whole_run_refuses_a_preference_method_it_would_otherwise_ignore(tmp_path, capsys):
-    from tinyllama_ft.cli import main
-    from tinyllama_ft.pipeline import run_training
-
-    cfg = FinetuneConfig(method="dpo", report_to="none", output_dir=str(tmp_path / "out"))
-    with pytest.raises(ConfigError, match="method='dpo': the whole run .* trains method='sft' only so far"):
-        run_training(cfg)
-    assert not (tmp_path / "out").exists()  # refused before anything is read or written
-    assert main(["train", "--method", "orpo", "--output_dir", str(tmp_path / "out"), "--report_to", "none"]) != 0
-    assert "method='orpo': the whole run" in capsys.readouterr().err and not (tmp_path / "out").exists()
-
-
 def test_the_docs_row_forms_read_as_they_say(tmp_path):
     """docs/preference.md's text and conversational pairs load with every row kept, in the form the page says."""
     import re

@@ -67,6 +67,10 @@ _EXPORTS = {
     "chat_generate": "infer.chat_generation",
     "chat_stream": "infer.chat_generation",
     "data_format": "data.formats",
+    "load_preference_data": "data.preferences",
+    "tokenize_preferences": "data.preference_tokens",
+    "build_preference_trainer": "train.preference_trainer",
+    "preference_scores": "evaluate.preference_checks",
     "generate_answers": "infer.core",
     "stream_answers": "infer.core",
 }

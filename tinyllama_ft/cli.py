@@ -102,13 +102,12 @@ def _add_train_arguments(parser) -> None:
 
 def _run_train(values: dict, given: set) -> dict:
     from .config.sources import config_from_recipe
-    from .data.formats import check_sources, data_format
+    from .data.formats import check_sources
     from .pipeline import run_training
     from .train.checkpoints import RunFinished
-    from .train.summary import format_loss
+    from .train.summary import format_eval_loss, format_preference
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
-    data_format(cfg)  # what the run would ignore (a preference method) is refused first
     check_sources(cfg, flag_prefix="--")  # named as flags here; run_training checks again, answered from memory
     try:
         summary = run_training(cfg)
@@ -117,9 +116,8 @@ def _run_train(values: dict, given: set) -> dict:
         return {"global_step": done.global_step, "max_steps": done.max_steps, "resumed_from": done.checkpoint}
     if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
         print(
-            f"tinyllama-ft train: done: eval_loss {format_loss(summary.get('eval_loss_before'))} -> "
-            f"{format_loss(summary.get('eval_loss_after'))}, adapter in {summary['adapter_dir']}, summary in "
-            f"{os.path.join(cfg.output_dir, 'run_summary.json')}"
+            f"tinyllama-ft train: done: {format_eval_loss(summary)}{format_preference(summary.get('preference'))}, "
+            f"adapter in {summary['adapter_dir']}, summary in {os.path.join(cfg.output_dir, 'run_summary.json')}"
         )
     return summary
 

@@ -1,9 +1,9 @@
 """The whole run as one function: what ``tinyllama-ft train`` executes.
 
-``run_training`` calls the same helpers in the same order as both notebooks' cells; what differs between data
-formats is the object ``formats.data_format(cfg)`` returns (tests/test_cli.py compares their losses). Under
-``accelerate launch`` every process trains, and only the main one prepares the output folder, logs, saves and
-writes the summary (tests/test_ddp.py).
+``run_training`` calls the same helpers in the same order as the notebooks' cells; what differs between data
+formats and methods (SFT, DPO, ORPO, KTO) is the object ``formats.data_format(cfg)`` returns (tests/test_cli.py
+compares their losses). Under ``accelerate launch`` every process trains, and only the main one prepares the
+output folder, logs, saves and writes the summary (tests/test_ddp.py).
 """
 
 from __future__ import annotations
@@ -16,11 +16,12 @@ from .config.finetune import FinetuneConfig
 
 def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     """Fine-tune, save the adapter, reload it, answer ``cfg.prompts`` and write the run summary, for every
-    ``dataset_format``.
+    ``dataset_format`` and ``method``.
 
-    What differs between Alpaca rows and conversations is the format object (``formats.data_format(cfg)``: how
-    rows are read, checked, tokenized and prompted, the stop tokens, the first-batch check); every step here
-    runs for both, in the notebooks' order.
+    What differs between Alpaca rows, conversations and preference rows is the format object
+    (``formats.data_format(cfg)``: how rows are read, checked, tokenized and prompted, the stop tokens, the
+    first-batch check, the held-out split); the trainer is SFT's or ``cfg.method``'s (``sft_trainer.build_trainer``);
+    every step here runs for all, in the notebooks' order.
 
     Args:
         cfg: the run's configuration (``sources.config_from_recipe`` for the command line).
@@ -28,7 +29,8 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
 
     Returns:
         The run summary, as written to ``<output_dir>/run_summary.json`` (a conversation run adds ``"chat"``:
-        ``formats.ConversationFormat.summary_fields``); in a non-main process of a multi-process launch,
+        ``formats.ConversationFormat.summary_fields``; a preference run ``"preference"``: the method, the reference,
+        held-out preference accuracy, margins and log-probabilities before and after); in a non-main process of a multi-process launch,
         ``{"process_index", "global_step", "train_loss"}`` (it writes nothing).
 
     Raises:
@@ -112,11 +114,14 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             seed=cfg.seed,
             backend=plan.backend,
             train_embeddings=fmt.trains_embeddings,
+            adapter_name_or_path=cfg.adapter_name_or_path,  # a preference run may continue a saved adapter
         )
         trainable = trainable_parameters(model)
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
         rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
-        train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed)
+        train_dataset, eval_dataset = split_train_eval(
+            rows, test_size=cfg.test_size, seed=cfg.seed, min_test_rows=fmt.min_test_rows
+        )
         print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
         print(fmt.example(tokenizer, train_dataset[0]))
         tracking = start_tracking(
@@ -150,7 +155,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(answers_table(side_by_side))
         finish_tracking(tracking)
         adapter_dir = save_adapter(
-            model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, family=fmt.family)
+            model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, data_format=fmt)
         )
         print(f"adapter saved to {adapter_dir}")
         exports = export_adapter(

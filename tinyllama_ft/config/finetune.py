@@ -92,7 +92,7 @@ EXPORT_FORMATS: tuple[str, ...] = typing.get_args(ExportFormat)
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
 #: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
-PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir")
+PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir", "adapter_name_or_path")
 
 #: A range check beyond a field's type: (predicate on the coerced value, what is allowed, for the message).
 Allowed = tuple[Callable[[Any], bool], str]
@@ -329,6 +329,10 @@ class PreferenceSection:
         (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
     )
     """DPO: one weight per loss_type item; empty = 1 for each (TRL's default)."""
+    adapter_name_or_path: str = _field("", identity=True)
+    """Preference methods: a saved adapter to keep training (an SFT run's adapter_dir, or any PEFT LoRA folder on
+    model_name), prompted with the template and stop tokens it recorded; the reference is a frozen copy of it;
+    "" = a fresh adapter, whose reference is the base with the adapter disabled (this package; LLaMA-Factory's name)."""
 
 
 @dataclass
@@ -508,6 +512,13 @@ class FinetuneConfig(
                 "term's strength)"
             )
         if self.method == "sft":
+            if self.adapter_name_or_path:
+                raise ConfigError(
+                    f"FinetuneConfig.adapter_name_or_path={self.adapter_name_or_path!r} starts a preference run "
+                    f"(method 'dpo', 'orpo' or 'kto') from a saved adapter, and method='sft': an SFT run starts "
+                    f"from a fresh adapter (resume=True continues an SFT run from its checkpoint); set method, or "
+                    f"leave adapter_name_or_path empty"
+                )
             for name in ("loss_type", "loss_weights"):
                 if getattr(self, name):
                     raise ConfigError(
@@ -607,6 +618,14 @@ class FinetuneConfig(
                 raise ConfigError(
                     f"FinetuneConfig.adapter_dir={self.adapter_dir!r} is inside a checkpoint of output_dir, which the "
                     f"trainer deletes as it rotates checkpoints (save_total_limit): use another folder"
+                )
+        if self.adapter_name_or_path:
+            out, start = os.path.abspath(self.output_dir), os.path.abspath(self.adapter_name_or_path)
+            if os.path.commonpath([out, start]) in (out, start):  # inside output_dir, or holding it
+                raise ConfigError(
+                    f"FinetuneConfig.adapter_name_or_path={self.adapter_name_or_path!r} is inside "
+                    f"output_dir={self.output_dir!r} (or holds it), where this run writes its checkpoints and saves "
+                    f"its adapter (overwrite_output_dir would delete it first): give this run another output_dir"
                 )
         if self.extra_datasets and not chat:
             raise ConfigError(

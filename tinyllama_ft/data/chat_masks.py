@@ -230,19 +230,15 @@ def show_supervision(tokenizer, input_ids, assistant_masks) -> str:
         tokenizer: the row's tokenizer. input_ids, assistant_masks: one row (lists or ``labels``-style masks).
 
     Returns:
-        The decoded row, special tokens shown, each supervised stretch wrapped in ``[[`` ``]]``.
+        The decoded row, special tokens shown, each supervised stretch wrapped in ``[[`` ``]]``; each stretch is
+        decoded whole (a SentencePiece tokenizer decoding one token at a time drops the spaces between words).
     """
-    out, run = [], []
-    for token_id, m in zip(input_ids, assistant_masks):
-        if m:
-            run.append(token_id)
-            continue
-        if run:
-            out.append("[[" + tokenizer.decode(run) + "]]")
-            run = []
-        out.append(tokenizer.decode([token_id]))
-    if run:
-        out.append("[[" + tokenizer.decode(run) + "]]")
+    import itertools
+
+    out = []
+    for supervised, run in itertools.groupby(zip(input_ids, assistant_masks), key=lambda pair: bool(pair[1])):
+        text = tokenizer.decode([token_id for token_id, _ in run])
+        out.append(f"[[{text}]]" if supervised else text)
     return "".join(out)
 
 

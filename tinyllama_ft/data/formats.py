@@ -1,9 +1,10 @@
 """What differs between a run on Alpaca rows and a run on conversations, as one object per ``dataset_format``.
 
-The run (``pipeline.run_training``, both notebooks) is written once and given one of these: ``AlpacaFormat``
+The run (``pipeline.run_training``, the notebooks) is written once and given one of these: ``AlpacaFormat``
 (Alpaca prompt, loss on the response, stop at EOS) or ``ConversationFormat`` (the model's chat template, loss on
-assistant turns, stop at the end-of-turn token). Each says how rows are read, fingerprinted, tokenized and
-prompted, what the model needs before LoRA, what the held-out checks compare and what the summary adds.
+assistant turns, stop at the end-of-turn token); a preference method's ``preference_format.PreferenceFormat`` wraps
+either. Each says how rows are read, fingerprinted, tokenized and prompted, what the model needs before LoRA, what
+the held-out checks compare and what the summary adds.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ class AlpacaFormat:
     """
 
     name = "alpaca"
+    #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0); the rows are no preference pairs.
+    min_test_rows = 1
+    pairs = False
     #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
     #: special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
@@ -172,6 +176,8 @@ class ConversationFormat:
     """
 
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
+    min_test_rows = 1  # as AlpacaFormat's
+    pairs = False
 
     def __init__(
         self,
@@ -337,25 +343,23 @@ class ConversationFormat:
         }
 
 
-def data_format(cfg) -> AlpacaFormat | ConversationFormat:
-    """The format object of a run: ``AlpacaFormat`` for ``dataset_format="alpaca"``, else ``ConversationFormat``.
+def data_format(cfg):
+    """The format object of a run: ``preference_format.PreferenceFormat`` for a preference ``method`` (dpo, orpo,
+    kto), else ``AlpacaFormat`` for ``dataset_format="alpaca"`` and ``ConversationFormat`` for conversations.
 
     Args:
         cfg: the run's ``FinetuneConfig`` (``method``, ``dataset_format``, ``template``, ``chat_template``,
-            ``assistant_only_loss``).
-
-    Raises:
-        ConfigError: ``cfg.method`` is a preference method: the whole run (``pipeline.run_training``, the command
-            line's ``train``, the notebooks) trains by SFT so far, and would otherwise ignore it; a preference run
-            is built from ``preference_tokens.tokenize_preferences`` and ``preference_trainer.build_preference_trainer``.
+            ``assistant_only_loss``, ``adapter_name_or_path``).
     """
     if cfg.method != "sft":
-        from ..config.coercion import ConfigError
+        from .preference_format import PreferenceFormat
 
-        raise ConfigError(
-            f"FinetuneConfig.method={cfg.method!r}: the whole run (tinyllama-ft train, the notebooks) trains "
-            "method='sft' only so far; build a preference run with data.preference_tokens.tokenize_preferences and "
-            "train.preference_trainer.build_preference_trainer"
+        return PreferenceFormat(
+            cfg.method,
+            dataset_format=cfg.dataset_format,
+            template=cfg.template,
+            chat_template=cfg.chat_template,
+            adapter_name_or_path=cfg.adapter_name_or_path,
         )
     if cfg.dataset_format == "alpaca":
         return AlpacaFormat(cfg.template)
@@ -371,13 +375,14 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
     mistyped path stops in one line before ``output_dir`` is touched.
 
     Args:
-        cfg: the run's ``FinetuneConfig`` (``model_name``, ``dataset``, ``extra_datasets``).
+        cfg: the run's ``FinetuneConfig`` (``model_name``, ``dataset``, ``extra_datasets``, ``adapter_name_or_path``).
         flag_prefix: put before each field's name in messages (``"--"``: ``"--model_name: no such file or folder"``).
 
     Raises:
         config.locations.PathArgumentError: (a ConfigError) a local path that does not exist, or a value that is
             neither a path nor a Hub id; config.locations.HubUnreachableError: a Hub id the Hub does not answer for
-            and the cache lacks.
+            and the cache lacks; ``adapters.check_start_adapter``'s errors for ``adapter_name_or_path`` (not a saved
+            adapter, or trained with another template, data form or RoPE scaling).
     """
     from ..config.locations import check_source
     from ..models.demo_model import check_model_source
@@ -386,3 +391,7 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
     check_source(cfg.dataset, f"{flag_prefix}dataset", repo_type="dataset")
     for i, extra in enumerate(cfg.extra_datasets):
         check_source(extra, f"{flag_prefix}extra_datasets[{i}]", repo_type="dataset")
+    if cfg.adapter_name_or_path:
+        from ..models.adapters import check_start_adapter
+
+        check_start_adapter(cfg, flag=f"{flag_prefix}adapter_name_or_path")

@@ -202,13 +202,17 @@ def load_instruction_data(
     return datasets.Dataset.from_list(clean, features=features), report
 
 
-def split_train_eval(dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed):
+def split_train_eval(
+    dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed, min_test_rows: int = 1
+):
     """Hold out ``test_size`` of the rows for evaluation (the article's ``train_test_split``).
 
     Args:
         dataset: a ``datasets.Dataset`` of n rows.
         test_size: fraction of rows for the eval set (rounded up to at least one row).
         seed: shuffle seed (the article's 3407).
+        min_test_rows: hold out at least this many rows when ``test_size > 0``, but never more than half of them
+            (the format's ``min_test_rows``: 1; 50 pairs for the preference checks).
 
     Returns:
         ``(train, eval)``: disjoint datasets; with 2+ rows and ``test_size > 0`` eval has at least one
@@ -217,6 +221,6 @@ def split_train_eval(dataset, *, test_size: float = DEFAULTS.test_size, seed: in
     n = len(dataset)
     if n < 2 or test_size <= 0:
         return dataset, None
-    n_test = min(max(1, int(-(-test_size * n // 1))), n - 1)
+    n_test = min(max(1, int(-(-test_size * n // 1)), min(min_test_rows, n // 2)), n - 1)
     parts = dataset.train_test_split(test_size=n_test, seed=seed)
     return parts["train"], parts["test"]

@@ -188,3 +188,70 @@ def unpair(dataset):
     ids = datasets.Sequence(datasets.Value("int32"))
     features = datasets.Features({"prompt_ids": ids, "completion_ids": ids, "label": datasets.Value("bool")})
     return datasets.Dataset.from_list(rows, features=features)
+
+
+def _batch_sequences(batch):
+    """``(ids, mask)`` per sequence of a collated preference batch, padding left out: DPO's and KTO's ``input_ids`` /
+    ``completion_mask`` (KTO's KL sequences are not responses the loss supervises), ORPO's ``chosen_`` and
+    ``rejected_`` ``input_ids`` / ``labels``."""
+    layouts = [("input_ids", "attention_mask", lambda b: b["completion_mask"])]
+    for kind in ("chosen", "rejected"):
+        layouts.append(
+            (f"{kind}_input_ids", f"{kind}_attention_mask", lambda b, k=kind: (b[f"{k}_labels"] != -100).long())
+        )
+    for ids_key, attention_key, mask_of in layouts:
+        if ids_key not in batch:
+            continue
+        masks = mask_of(batch)
+        for ids, attention, mask in zip(batch[ids_key], batch[attention_key], masks):
+            keep = attention.bool()
+            yield ids[keep].tolist(), mask[keep].tolist()
+
+
+def pair_supervision(trainer, end_id: int, *, batches: int = 1) -> dict[str, int]:
+    """Do the responses of the batches a preference trainer collates end in exactly one supervised end id, with the
+    prompt never supervised? Checked on what the trainer really feeds (``get_train_dataloader``).
+
+    Args:
+        trainer: a DPO, KTO or ORPO trainer (``train.preference_trainer.build_preference_trainer``).
+        end_id: the id each response ends in: the tokenizer's EOS (text) or the end-of-turn id (conversations).
+        batches: how many batches to read.
+
+    Returns:
+        Counts: ``"sequences"`` (responses with their prompts: two per pair, one per KTO completion);
+        ``"sequences_ok"`` (one supervised run, at the end, whose last token is the only ``end_id`` in it);
+        ``"without_end"`` (a response truncated to the window: no end id); ``"several_end"`` (more than one end id
+        in the response); ``"prompt_supervised"`` (a supervised token before the response's run).
+    """
+    counts = dict.fromkeys(("sequences", "sequences_ok", "without_end", "several_end", "prompt_supervised"), 0)
+    for i, batch in enumerate(trainer.get_train_dataloader()):
+        if i >= batches:
+            break
+        for ids, mask in _batch_sequences(batch):
+            counts["sequences"] += 1
+            if not any(mask):
+                counts["without_end"] += 1
+                continue
+            start, end = response_span(mask)
+            response = ids[start:end]
+            ends = response.count(end_id)
+            prompt_supervised = any(mask[:start]) or end != len(ids)
+            counts["prompt_supervised"] += prompt_supervised
+            counts["without_end"] += ends == 0
+            counts["several_end"] += ends > 1
+            counts["sequences_ok"] += ends == 1 and response[-1] == end_id and not prompt_supervised
+    return counts
+
+
+def describe_pair_supervision(counts: dict[str, int], *, end_token: str) -> str:
+    """One line on ``pair_supervision``'s counts, for the notebook (``end_token``: the end id's text)."""
+    line = (
+        f"first batch: {counts['sequences_ok']} of {counts['sequences']} responses end in one supervised {end_token}, "
+        f"prompts unsupervised"
+    )
+    problems = {k: counts[k] for k in ("without_end", "several_end", "prompt_supervised") if counts[k]}
+    if problems:
+        line += "; " + ", ".join(f"{k.replace('_', ' ')}: {n}" for k, n in problems.items())
+        if "without_end" in problems:
+            line += " (a response cut by long_rows='truncate' has no end token)"
+    return line

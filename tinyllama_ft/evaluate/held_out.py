@@ -132,6 +132,7 @@ def held_out_scores(
     batch_size: int = 4,
     max_seq_length: int | None = None,
     max_batch_tokens: int = 4096,
+    nlls: Sequence | None = None,
 ) -> HeldOutScores:
     """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
 
@@ -145,6 +146,8 @@ def held_out_scores(
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
         max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone), which
             bounds the logits (tokens x vocab); log-probabilities are taken one row at a time in float32.
+        nlls: each row's ``token_nlls`` of ``data_format.score_ids``' ids, in row order, computed already (a
+            preference run's chosen responses, which ``preference_checks`` scores too): the model is not run again.
 
     Returns:
         ``HeldOutScores``.
@@ -163,9 +166,12 @@ def held_out_scores(
         raise ValueError(f"held_out_scores: every row is longer than max_seq_length={max_seq_length}")
     resp_nll = full_nll = eos_p = 0.0
     resp_n = full_n = 0
-    for i, nll in token_nlls(
-        model, tokenizer, [ids[i] for i in keep], batch_size=batch_size, max_batch_tokens=max_batch_tokens
-    ):
+    scored = (
+        token_nlls(model, tokenizer, [ids[i] for i in keep], batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        if nlls is None
+        else ((i, nlls[row]) for i, row in enumerate(keep))
+    )
+    for i, nll in scored:
         row = keep[i]
         response = torch.tensor(masks[row][1:], dtype=torch.bool)
         full_nll += nll.sum().item()
@@ -339,13 +345,15 @@ def rows_within_positions(
 
 @dataclass(frozen=True)
 class HeldOutCheck:
-    """``held_out_check``'s result: the scores and the stopping count of one model state."""
+    """``held_out_check``'s result: the scores and the stopping count of one model state, and on preference pairs
+    their ``preference_checks.PreferenceScores``."""
 
     scores: HeldOutScores
     stopping: StoppingReport
+    preference: object | None = None
 
     def __str__(self) -> str:
-        return f"{self.scores}; {self.stopping}"
+        return f"{self.scores}; {self.stopping}" + (f"; {self.preference}" if self.preference is not None else "")
 
 
 def held_out_check(
@@ -370,7 +378,9 @@ def held_out_check(
         max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
 
     Returns:
-        ``HeldOutCheck``, or None without rows.
+        ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
+        ``preference`` holds ``preference_checks.preference_scores`` of the rows (accuracy, margins, log-probabilities);
+        the scores and the stopping count read each pair's prompt and chosen response.
 
     Raises:
         ValueError: as ``held_out_scores`` (every row longer than ``max_seq_length``, a row without fields).
@@ -378,13 +388,21 @@ def held_out_check(
     if not rows:
         print("held-out check skipped: no held-out rows (test_size=0)")
         return None
-    scores = held_out_scores(model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length)
+    preference, chosen = None, None
+    if data_format.pairs:  # prompt + chosen: the rows held_out_scores reads, scored once for both
+        from .preference_checks import pair_nlls, preference_scores
+
+        nlls = pair_nlls(model, tokenizer, rows)
+        preference, chosen = preference_scores(model, tokenizer, rows, nlls=nlls), nlls[0]
+    scores = held_out_scores(
+        model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length, nlls=chosen
+    )
     fitting = rows_within_positions(
         model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, what="stopping count"
     )
     short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
-    return HeldOutCheck(scores, stopping)
+    return HeldOutCheck(scores, stopping, preference)
 
 
 def heldout_summary(
@@ -395,9 +413,12 @@ def heldout_summary(
     Returns:
         ``{"heldout_before", "heldout_after"}`` (``HeldOutScores.as_dict``, or None), ``"stopped_before"``,
         ``"stopped_after"``, ``"stop_total"``, ``"stop_max_new_tokens"`` and ``"side_by_side"``
-        (``side_by_side.compare_answers`` rows, or []).
+        (``side_by_side.compare_answers`` rows, or []); on preference pairs also ``"preference": {"before",
+        "after"}`` (``PreferenceScores.as_dict``).
     """
-    return {
+    checks = {"before": before, "after": after}
+    preference = {k: c.preference.as_dict() for k, c in checks.items() if c is not None and c.preference is not None}
+    return ({"preference": preference} if preference else {}) | {
         "heldout_before": before.scores.as_dict() if before else None,
         "heldout_after": after.scores.as_dict() if after else None,
         "stopped_before": before.stopping.stopped if before else None,

@@ -45,8 +45,8 @@ class PreferenceScores:
         )
 
 
-def response_logps(model, tokenizer, prompts, responses, *, batch_size: int = 4, max_batch_tokens: int = 4096):
-    """Summed log-probability of each response after its prompt, under ``model``.
+def response_nlls(model, tokenizer, prompts, responses, *, batch_size: int = 4, max_batch_tokens: int = 4096):
+    """``held_out.token_nlls`` of each prompt + response, in row order.
 
     Args:
         model, tokenizer: a causal LM (a PEFT model too) and its tokenizer, as ``held_out.token_nlls``.
@@ -55,33 +55,53 @@ def response_logps(model, tokenizer, prompts, responses, *, batch_size: int = 4,
         batch_size, max_batch_tokens: as ``held_out.token_nlls``.
 
     Returns:
-        One float per row: sum over the response's tokens of log p(token | prompt and the response before it).
+        One float32 tensor per row: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
+        tokens are ``nll[len(prompt) - 1:]``.
 
     Raises:
         ValueError: a row with an empty prompt or response (naming its 0-based index).
     """
     for i, (prompt, response) in enumerate(zip(prompts, responses)):
         if not prompt or not response:
-            raise ValueError(f"response_logps: row {i} has an empty {'prompt' if not prompt else 'response'}")
+            raise ValueError(f"response_nlls: row {i} has an empty {'prompt' if not prompt else 'response'}")
     ids = [list(p) + list(r) for p, r in zip(prompts, responses)]
-    out = [0.0] * len(ids)
+    out = [None] * len(ids)
     for i, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
-        out[i] = (
-            -nll[len(prompts[i]) - 1 :].sum().item()
-        )  # nll[t] scores token t + 1: the response's from the prompt's last
+        out[i] = nll
     return out
 
 
+def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
+    """``(chosen, rejected)``: ``response_nlls`` of each pair's prompt + chosen and prompt + rejected, in row order,
+    one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen ones
+    for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
+
+    Args:
+        pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
+        model, tokenizer, batch_size, max_batch_tokens: as ``response_nlls``.
+    """
+    rows = [dict(r) for r in pairs]
+    keep = [i for i, r in enumerate(rows) if r["prompt_ids"] and r["chosen_ids"] and r["rejected_ids"]]
+    prompts = [rows[i]["prompt_ids"] for i in keep] * 2
+    responses = [rows[i]["chosen_ids"] for i in keep] + [rows[i]["rejected_ids"] for i in keep]
+    nlls = response_nlls(model, tokenizer, prompts, responses, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+    chosen, rejected = [None] * len(rows), [None] * len(rows)
+    for j, i in enumerate(keep):
+        chosen[i], rejected[i] = nlls[j], nlls[len(keep) + j]
+    return chosen, rejected
+
+
 def preference_scores(
-    model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096
+    model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096, nlls=None
 ) -> PreferenceScores:
     """Preference accuracy, margins and log-probabilities of ``model`` on held-out pairs.
 
     Args:
-        model, tokenizer: as ``response_logps``.
+        model, tokenizer: as ``response_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids`` (a ``datasets.Dataset`` from
             ``preference_tokens.tokenize_preferences``, or a list of dicts).
         batch_size, max_batch_tokens: as ``held_out.token_nlls`` (each pair is two rows).
+        nlls: ``pair_nlls(model, tokenizer, pairs)`` computed already; None: computed here.
 
     Returns:
         ``PreferenceScores``.
@@ -92,22 +112,27 @@ def preference_scores(
     rows = [dict(r) for r in pairs]
     if not rows:
         raise ValueError("preference_scores: no pairs")
-    keep = [i for i, r in enumerate(rows) if r["prompt_ids"] and r["chosen_ids"] and r["rejected_ids"]]
+    chosen_nlls, rejected_nlls = nlls or pair_nlls(
+        model, tokenizer, rows, batch_size=batch_size, max_batch_tokens=max_batch_tokens
+    )
+    keep = [i for i, nll in enumerate(chosen_nlls) if nll is not None]
     if not keep:
         raise ValueError("preference_scores: every pair has an empty prompt or response")
-    prompts = [rows[i]["prompt_ids"] for i in keep] * 2
-    responses = [rows[i]["chosen_ids"] for i in keep] + [rows[i]["rejected_ids"] for i in keep]
-    logps = response_logps(
-        model, tokenizer, prompts, responses, batch_size=batch_size, max_batch_tokens=max_batch_tokens
-    )
+
+    def logp(i, nll):
+        return -nll[len(rows[i]["prompt_ids"]) - 1 :].sum().item()
+
     n = len(keep)
-    chosen, rejected = logps[:n], logps[n:]
-    lengths = [len(r) for r in responses]
+    chosen = [logp(i, chosen_nlls[i]) for i in keep]
+    rejected = [logp(i, rejected_nlls[i]) for i in keep]
+    per_token = [
+        c / len(rows[i]["chosen_ids"]) - r / len(rows[i]["rejected_ids"]) for i, c, r in zip(keep, chosen, rejected)
+    ]
     return PreferenceScores(
         pairs=n,
         accuracy=sum(c > r for c, r in zip(chosen, rejected)) / n,
         margin=sum(c - r for c, r in zip(chosen, rejected)) / n,
-        margin_per_token=sum(c / lengths[i] - r / lengths[n + i] for i, (c, r) in enumerate(zip(chosen, rejected))) / n,
+        margin_per_token=sum(per_token) / n,
         chosen_logp=sum(chosen) / n,
         rejected_logp=sum(rejected) / n,
         skipped=sorted(set(range(len(rows))) - set(keep)),

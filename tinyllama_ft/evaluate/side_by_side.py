@@ -53,7 +53,8 @@ def compare_answers(
     table = []
     for i, r in enumerate(rows):
         instruction, context = fmt.instruction(r)
-        reference = fmt.reference(r) if ("output" in r or "messages" in r) else ""  # a row may come without one
+        has_reference = any(k in r for k in ("output", "messages", "chosen", "completion"))  # a row may have none
+        reference = fmt.reference(r) if has_reference else ""
         table.append(
             dict(
                 instruction=instruction,

@@ -124,8 +124,9 @@ def load_adapter(
     base_model: str | None = None,
     trust_remote_code: bool = DEFAULTS.trust_remote_code,
     merged: bool = False,
+    trainable: bool = False,
 ):
-    """Load base model + saved adapter for inference (the article's reload cell).
+    """Load base model + saved adapter for inference (the article's reload cell), or to keep training it.
 
     Args:
         adapter_dir: a folder written by ``save_adapter`` (or any PEFT LoRA folder).
@@ -138,9 +139,11 @@ def load_adapter(
         merged: a plain 16-bit transformers model with the adapter merged in (``merge_and_unload`` on the base
             loaded as trained, dequantized): what the CUDA-graph decoder needs. False: base + adapter on top.
             Saved resized embeddings (a chat template's added tokens) resize the base first.
+        trainable: the adapter's weights require gradients, to train it further (PEFT's ``is_trainable``; train
+            mode); not with ``merged``. A whole run continues an adapter through ``lora.add_lora``.
 
     Returns:
-        ``(model, tokenizer)``: the model in eval mode and the adapter's tokenizer.
+        ``(model, tokenizer)``: the model in eval mode (train mode with ``trainable``) and the adapter's tokenizer.
 
     Raises:
         locations.PathArgumentError / HubUnreachableError: as ``adapter_base``.
@@ -148,7 +151,10 @@ def load_adapter(
             embeddings (``adapter_tokenizer_source``).
         adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base: names each difference.
         coercion.ConfigError: (a ``ValueError``) ``max_seq_length`` contradicts the recorded one (names both).
+        ValueError: ``trainable`` with ``merged`` (a merged model has no adapter left to train).
     """
+    if trainable and merged:
+        raise ValueError("load_adapter: trainable=True with merged=True: a merged model has no adapter to train")
     from ..machine.hardware import detect_hardware, is_importable
     from .loading import choose_backend, ensure_pad_token, load_model
     from .precision import resolve_dtype, torch_dtype
@@ -192,26 +198,16 @@ def load_adapter(
         hardware=hardware,
         trust_remote_code=trust_remote_code,
     )
-    if chosen == "unsloth" and base_model is None:
+    if chosen == "unsloth" and base_model is None and not trainable:
         # Unsloth reads the adapter's base itself (the article's cell 9 passes the adapter folder).
         model, tokenizer = load_model(adapter_dir, backend="unsloth", **load)
     else:
-        from peft import PeftModel
         from transformers import AutoTokenizer
-
-        from .adapter_fit import check_adapter_fits, saved_embedding_rows
 
         base_model_obj, _ = load_model(base, backend=chosen, **load)
         if merged and getattr(base_model_obj, "hf_quantizer", None) is not None:
             base_model_obj = base_model_obj.dequantize(dtype=torch_dtype(resolve_dtype(dtype, hardware)))
-        rows = saved_embedding_rows(adapter_dir, base_model_obj)
-        if rows and rows > base_model_obj.get_input_embeddings().num_embeddings:  # a chat template's added tokens
-            base_model_obj.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
-        check_adapter_fits(adapter_dir, base_model_obj, base_name=base)  # another base fails only at generation
-        from .lora import peft_wrapping
-
-        with peft_wrapping():  # peft reads transformers' deprecated checkpointing alias (lora.peft_wrapping)
-            model = PeftModel.from_pretrained(base_model_obj, adapter_dir)
+        model, rows = attach_adapter(base_model_obj, adapter_dir, base_name=base, trainable=trainable)
         if merged:
             model = model.merge_and_unload()
             if hasattr(model, "peft_config"):  # peft (0.21) leaves it on the merged model
@@ -220,8 +216,41 @@ def load_adapter(
             adapter_tokenizer_source(adapter_dir, base, resized=bool(rows)), trust_remote_code=trust_remote_code
         )
         ensure_pad_token(tokenizer)
-    model.eval()
+    model.train(trainable)
     return model, tokenizer
+
+
+def attach_adapter(base_model, adapter_dir: str, *, base_name: str | None = None, trainable: bool = False):
+    """A saved adapter on a loaded base (``peft.PeftModel.from_pretrained``): the one way ``load_adapter`` and a run
+    continuing an adapter (``lora.add_lora(adapter_name_or_path=...)``) put it there.
+
+    Args:
+        base_model: a transformers model (``loading.load_model``), not yet a PEFT model.
+        adapter_dir: a PEFT LoRA folder (``adapter_config.json``, ``adapter_model.safetensors``).
+        base_name: the base's name for messages (default: the model's ``name_or_path``).
+        trainable: the adapter's weights (and any whole module it saved) require gradients.
+
+    Returns:
+        ``(peft_model, rows)``: ``rows`` is the embedding rows the adapter saved (a chat template's added tokens:
+        the base was resized to them first; ``adapter_fit.saved_embedding_rows``), or None.
+
+    Raises:
+        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base, naming each
+            difference.
+    """
+    from peft import PeftModel
+
+    from .adapter_fit import check_adapter_fits, saved_embedding_rows
+    from .lora import peft_wrapping
+
+    rows = saved_embedding_rows(adapter_dir, base_model)
+    if rows and rows > base_model.get_input_embeddings().num_embeddings:  # a chat template's added tokens
+        base_model.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
+    base_name = base_name or getattr(base_model, "name_or_path", None)
+    check_adapter_fits(adapter_dir, base_model, base_name=base_name)  # another base fails only at generation
+    with peft_wrapping():  # peft reads transformers' deprecated checkpointing alias (lora.peft_wrapping)
+        model = PeftModel.from_pretrained(base_model, adapter_dir, is_trainable=trainable)
+    return model, rows
 
 
 def saves_whole_modules(adapter_dir: str) -> bool:
@@ -280,3 +309,67 @@ def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote
         resolve_model_name(base, flag="base_model"), trust_remote_code=trust_remote_code
     )
     return getattr(config, "max_position_embeddings", None) or DEFAULTS.max_seq_length
+
+
+def check_start_adapter(cfg, *, flag: str = "adapter_name_or_path") -> dict:
+    """Check, before anything is loaded or written, the adapter a preference run continues
+    (``cfg.adapter_name_or_path``) against the run: it is a saved adapter, and the run prompts it as it was trained.
+
+    An adapter this package saved recorded its data format, template and ``max_seq_length``
+    (``run_record.read_record``): text pairs continue an Alpaca adapter with its ``template``, conversations a chat
+    adapter with its ``chat_template`` (so the same stop tokens), and ``max_seq_length`` must give the base the same
+    RoPE scaling. A PEFT folder from elsewhere records nothing: it is prompted as the configuration says.
+
+    Args:
+        cfg: the run's ``FinetuneConfig`` (``adapter_name_or_path``, ``model_name``, ``dataset_format``,
+            ``template``, ``chat_template``, ``max_seq_length``, ``trust_remote_code``).
+        flag: the field's name in messages (``"--adapter_name_or_path"`` on the command line).
+
+    Returns:
+        The adapter's record (``{}`` when it has none).
+
+    Raises:
+        locations.PathArgumentError: (a ConfigError) no such folder, or it holds no ``adapter_config.json`` or no
+            ``adapter_model.safetensors``.
+        coercion.ConfigError: a contradiction with the record, naming the field, both values and the fix.
+    """
+    from ..config.coercion import ConfigError
+    from ..config.locations import PathArgumentError, require_folder
+    from .loading import rope_scaling_factor
+    from .run_record import RECORD_FILE, read_record, recorded_format
+
+    path = require_folder(cfg.adapter_name_or_path, flag, holding=ADAPTER_FILES[0], what="a saved adapter")
+    if not os.path.isfile(os.path.join(path, ADAPTER_FILES[1])):
+        raise PathArgumentError(f"{flag}: {path} has no {ADAPTER_FILES[1]} (adapter weights are read as safetensors)")
+    record = read_record(path)
+    if not record:
+        return record
+    where = f"{flag}={path!r} was trained with"
+    chat = recorded_format(record) != "alpaca"
+    if chat and cfg.dataset_format == "alpaca":
+        raise ConfigError(
+            f"{where} conversations (dataset_format={record['dataset_format']!r}), and dataset_format='alpaca' reads "
+            f"text pairs: continue it on conversational pairs (dataset_format 'messages' or 'auto')"
+        )
+    if not chat and cfg.dataset_format == "messages":
+        raise ConfigError(
+            f"{where} Alpaca prompts, and dataset_format='messages' reads conversations: continue it on text pairs "
+            f"(dataset_format 'alpaca' or 'auto')"
+        )
+    for name in ("chat_template",) if chat else ("template",):
+        if name in record and record[name] != getattr(cfg, name):
+            raise ConfigError(
+                f"{where} {name}={record[name]!r} (recorded in its {RECORD_FILE}), and {name}="
+                f"{getattr(cfg, name)!r}: set {name}={record[name]!r} to prompt it as it was trained"
+            )
+    trained = record.get("max_seq_length")
+    if trained and trained != cfg.max_seq_length:
+        positions = base_positions(cfg.model_name, trust_remote_code=cfg.trust_remote_code)
+        if rope_scaling_factor(trained, positions) != rope_scaling_factor(cfg.max_seq_length, positions):
+            raise ConfigError(
+                f"{where} max_seq_length={trained} on a base of {positions} positions, and max_seq_length="
+                f"{cfg.max_seq_length} scales RoPE otherwise (linear factor "
+                f"{rope_scaling_factor(cfg.max_seq_length, positions)} instead of "
+                f"{rope_scaling_factor(trained, positions)}): set max_seq_length={trained}"
+            )
+    return record

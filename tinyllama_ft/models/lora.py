@@ -81,8 +81,9 @@ def add_lora(
     seed: int = DEFAULTS.seed,
     backend: str | None = None,
     train_embeddings: bool = False,
+    adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
 ):
-    """Wrap ``model`` (from ``loading.load_model``) in LoRA adapters.
+    """Wrap ``model`` (from ``loading.load_model``) in LoRA adapters: a fresh one, or a saved one to keep training.
 
     Args:
         model: the base model (``loading.load_model``).
@@ -95,16 +96,26 @@ def add_lora(
             been imported in this process, else ``"transformers"``.
         train_embeddings: also train the input embeddings and LM head in full (``embedding_modules``), for the
             tokens a chat template added (TinyLlama-1.1B: 131M more trainable parameters).
+        adapter_name_or_path: a saved adapter folder (an earlier run's ``adapter_dir``, any PEFT LoRA folder for
+            this base) to keep training instead of a fresh adapter: its own rank, scaling, target modules and saved
+            whole modules apply (the shaping arguments above are not read; said in one line). "": a fresh adapter.
 
     Returns:
-        The ``peft`` model, with only the adapter weights (and the embeddings, with ``train_embeddings``)
-        trainable.
+        The ``peft`` model, with only the adapter weights (and the embeddings, with ``train_embeddings`` or when
+        the saved adapter holds them) trainable.
 
     Raises:
         ValueError: none of ``target_modules`` exists in the model (from peft); ``train_embeddings`` with the
-            Unsloth backend (not done there: use the transformers backend).
+            Unsloth backend (not done there: use the transformers backend); ``adapter_name_or_path`` with the
+            Unsloth backend (``plan.plan_run`` picks transformers for it).
+        adapter_fit.AdapterMismatchError: the saved adapter does not fit ``model``.
     """
     backend = backend or ("unsloth" if "unsloth" in sys.modules else "transformers")
+    if adapter_name_or_path and backend == "unsloth":
+        raise ValueError(
+            f"adapter_name_or_path={adapter_name_or_path!r}: a saved adapter is continued on the transformers "
+            "backend (PEFT), not Unsloth's: set backend='transformers' (the plan picks it with backend='auto')"
+        )
     if train_embeddings and backend == "unsloth":
         raise ValueError(
             "train_embeddings (the chat template added tokens, whose new embedding rows must train) is "
@@ -137,6 +148,14 @@ def add_lora(
             else:
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
+        if adapter_name_or_path:
+            from .adapters import attach_adapter
+
+            print(
+                f"continuing the adapter in {adapter_name_or_path} (its own rank, scaling and target modules; "
+                "lora_r, lora_alpha, lora_dropout, lora_bias, target_modules, use_rslora are not read)"
+            )
+            return attach_adapter(model, adapter_name_or_path, trainable=True)[0]
         torch.manual_seed(seed)
         modules, tied = embedding_modules(model) if train_embeddings else ((), False)
         config = lora_config(

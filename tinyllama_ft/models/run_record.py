@@ -33,27 +33,34 @@ def read_run_config(output_dir: str) -> dict[str, Any] | None:
         return None
 
 
-def adapter_record(cfg, plan=None, *, family=None) -> dict[str, Any]:
+def adapter_record(cfg, plan=None, *, data_format=None) -> dict[str, Any]:
     """The record ``save_adapter`` writes beside an adapter.
 
     Args:
         cfg: the run's ``FinetuneConfig``.
         plan: its ``plan.RunPlan`` (the dtype and 4-bit choice the base was loaded with); None: the configuration's.
-        family: ``families.prepare_family``'s ``FamilySetup`` for a chat run (its end-of-turn token and stop ids).
+        data_format: the run's prepared format (``formats.data_format(cfg)``): its ``name`` is the recorded
+            ``dataset_format`` (a preference run's: "alpaca" for text pairs, "messages" for turns), its ``family``
+            (a chat run's ``families.FamilySetup``) the end-of-turn token and stop ids. None: ``cfg.dataset_format``.
 
     Returns:
-        ``{"model_name", "dataset_format", "template", "chat_template", "max_seq_length", "dtype", "load_in_4bit"}``,
-        plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run. JSON-ready.
+        ``{"model_name", "dataset_format", "template", "chat_template", "max_seq_length", "dtype", "load_in_4bit",
+        "method"}``, plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run and ``"adapter_name_or_path"``
+        for a run that continued an adapter. JSON-ready.
     """
+    family = getattr(data_format, "family", None)
     record = {
         "model_name": cfg.model_name,
-        "dataset_format": cfg.dataset_format,
+        "dataset_format": data_format.name if data_format is not None else cfg.dataset_format,
         "template": cfg.template,
         "chat_template": cfg.chat_template,
         "max_seq_length": cfg.max_seq_length,
         "dtype": plan.dtype if plan is not None else cfg.dtype,
         "load_in_4bit": plan.load_in_4bit if plan is not None else cfg.load_in_4bit,
+        "method": cfg.method,
     }
+    if cfg.adapter_name_or_path:
+        record["adapter_name_or_path"] = cfg.adapter_name_or_path
     if family is not None:
         record.update(end_of_turn=family.end_of_turn, stop_token_ids=list(family.stop_token_ids))
     return record

@@ -66,7 +66,9 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
         resume: continue from the newest checkpoint in ``args.output_dir`` when there is one.
 
     Returns:
-        ``{"eval_loss_before", "eval_loss_after"`` (None without an eval set), ``"train_runtime_s"``
+        ``{"eval_loss_before", "eval_loss_after"`` (None without an eval set; ``eval_loss_before`` also None on a
+        resume, and for a trainer whose ``evaluates_before_training`` is False: a preference trainer whose policy
+        starts as its reference, ``preference_trainer``), ``"train_runtime_s"``
         (seconds in ``train.``), ``"eval_in_train_s"`` (seconds of it spent in the evaluations every
         ``eval_steps``), ``"train_tokens"`` (non-padding tokens fed in this run: all processes'
         under DDP, the trainer gathers them), ``"tokens_per_s"``
@@ -92,10 +94,14 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     # no DDP wrapper), so train() then skips the DDP wrap (transformers 5.24, accelerate 1.15): no gradient
     # all-reduce, the processes drift apart while each logs a plausible loss. The eval before training then
     # runs inside train(), on the wrapped model (eval_on_start), and only when training starts from step 0.
-    eval_on_start = trainer.args.world_size > 1 and has_eval and checkpoint is None
+    # A trainer whose policy starts as its own reference (DPO, KTO) would spend a pass on a known loss: none then
+    before = has_eval and checkpoint is None and getattr(trainer, "evaluates_before_training", True)
+    if has_eval and checkpoint is None and not before:
+        print(f"before training  eval_loss not evaluated: {trainer.evaluates_before_training_reason}")
+    eval_on_start = trainer.args.world_size > 1 and before
     if eval_on_start:
         trainer.args.eval_on_start = True
-    eval_before = trainer.evaluate()["eval_loss"] if has_eval and checkpoint is None and not eval_on_start else None
+    eval_before = trainer.evaluate()["eval_loss"] if before and not eval_on_start else None
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process

@@ -54,6 +54,7 @@ class RunPlan:
             (None on a CPU or without the model config).
         reasons: one line per decision.
         world_size: processes training together (``accelerate launch --num_processes``); 1 alone.
+        reference: what a preference method compares the model with (``reference_of``); None for SFT.
     """
 
     recipe: str
@@ -73,6 +74,7 @@ class RunPlan:
     budget_gib: float | None = None
     reasons: tuple[str, ...] = ()
     world_size: int = 1
+    reference: str | None = None
 
     @property
     def effective_batch_size(self) -> int:
@@ -96,6 +98,19 @@ class RunPlan:
         if self.estimated_peak_gib is not None:
             head += f", estimated peak {self.estimated_peak_gib:.1f} of {self.budget_gib:.1f} GiB"
         return "\n".join([head, *(f"  {r}" for r in self.reasons)])
+
+
+def reference_of(cfg: FinetuneConfig) -> str | None:
+    """What a preference run's log-probability reference is (``preference_trainer.reference_kind`` reads the same
+    from a built trainer): None for SFT, none for ORPO, a frozen copy of the adapter it continues, else the base
+    with the adapter disabled. Never a second copy of the base in memory."""
+    if cfg.method == "sft":
+        return None
+    if cfg.method == "orpo":
+        return "none (ORPO)"
+    if cfg.adapter_name_or_path:
+        return "frozen copy of the starting adapter ('ref')"
+    return "base with adapters disabled"
 
 
 def _text_config(model_config):
@@ -194,6 +209,14 @@ def plan_run(
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
     cuda = hardware.cuda
     reasons: list[str] = []
+    if cfg.adapter_name_or_path and backend == "unsloth":
+        if cfg.backend == "unsloth":
+            raise ConfigError(
+                f"FinetuneConfig.backend='unsloth' with adapter_name_or_path={cfg.adapter_name_or_path!r}: a saved "
+                f"adapter is continued on the transformers backend (PEFT); set backend='transformers' or 'auto'"
+            )
+        backend = "transformers"
+        reasons.append("continuing a saved adapter: transformers + PEFT (Unsloth's loader starts fresh adapters)")
     if cfg.load_in_4bit and not cuda:
         reasons.append("load_in_4bit=True needs a CUDA GPU (bitsandbytes): full-precision weights here")
     common = dict(
@@ -202,6 +225,7 @@ def plan_run(
         load_in_4bit=cfg.load_in_4bit and cuda,
         cpu_autocast_bf16=not cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype == "float32",
         optim=cfg.optim or ("adamw_8bit" if cuda else "adamw_torch"),
+        reference=reference_of(cfg),
     )
     split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
     dims, rope, unreadable = None, None, None
@@ -217,6 +241,8 @@ def plan_run(
     except Exception as e:  # unreadable config: the plan says so and keeps what was configured
         unreadable = type(e).__name__
     preference = cfg.method != "sft"
+    if preference:
+        reasons.append(f"method={cfg.method!r}: reference {common['reference']} (no second copy of the base)")
     if preference and cfg.use_liger_kernel:
         reasons.append(
             f"method={cfg.method!r}: use_liger_kernel off (TRL computes the log-probabilities with its own LM head)"
@@ -257,7 +283,7 @@ def plan_run(
                 "tokens/s at the same batch on the H200); packed batches padded to batch x max_seq_length "
                 "tokens, so flex attention compiles once"
             )
-        else:
+        elif not cfg.adapter_name_or_path:  # else said above
             reasons.append(
                 f"{dtype} GPU: Unsloth (its kernels target the T4 generation)"
                 if backend == "unsloth"

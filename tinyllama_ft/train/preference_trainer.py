@@ -13,6 +13,7 @@ from typing import Any
 
 from ..config.finetune import FinetuneConfig
 from ..data.preference_tokens import unpair
+from ..models.lora import peft_wrapping
 from .plan import RunPlan
 from .sft_trainer import quiet_progress, sdpa_evaluating, spelled_kwargs, trainer_config_kwargs
 
@@ -21,6 +22,12 @@ PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 UNPAIRED_COLUMNS = ("prompt_ids", "completion_ids", "label")
 #: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO and KTO trainers).
 REF_ADAPTER = "ref"
+#: Why DPO's and KTO's trainers are not evaluated before training (``loop.train_and_evaluate``): an evaluation pass
+#: (the policy and the reference over every held-out pair) would only give the loss at a zero log-ratio.
+STARTS_AT_REFERENCE = (
+    "the policy starts as its reference, so the loss there is the one at a zero log-ratio (DPO's sigmoid loss: "
+    "ln 2 = 0.6931; KTO's: 0.5); the held-out preference checks read the model before training"
+)
 
 
 def config_class(method: str):
@@ -110,6 +117,29 @@ def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
     return out
 
 
+def preference_sequences(dataset) -> tuple[int, int]:
+    """``(sequences, tokens)`` a preference trainer's prepared ``train_dataset`` feeds per epoch: DPO's two
+    sequences per pair (the prompt with each response), KTO's completion (and its KL completion), ORPO's chosen and
+    rejected sequences.
+
+    Raises:
+        ValueError: the dataset holds none of those columns.
+    """
+    columns = dataset.column_names
+    if "chosen_ids" in columns:  # DPO
+        lengths = [2 * len(p) + len(c) + len(r) for p, c, r in zip(*(dataset[k] for k in PAIR_COLUMNS))]
+        return 2 * len(dataset), sum(lengths)
+    if "completion_ids" in columns:  # KTO, with its KL completions when it computes the KL term
+        kinds = ["completion_ids"] + (["KL_completion_ids"] if "KL_completion_ids" in columns else [])
+        prompts = [len(p) for p in dataset["prompt_ids"]]
+        tokens = sum(sum(prompts) + sum(len(c) for c in dataset[k]) for k in kinds)
+        return len(kinds) * len(dataset), tokens
+    if "chosen_input_ids" in columns:  # ORPO
+        kinds = ("chosen_input_ids", "rejected_input_ids")
+        return 2 * len(dataset), sum(len(ids) for k in kinds for ids in dataset[k])
+    raise ValueError(f"preference_sequences: no preference id columns in {columns}")
+
+
 def trainer_class(method: str):
     """The package's subclass of TRL's trainer for ``method``, taking rows tokenized by the package.
 
@@ -124,21 +154,35 @@ def trainer_class(method: str):
         from trl import DPOTrainer
 
         class PackageDPOTrainer(DPOTrainer):
+            evaluates_before_training = False  # loop.train_and_evaluate: the loss there is known
+            evaluates_before_training_reason = STARTS_AT_REFERENCE
+
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
                 return dataset
+
+            def compute_loss(self, *args, **kwargs):
+                with peft_wrapping():  # TRL's reference pass reads transformers' deprecated checkpointing alias
+                    return super().compute_loss(*args, **kwargs)
 
         return PackageDPOTrainer
     if method == "kto":
         from trl import KTOTrainer
 
         class PackageKTOTrainer(KTOTrainer):
+            evaluates_before_training = False  # as DPO's
+            evaluates_before_training_reason = STARTS_AT_REFERENCE
+
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, UNPAIRED_COLUMNS, dataset_name)
                 if self.calculate_KL:
                     batch = args.per_device_train_batch_size
                     dataset = dataset.map(_add_kl_completions, batched=True, batch_size=batch)
                 return dataset
+
+            def compute_loss(self, *args, **kwargs):
+                with peft_wrapping():  # as DPO's
+                    return super().compute_loss(*args, **kwargs)
 
         return PackageKTOTrainer
     if method == "orpo":
@@ -215,6 +259,13 @@ def build_preference_trainer(
             f"build_preference_trainer: the model is a {type(model).__name__}, not a PEFT model: add an adapter "
             "(lora.add_lora) or load one (adapters.load_adapter); the reference is the base with it disabled"
         )
+    # the id columns only: the text columns kept beside them for the held-out checks are not TRL's
+    train_dataset, eval_dataset = (
+        ds.select_columns([c for c in ds.column_names if c in PAIR_COLUMNS + UNPAIRED_COLUMNS])
+        if ds is not None
+        else ds
+        for ds in (train_dataset, eval_dataset)
+    )
     if cfg.method == "kto":
         if cfg.kto_kl_term and plan.per_device_train_batch_size < 2:
             raise ValueError(

@@ -152,10 +152,13 @@ def build_trainer(
     callbacks=None,
     progress: bool = True,
 ):
-    """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output).
+    """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output); for a preference
+    ``cfg.method`` (dpo, orpo, kto), ``preference_trainer.build_preference_trainer``'s trainer on pairs, so the
+    notebooks' and the run's one trainer cell builds either.
 
     Unlike the other helpers it takes the whole configuration and plan (it needs some 25 of their values);
-    ``sft_config_kwargs(cfg, plan, has_eval=...)`` shows exactly which ``SFTConfig`` arguments they become.
+    ``sft_config_kwargs(cfg, plan, has_eval=...)`` shows exactly which ``SFTConfig`` arguments they become
+    (``preference_trainer.preference_config_kwargs``: a preference method's).
 
     Args:
         model: the LoRA model (``lora.add_lora``).
@@ -163,7 +166,8 @@ def build_trainer(
         train_dataset, eval_dataset: ``datasets.Dataset`` with ``input_ids`` + ``completion_mask``, or Alpaca
             columns (tokenized here, ``cfg.template``), or only ``"text"`` (TRL tokenizes it, special-token text
             parsed); eval may be None. Rows with no token to train on are dropped and counted
-            (``tokenization.prepare_training_rows``).
+            (``tokenization.prepare_training_rows``). A preference method: ``preference_tokens.tokenize_preferences``
+            output (the reference is a frozen copy of the adapter when ``cfg.adapter_name_or_path`` is set).
         cfg, plan: as ``sft_config_kwargs``.
         callbacks: extra ``transformers.TrainerCallback`` objects.
         progress: add ``progress.ProgressPrinter`` (one printed line per logging step: step, loss, tokens/s, and
@@ -176,6 +180,20 @@ def build_trainer(
     Raises:
         ValueError: no row of a dataset has a token to train on.
     """
+    if cfg.method != "sft":
+        from .preference_trainer import build_preference_trainer
+
+        return build_preference_trainer(
+            model=model,
+            tokenizer=tokenizer,
+            train_dataset=train_dataset,
+            eval_dataset=eval_dataset,
+            cfg=cfg,
+            plan=plan,
+            from_adapter=bool(cfg.adapter_name_or_path),
+            callbacks=callbacks,
+            progress=progress,
+        )
     from trl import SFTConfig, SFTTrainer
 
     from .progress import ProgressPrinter
@@ -248,16 +266,20 @@ def training_plan(trainer) -> dict[str, int]:
     """Optimizer steps and tokens the trainer will run, before it runs.
 
     Returns:
-        ``{"sequences": packed training sequences per epoch, "tokens_per_epoch": tokens in them,
-        "steps_per_epoch": optimizer steps per epoch, "planned_steps": steps the run will take,
-        "planned_tokens": tokens it will feed (at most)}``.
+        ``{"sequences": packed training sequences per epoch (a preference trainer's: two per pair, a KTO
+        completion with its KL completion), "tokens_per_epoch": tokens in them, "steps_per_epoch": optimizer steps
+        per epoch, "planned_steps": steps the run will take, "planned_tokens": tokens it will feed (at most)}``.
     """
     args = trainer.args
     ds = trainer.train_dataset
-    sequences = len(ds)
-    tokens = int(sum(len(ids) for ids in ds["input_ids"]))
+    if "input_ids" in ds.column_names:
+        sequences, tokens = len(ds), int(sum(len(ids) for ids in ds["input_ids"]))
+    else:
+        from .preference_trainer import preference_sequences
+
+        sequences, tokens = preference_sequences(ds)
     per_step = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
-    steps_per_epoch = max(1, math.ceil(sequences / per_step))
+    steps_per_epoch = max(1, math.ceil(len(ds) / per_step))
     planned = args.max_steps if args.max_steps > 0 else math.ceil(steps_per_epoch * args.num_train_epochs)
     planned_tokens = min(tokens * math.ceil(planned / steps_per_epoch), round(tokens * planned / steps_per_epoch))
     return {

@@ -31,12 +31,31 @@ def format_loss(value: float | None) -> str:
     return "None" if value is None else f"{value:.4f}"
 
 
+def format_eval_loss(results: dict) -> str:
+    """``"eval_loss 1.6995 -> 1.5574"`` from ``loop.train_and_evaluate``'s figures (or a run summary); ``"eval_loss
+    0.5120 after training"`` when there is no loss before it (a DPO or KTO trainer starts at a known loss)."""
+    before, after = results.get("eval_loss_before"), results.get("eval_loss_after")
+    if before is None and after is not None:
+        return f"eval_loss {format_loss(after)} after training"
+    return f"eval_loss {format_loss(before)} -> {format_loss(after)}"
+
+
+def format_preference(preference: dict | None) -> str:
+    """A preference run's held-out accuracy, as the command line's done line shows it:
+    ``", preference accuracy 48.0% -> 71.0% of 50 pairs"``; "" without preference scores (an SFT run, KTO's
+    unpaired rows, no held-out split)."""
+    before, after = ((preference or {}).get(k) for k in ("before", "after"))
+    if not before or not after:
+        return ""
+    return f", preference accuracy {before['accuracy']:.1%} -> {after['accuracy']:.1%} of {after['pairs']} pairs"
+
+
 def format_results(results: dict) -> str:
     """``loop.train_and_evaluate``'s figures on one line, as printed: losses with 4 decimals, tokens/s an integer,
     seconds with 1 decimal, peak GPU memory in GiB with 2 (``run_summary.json`` keeps the full values)."""
     rate, peak = results.get("tokens_per_s"), results.get("peak_memory_gib")
     return (
-        f"eval_loss {format_loss(results.get('eval_loss_before'))} -> {format_loss(results.get('eval_loss_after'))}, "
+        f"{format_eval_loss(results)}, "
         f"{results.get('train_tokens', 0):,} tokens in {results.get('train_runtime_s', 0.0):.1f} s"
         + (f", {rate:,.0f} tokens/s" if rate is not None else "")
         + (f", peak GPU memory {peak:.2f} GiB" if peak is not None else "")
@@ -74,6 +93,7 @@ def build_run_summary(
     eos: dict | None = None,
     heldout: dict | None = None,
     chat: dict | None = None,
+    preference: dict | None = None,
 ) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
@@ -96,6 +116,11 @@ def build_run_summary(
             training, the side-by-side answers), recorded at the top level.
         chat: a conversation run's ``formats.ConversationFormat.summary_fields()["chat"]`` (family, stop ids,
             tokenized-row counts, first-batch supervision), recorded under ``"chat"``; None for Alpaca runs.
+        preference: a preference run's ``PreferenceFormat.summary_fields()["preference"]`` (method, rows, adapter
+            continued, first-batch supervision), recorded under ``"preference"`` with the run's ``beta``,
+            ``loss_type``, the plan's ``reference``, the held-out ``"before"`` / ``"after"`` scores ``heldout``
+            holds and ``"implicit_reward_accuracy"`` (TRL's ``eval_rewards/accuracies`` at the last evaluation: the
+            share of held-out pairs whose implicit reward prefers the chosen response; None without it, as KTO).
 
     Returns:
         A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
@@ -129,6 +154,16 @@ def build_run_summary(
     summary.update(heldout or {})
     if chat is not None:
         summary["chat"] = chat
+    if preference is not None:
+        evals = [h for h in results.get("log_history", []) if "eval_rewards/accuracies" in h]
+        summary["preference"] = {
+            **preference,
+            "beta": cfg.beta,
+            "loss_type": list(cfg.loss_type),
+            "reference": plan.reference,
+            **summary.get("preference", {}),
+            "implicit_reward_accuracy": evals[-1]["eval_rewards/accuracies"] if evals else None,
+        }
     return summary
 
 
