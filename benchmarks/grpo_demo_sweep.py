@@ -5,8 +5,8 @@ in parallel, with the package's pieces (load_model, add_lora, grpo_prompts, buil
 (greedy, ``evaluate.grpo_checks``) run before, every ``--check-every`` steps and after. One JSON and a table out.
 
     python3 benchmarks/grpo_demo_sweep.py --model ~/.cache/tinyllama_ft/models/SmolLM2-135M-Instruct.Q4_1-<hash> \\
-        --configs '[{"learning_rate": 2e-4, "max_steps": 40}, ...]' (or a .json file) --device cuda \\
-        --check-every 10 --out /tmp/out/grpo_sweep.json
+        --configs benchmarks/grpo_demo_sweep.json (or '[{"learning_rate": 2e-4, "max_steps": 40}, ...]') \\
+        --device cuda --check-every 10 --out /tmp/out/grpo_sweep.json
 """
 
 from __future__ import annotations

@@ -251,7 +251,7 @@ def child(spec: dict) -> dict:
     logs = [e for e in trainer.state.log_history if "completions/mean_length" in e]
     gib = 2**30
     return dict(
-        name=f"{variant}@{prompts_per_step}x{cfg.num_generations}",
+        name=spec["name"],
         variant=variant,
         rollout_fields=fields,
         how=VARIANT_NOTES[variant],
@@ -297,7 +297,8 @@ def table(rows: list[dict]) -> str:
     lines = [head, "|" + " --- |" * len(COLUMNS)]
     for row in rows:
         if "failed" in row:
-            lines.append(f"| {row['name']} | failed: {row['failed'].splitlines()[-1][:160]} |")
+            why = row["failed"].split(": exit status")[0] if row["failed"].startswith("stopped") else ""
+            lines.append(f"| {row['name']} | failed: {why or row['failed'].splitlines()[-1][:160]} |")
             continue
         cells = ["-" if row.get(k) is None else fmt.format(row[k]) for k, fmt in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
@@ -307,7 +308,7 @@ def table(rows: list[dict]) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="/tmp/tinyllama-shaped", help="the TinyLlama-shaped folder")
-    ap.add_argument("--out", help="the JSON file to write (required)")
+    ap.add_argument("--out", help="the JSON file to write (required); an earlier one's other rows are kept")
     ap.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help=f"comma-separated, of {list(VARIANTS)}")
     ap.add_argument("--prompts", default="1,16", help="prompts per optimizer step, comma-separated (t4: its own)")
     ap.add_argument("--steps", type=int, default=8, help="GRPO optimizer steps per run")
@@ -318,7 +319,7 @@ def main(argv=None) -> None:
     ap.add_argument("--lora-r", type=int, default=16)
     ap.add_argument("--dtype", default="bfloat16", help="the H200 variants' dtype (float32 for a CPU try)")
     ap.add_argument("--t4-cap-gib", type=float, default=15.0)
-    ap.add_argument("--timeout", type=float, default=900, help="seconds per run before it is stopped")
+    ap.add_argument("--timeout", type=float, default=420, help="seconds per run before it is stopped")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -348,8 +349,8 @@ def main(argv=None) -> None:
     rows = []
     for variant in variants:
         for count in [None] if variant == "t4" else prompts:
-            spec = dict(settings, variant=variant, prompts=count)
             name = variant if count is None else f"{variant}@{count}x{args.num_generations}"
+            spec = dict(settings, variant=variant, prompts=count, name=name)
             row = run_configuration(
                 name, Path(__file__).name, ["--child", json.dumps(spec)], tempfile.gettempdir(), timeout_s=args.timeout
             )
@@ -357,6 +358,10 @@ def main(argv=None) -> None:
             print(table([row]), flush=True)
     from tinyllama_ft.train.summary import library_versions
 
+    out = Path(args.out)
+    earlier = json.loads(out.read_text(encoding="utf-8"))["rows"] if out.is_file() else []
+    names = {r["name"] for r in rows}
+    rows = [r for r in earlier if r["name"] not in names] + rows  # several calls, one file
     record = dict(
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         gpu=gpu_name(),
@@ -365,8 +370,8 @@ def main(argv=None) -> None:
         note=NOTE,
         rows=rows,
     )
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"\n{NOTE}\n\n{table(rows)}\n\nwrote {args.out}")
 
 
