@@ -32,13 +32,20 @@ def _pump(stream, echo, keep: bytearray, limit: int | None = None) -> None:
 
 
 def run_configuration(
-    name: str, script: str, argv: list[str], workdir: str, extra_env: dict | None = None, launcher: list[str] = ()
+    name: str,
+    script: str,
+    argv: list[str],
+    workdir: str,
+    extra_env: dict | None = None,
+    launcher: list[str] = (),
+    timeout_s: float | None = None,
 ) -> dict:
     """Run one configuration's script (with ``extra_env`` added to its environment); its RESULT dict, or
     ``{"name", "failed": last stderr lines}``.
 
     ``launcher``: arguments between the interpreter and the script, e.g. ``["-m", "accelerate.commands.launch",
     "--config_file", ..., "--num_processes", "2"]`` (the script then runs once per GPU; rank 0 prints RESULT).
+    ``timeout_s``: the child is killed after that many seconds (its row then says so).
     """
     print(f"\n===== {name}: {script} =====", flush=True)
     env = {**os.environ, **CHILD_ENV, **(extra_env or {})}
@@ -54,11 +61,14 @@ def run_configuration(
         threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer, out)),
         threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer, err, 1 << 16)),
     ]
-    for t in pumps:
+    timer = threading.Timer(timeout_s, proc.kill) if timeout_s else None
+    for t in [*pumps, *([timer] if timer else [])]:
         t.start()
     for t in pumps:
         t.join()
     rc = proc.wait()
+    if timer is not None:
+        timer.cancel()
     stdout = out.decode(errors="replace").splitlines()
     results = [line[len("RESULT ") :] for line in stdout if line.startswith("RESULT ")]
     try:
@@ -66,7 +76,8 @@ def run_configuration(
     except (IndexError, json.JSONDecodeError):
         pass
     lines = [s for s in err.decode(errors="replace").replace("\r", "\n").splitlines() if s.strip()]
-    return {"name": name, "failed": f"exit status {rc}: " + "\n".join(lines[-STDERR_LINES:])}
+    killed = f"stopped after {timeout_s:g} s: " if timer is not None and rc == -9 else ""
+    return {"name": name, "failed": f"{killed}exit status {rc}: " + "\n".join(lines[-STDERR_LINES:])}
 
 
 def gpu_name() -> str | None:
