@@ -50,7 +50,7 @@ BASE = dict(
     logging_steps=1,
 )
 #: Keys of a swept dict that are this script's, not FinetuneConfig's.
-OWN_KEYS = ("name", "check_max_new_tokens", "train_problems")
+OWN_KEYS = ("name", "check_max_new_tokens", "train_problems", "trl_args")
 
 
 def kind_scores(held: list[dict], answers: list[str]) -> dict:
@@ -87,6 +87,11 @@ def child(spec: dict) -> dict:
     own = {k: spec["config"][k] for k in OWN_KEYS if k in spec["config"]}
     fields = {**BASE, **{k: v for k, v in spec["config"].items() if k not in OWN_KEYS}}
     cfg = FinetuneConfig(**fields, model_name=spec["model"], output_dir=spec["output_dir"])
+    if own.get("trl_args"):  # GRPOConfig fields FinetuneConfig does not hold (yet): laid over the run's kwargs
+        import tinyllama_ft.train.grpo_trainer as grpo_trainer
+
+        plain = grpo_trainer.grpo_config_kwargs
+        grpo_trainer.grpo_config_kwargs = lambda *a, **k: {**plain(*a, **k), **own["trl_args"]}
     hardware = detect_hardware()
     plan = plan_run(cfg, hardware)
     rewards = resolve_rewards(cfg.reward_funcs, max_completion_length=cfg.max_completion_length)
