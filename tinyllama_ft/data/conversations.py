@@ -189,22 +189,14 @@ def check_conversations(
         clean, report = check_rows(rows, strict=strict, source=source)
         return [{"messages": alpaca_to_messages(r["instruction"], r["input"], r["output"])} for r in clean], report
     report = DataReport(source=source)
-    clean: list[dict[str, list[dict[str, str]]]] = []
-    first_index: dict[tuple, int] = {}
-    for index, row in enumerate(rows):
-        report.total += 1
-        problem, messages = conversation_problem(row, dataset_format=dataset_format, column=column)
-        if problem is None:
-            key = tuple((m["role"], m["content"]) for m in messages)
-            if key in first_index:
-                problem = "<row>", f"duplicates row {first_index[key]} (same turns)", "duplicate"
-            first_index.setdefault(key, index)
-        if problem is not None:
-            report.reject(BadRow(index, *problem), strict=strict)
-            continue
-        clean.append({"messages": messages})
-    report.kept = len(clean)
-    return clean, report
+    messages = report.keep_each(
+        rows,
+        lambda row: conversation_problem(row, dataset_format=dataset_format, column=column),
+        lambda turns: tuple((m["role"], m["content"]) for m in turns),
+        " (same turns)",
+        strict=strict,
+    )
+    return [{"messages": turns} for turns in messages], report
 
 
 def messages_features():

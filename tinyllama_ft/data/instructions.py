@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..config.finetune import DEFAULTS
 from .row_files import UnreadableRow, read_rows
@@ -63,6 +63,32 @@ class DataReport:
             raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
         self.bad.append(bad)
 
+    def keep_each(self, rows: Iterable[Any], check: Callable, key: Callable, same: str, *, strict: bool) -> list:
+        """The items ``check`` makes of ``rows``, once each; every other row counted here (or, ``strict``, raised).
+
+        Args:
+            rows: raw rows, in source order (``total`` and ``kept`` are counted here).
+            check: row -> ``(problem, item)``: ``problem`` a ``(field, reason, kind)`` for ``BadRow``, or None.
+            key: item -> what makes two items the same (hashable); a later equal item is a ``"duplicate"``.
+            same: what a duplicate shares, for its reason (``" (same turns)"``).
+            strict: as ``reject``.
+
+        Raises:
+            ValueError: as ``reject``.
+        """
+        clean, first_index = [], {}
+        for index, row in enumerate(rows):
+            self.total += 1
+            problem, item = check(row)
+            if problem is None and first_index.setdefault(key(item), index) != index:
+                problem = "<row>", f"duplicates row {first_index[key(item)]}{same}", "duplicate"
+            if problem is None:
+                clean.append(item)
+            else:
+                self.reject(BadRow(index, *problem), strict=strict)
+        self.kept = len(clean)
+        return clean
+
     @property
     def dropped(self) -> int:
         """How many rows were rejected."""
@@ -115,29 +141,21 @@ def check_rows(
         ValueError: with ``strict=True``, at the first bad row (duplicates and unparseable lines
             included), naming ``source``, the row's 0-based index and the field.
     """
-    report = DataReport(source=source)
-    clean: list[dict[str, str]] = []
-    first_index: dict[tuple[str, str, str], int] = {}
-    for index, row in enumerate(rows):
-        report.total += 1
+
+    def check(row):
         problem = _row_problem(row, instruction_column, input_column, output_column)
-        if problem is None:
-            inp = row.get(input_column)
-            item = {
-                "instruction": row[instruction_column],
-                "input": inp if inp and inp.strip() else "",
-                "output": row[output_column],
-            }
-            key = (item["instruction"], item["input"], item["output"])
-            if key in first_index:
-                earlier = f"duplicates row {first_index[key]} (same instruction, input and output)"
-                problem = "<row>", earlier, "duplicate"
-            first_index.setdefault(key, index)
         if problem is not None:
-            report.reject(BadRow(index, *problem), strict=strict)
-            continue
-        clean.append(item)
-    report.kept = len(clean)
+            return problem, None
+        inp = row.get(input_column)
+        return None, {
+            "instruction": row[instruction_column],
+            "input": inp if inp and inp.strip() else "",
+            "output": row[output_column],
+        }
+
+    report = DataReport(source=source)
+    same = " (same instruction, input and output)"
+    clean = report.keep_each(rows, check, lambda item: tuple(item.values()), same, strict=strict)
     return clean, report
 
 
