@@ -8,13 +8,13 @@ one end-of-sequence (or end-of-turn) id. The columns are TRL's: ``prompt_ids`` /
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from ..config.finetune import DEFAULTS
 from ..models.chat_templates import TemplateMismatch, end_of_turn_token
 from .chat_masks import tokenize_conversation
 from .instructions import BadRow, DataReport
-from .lengths import _common_prefix
 from .tokenization import BATCH_SIZE, alpaca_segments, tokenize_segments
 
 #: ``long_rows`` for preference rows: a pair's prompt and responses belong in one window, so no "split".
@@ -140,7 +140,7 @@ def tokenize_preferences(
             spans = [response_span(mask) for _, mask in encoded]
             prompt_len = min(start for start, _ in spans)
             if paired:
-                prompt_len = min(prompt_len, _common_prefix(encoded[0][0], encoded[1][0]))
+                prompt_len = min(prompt_len, len(os.path.commonprefix([encoded[0][0], encoded[1][0]])))
             prompt_ids = encoded[0][0][:prompt_len]
             answers = [ids[prompt_len:end] for (ids, _), (_, end) in zip(encoded, spans)]
             longest = prompt_len + max(len(a) for a in answers)
