@@ -724,14 +724,10 @@ def choices(name: str) -> tuple[Any, ...]:
     Raises:
         KeyError: ``name`` is not a field.
     """
-    annotation = FIELD_TYPES[name]
-    literal = _literal(annotation)
+    literal = _literal(FIELD_TYPES[name])
     if literal is None:
         return ()
-    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
-        annotation
-    )
-    return ((None,) if optional else ()) + typing.get_args(literal)
+    return ((None,) if without_none(FIELD_TYPES[name])[1] else ()) + typing.get_args(literal)
 
 
 def _not_allowed(f: dataclasses.Field, value: Any) -> str | None:
@@ -775,7 +771,8 @@ def parse_field(name: str, value: Any) -> Any:
             parsed = parse({name: copy.copy(value)}, defaults=False)[name]  # copied: it rewrites a list in place
             return tuple(parsed) if typing.get_origin(annotation) is tuple else parsed
     except ArgumentError:
-        for item in value if isinstance(value, list) else ():  # a tuple field: name the item refused
+        tuple_field = typing.get_origin(base) is tuple and isinstance(value, list)
+        for item in value if tuple_field else ():  # name the item refused
             try:
                 parse({name: [item]}, defaults=False)
             except ArgumentError:
