@@ -16,7 +16,7 @@ from .alpaca_prompts import format_prompt
 from .answers import LAYOUT_INSTRUCTION
 from .conversations import turns_problem
 from .instructions import DataReport, _field_problem
-from .row_files import UnreadableRow, read_rows
+from .row_files import read_rows
 
 #: The reference answer's column in the rows TRL gets (the keyword every reward receives it by).
 ANSWER = "answer"
@@ -53,13 +53,9 @@ def _answer_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None
     return (problem, None) if problem else (None, value)
 
 
-def _row_problem(row: Any, prompt_column: str, answer_column: str, form: str | None):
+def _row_problem(row: dict, prompt_column: str, answer_column: str, form: str | None):
     """``(problem, kind, clean)``: the first fault as ``(field, reason, kind)``, or None with the prompt's form and
     the clean row."""
-    if isinstance(row, UnreadableRow):
-        return (row.field, row.reason, row.kind), None, None
-    if not isinstance(row, dict):
-        return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None, None
     kind = "conversation" if isinstance(row.get(prompt_column), list) else "text"
     if kind == "conversation":
         problem, prompt = _messages_problem(row, prompt_column)

@@ -68,7 +68,8 @@ class DataReport:
 
         Args:
             rows: raw rows, in source order (``total`` and ``kept`` are counted here).
-            check: row -> ``(problem, item)``: ``problem`` a ``(field, reason, kind)`` for ``BadRow``, or None.
+            check: a row that is an object (a dict) -> ``(problem, item)``: ``problem`` a ``(field, reason, kind)``
+                for ``BadRow``, or None. A row that is none (``row_files.UnreadableRow``, a list, ...) is refused here.
             key: item -> what makes two items the same (hashable); a later equal item is a ``"duplicate"``.
             same: what a duplicate shares, for its reason (``" (same turns)"``).
             strict: as ``reject``.
@@ -79,7 +80,12 @@ class DataReport:
         clean, first_index = [], {}
         for index, row in enumerate(rows):
             self.total += 1
-            problem, item = check(row)
+            if isinstance(row, UnreadableRow):
+                problem, item = (row.field, row.reason, row.kind), None
+            elif not isinstance(row, dict):
+                problem, item = ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
+            else:
+                problem, item = check(row)
             if problem is None and first_index.setdefault(key(item), index) != index:
                 problem = "<row>", f"duplicates row {first_index[key(item)]}{same}", "duplicate"
             if problem is None:
@@ -143,7 +149,11 @@ def check_rows(
     """
 
     def check(row):
-        problem = _row_problem(row, instruction_column, input_column, output_column)
+        problem = (
+            _field_problem(row, instruction_column, True)
+            or _field_problem(row, output_column, True)
+            or _field_problem(row, input_column, False)
+        )
         if problem is not None:
             return problem, None
         inp = row.get(input_column)
@@ -157,17 +167,6 @@ def check_rows(
     same = " (same instruction, input and output)"
     clean = report.keep_each(rows, check, lambda item: tuple(item.values()), same, strict=strict)
     return clean, report
-
-
-def _row_problem(row: Any, ins_col: str, inp_col: str, out_col: str) -> tuple[str, str, str] | None:
-    """``(field, reason, kind)`` of the first fault in ``row``, or ``None`` for a good row."""
-    if isinstance(row, UnreadableRow):
-        return row.field, row.reason, row.kind
-    if not isinstance(row, dict):
-        return "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
-    return (
-        _field_problem(row, ins_col, True) or _field_problem(row, out_col, True) or _field_problem(row, inp_col, False)
-    )
 
 
 def _field_problem(row: dict, name: str, required: bool) -> tuple[str, str, str] | None:

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from ..config.finetune import DEFAULTS
 from .conversations import _order_problem, conversation_problem, turns_problem
 from .instructions import DataReport, _field_problem
-from .row_files import UnreadableRow, read_rows
+from .row_files import read_rows
 
 #: The columns of a paired row and of an unpaired one (TRL's names).
 PAIRED = ("prompt", "chosen", "rejected")
@@ -142,10 +142,6 @@ def check_preference_rows(
     responses = PAIRED[1:] if layout == "paired" else UNPAIRED[1:2]
 
     def check(row):
-        if isinstance(row, UnreadableRow):
-            return (row.field, row.reason, row.kind), None
-        if not isinstance(row, dict):
-            return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
         column = responses[0]
         value = row.get(column)
         kind = "text" if isinstance(value, str) else "conversation" if isinstance(value, list) else None
