@@ -63,14 +63,17 @@ class DataReport:
             raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
         self.bad.append(bad)
 
-    def keep_each(self, rows: Iterable[Any], check: Callable, key: Callable, same: str, *, strict: bool) -> list:
+    def keep_each(
+        self, rows: Iterable[Any], check: Callable, key: Callable | None = None, same: str = "", *, strict: bool
+    ) -> list:
         """The items ``check`` makes of ``rows``, once each; every other row counted here (or, ``strict``, raised).
 
         Args:
             rows: raw rows, in source order (``total`` and ``kept`` are counted here).
             check: a row that is an object (a dict) -> ``(problem, item)``: ``problem`` a ``(field, reason, kind)``
                 for ``BadRow``, or None. A row that is none (``row_files.UnreadableRow``, a list, ...) is refused here.
-            key: item -> what makes two items the same (hashable); a later equal item is a ``"duplicate"``.
+            key: item -> what makes two items the same (hashable); a later equal item is a ``"duplicate"``. None:
+                no duplicate check.
             same: what a duplicate shares, for its reason (``" (same turns)"``).
             strict: as ``reject``.
 
@@ -86,7 +89,7 @@ class DataReport:
                 problem, item = ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
             else:
                 problem, item = check(row)
-            if problem is None and first_index.setdefault(key(item), index) != index:
+            if problem is None and key is not None and first_index.setdefault(key(item), index) != index:
                 problem = "<row>", f"duplicates row {first_index[key(item)]}{same}", "duplicate"
             if problem is None:
                 clean.append(item)
