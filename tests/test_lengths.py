@@ -12,7 +12,8 @@ from helpers import alpaca_rows, sft_trainer, stories_lora, text_dataset
 from tinyllama_ft.config.finetune import FinetuneConfig
 from tinyllama_ft.data.instructions import check_rows
 from tinyllama_ft.machine.hardware import Hardware
-from tinyllama_ft.data.lengths import apply_long_rows, length_report, resolve_packing_strategy
+from tinyllama_ft.config.packing import resolve_packing_strategy
+from tinyllama_ft.data.lengths import apply_long_rows, length_report
 from tinyllama_ft.data.alpaca_prompts import format_prompt
 
 WINDOW = 256  # tokens: small enough that many real rows overflow it, on both tokenizers

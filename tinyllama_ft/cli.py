@@ -5,22 +5,20 @@
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
 
 Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
-usage or configuration error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). Subcommands live in
-``COMMANDS``.
+usage or configuration error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
+put on one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 import sys
-import typing
 from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, check_keys
-from .config.finetune import DEFAULTS, FIELD_NAMES, FIELD_TYPES, SECTIONS, FinetuneConfig, field_docs
+from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
 GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
@@ -38,53 +36,6 @@ class Command:
     help: str
     add_arguments: Callable[[Any], None]
     run: Callable[[dict, set], Any]
-
-
-def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
-    """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``).
-
-    jsonargparse adds them from the section dataclasses (``add_class_arguments``: type, ``Literal`` choices, help and
-    default from the field); a tuple field is typed as a list of its items or one string, so ``--export_formats
-    merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits and checks it.
-
-    Args:
-        parser: a jsonargparse ``ArgumentParser``.
-        names: the fields to add, in any order (default: every field); they are added in the sections' order.
-
-    Raises:
-        KeyError: a name is not a field.
-    """
-    missing = set(names) - set(FIELD_NAMES)
-    if missing:
-        raise KeyError(f"add_field_arguments: not configuration fields: {sorted(missing)}")
-    for section in SECTIONS.values():
-        wanted = [f.name for f in dataclasses.fields(section) if f.name in names]
-        if wanted:
-            _add_section_arguments(parser, section, wanted)
-
-
-def _add_section_arguments(parser, section: type, wanted: Sequence[str]) -> None:
-    """One section's fields ``wanted`` (in its order) as a group titled by the section's docstring."""
-    import docstring_parser
-
-    doc = docstring_parser.parse(section.__doc__)
-    group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
-    own = {f.name for f in dataclasses.fields(section)}
-    # consecutive fields that jsonargparse adds in one call, so the flags keep the fields' order
-    pending: list[str] = []
-    for name in [*wanted, None]:
-        is_tuple = name is not None and typing.get_origin(FIELD_TYPES[name]) is tuple
-        if name is not None and not is_tuple:
-            pending.append(name)
-            continue
-        if pending:
-            group.add_class_arguments(section, as_group=False, skip=own - set(pending), instantiate=False)
-            pending.clear()
-        if is_tuple:
-            item = typing.get_args(FIELD_TYPES[name])[0]  # str, or a Literal (export_formats)
-            group.add_argument(
-                f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
-            )
 
 
 def _add_train_arguments(parser) -> None:

@@ -1,23 +1,19 @@
-"""Type checks and coercions for configuration values from papermill, Colab forms, YAML and the command line.
+"""``ConfigError``, the one check of parameter names, and the source spellings jsonargparse reads otherwise.
 
-Those sources hand over strings where a Python literal was meant: papermill's ``-p dtype None`` and Colab's
-``"None"``, ``-p target_modules q_proj,v_proj``, YAML's ``2e-4`` (a string to PyYAML), ``--packing false``.
-Each field's type decides what is accepted; anything else is an error naming the field. A mistyped
-name gets the closest field name as a hint (``difflib``), e.g. ``lora_rank`` -> "did you mean lora_r?"
-(``check_keys``: one check for recipes, notebook parameters and flags). Why not jsonargparse's types: docs/internals.md.
+jsonargparse types and validates every configuration value (``finetune.parse_field``); papermill, Colab forms and YAML
+hand over six spellings it refuses or misreads, rewritten here first (docs/internals.md lists them): shown by
+tests/test_config.py::test_string_coercions_from_papermill_colab_yaml_and_the_command_line.
+A mistyped name gets the closest field name as a hint (``check_keys``: recipes, notebook parameters and flags).
 """
 
 from __future__ import annotations
 
 import difflib
-import types
 import typing
 from typing import Any, Iterable
 
-#: Strings that mean None for an optional field.
-NONE_STRINGS = ("None", "none", "null", "~", "")
-TRUE_STRINGS = ("true", "yes", "on", "1")
-FALSE_STRINGS = ("false", "no", "off", "0")
+#: Strings that mean None for an optional field, besides jsonargparse's "null" and "~".
+NONE_STRINGS = ("None", "none", "")
 
 
 class ConfigError(ValueError):
@@ -48,100 +44,50 @@ def check_keys(keys: Iterable[str], known: Iterable[str], where: str, help_comma
         raise ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")
 
 
-def _without_none(annotation: Any) -> tuple[Any, bool]:
+def without_none(annotation: Any) -> tuple[Any, bool]:
     """``(the annotation without None, whether None was in it)``: ``int | None`` -> ``(int, True)``."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        rest = tuple(a for a in args if a is not type(None))
-        if len(rest) < len(args):
-            return (rest[0] if len(rest) == 1 else typing.Union[rest]), True
-    return annotation, False
+    args = typing.get_args(annotation)
+    if type(None) not in args:
+        return annotation, False
+    rest = tuple(a for a in args if a is not type(None))
+    return (rest[0] if len(rest) == 1 else typing.Union[rest]), True
 
 
-def _scalar(annotation: Any) -> Any:
-    """The plain type a value is coerced to: a ``Literal[...]`` of strings, or ``Literal[...] | str``, is ``str``."""
-    if typing.get_origin(annotation) is typing.Literal:
-        kinds = {type(v) for v in typing.get_args(annotation)}
-        return kinds.pop() if len(kinds) == 1 else annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        kinds = {_scalar(a) for a in typing.get_args(annotation)}
-        return kinds.pop() if len(kinds) == 1 else annotation
-    return annotation
-
-
-def coerce_value(name: str, value: Any, annotation: Any, *, comma_separated: bool = False) -> Any:
-    """Check ``value`` against a field's type, converting the strings the sources above produce.
-
-    Only the type is checked here: whether a value is among a ``Literal``'s choices, or in range, is
-    ``FinetuneConfig``'s check (it names the allowed values).
+def source_spelling(value: Any, annotation: Any, *, comma_separated: bool = False) -> Any:
+    """``value`` with the spellings jsonargparse does not read as meant rewritten; jsonargparse checks the result.
 
     Args:
-        name: the field, for messages.
-        value: what was given.
-        annotation: the field's resolved type (``typing.get_type_hints(FinetuneConfig)[name]``): ``int``,
-            ``str | None``, ``tuple[str, ...]``, ``tuple[float, ...]``, ``float``, ``bool``, a ``Literal[...]`` of strings (coerced as a
-            ``str``), ``Literal[...] | str``, ``tuple[Literal[...], ...]``.
-        comma_separated: for a tuple field, a string is a comma-separated list (``"q_proj,v_proj"``);
-            otherwise a string is a one-element tuple (one prompt).
+        value: what a recipe, a flag or the notebook gave.
+        annotation: the field's resolved type (``finetune.FIELD_TYPES``).
+        comma_separated: for a tuple field, a string is a comma-separated list (``"q_proj,v_proj"``); otherwise a
+            string is a one-element list (one prompt).
 
     Returns:
-        The value in the field's type (a tuple for tuple fields).
-
-    Raises:
-        ConfigError: the value cannot be read as that type; the message names the field and the value.
-        TypeError: the annotation is none of the above (a field added with a type this function has no rule for).
+        For an optional field, None for ``"None"``, ``"none"`` or ``""`` (papermill's ``-p dtype None``, Colab's
+        forms); for a tuple field, a list, its string items read as here (a string split as above); for an int field, an integral
+        float as an int (``3.0``); for a float field, a string ``float()`` reads (``"inf"``, which the field's
+        finiteness check then names); for a str field, a number as its text (papermill's ``-p wandb_run_name 7``).
+        Anything else as given.
     """
-    annotation, optional = _without_none(annotation)
-    is_tuple = typing.get_origin(annotation) is tuple
-    base = _scalar(typing.get_args(annotation)[0] if is_tuple else annotation)
-
-    def bad(expected: str) -> ConfigError:
-        return ConfigError(
-            f"FinetuneConfig.{name}={value!r} is not allowed: expected {expected}"
-            f"{' or None' if optional else ''}, got {type(value).__name__}"
+    base, optional = without_none(annotation)
+    if isinstance(value, str) and optional and value.strip() in NONE_STRINGS:
+        return None
+    if typing.get_origin(base) is tuple:
+        if isinstance(value, str):
+            value = [v for v in ([v.strip() for v in value.split(",")] if comma_separated else [value]) if v]
+        items = typing.get_args(base)[0]
+        return (
+            [source_spelling(v, items) if isinstance(v, str) else v for v in value]
+            if isinstance(value, (list, tuple))
+            else value
         )
-
-    if value is None or (optional and isinstance(value, str) and value.strip() in NONE_STRINGS):
-        if optional:
-            return None
-        raise bad("a list of strings" if is_tuple else _EXPECTED.get(base, str(base)))
-    if is_tuple and base is str:
-        if isinstance(value, str):
-            items = [v.strip() for v in value.split(",")] if comma_separated else [value]
-            return tuple(v for v in items if v)
-        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-            return tuple(value)
-        raise bad("a list of strings" + (" (or one comma-separated string)" if comma_separated else ""))
-    if is_tuple and base in (int, float):
-        if isinstance(value, str):
-            value = [v for v in value.split(",") if v.strip()] if comma_separated else [value]
-        if isinstance(value, (list, tuple)):
-            return tuple(coerce_value(name, v, base) for v in value)
-        raise bad("a list of numbers" + (" (or one comma-separated string)" if comma_separated else ""))
-    if base is bool:
-        if isinstance(value, bool):
+    if base is int and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if base is float and isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
             return value
-        if isinstance(value, str) and value.strip().lower() in TRUE_STRINGS + FALSE_STRINGS:
-            return value.strip().lower() in TRUE_STRINGS
-        raise bad("True or False")
-    if base in (int, float):
-        if isinstance(value, bool):
-            raise bad(_EXPECTED[base])
-        if isinstance(value, int) or (isinstance(value, float) and (base is float or value.is_integer())):
-            return base(value)  # 3.0 is an integer; an int is a number
-        if isinstance(value, str):
-            try:
-                return base(value.strip())
-            except ValueError:
-                pass
-        raise bad(_EXPECTED[base])
-    if base is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)  # papermill turns -p wandb_run_name 7 into an int
-        raise bad("a string")
-    raise TypeError(f"coerce_value: no rule for the annotation {annotation!r} of {name}")
-
-
-_EXPECTED = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    if base is str and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    return value

@@ -9,17 +9,19 @@ take their defaults from ``DEFAULTS = FinetuneConfig()``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import inspect
 import math
 import os
 import types
 import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, List, Literal, Mapping, Sequence, Union
 
 from ..machine.paths import expand_path
-from .coercion import ConfigError, check_keys, coerce_value
+from .coercion import ConfigError, check_keys, source_spelling, without_none
 from .packing import LongRows, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
@@ -94,7 +96,7 @@ NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
 #: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
 PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir", "adapter_name_or_path")
 
-#: A range check beyond a field's type: (predicate on the coerced value, what is allowed, for the message).
+#: A range check beyond a field's type: (predicate on the parsed value, what is allowed, for the message).
 Allowed = tuple[Callable[[Any], bool], str]
 
 
@@ -467,22 +469,18 @@ class FinetuneConfig(
     and every helper see the folder a shell would.
 
     Raises:
-        ConfigError (a ValueError): from ``__post_init__`` when a value has the wrong type (after the
-            string coercions of ``coercion.coerce_value``), is not among its ``Literal``'s choices, or is out of
-            range; the message names the field and what is allowed.
+        ConfigError (a ValueError): from ``__post_init__`` when jsonargparse refuses a value for its field's type
+            (``parse_field``; a ``Literal``'s choices included), or a value is out of range; the message names the
+            field and what is allowed.
     """
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            setattr(
-                self,
-                f.name,
-                coerce_value(
-                    f.name, getattr(self, f.name), FIELD_TYPES[f.name], comma_separated=f.metadata["comma_separated"]
-                ),
-            )
         if self.dtype == "auto":
             self.dtype = None
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not f.default:  # a default is its field's type (tests/test_cli.py: default.yaml parses)
+                setattr(self, f.name, parse_field(f.name, value))
         for name in PATH_FIELDS:  # "~/runs/x", "$DATA/a.jsonl" as a shell would read them; a Hub id has no ~ or $
             setattr(self, name, expand_path(getattr(self, name)))
         for f in dataclasses.fields(self):
@@ -676,7 +674,7 @@ class FinetuneConfig(
         """Build from parameter name -> value (a recipe, command-line flags, the notebook's parameters).
 
         Args:
-            values: field name -> value; strings are coerced as ``coercion.coerce_value`` says.
+            values: field name -> value, each read as ``parse_field`` reads it.
             where: what the mapping is (a file, "papermill parameters"), for messages.
 
         Returns:
@@ -693,9 +691,10 @@ class FinetuneConfig(
 
 #: Every field name, in declaration order (= the parameters cell's order).
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
-#: Each field's type, resolved from its annotation (``Literal``s included): what values are coerced to and checked
-#: against, and what the command line's flags are typed with.
+#: Each field's type, resolved from its annotation (``Literal``s included): what jsonargparse types values and the
+#: command line's flags with.
 FIELD_TYPES: dict[str, Any] = typing.get_type_hints(FinetuneConfig)
+_FIELDS = {f.name: f for f in dataclasses.fields(FinetuneConfig)}
 
 
 def _literal(annotation: Any) -> Any:
@@ -725,34 +724,80 @@ def choices(name: str) -> tuple[Any, ...]:
     Raises:
         KeyError: ``name`` is not a field.
     """
-    annotation = FIELD_TYPES[name]
-    literal = _literal(annotation)
+    literal = _literal(FIELD_TYPES[name])
     if literal is None:
         return ()
-    optional = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in typing.get_args(
-        annotation
-    )
-    return ((None,) if optional else ()) + typing.get_args(literal)
+    return ((None,) if without_none(FIELD_TYPES[name])[1] else ()) + typing.get_args(literal)
 
 
 def _not_allowed(f: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with a field's coerced value (its message, naming the field and what is allowed), or None."""
+    """What is wrong with a field's parsed value beyond its type (its message, naming the field and what is
+    allowed), or None."""
     name, allowed = f.name, f.metadata["allowed"]
     if isinstance(value, float) and not math.isfinite(value):
         return (
             f"FinetuneConfig.{name}={value!r} is not allowed: a finite number "
             f"({allowed[1] if allowed else 'not inf or nan'})"
         )
-    annotation = FIELD_TYPES[name]
-    if typing.get_origin(annotation) is tuple and _literal(annotation) is not None:
-        wrong = [item for item in value if item not in choices(name)]
-        if wrong:
-            return f"FinetuneConfig.{name}: {wrong[0]!r} is not allowed; each item is one of {list(choices(name))}"
-    elif choices(name) and str not in typing.get_args(annotation) and value not in choices(name):
-        return f"FinetuneConfig.{name}={value!r} is not allowed: one of {choices(name)}"
     if allowed and not allowed[0](value):
         return f"FinetuneConfig.{name}={value!r} is not allowed: {allowed[1]}"
     return None
+
+
+def parse_field(name: str, value: Any) -> Any:
+    """A field's value as jsonargparse types it (the flags' parser: ``add_field_arguments``), after the source
+    spellings it reads otherwise (``coercion.source_spelling``).
+
+    Args:
+        name: a field name (``FIELD_NAMES``).
+        value: what a recipe, a flag, the notebook or a caller gave.
+
+    Returns:
+        The value in the field's type (a tuple for a tuple field).
+
+    Raises:
+        ConfigError: jsonargparse refuses the value, or None for a field that is not optional (jsonargparse takes
+            None for "not given"); the message names the field, the value and what the field takes (a choice field's
+            values, a tuple of choices' wrong item).
+    """
+    from argparse import ArgumentError
+
+    annotation = FIELD_TYPES[name]
+    value = source_spelling(value, annotation, comma_separated=_FIELDS[name].metadata["comma_separated"])
+    base, optional = without_none(annotation)
+    parse = _field_parser().parse_object
+    try:
+        if value is not None or optional:  # jsonargparse reads None as "not given"
+            parsed = parse({name: copy.copy(value)}, defaults=False)[name]  # copied: it rewrites a list in place
+            return tuple(parsed) if typing.get_origin(annotation) is tuple else parsed
+    except ArgumentError:
+        tuple_field = typing.get_origin(base) is tuple and isinstance(value, list)
+        for item in value if tuple_field else ():  # name the item refused
+            try:
+                parse({name: [item]}, defaults=False)
+            except ArgumentError:
+                if choices(name):
+                    raise ConfigError(
+                        f"FinetuneConfig.{name}: {item!r} is not allowed; each item is one of {list(choices(name))}"
+                    ) from None
+                value, base, optional = item, typing.get_args(base)[0], False
+                break
+    expected = f"expected {_EXPECTED.get(base) or inspect.formatannotation(base)}{' or None' if optional else ''}"
+    what = f"one of {choices(name)}" if choices(name) else expected
+    raise ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: {what}")
+
+
+_EXPECTED = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+
+
+@lru_cache(maxsize=1)
+def _field_parser():
+    """A jsonargparse parser of every field (``add_field_arguments``), which ``parse_field`` reads values with."""
+    from jsonargparse import ArgumentParser
+
+    parser = ArgumentParser(exit_on_error=False)
+    add_field_arguments(parser)
+    return parser
 
 
 #: The package's defaults: helpers write ``lora_r: int = DEFAULTS.lora_r``, never the number.
@@ -785,3 +830,50 @@ def field_docs() -> dict[str, str]:
         for param in docstring_parser.parse_from_object(section).params:
             docs[param.arg_name] = " ".join((param.description or "").split())
     return docs
+
+
+def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
+    """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``).
+
+    jsonargparse adds them from the section dataclasses (``add_class_arguments``: type, ``Literal`` choices, help and
+    default from the field); a tuple field is typed as a list of its items or one string, so ``--export_formats
+    merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits it and checks the items (``parse_field``).
+
+    Args:
+        parser: a jsonargparse ``ArgumentParser``.
+        names: the fields to add, in any order (default: every field); they are added in the sections' order.
+
+    Raises:
+        KeyError: a name is not a field.
+    """
+    missing = set(names) - set(FIELD_NAMES)
+    if missing:
+        raise KeyError(f"add_field_arguments: not configuration fields: {sorted(missing)}")
+    for section in SECTIONS.values():
+        wanted = [f.name for f in dataclasses.fields(section) if f.name in names]
+        if wanted:
+            _add_section_arguments(parser, section, wanted)
+
+
+def _add_section_arguments(parser, section: type, wanted: Sequence[str]) -> None:
+    """One section's fields ``wanted`` (in its order) as a group titled by the section's docstring."""
+    import docstring_parser
+
+    doc = docstring_parser.parse(section.__doc__)
+    group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
+    own = {f.name for f in dataclasses.fields(section)}
+    # consecutive fields that jsonargparse adds in one call, so the flags keep the fields' order
+    pending: list[str] = []
+    for name in [*wanted, None]:
+        is_tuple = name is not None and typing.get_origin(FIELD_TYPES[name]) is tuple
+        if name is not None and not is_tuple:
+            pending.append(name)
+            continue
+        if pending:
+            group.add_class_arguments(section, as_group=False, skip=own - set(pending), instantiate=False)
+            pending.clear()
+        if is_tuple:
+            item = typing.get_args(FIELD_TYPES[name])[0]  # str, or a Literal (export_formats)
+            group.add_argument(
+                f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
+            )

@@ -9,12 +9,12 @@ text typed in a turn stays text, and a token straddling the turn boundary is sup
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import get_args
 
 from ..config.finetune import DEFAULTS
 from ..config.packing import ConversationLongRows
 from ..models.chat_templates import TemplateMismatch, end_of_turn_token, render_turns, special_tokens
-from .instructions import BadRow, DataReport
+from .instructions import DataReport
 from .tokenization import token_supervision
 
 #: ``long_rows`` choices for conversations: drop a conversation longer than ``max_seq_length`` (counted), or keep
@@ -118,37 +118,25 @@ def tokenize_conversations(
             "over windows loses its turns' context)"
         )
     eot = end_of_turn_token(tokenizer)
-    report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
-    kept: list[dict[str, Any]] = []
-    for index, row in enumerate(dataset):
-        report.total += 1
-        bad = None
+
+    def check(row):
         try:
             enc = tokenize_conversation(tokenizer, row["messages"], end_of_turn=eot)
-            if not assistant_only_loss:
-                enc["assistant_masks"] = [1] * len(enc["input_ids"])
         except TemplateMismatch as e:
-            bad = BadRow(index, "messages", str(e), "template mismatch")
-        else:
-            n = len(enc["input_ids"])
-            if n > max_seq_length and long_rows == "drop":
-                bad = BadRow(
-                    index, "messages", f"is {n} tokens, longer than max_seq_length={max_seq_length}", "too long"
-                )
-            else:
-                enc = {k: v[:max_seq_length] for k, v in enc.items()}
-                if not any(enc["assistant_masks"]):
-                    bad = BadRow(
-                        index,
-                        "messages",
-                        f"has no supervised assistant token in its first {max_seq_length} tokens",
-                        "no supervised token",
-                    )
-        if bad is not None:
-            report.reject(bad, strict=strict)
-            continue
-        kept.append({**enc, "messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]]})
-    report.kept = len(kept)
+            return ("messages", str(e), "template mismatch"), None
+        if not assistant_only_loss:
+            enc["assistant_masks"] = [1] * len(enc["input_ids"])
+        n = len(enc["input_ids"])
+        if n > max_seq_length and long_rows == "drop":
+            return ("messages", f"is {n} tokens, longer than max_seq_length={max_seq_length}", "too long"), None
+        enc = {k: v[:max_seq_length] for k, v in enc.items()}
+        if not any(enc["assistant_masks"]):
+            why = f"has no supervised assistant token in its first {max_seq_length} tokens"
+            return ("messages", why, "no supervised token"), None
+        return None, {**enc, "messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]]}
+
+    report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
+    kept = report.keep_each(dataset, check, strict=strict)
     print(report.summary())
     if not kept:
         raise ValueError(

@@ -15,7 +15,7 @@ from ..config.finetune import (  # dataset_format values; "auto" reads the first
     DEFAULTS,
 )
 from .instructions import BadRow, DataReport, check_rows
-from .row_files import UnreadableRow, read_rows
+from .row_files import read_rows
 
 #: Roles of the normalised ``messages``.
 ROLES = ("system", "user", "assistant")
@@ -98,12 +98,12 @@ def _order_problem(messages: list[dict[str, str]], column: str) -> tuple[str, st
 
 
 def conversation_problem(
-    row: Any, *, dataset_format: str = "messages", column: str | None = None
+    row: dict, *, dataset_format: str = "messages", column: str | None = None
 ) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
     """Check one conversation row and normalise it.
 
     Args:
-        row: a raw row (a dict, or what ``row_files.read_rows`` left for a line it could not parse).
+        row: a raw row that is an object (a dict).
         dataset_format: ``"messages"`` or ``"sharegpt"``.
         column: the column holding the turns; default ``"messages"`` / ``"conversations"``.
 
@@ -113,10 +113,6 @@ def conversation_problem(
     """
     sharegpt = dataset_format == "sharegpt"
     column = column or ("conversations" if sharegpt else "messages")
-    if isinstance(row, UnreadableRow):
-        return (row.field, row.reason, row.kind), None
-    if not isinstance(row, dict):
-        return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
     problem, messages = turns_problem(row, column, sharegpt=sharegpt)
     if problem:
         return problem, None
@@ -189,22 +185,14 @@ def check_conversations(
         clean, report = check_rows(rows, strict=strict, source=source)
         return [{"messages": alpaca_to_messages(r["instruction"], r["input"], r["output"])} for r in clean], report
     report = DataReport(source=source)
-    clean: list[dict[str, list[dict[str, str]]]] = []
-    first_index: dict[tuple, int] = {}
-    for index, row in enumerate(rows):
-        report.total += 1
-        problem, messages = conversation_problem(row, dataset_format=dataset_format, column=column)
-        if problem is None:
-            key = tuple((m["role"], m["content"]) for m in messages)
-            if key in first_index:
-                problem = "<row>", f"duplicates row {first_index[key]} (same turns)", "duplicate"
-            first_index.setdefault(key, index)
-        if problem is not None:
-            report.reject(BadRow(index, *problem), strict=strict)
-            continue
-        clean.append({"messages": messages})
-    report.kept = len(clean)
-    return clean, report
+    messages = report.keep_each(
+        rows,
+        lambda row: conversation_problem(row, dataset_format=dataset_format, column=column),
+        lambda turns: tuple((m["role"], m["content"]) for m in turns),
+        " (same turns)",
+        strict=strict,
+    )
+    return [{"messages": turns} for turns in messages], report
 
 
 def messages_features():

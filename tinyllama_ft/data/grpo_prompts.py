@@ -15,8 +15,8 @@ from ..config.finetune import DEFAULTS
 from .alpaca_prompts import format_prompt
 from .answers import LAYOUT_INSTRUCTION
 from .conversations import turns_problem
-from .instructions import BadRow, DataReport, _field_problem
-from .row_files import UnreadableRow, read_rows
+from .instructions import DataReport, _field_problem
+from .row_files import read_rows
 
 #: The reference answer's column in the rows TRL gets (the keyword every reward receives it by).
 ANSWER = "answer"
@@ -53,13 +53,9 @@ def _answer_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None
     return (problem, None) if problem else (None, value)
 
 
-def _row_problem(row: Any, prompt_column: str, answer_column: str, form: str | None):
+def _row_problem(row: dict, prompt_column: str, answer_column: str, form: str | None):
     """``(problem, kind, clean)``: the first fault as ``(field, reason, kind)``, or None with the prompt's form and
     the clean row."""
-    if isinstance(row, UnreadableRow):
-        return (row.field, row.reason, row.kind), None, None
-    if not isinstance(row, dict):
-        return ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None, None
     kind = "conversation" if isinstance(row.get(prompt_column), list) else "text"
     if kind == "conversation":
         problem, prompt = _messages_problem(row, prompt_column)
@@ -97,23 +93,17 @@ def check_prompt_rows(
     Raises:
         ValueError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the field.
     """
-    report = DataReport(source=source)
-    clean: list[dict[str, Any]] = []
-    form, first_index = None, {}
-    for index, row in enumerate(rows):
-        report.total += 1
+    form = None
+
+    def check(row):  # the first good row's form is the rows' form
+        nonlocal form
         problem, kind, item = _row_problem(row, prompt_column, answer_column, form)
-        if problem is None:
-            key = json.dumps([item["prompt"], item[ANSWER]])
-            if key in first_index:
-                problem = "<row>", f"duplicates row {first_index[key]} (same prompt and answer)", "duplicate"
-            first_index.setdefault(key, index)
-        if problem is not None:
-            report.reject(BadRow(index, *problem), strict=strict)
-            continue
         form = form or kind
-        clean.append(item)
-    report.kept = len(clean)
+        return problem, item
+
+    report = DataReport(source=source)
+    same = " (same prompt and answer)"
+    clean = report.keep_each(rows, check, lambda item: json.dumps([item["prompt"], item[ANSWER]]), same, strict=strict)
     return clean, report, form
 
 

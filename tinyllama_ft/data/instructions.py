@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from ..config.finetune import DEFAULTS
 from .row_files import UnreadableRow, read_rows
@@ -63,6 +63,41 @@ class DataReport:
             raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
         self.bad.append(bad)
 
+    def keep_each(
+        self, rows: Iterable[Any], check: Callable, key: Callable | None = None, same: str = "", *, strict: bool
+    ) -> list:
+        """The items ``check`` makes of ``rows``, once each; every other row counted here (or, ``strict``, raised).
+
+        Args:
+            rows: raw rows, in source order (``total`` and ``kept`` are counted here).
+            check: a row that is an object (a dict) -> ``(problem, item)``: ``problem`` a ``(field, reason, kind)``
+                for ``BadRow``, or None. A row that is none (``row_files.UnreadableRow``, a list, ...) is refused here.
+            key: item -> what makes two items the same (hashable); a later equal item is a ``"duplicate"``. None:
+                no duplicate check.
+            same: what a duplicate shares, for its reason (``" (same turns)"``).
+            strict: as ``reject``.
+
+        Raises:
+            ValueError: as ``reject``.
+        """
+        clean, first_index = [], {}
+        for index, row in enumerate(rows):
+            self.total += 1
+            if isinstance(row, UnreadableRow):
+                problem, item = (row.field, row.reason, row.kind), None
+            elif not isinstance(row, dict):
+                problem, item = ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
+            else:
+                problem, item = check(row)
+            if problem is None and key is not None and first_index.setdefault(key(item), index) != index:
+                problem = "<row>", f"duplicates row {first_index[key(item)]}{same}", "duplicate"
+            if problem is None:
+                clean.append(item)
+            else:
+                self.reject(BadRow(index, *problem), strict=strict)
+        self.kept = len(clean)
+        return clean
+
     @property
     def dropped(self) -> int:
         """How many rows were rejected."""
@@ -115,41 +150,26 @@ def check_rows(
         ValueError: with ``strict=True``, at the first bad row (duplicates and unparseable lines
             included), naming ``source``, the row's 0-based index and the field.
     """
-    report = DataReport(source=source)
-    clean: list[dict[str, str]] = []
-    first_index: dict[tuple[str, str, str], int] = {}
-    for index, row in enumerate(rows):
-        report.total += 1
-        problem = _row_problem(row, instruction_column, input_column, output_column)
-        if problem is None:
-            inp = row.get(input_column)
-            item = {
-                "instruction": row[instruction_column],
-                "input": inp if inp and inp.strip() else "",
-                "output": row[output_column],
-            }
-            key = (item["instruction"], item["input"], item["output"])
-            if key in first_index:
-                earlier = f"duplicates row {first_index[key]} (same instruction, input and output)"
-                problem = "<row>", earlier, "duplicate"
-            first_index.setdefault(key, index)
+
+    def check(row):
+        problem = (
+            _field_problem(row, instruction_column, True)
+            or _field_problem(row, output_column, True)
+            or _field_problem(row, input_column, False)
+        )
         if problem is not None:
-            report.reject(BadRow(index, *problem), strict=strict)
-            continue
-        clean.append(item)
-    report.kept = len(clean)
+            return problem, None
+        inp = row.get(input_column)
+        return None, {
+            "instruction": row[instruction_column],
+            "input": inp if inp and inp.strip() else "",
+            "output": row[output_column],
+        }
+
+    report = DataReport(source=source)
+    same = " (same instruction, input and output)"
+    clean = report.keep_each(rows, check, lambda item: tuple(item.values()), same, strict=strict)
     return clean, report
-
-
-def _row_problem(row: Any, ins_col: str, inp_col: str, out_col: str) -> tuple[str, str, str] | None:
-    """``(field, reason, kind)`` of the first fault in ``row``, or ``None`` for a good row."""
-    if isinstance(row, UnreadableRow):
-        return row.field, row.reason, row.kind
-    if not isinstance(row, dict):
-        return "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
-    return (
-        _field_problem(row, ins_col, True) or _field_problem(row, out_col, True) or _field_problem(row, inp_col, False)
-    )
 
 
 def _field_problem(row: dict, name: str, required: bool) -> tuple[str, str, str] | None:

@@ -9,11 +9,12 @@ docs/internals.md; a row whose prompt alone fills the window is dropped under ev
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..config.finetune import DEFAULTS
-from ..config.packing import LONG_ROWS, resolve_packing_strategy  # noqa: F401  (re-exported: their home until this split)
+from ..config.packing import resolve_packing_strategy
 from .alpaca_prompts import RESPONSE_MARKER, add_eos
 from .tokenization import training_rows
 
@@ -184,15 +185,6 @@ def _prompt_text(text: str, output: str | None, eos: str) -> str | None:
     return body[: at + len(RESPONSE_MARKER)] if at >= 0 else None
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
-
-
 def length_report(
     dataset,
     tokenizer,
@@ -267,7 +259,7 @@ def _text_lengths(dataset, tokenizer, max_seq_length, text_column, output_column
     measurable = [i for i in long if prompts[i] is not None]
     prompt_ids = token_ids([prompts[i] for i in measurable], tokenizer, append_eos=False)
     # the response starts where the prompt's tokens stop matching the full text's (they may merge at the edge)
-    overflow = [i for i, p in zip(measurable, prompt_ids) if _common_prefix(p, ids[i]) >= max_seq_length]
+    overflow = [i for i, p in zip(measurable, prompt_ids) if len(os.path.commonprefix([p, ids[i]])) >= max_seq_length]
     return lengths, long, overflow
 
 

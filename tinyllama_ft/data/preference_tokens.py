@@ -8,13 +8,13 @@ one end-of-sequence (or end-of-turn) id. The columns are TRL's: ``prompt_ids`` /
 
 from __future__ import annotations
 
+import os
 from typing import Any, Sequence
 
 from ..config.finetune import DEFAULTS
 from ..models.chat_templates import TemplateMismatch, end_of_turn_token
 from .chat_masks import tokenize_conversation
-from .instructions import BadRow, DataReport
-from .lengths import _common_prefix
+from .instructions import DataReport
 from .tokenization import BATCH_SIZE, alpaca_segments, tokenize_segments
 
 #: ``long_rows`` for preference rows: a pair's prompt and responses belong in one window, so no "split".
@@ -122,43 +122,31 @@ def tokenize_preferences(
     paired = "chosen" in dataset.column_names
     responses = ("chosen", "rejected") if paired else ("completion",)
     rows = list(dataset)
+    encodings = {id(row): e for row, e in zip(rows, _encode(rows, responses, tokenizer, form=form, template=template))}
+
+    def check(row):
+        encoded = encodings[id(row)]
+        failed = next(((c, e) for c, e in zip(responses, encoded) if isinstance(e, Exception)), None)
+        if failed is not None:
+            return (failed[0], str(failed[1]), "template mismatch"), None
+        spans = [response_span(mask) for _, mask in encoded]
+        prompt_len = min(start for start, _ in spans)
+        if paired:
+            prompt_len = min(prompt_len, len(os.path.commonprefix([encoded[0][0], encoded[1][0]])))
+        answers = [ids[prompt_len:end] for (ids, _), (_, end) in zip(encoded, spans)]
+        longest = prompt_len + max(len(a) for a in answers)
+        if prompt_len >= max_seq_length:
+            why = f"is {prompt_len} tokens: no room for a response within max_seq_length={max_seq_length}"
+            return ("prompt", why, "no room for a response"), None
+        if longest > max_seq_length and long_rows == "drop":
+            why = f"is {longest} tokens with its prompt, longer than max_seq_length={max_seq_length}"
+            return (responses[0] if len(answers) == 1 else "<row>", why, "too long"), None
+        room = max_seq_length - prompt_len
+        item = {"prompt_ids": encoded[0][0][:prompt_len], **{f"{c}_ids": a[:room] for c, a in zip(responses, answers)}}
+        return None, item if paired else {**item, "label": row["label"]}
+
     report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
-    kept: list[dict[str, Any]] = []
-    for index, (row, encoded) in enumerate(
-        zip(rows, _encode(rows, responses, tokenizer, form=form, template=template))
-    ):
-        report.total += 1
-        bad = next(
-            (
-                BadRow(index, c, str(e), "template mismatch")
-                for c, e in zip(responses, encoded)
-                if isinstance(e, Exception)
-            ),
-            None,
-        )
-        if bad is None:
-            spans = [response_span(mask) for _, mask in encoded]
-            prompt_len = min(start for start, _ in spans)
-            if paired:
-                prompt_len = min(prompt_len, _common_prefix(encoded[0][0], encoded[1][0]))
-            prompt_ids = encoded[0][0][:prompt_len]
-            answers = [ids[prompt_len:end] for (ids, _), (_, end) in zip(encoded, spans)]
-            longest = prompt_len + max(len(a) for a in answers)
-            if prompt_len >= max_seq_length:
-                why = f"is {prompt_len} tokens: no room for a response within max_seq_length={max_seq_length}"
-                bad = BadRow(index, "prompt", why, "no room for a response")
-            elif longest > max_seq_length and long_rows == "drop":
-                why = f"is {longest} tokens with its prompt, longer than max_seq_length={max_seq_length}"
-                bad = BadRow(index, responses[0] if len(answers) == 1 else "<row>", why, "too long")
-            else:
-                room = max_seq_length - prompt_len
-                item = {"prompt_ids": prompt_ids, **{f"{c}_ids": a[:room] for c, a in zip(responses, answers)}}
-                if not paired:
-                    item["label"] = row["label"]
-                kept.append(item)
-        if bad is not None:
-            report.reject(bad, strict=strict)
-    report.kept = len(kept)
+    kept = report.keep_each(rows, check, strict=strict)
     print(report.summary())
     if not kept:
         raise ValueError(f"{name}: every row dropped (all {report.total}): nothing to train on\n{report.summary()}")

@@ -12,8 +12,8 @@ from typing import Any, Iterable
 
 from ..config.finetune import DEFAULTS
 from .conversations import _order_problem, conversation_problem, turns_problem
-from .instructions import BadRow, DataReport, _field_problem
-from .row_files import UnreadableRow, read_rows
+from .instructions import DataReport, _field_problem
+from .row_files import read_rows
 
 #: The columns of a paired row and of an unpaired one (TRL's names).
 PAIRED = ("prompt", "chosen", "rejected")
@@ -140,45 +140,24 @@ def check_preference_rows(
     layout, found = detect_layout(rows)
     form = found if form == "auto" else form
     responses = PAIRED[1:] if layout == "paired" else UNPAIRED[1:2]
-    report = DataReport(source=source)
-    clean: list[dict[str, Any]] = []
-    first_index: dict[str, int] = {}
-    for index, row in enumerate(rows):
-        report.total += 1
-        problem, item = None, None
-        if isinstance(row, UnreadableRow):
-            problem = row.field, row.reason, row.kind
-        elif not isinstance(row, dict):
-            problem = "<row>", f"is of type {type(row).__name__}, not an object", "not an object"
-        else:
-            column = responses[0]
-            value = row.get(column)
-            kind = "text" if isinstance(value, str) else "conversation" if isinstance(value, list) else None
-            if kind is not None and kind != form:
-                problem = (
-                    column,
-                    f"is {'text' if kind == 'text' else 'a list of turns'}; rows here are {form}",
-                    "wrong type",
-                )
-            elif form == "text":
-                problem, item = _text_row(row, responses, input_column)
-            else:
-                problem, item = _conversation_row(row, responses)
-            if problem is None and layout == "unpaired":
-                problem, label = _label(row)
-                item = None if problem else {**item, "label": label}
+
+    def check(row):
+        column = responses[0]
+        value = row.get(column)
+        kind = "text" if isinstance(value, str) else "conversation" if isinstance(value, list) else None
+        if kind is not None and kind != form:
+            shape = "text" if kind == "text" else "a list of turns"
+            return (column, f"is {shape}; rows here are {form}", "wrong type"), None
+        problem, item = _text_row(row, responses, input_column) if form == "text" else _conversation_row(row, responses)
+        if problem is None and layout == "unpaired":
+            problem, label = _label(row)
+            item = None if problem else {**item, "label": label}
         if problem is None and layout == "paired" and item["chosen"] == item["rejected"]:
             problem = "rejected", "is the same as chosen (the pair prefers nothing)", "identical pair"
-        if problem is None:
-            key = repr(sorted(item.items()))
-            if key in first_index:
-                problem = "<row>", f"duplicates row {first_index[key]}", "duplicate"
-            first_index.setdefault(key, index)
-        if problem is not None:
-            report.reject(BadRow(index, *problem), strict=strict)
-            continue
-        clean.append(item)
-    report.kept = len(clean)
+        return problem, item
+
+    report = DataReport(source=source)
+    clean = report.keep_each(rows, check, lambda item: repr(sorted(item.items())), "", strict=strict)
     return clean, report, layout, form
 
 

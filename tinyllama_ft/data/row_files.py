@@ -3,6 +3,7 @@
 Text is kept exactly as stored (UTF-8, a leading byte-order mark dropped). A file that cannot be read at all
 raises naming the file and line; a line that cannot be parsed (JSONL, CSV) stays in place as an
 ``UnreadableRow`` for the row checks (``instructions.check_rows``, ``conversations.check_conversations``) to report.
+Kept over datasets' json/csv builders, which stop at the first bad line: tests/test_data.py::test_jsonl_bad_lines_in_the_middle.
 """
 
 from __future__ import annotations

@@ -42,16 +42,13 @@ class RunFinished(Exception):
         super().__init__(f"run already finished at step {global_step} (max_steps {max_steps}): nothing to train")
 
 
-def checkpoint_progress(checkpoint: str) -> dict:
-    """``{"global_step", "max_steps", "num_train_epochs"}`` recorded in ``checkpoint``'s ``trainer_state.json``
-    (``max_steps``: the total the run that wrote it planned, its epochs counted out when it ran by epochs)."""
-    with open(os.path.join(checkpoint, "trainer_state.json"), encoding="utf-8") as f:
-        state = json.load(f)
-    return {
-        "global_step": int(state["global_step"]),
-        "max_steps": int(state.get("max_steps") or 0),
-        "num_train_epochs": state.get("num_train_epochs"),
-    }
+def checkpoint_state(checkpoint: str):
+    """``checkpoint``'s ``trainer_state.json`` as transformers reads it on a resume (``TrainerState.load_from_json``):
+    ``global_step``, ``max_steps`` (the total the run that wrote it planned, its epochs counted out when it ran by
+    epochs), ``num_train_epochs``, ``num_input_tokens_seen``, ...."""
+    from transformers import TrainerState
+
+    return TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
 
 
 def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> None:
@@ -61,7 +58,7 @@ def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> Non
     ``max_steps`` below the checkpoint's step the same way; this is checked before anything loads or is written.
 
     Args:
-        global_step: the checkpoint's optimizer step (``checkpoint_progress``).
+        global_step: the checkpoint's optimizer step (``checkpoint_state``).
         max_steps: the run's planned total (``max_steps``, or the steps its epochs make).
         checkpoint: the checkpoint's folder, for the messages.
 

@@ -7,7 +7,6 @@ run planned follows the new total's schedule (``ContinueSchedule``; docs/paramet
 
 from __future__ import annotations
 
-import os
 import resource
 import time
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..models.attention import eager_block_masks
-from .checkpoints import check_continuation, checkpoint_progress, last_checkpoint
+from .checkpoints import check_continuation, checkpoint_state, last_checkpoint
 
 
 class ContinueSchedule(TrainerCallback):
@@ -31,7 +30,7 @@ class ContinueSchedule(TrainerCallback):
 
     Args:
         checkpoint: the checkpoint resumed from.
-        planned_before: the total the checkpoint's run planned (``checkpoints.checkpoint_progress``).
+        planned_before: the total the checkpoint's run planned (``checkpoints.checkpoint_state``).
     """
 
     def __init__(self, checkpoint: str, planned_before: int):
@@ -105,9 +104,9 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     # a resumed run reloads the checkpoint's counter: count only the tokens fed in this process
-    tokens_before = _tokens_in_checkpoint(checkpoint) if checkpoint else trainer.state.num_input_tokens_seen
-    first_step = _checkpoint_state(checkpoint).global_step if checkpoint else trainer.state.global_step
-    continuing = ContinueSchedule(checkpoint, checkpoint_progress(checkpoint)["max_steps"]) if checkpoint else None
+    state = checkpoint_state(checkpoint) if checkpoint else trainer.state
+    tokens_before, first_step = int(state.num_input_tokens_seen), state.global_step
+    continuing = ContinueSchedule(checkpoint, state.max_steps) if checkpoint else None
     if continuing:
         trainer.add_callback(continuing)
     start = time.perf_counter()
@@ -176,13 +175,3 @@ def out_of_memory_advice(trainer) -> str:
             else "No checkpoint was written yet."
         )
     )
-
-
-def _checkpoint_state(checkpoint: str):
-    from transformers import TrainerState
-
-    return TrainerState.load_from_json(os.path.join(checkpoint, "trainer_state.json"))
-
-
-def _tokens_in_checkpoint(checkpoint: str) -> int:
-    return int(_checkpoint_state(checkpoint).num_input_tokens_seen)

@@ -20,7 +20,7 @@ from ..machine.hardware import in_colab
 from ..machine.lock import acquire_run_lock
 from ..machine.paths import expand_path, write_json_atomically
 from ..models.run_record import RUN_CONFIG, read_run_config
-from .checkpoints import check_continuation, checkpoint_dirs, checkpoint_progress, last_checkpoint
+from .checkpoints import check_continuation, checkpoint_dirs, checkpoint_state, last_checkpoint
 
 #: Where Colab mounts Google Drive (``google.colab.drive.mount``'s usual argument).
 DRIVE_MOUNT_POINT = "/content/drive"
@@ -318,15 +318,15 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
                 f"{', '.join(diff)} ({lines}): set them back to resume, or pass overwrite_output_dir=True "
                 f"(resume=False) to start over, or choose another output_dir"
             )
-    done = checkpoint_progress(checkpoint)
+    done = checkpoint_state(checkpoint)
     planned = (  # by epochs: the checkpoint's own count of them, unless num_train_epochs changed (the loop checks)
         cfg.max_steps
         if cfg.max_steps > 0
-        else done["max_steps"]
-        if done["num_train_epochs"] == cfg.num_train_epochs
+        else done.max_steps
+        if done.num_train_epochs == cfg.num_train_epochs
         else None
     )
     if planned is not None:
-        check_continuation(done["global_step"], planned, checkpoint)  # before anything is written
+        check_continuation(done.global_step, planned, checkpoint)  # before anything is written
     write_run_config(out, identity)
     return "resume"
