@@ -361,7 +361,8 @@ class GrpoSection:
     """Reward functions, summed per completion: built-ins "correct_number" (1 when the number after the last ####,
     else the last number, equals the answer), "answer_format" (1 when the last line is "#### <number>"),
     "soft_overlong_punishment" (DAPO's penalty near max_completion_length), or "module:function" / "file.py:function"
-    of your own (train.rewards says what it receives); checked before the model loads (this package)."""
+    of your own, or the name of a function the GRPO notebook's rewards cell defines (train.rewards says what it
+    receives); checked before the model loads (this package)."""
     prompt_column: str = _field("question", identity=True)
     """GRPO: the column holding each prompt (a string, or a list of chat messages ending with a user turn); GSM8K's
     and the arithmetic demo's "question" (this package)."""

@@ -43,6 +43,7 @@ class PreferenceFormat:
 
     #: Held-out pairs the split keeps at least (``split_train_eval(min_test_rows=...)``).
     min_test_rows = MIN_HELD_OUT_PAIRS
+    rollouts = False  # the held-out checks score the chosen responses
 
     def __init__(
         self,

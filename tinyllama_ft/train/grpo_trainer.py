@@ -146,6 +146,24 @@ def build_grpo_trainer(
     return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
 
 
+def grpo_sequences(trainer) -> tuple[int, int]:
+    """``(completions, tokens)`` a GRPO trainer samples per epoch: ``num_generations`` completions per prompt, each
+    its prompt (TRL's tokenization, ``grpo_prompts.prompt_token_ids``) plus at most ``max_completion_length`` tokens:
+    the most it can feed (completions end early)."""
+    from ..data.grpo_prompts import prompt_token_ids
+
+    args, tokenizer = trainer.args, trainer.processing_class
+    prompts = [len(prompt_token_ids(tokenizer, p)) for p in trainer.train_dataset["prompt"]]
+    tokens = args.num_generations * (sum(prompts) + len(prompts) * args.max_completion_length)
+    return args.num_generations * len(prompts), tokens
+
+
+def logged_reward_names(log_history: Sequence[dict]) -> list[str]:
+    """The reward names in TRL's log entries (``rewards/<name>/mean``), in their first appearance's order."""
+    keys = (k for entry in log_history for k in entry if k.startswith("rewards/") and k.endswith("/mean"))
+    return list(dict.fromkeys(k[len("rewards/") : -len("/mean")] for k in keys))
+
+
 def grpo_reference(trainer) -> str:
     """What the KL term compares with: ``"none (beta 0)"``, or ``preference_trainer.reference_kind``'s answer."""
     return "none (beta 0)" if trainer.beta == 0 else reference_kind(trainer)
@@ -194,7 +212,7 @@ class RewardProgress(ProgressPrinter):
         logs = logs or {}
         if "loss" not in logs or REWARD not in logs:
             return
-        names = [k[len("rewards/") : -len("/mean")] for k in logs if k.startswith("rewards/") and k.endswith("/mean")]
+        names = logged_reward_names([logs])
         each = ", ".join(f"{n} {_number(logs[f'rewards/{n}/mean'], '.3f')}" for n in names)
         print(
             f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  reward "
