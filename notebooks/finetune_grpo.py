@@ -223,7 +223,7 @@ trainable = trainable_parameters(model)
 print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
 
 # %% [markdown]
-# ## 5. Prompts and held-out prompts
+# ## 5. Tokenize and hold out
 # Each question asks for the answer layout (`#### <number>` on the last line), in the form TRL samples from; prompts
 # longer than `max_seq_length - max_completion_length` tokens are dropped (TRL would not cut them), counted. At least
 # 100 prompts are held out for the checks; the first training prompt is shown as the model reads it.
