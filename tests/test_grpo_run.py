@@ -14,7 +14,7 @@ import sys
 
 import pytest
 from chat_fixtures import cpu_trl_cannot_train, smollm2_dir
-from conftest import REPO, execute_notebook
+from conftest import REPO, execute_notebook, notebook_pair
 from test_chat_notebook import _parameters
 
 from tinyllama_ft.config.finetune import FIELD_NAMES, FinetuneConfig
@@ -46,20 +46,8 @@ newest_trl = pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 train
 
 def test_grpo_notebook_pair_badge_generated_parameters_cell_and_one_rewards_cell():
     import ast
-    import tomllib
 
-    jupytext = pytest.importorskip("jupytext")  # not in the GPU machine's library set (.ci/run)
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    import config_tables
-
-    py, ipynb = jupytext.read(f"{NOTEBOOK}.py"), jupytext.read(f"{NOTEBOOK}.ipynb")
-    assert [(c.cell_type, c.source) for c in py.cells] == [(c.cell_type, c.source) for c in ipynb.cells]
-    [cell] = [c for c in ipynb.cells if "parameters" in c.metadata.get("tags", [])]
-    assert cell.source + "\n" == config_tables.parameters_cell(config_tables.GRPO_NOTEBOOK)
-    url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-    slug = url.removeprefix("https://github.com/")
-    assert f"colab.research.google.com/github/{slug}/blob/main/notebooks/finetune_grpo.ipynb" in py.cells[0].source
+    cells, cell = notebook_pair("finetune_grpo", "GRPO_NOTEBOOK")
     values = _parameters(f"{NOTEBOOK}.ipynb")
     assert set(values) <= set(FIELD_NAMES)
     cfg = FinetuneConfig(**values)
@@ -70,11 +58,11 @@ def test_grpo_notebook_pair_badge_generated_parameters_cell_and_one_rewards_cell
         "main",
     )
     assert cfg.reward_funcs == ("correct_number", "answer_format", NOTEBOOK_REWARD)
-    [rewards] = [c for c in ipynb.cells if "rewards" in c.metadata.get("tags", [])]
+    [rewards] = [c for c in cells if "rewards" in c.metadata.get("tags", [])]
     defined = [n.name for n in ast.parse(rewards.source).body if isinstance(n, ast.FunctionDef)]
     assert defined == [NOTEBOOK_REWARD]
-    position = ipynb.cells.index
-    assert position(cell) < position(rewards) < next(i for i, c in enumerate(ipynb.cells) if "## 1." in c.source)
+    position = cells.index
+    assert position(cell) < position(rewards) < next(i for i, c in enumerate(cells) if "## 1." in c.source)
 
 
 def test_the_shipped_recipe_is_a_grpo_run_on_the_packages_own_arithmetic_problems():

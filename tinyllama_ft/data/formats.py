@@ -346,6 +346,37 @@ class ConversationFormat:
         }
 
 
+class WrappedFormat:
+    """What a preference or GRPO format takes from the SFT format it wraps (``inner``: an ``AlpacaFormat`` for text,
+    a ``ConversationFormat`` for conversations, set by ``load`` once the rows' form is read): the recorded name, the
+    chat setup, how prompts are tokenized, the stop ids."""
+
+    inner: AlpacaFormat | ConversationFormat | None = None
+
+    def _inner(self):
+        if self.inner is None:
+            raise RuntimeError("call load(cfg) first: the rows' form (text or conversations) is read there")
+        return self.inner
+
+    @property
+    def name(self) -> str:
+        """The SFT data format the adapter is recorded with (``run_record``): "alpaca" or "messages"."""
+        return self._inner().name
+
+    @property
+    def family(self):
+        """The chat setup of conversations (``families.FamilySetup``, once prepared), None for text."""
+        return self._inner().family
+
+    @property
+    def encode_kwargs(self) -> dict:
+        return self._inner().encode_kwargs
+
+    def stop_token_ids(self, tokenizer) -> list[int]:
+        """The wrapped format's stop ids: EOS (text), the template's end-of-turn token first (conversations)."""
+        return self._inner().stop_token_ids(tokenizer)
+
+
 def data_format(cfg):
     """The format object of a run: ``preference_format.PreferenceFormat`` for a preference ``method`` (dpo, orpo,
     kto), ``grpo_format.GrpoFormat`` for grpo, else ``AlpacaFormat`` for ``dataset_format="alpaca"`` and

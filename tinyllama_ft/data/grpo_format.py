@@ -13,14 +13,14 @@ from typing import Any
 from .answers import LAYOUT_INSTRUCTION
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
 from .fingerprint import data_fingerprint
-from .formats import AlpacaFormat, ConversationFormat
+from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
 
 #: Held-out prompts the GRPO checks answer at least (``instructions.split_train_eval``'s ``min_test_rows``): 100, the
 #: arithmetic demo's measure (docs/grpo.md).
 MIN_HELD_OUT_PROMPTS = 100
 
 
-class GrpoFormat:
+class GrpoFormat(WrappedFormat):
     """Prompt rows with reference answers for ``method`` grpo.
 
     Until ``load`` reads the rows it does not know their form; then it wraps an ``AlpacaFormat`` (text prompts with
@@ -64,28 +64,10 @@ class GrpoFormat:
             f"{f', continuing {self.adapter_name_or_path!r}' if self.adapter_name_or_path else ''})"
         )
 
-    def _inner(self):
-        if self.inner is None:
-            raise RuntimeError("call load(cfg) first: the prompts' form (text or messages) is read there")
-        return self.inner
-
     @property
     def prompt_format(self) -> str:
         """How the prompts reach TRL (``grpo_prompts``' ``dataset_format``): "alpaca" or "messages"."""
         return "alpaca" if isinstance(self._inner(), AlpacaFormat) else "messages"
-
-    @property
-    def name(self) -> str:
-        """The SFT data format the adapter is recorded with (``run_record``): "alpaca" or "messages"."""
-        return self._inner().name
-
-    @property
-    def family(self):
-        return self._inner().family
-
-    @property
-    def encode_kwargs(self) -> dict:
-        return self._inner().encode_kwargs
 
     @property
     def trains_embeddings(self) -> bool:
@@ -192,10 +174,6 @@ class GrpoFormat:
         )
 
     # generation
-    def stop_token_ids(self, tokenizer) -> list[int]:
-        """The wrapped format's stop ids: EOS (text), the template's end-of-turn token first (messages)."""
-        return self._inner().stop_token_ids(tokenizer)
-
     def prompt(self, tokenizer, text) -> str:
         """A user's question as training prompted it: the layout line added, in the wrapped format's prompt."""
         return self._inner().prompt(tokenizer, f"{text}\n{LAYOUT_INSTRUCTION}")

@@ -181,32 +181,25 @@ def build_trainer(
     Raises:
         ValueError: no row of a dataset has a token to train on.
     """
-    if cfg.method == "grpo":  # prompts in, completions sampled and scored: no eval_dataset (grpo_checks instead)
+    if cfg.method != "sft":  # GRPO: prompt rows, no eval_dataset (grpo_checks score held-out answers); else: pairs
         from .grpo_trainer import build_grpo_trainer
-
-        return build_grpo_trainer(
-            model=model,
-            tokenizer=tokenizer,
-            train_dataset=train_dataset,
-            cfg=cfg,
-            plan=plan,
-            from_adapter=bool(cfg.adapter_name_or_path),
-            callbacks=callbacks,
-            progress=progress,
-        )
-    if cfg.method != "sft":
         from .preference_trainer import build_preference_trainer
 
-        return build_preference_trainer(
+        build, held = (
+            (build_grpo_trainer, {})
+            if cfg.method == "grpo"
+            else (build_preference_trainer, {"eval_dataset": eval_dataset})
+        )
+        return build(
             model=model,
             tokenizer=tokenizer,
             train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
             cfg=cfg,
             plan=plan,
             from_adapter=bool(cfg.adapter_name_or_path),
             callbacks=callbacks,
             progress=progress,
+            **held,
         )
     from trl import SFTConfig, SFTTrainer
 
