@@ -2,9 +2,9 @@
 
 The run (``pipeline.run_training``, the notebooks) is written once and given one of these: ``AlpacaFormat``
 (Alpaca prompt, loss on the response, stop at EOS) or ``ConversationFormat`` (the model's chat template, loss on
-assistant turns, stop at the end-of-turn token); a preference method's ``preference_format.PreferenceFormat`` wraps
-either. Each says how rows are read, fingerprinted, tokenized and prompted, what the model needs before LoRA, what
-the held-out checks compare and what the summary adds.
+assistant turns, stop at the end-of-turn token); a preference method's ``preference_format.PreferenceFormat`` and
+GRPO's ``grpo_format.GrpoFormat`` wrap either (``WrappedFormat``). Each says how rows are read, fingerprinted,
+tokenized and prompted, what the model needs before LoRA, what the held-out checks compare and what the summary adds.
 """
 
 from __future__ import annotations
@@ -421,6 +421,8 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
     Args:
         cfg: the run's ``FinetuneConfig`` (``model_name``, ``dataset``, ``extra_datasets``, ``adapter_name_or_path``).
         flag_prefix: put before each field's name in messages (``"--"``: ``"--model_name: no such file or folder"``).
+
+    A GRPO run's ``dataset: arithmetic`` is the package's own problems (``arithmetic.SOURCE``): nothing to check.
 
     Raises:
         config.locations.PathArgumentError: (a ConfigError) a local path that does not exist, or a value that is

@@ -383,10 +383,14 @@ def held_out_check(
     Returns:
         ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
         ``preference`` holds ``preference_checks.preference_scores`` of the rows (accuracy, margins, log-probabilities);
-        the scores and the stopping count read each pair's prompt and chosen response.
+        the scores and the stopping count read each pair's prompt and chosen response. On GRPO prompts
+        (``data_format.rollouts``), its ``grpo`` holds ``grpo_checks.grpo_scores`` of greedy answers to every row (at
+        most ``max_completion_length`` tokens, scored by the trainer's rewards), ``scores`` is None (no reference
+        response to score) and the stopping count is of those answers.
 
     Raises:
         ValueError: as ``held_out_scores`` (every row longer than ``max_seq_length``, a row without fields).
+        RuntimeError: GRPO prompts before ``data_format.check_first_batch(trainer)`` kept the trainer's rewards.
     """
     if not rows:
         print("held-out check skipped: no held-out rows (test_size=0)")
