@@ -117,7 +117,11 @@ def _run_train(values: dict, given: set) -> dict:
     if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
         print(
             "tinyllama-ft train: done: "
-            + (format_grpo(summary["grpo"]) if "grpo" in summary else format_eval_loss(summary))
+            + (
+                (format_grpo(summary["grpo"]) or "no rewards logged")
+                if "grpo" in summary
+                else format_eval_loss(summary)
+            )
             + f"{format_preference(summary.get('preference'))}, "
             f"adapter in {summary['adapter_dir']}, summary in {os.path.join(cfg.output_dir, 'run_summary.json')}"
         )
