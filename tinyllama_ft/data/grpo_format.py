@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..config.finetune import DEFAULTS
 from .answers import LAYOUT_INSTRUCTION
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
 from .fingerprint import data_fingerprint
@@ -29,8 +30,11 @@ class GrpoFormat(WrappedFormat):
 
     Args:
         dataset_format: ``"alpaca"``, ``"messages"`` or ``"auto"`` (``grpo_prompts.grpo_prompts``).
-        template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat``.
-        adapter_name_or_path: the saved adapter the run continues, or "".
+        template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat`` (``DEFAULTS``' values).
+        adapter_name_or_path: the saved adapter the run continues, or "" (``DEFAULTS``': a fresh adapter).
+
+    Raises:
+        ValueError: another ``dataset_format`` (``sharegpt`` rows are conversations, not prompts).
     """
 
     min_test_rows = MIN_HELD_OUT_PROMPTS
@@ -42,9 +46,9 @@ class GrpoFormat(WrappedFormat):
         self,
         *,
         dataset_format: str = "auto",
-        template: str = "alpaca",
-        chat_template: str = "auto",
-        adapter_name_or_path: str = "",
+        template: str = DEFAULTS.template,
+        chat_template: str = DEFAULTS.chat_template,
+        adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
     ):
         if dataset_format not in ("alpaca", "messages", "auto"):
             raise ValueError(f"dataset_format={dataset_format!r}: GRPO prompts are 'alpaca', 'messages' or 'auto'")
