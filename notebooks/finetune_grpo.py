@@ -93,6 +93,9 @@ num_generations = 4  # @param {type:"integer"}
 max_completion_length = 256  # @param {type:"integer"}
 temperature = 1.0  # @param {type:"number"}
 reward_funcs = ['correct_number', 'answer_format', 'shows_the_arithmetic']  # @param {type:"raw"}
+reward_weights = [1.0, 0.2, 0.2]  # @param {type:"raw"}
+scale_rewards = 'none'  # @param ['group', 'batch', 'none']
+mask_truncated_completions = True  # @param {type:"boolean"}
 prompt_column = 'question'  # @param {type:"string"}
 answer_column = 'answer'  # @param {type:"string"}
 # logging and output

@@ -176,8 +176,10 @@ _GRPO_SHOWN = (
 )
 #: The GRPO notebook: the fields a GRPO run changes, the GRPO section's all among them, with the notebook's values:
 #: Qwen2.5-0.5B-Instruct (a published GSM8K score of 49.6%: groups with reward variance from the first step) on
-#: GSM8K's questions through its chat template; the rewards named, the notebook's own among them (its rewards cell);
-#: Unsloth's GRPO notebooks' learning rate for LoRA; 256 tokens of worked answer (docs/grpo.md).
+#: GSM8K's questions through its chat template; the rewards named, the notebook's own among them (its rewards cell),
+#: the layout's weighted below correctness, cut completions masked, advantages unscaled (what kept the offline demo from
+#: learning the layout alone); Unsloth's GRPO notebooks' learning rate for LoRA; 256 tokens of worked answer
+#: (docs/grpo.md).
 GRPO_NOTEBOOK = ParametersCell(
     "notebooks/finetune_grpo.py",
     {
@@ -194,6 +196,9 @@ GRPO_NOTEBOOK = ParametersCell(
         "method": "grpo",
         "beta": 0.0,
         "reward_funcs": ("correct_number", "answer_format", "shows_the_arithmetic"),
+        "reward_weights": (1.0, 0.2, 0.2),
+        "scale_rewards": "none",
+        "mask_truncated_completions": True,
         "wandb_run_name": "qwen2.5-grpo",
         "output_dir": "outputs_grpo",
         "prompts": ("A baker bakes 12 loaves a day for 5 days and sells 37 of them. How many loaves are left?",),

@@ -58,6 +58,7 @@ def test_grpo_notebook_pair_badge_generated_parameters_cell_and_one_rewards_cell
         "main",
     )
     assert cfg.reward_funcs == ("correct_number", "answer_format", NOTEBOOK_REWARD)
+    assert (cfg.reward_weights, cfg.scale_rewards, cfg.mask_truncated_completions) == ((1.0, 0.2, 0.2), "none", True)
     [rewards] = [c for c in cells if "rewards" in c.metadata.get("tags", [])]
     defined = [n.name for n in ast.parse(rewards.source).body if isinstance(n, ast.FunctionDef)]
     assert defined == [NOTEBOOK_REWARD]
@@ -74,6 +75,9 @@ def test_the_shipped_recipe_is_a_grpo_run_on_the_packages_own_arithmetic_problem
         "answer_format",
         "soft_overlong_punishment",
     }
+    # the tuned demo (docs/grpo.md): with equal weights, or cut completions in the loss, the model answers '#### 42'
+    assert (cfg.reward_funcs, cfg.reward_weights) == (("correct_number", "answer_format"), (1.0, 0.2))
+    assert cfg.mask_truncated_completions and cfg.scale_rewards == "none" and cfg.max_steps == 40
 
 
 def _arithmetic_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
@@ -216,7 +220,7 @@ def test_a_bad_reward_stops_the_command_line_with_exit_2_before_the_model_loads(
     flags = ["--model_name", str(stories_dir), "--dataset", "arithmetic", "--output_dir", str(tmp_path / "out")]
     done = subprocess.run(
         [sys.executable, "-m", "tinyllama_ft.cli", "train", "--config", "grpo_offline_cpu", *flags,
-         "--reward_funcs", f"correct_number,answer_format,{spec}"],
+         "--reward_funcs", f"correct_number,answer_format,{spec}", "--reward_weights", "1,0.2,1"],
         cwd=tmp_path, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 2, done.stderr[-2000:]
@@ -299,6 +303,7 @@ def grpo_notebook_run(tmp_path_factory):
         "gradient_accumulation_steps": 1,
         "max_steps": 2,
         "reward_funcs": [*recipe["reward_funcs"], NOTEBOOK_REWARD],
+        "reward_weights": [*recipe["reward_weights"], 1.0],
         "max_new_tokens": 32,
         "output_dir": str(workdir / "out"),
     }

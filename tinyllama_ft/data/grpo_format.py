@@ -170,11 +170,17 @@ class GrpoFormat(WrappedFormat):
             "temperature": args.temperature,
             "loss_type": args.loss_type,
             "rewards": list(trainer.reward_func_names),
+            "reward_weights": [float(w) for w in trainer.reward_weights],
+            "scale_rewards": args.scale_rewards,
+            "mask_truncated_completions": args.mask_truncated_completions,
         }
+        weighted = ", ".join(
+            f"{n} x {w:g}" for n, w in zip(self.first_batch["rewards"], self.first_batch["reward_weights"])
+        )
         return (
             f"each step: {self.first_batch['prompts_per_step']} prompts x {args.num_generations} completions of at "
             f"most {args.max_completion_length} tokens, sampled at temperature {args.temperature} with the current "
-            f"adapter; rewards {', '.join(self.first_batch['rewards'])}"
+            f"adapter; rewards {weighted}{'; cut completions masked' if args.mask_truncated_completions else ''}"
         )
 
     # generation

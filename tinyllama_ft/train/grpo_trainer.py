@@ -28,6 +28,7 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
 
     Args:
         cfg: the run's configuration: ``num_generations``, ``max_completion_length``, ``temperature``, ``beta``,
+            ``reward_weights`` (empty: TRL's 1 each), ``scale_rewards``, ``mask_truncated_completions``,
             ``loss_type`` (empty: TRL's "dapo") and the training fields ``trainer_config_kwargs`` reads
             (``max_seq_length`` is not passed: GRPO's sequences are a prompt, ``grpo_prompts.drop_long_prompts``
             bounds it, plus at most ``max_completion_length`` tokens).
@@ -53,6 +54,9 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
         max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature,
         beta=cfg.beta,
+        reward_weights=list(cfg.reward_weights) or None,
+        scale_rewards=cfg.scale_rewards,
+        mask_truncated_completions=cfg.mask_truncated_completions,
         include_num_input_tokens_seen="no",
     )
     if cfg.loss_type:
