@@ -253,11 +253,20 @@ def test_a_bad_reward_stops_the_notebook_at_the_plan_naming_it(tmp_path):
 
 
 @newest_trl
-def test_the_whole_grpo_run_logs_each_reward_per_step_and_summarises_the_checks(stories_dir, tmp_path, capsys):
+def test_the_whole_grpo_run_logs_each_reward_per_step_and_summarises_the_checks(
+    stories_dir, tmp_path, capsys, monkeypatch
+):
+    import glob
+
+    from wandb_runfile import read_offline_metrics
+
     from tinyllama_ft.pipeline import run_training
     from tinyllama_ft.train.summary import format_grpo
 
-    summary = run_training(_arithmetic_run(stories_dir, tmp_path))
+    for name in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_DISABLED", "WANDB_DIR"):  # W&B offline: no key
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    summary = run_training(_arithmetic_run(stories_dir, tmp_path, report_to="wandb"))
     block = summary["grpo"]
     names = ["correct_number", "answer_format", "soft_overlong_punishment"]
     assert block["reference"] == "none (beta 0)" and block["per_step"]["rewards"] == names
@@ -275,6 +284,11 @@ def test_the_whole_grpo_run_logs_each_reward_per_step_and_summarises_the_checks(
     record = json.loads((tmp_path / "out" / "lora_model" / "tinyllama_ft.json").read_text(encoding="utf-8"))
     assert (record["method"], record["dataset_format"]) == ("grpo", "alpaca")
     assert summary["samples"][0]["instruction"] == _arithmetic_run(stories_dir, tmp_path).prompts[0]
+    [run] = glob.glob(str(tmp_path / "out" / "wandb" / "offline-run-*"))  # W&B gets each reward's mean per step
+    logged = [row for row in read_offline_metrics(run) if "train/reward" in row]
+    assert [row["train/global_step"] for row in logged] == [1, 2]
+    for row, step in zip(logged, block["reward_history"]):
+        assert {n: row[f"train/rewards/{n}/mean"] for n in names} == pytest.approx(step["rewards"])
 
 
 # --- slow: the GRPO notebook on the real SmolLM2-135M-Instruct, newest TRL only --------------------------------------
