@@ -131,6 +131,32 @@ def notebook_parameters(stories_dir, alpaca_jsonl) -> dict:
     )
 
 
+def notebook_pair(name: str, cell_name: str):
+    """``notebooks/<name>`` checked as a jupytext pair: the .py and .ipynb hold the same cells, the parameters cell is
+    what ``scripts/config_tables.py`` generates for ``config_tables.<cell_name>``, the first cell's Colab badge opens
+    this repository's copy (pyproject.toml's URL). Skips where jupytext is missing (the GPU machine's library set).
+
+    Returns:
+        ``(ipynb cells, the parameters cell)``.
+    """
+    import sys
+    import tomllib
+
+    jupytext = pytest.importorskip("jupytext")
+    sys.path.insert(0, str(REPO / "scripts"))
+    import config_tables
+
+    path = REPO / "notebooks" / name
+    py, ipynb = jupytext.read(f"{path}.py"), jupytext.read(f"{path}.ipynb")
+    assert [(c.cell_type, c.source) for c in py.cells] == [(c.cell_type, c.source) for c in ipynb.cells]
+    [cell] = [c for c in ipynb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert cell.source + "\n" == config_tables.parameters_cell(getattr(config_tables, cell_name))
+    url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+    slug = url.removeprefix("https://github.com/")
+    assert f"colab.research.google.com/github/{slug}/blob/main/notebooks/{name}.ipynb" in py.cells[0].source
+    return ipynb.cells, cell
+
+
 def execute_notebook(workdir: Path, env: dict, notebook: str = "finetune_tinyllama", **parameters) -> Path:
     """Run ``notebooks/<notebook>.ipynb`` (the Alpaca notebook by default) under papermill in ``workdir`` with ``env``
     set (None removes a variable)."""

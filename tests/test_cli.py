@@ -17,7 +17,14 @@ from tinyllama_ft.config.sources import RECIPES_DIR, config_from_recipe, load_re
 
 
 def test_the_recipes_ship_inside_the_package_and_validate():
-    assert recipe_names() == ["article", "chat_offline_cpu", "default", "dpo_offline_cpu", "offline_cpu"]
+    assert recipe_names() == [
+        "article",
+        "chat_offline_cpu",
+        "default",
+        "dpo_offline_cpu",
+        "grpo_offline_cpu",
+        "offline_cpu",
+    ]
     for name in recipe_names():
         config_from_recipe(name)  # raises on any unknown key or wrong type
     assert config_from_recipe("default") == DEFAULTS  # default.yaml is the package's defaults, every field
@@ -93,7 +100,9 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
     bad.write_text("max_steps: ten\n", encoding="utf-8")
     with pytest.raises(ConfigError, match="max_steps='ten'"):
         config_from_recipe(str(bad))
-    with pytest.raises(FileNotFoundError, match="article, chat_offline_cpu, default, dpo_offline_cpu, offline_cpu"):
+    with pytest.raises(
+        FileNotFoundError, match="article, chat_offline_cpu, default, dpo_offline_cpu, grpo_offline_cpu, offline_cpu"
+    ):
         config_from_recipe("artcle")
 
 

@@ -62,6 +62,7 @@ def test_every_choice_field_takes_its_values_from_its_literal_annotation():
         "export_formats",
         "method",
         "loss_type",
+        "scale_rewards",
     }
     assert not hasattr(finetune, "_ALLOWED")
     assert chosen["dtype"] == (None, "bfloat16", "float16", "float32")

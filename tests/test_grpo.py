@@ -98,6 +98,8 @@ def test_grpo_fields_defaults_and_checks():
         "reward_funcs=\\(\\) is not allowed: at least one reward function": dict(reward_funcs=""),
         "beta=-0.1 is not allowed": dict(beta=-0.1),
         "temperature=0.0 is not allowed": dict(temperature=0),
+        "reward_weights=\\[1.0\\] has 1 weight\\(s\\) for 2 reward_funcs": dict(reward_weights="1"),
+        "scale_rewards='std' is not allowed": dict(scale_rewards="std"),
     }
     for message, fields in refused.items():
         with pytest.raises(ConfigError, match=message):
@@ -388,8 +390,19 @@ def test_the_grpo_trainer_takes_the_configs_values_on_both_library_sets(tmp_path
     assert trainer.ref_model is None and grpo_reference(trainer) == "none (beta 0)"
     assert trainer.train_dataset.column_names == ["prompt", "answer"]
 
-    fresh, model = _tiny_grpo(tmp_path / "fresh", beta=0.04, loss_type="grpo", temperature=0.7)
+    assert (args.reward_weights, args.scale_rewards, args.mask_truncated_completions) == (None, "group", False)
+    fresh, model = _tiny_grpo(
+        tmp_path / "fresh",
+        beta=0.04,
+        loss_type="grpo",
+        temperature=0.7,
+        reward_weights="1,0.2",
+        scale_rewards="none",
+        mask_truncated_completions=True,
+    )
     assert (fresh.args.beta, fresh.args.loss_type, fresh.args.temperature) == (0.04, "grpo", 0.7)
+    assert (fresh.args.scale_rewards, fresh.args.mask_truncated_completions) == ("none", True)
+    assert fresh.reward_weights.tolist() == pytest.approx([1.0, 0.2])
     assert "ref" not in model.peft_config and grpo_reference(fresh) == "base with adapters disabled"
     continued, model = _tiny_grpo(tmp_path / "continued", beta=0.04, from_adapter=True)
     assert "ref" in model.peft_config and grpo_reference(continued).startswith("frozen copy of the starting adapter")

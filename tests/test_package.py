@@ -27,45 +27,58 @@ def test_lazy_names_resolve_to_their_modules():
     assert tinyllama_ft.save_adapter.__module__ == "tinyllama_ft.models.adapters"
 
 
-def test_jupytext_pair_is_in_sync():
+def test_every_jupytext_pair_is_in_sync():
     import jupytext
 
-    py, ipynb = jupytext.read(f"{NOTEBOOK}.py"), jupytext.read(f"{NOTEBOOK}.ipynb")
-    assert [(c.cell_type, c.source) for c in py.cells] == [(c.cell_type, c.source) for c in ipynb.cells]
-    tags = [c.metadata.get("tags", []) for c in ipynb.cells]
-    assert sum("parameters" in t for t in tags) == 1
+    for py_file in sorted((REPO / "notebooks").glob("finetune_*.py")):
+        py, ipynb = jupytext.read(py_file), jupytext.read(py_file.with_suffix(".ipynb"))
+        assert [(c.cell_type, c.source) for c in py.cells] == [(c.cell_type, c.source) for c in ipynb.cells], py_file
+        assert [c.metadata.get("tags", []) for c in py.cells] == [c.metadata.get("tags", []) for c in ipynb.cells]
+        assert sum("parameters" in c.metadata.get("tags", []) for c in ipynb.cells) == 1, py_file
 
 
-def test_the_three_notebooks_run_the_same_code_cells_in_the_same_ten_titled_sections():
-    """Issues 21 and 30: the Alpaca, the chat and the preference notebook are one run (what differs is ``fmt``, the
+def test_every_notebook_runs_the_same_code_cells_in_the_same_ten_titled_sections():
+    """Issues 21, 30 and 31: every notebook (Alpaca, chat, preference, GRPO) is one run (what differs is ``fmt``, the
     data format object, and the trainer ``cfg.method`` picks): after the parameters cell their code cells are the
     same, in the same order, under the same ten section titles; each has at most 40 cells, and no cell of code holds a
-    function or class of its own (the logic is in the package)."""
+    function or class of its own (the logic is in the package), but for one exception: the GRPO notebook's one cell
+    tagged ``rewards``, which defines the user's reward functions (and no other notebook has such a cell)."""
     import ast
 
     import jupytext
 
-    def after_parameters(name):
-        cells = jupytext.read(REPO / "notebooks" / f"{name}.py").cells
-        start = next(i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", []))
-        return cells, cells[start + 1 :]
-
-    alpaca, alpaca_rest = after_parameters("finetune_tinyllama")
-    chat, chat_rest = after_parameters("finetune_chat")
-    preference, preference_rest = after_parameters("finetune_preference")
-    code = lambda cells: [c.source for c in cells if c.cell_type == "code"]  # noqa: E731
-    assert code(alpaca_rest) == code(chat_rest) == code(preference_rest) and len(code(alpaca_rest)) >= 15
+    names = sorted(p.stem for p in (REPO / "notebooks").glob("finetune_*.py"))
+    assert {"finetune_tinyllama", "finetune_chat", "finetune_preference", "finetune_grpo"} <= set(names)
+    notebooks = {name: jupytext.read(REPO / "notebooks" / f"{name}.py").cells for name in names}
+    tagged = lambda cell, tag: tag in cell.metadata.get("tags", [])  # noqa: E731
+    rewards = {name: [c for c in cells if tagged(c, "rewards")] for name, cells in notebooks.items()}
+    assert {name: len(found) for name, found in rewards.items() if found} == {"finetune_grpo": 1}
+    [rewards_cell] = rewards["finetune_grpo"]
+    assert rewards_cell.cell_type == "code"
+    code = lambda cells: [c.source for c in cells if c.cell_type == "code" and not tagged(c, "rewards")]  # noqa: E731
     titles = lambda cells: [  # noqa: E731
         c.source.splitlines()[0] for c in cells if c.cell_type == "markdown" and c.source.startswith("## ")
     ]
-    assert titles(alpaca) == titles(chat) == titles(preference)
-    for cells in (alpaca, chat, preference):
+    rests = {}
+    for name, cells in notebooks.items():
+        start = next(i for i, c in enumerate(cells) if tagged(c, "parameters"))
+        rests[name] = cells[start + 1 :]
+        assert sum(tagged(c, "parameters") for c in cells) == 1, name
+    first = rests["finetune_tinyllama"]
+    assert len(code(first)) >= 15 and "fmt = data_format(cfg)" in code(first)[0]
+    for name, cells in notebooks.items():
+        assert code(rests[name]) == code(first), name
+        assert titles(cells) == titles(notebooks["finetune_tinyllama"]), name
         sections = titles(cells)
-        assert len(cells) <= 40 and 8 <= len(sections) <= 12, (len(cells), sections)
-        for source in code(cells):
-            tree = ast.parse("\n".join(line for line in source.splitlines() if not line.startswith(("!", "%"))))
-            assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Lambda)) for n in ast.walk(tree)), source
-    assert "fmt = data_format(cfg)" in code(alpaca_rest)[0]
+        assert len(cells) <= 40 and 8 <= len(sections) <= 12, (name, len(cells), sections)
+        for cell in cells:
+            if cell.cell_type != "code" or tagged(cell, "rewards"):
+                continue
+            lines = [line for line in cell.source.splitlines() if not line.startswith(("!", "%"))]
+            tree = ast.parse("\n".join(lines))
+            assert not any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.Lambda)) for n in ast.walk(tree)), cell
+    defined = [n for n in ast.parse(rewards_cell.source).body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    assert defined and all(isinstance(n, ast.FunctionDef) for n in defined)  # the user's reward functions
 
 
 def test_repository_url_is_the_one_in_pyproject():

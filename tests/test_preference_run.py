@@ -15,7 +15,7 @@ import sys
 
 import pytest
 from chat_fixtures import cpu_trl_cannot_train, smollm2_dir
-from conftest import REPO, execute_notebook
+from conftest import REPO, execute_notebook, notebook_pair
 from preference_fixtures import CHAT_PAIRS, TEXT_PAIRS
 from test_chat_notebook import _parameters
 
@@ -33,22 +33,7 @@ newest_trl = pytest.mark.skipif(cpu_trl_cannot_train(), reason="TRL < 1.16 train
 
 
 def test_preference_notebook_pair_badge_and_generated_parameters_cell():
-    import tomllib
-
-    jupytext = pytest.importorskip("jupytext")  # not in the GPU machine's library set (.ci/run)
-
-    sys.path.insert(0, str(REPO / "scripts"))
-    import config_tables
-
-    py, ipynb = jupytext.read(f"{NOTEBOOK}.py"), jupytext.read(f"{NOTEBOOK}.ipynb")
-    assert [(c.cell_type, c.source) for c in py.cells] == [(c.cell_type, c.source) for c in ipynb.cells]
-    [cell] = [c for c in ipynb.cells if "parameters" in c.metadata.get("tags", [])]
-    assert cell.source + "\n" == config_tables.parameters_cell(config_tables.PREFERENCE_NOTEBOOK)
-    url = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
-    slug = url.removeprefix("https://github.com/")
-    assert (
-        f"colab.research.google.com/github/{slug}/blob/main/notebooks/finetune_preference.ipynb" in py.cells[0].source
-    )
+    _, cell = notebook_pair("finetune_preference", "PREFERENCE_NOTEBOOK")
     values = _parameters(f"{NOTEBOOK}.ipynb")
     assert set(values) <= set(FIELD_NAMES)
     cfg = FinetuneConfig(**values)

@@ -71,6 +71,11 @@ _EXPORTS = {
     "tokenize_preferences": "data.preference_tokens",
     "build_preference_trainer": "train.preference_trainer",
     "preference_scores": "evaluate.preference_checks",
+    "arithmetic_problems": "data.arithmetic",
+    "load_prompt_rows": "data.grpo_prompts",
+    "resolve_rewards": "train.rewards",
+    "build_grpo_trainer": "train.grpo_trainer",
+    "grpo_scores": "evaluate.grpo_checks",
     "generate_answers": "infer.core",
     "stream_answers": "infer.core",
 }

@@ -1,7 +1,7 @@
 """The whole run as one function: what ``tinyllama-ft train`` executes.
 
 ``run_training`` calls the same helpers in the same order as the notebooks' cells; what differs between data
-formats and methods (SFT, DPO, ORPO, KTO) is the object ``formats.data_format(cfg)`` returns (tests/test_cli.py
+formats and methods (SFT, DPO, ORPO, KTO, GRPO) is the object ``formats.data_format(cfg)`` returns (tests/test_cli.py
 compares their losses). Under ``accelerate launch`` every process trains, and only the main one prepares the
 output folder, logs, saves and writes the summary (tests/test_ddp.py).
 """
@@ -18,7 +18,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     """Fine-tune, save the adapter, reload it, answer ``cfg.prompts`` and write the run summary, for every
     ``dataset_format`` and ``method``.
 
-    What differs between Alpaca rows, conversations and preference rows is the format object
+    What differs between Alpaca rows, conversations, preference rows and GRPO prompts is the format object
     (``formats.data_format(cfg)``: how rows are read, checked, tokenized and prompted, the stop tokens, the
     first-batch check, the held-out split); the trainer is SFT's or ``cfg.method``'s (``sft_trainer.build_trainer``);
     every step here runs for all, in the notebooks' order.
@@ -30,7 +30,9 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     Returns:
         The run summary, as written to ``<output_dir>/run_summary.json`` (a conversation run adds ``"chat"``:
         ``formats.ConversationFormat.summary_fields``; a preference run ``"preference"``: the method, the reference,
-        held-out preference accuracy, margins and log-probabilities before and after); in a non-main process of a multi-process launch,
+        held-out preference accuracy, margins and log-probabilities before and after; a GRPO run ``"grpo"``: held-out
+        accuracy, format compliance, each reward's mean and completion length before and after, each logged step's
+        reward means); in a non-main process of a multi-process launch,
         ``{"process_index", "global_step", "train_loss"}`` (it writes nothing).
 
     Raises:

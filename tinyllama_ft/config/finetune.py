@@ -77,6 +77,8 @@ DpoLossType = Literal[
 KtoLossType = Literal["kto", "apo_zero_unpaired"]
 #: TRL's GRPO losses (``GRPOConfig.loss_type``, the same in TRL 1.15 and 1.16).
 GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+#: How GRPO scales each completion's advantage (``GRPOConfig.scale_rewards``, the same in TRL 1.15 and 1.16).
+ScaleRewards = Literal["group", "batch", "none"]
 #: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one).
 LossType = Literal[DpoLossType, KtoLossType, GrpoLossType]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
@@ -363,7 +365,19 @@ class GrpoSection:
     """Reward functions, summed per completion: built-ins "correct_number" (1 when the number after the last ####,
     else the last number, equals the answer), "answer_format" (1 when the last line is "#### <number>"),
     "soft_overlong_punishment" (DAPO's penalty near max_completion_length), or "module:function" / "file.py:function"
-    of your own (train.rewards says what it receives); checked before the model loads (this package)."""
+    of your own, or the name of a function the GRPO notebook's rewards cell defines (train.rewards says what it
+    receives); checked before the model loads (this package)."""
+    reward_weights: tuple[float, ...] = _field(
+        (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
+    )
+    """One weight per reward_funcs item in the summed reward; empty = 1 for each (TRL's default). A format reward
+    weighted below correctness keeps a small model from learning the layout alone (docs/grpo.md)."""
+    scale_rewards: ScaleRewards = _field("group", identity=True)
+    """Advantages divided by the reward's spread within each group ("group", TRL's default), within the batch
+    ("batch"), or not at all ("none": Dr. GRPO's unscaled advantages)."""
+    mask_truncated_completions: bool = _field(False, identity=True)
+    """Leave completions cut at max_completion_length out of the loss (DAPO's); TRL's default False. A cut
+    completion cannot end in the answer layout: masked, a long worked answer is not punished for it."""
     prompt_column: str = _field("question", identity=True)
     """GRPO: the column holding each prompt (a string, or a list of chat messages ending with a user turn); GSM8K's
     and the arithmetic demo's "question" (this package)."""
@@ -582,6 +596,12 @@ class FinetuneConfig(
                 f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
                 "method='grpo' reads prompt rows from dataset alone: text prompts in the Alpaca template ('alpaca'), "
                 "chat prompts ('messages'), or as the rows hold them ('auto'), and no extra_datasets"
+            )
+        if self.reward_weights and len(self.reward_weights) != len(self.reward_funcs):
+            raise ConfigError(
+                f"FinetuneConfig.reward_weights={list(self.reward_weights)!r} has {len(self.reward_weights)} weight(s) "
+                f"for {len(self.reward_funcs)} reward_funcs {list(self.reward_funcs)!r}: give one per reward, or none "
+                "(1 for each)"
             )
         if self.effective_batch_size % self.num_generations:
             raise ConfigError(

@@ -20,6 +20,10 @@ KINDS: dict[str, tuple[int, int, int, str]] = {
 }
 #: Held-out problems by default: 100 (25 of each kind).
 HELD_OUT = 100
+#: The ``dataset`` value that names these problems in a GRPO run (``grpo_format.GrpoFormat.load``): nothing is read.
+SOURCE = "arithmetic"
+#: Training problems such a run generates (with ``HELD_OUT`` more, seeded by the run's ``seed``).
+TRAIN = 1000
 
 NAMES = ("Ana", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jonas", "Kemi", "Liam", "Mei", "Noor")
 ITEMS = ("apples", "pencils", "marbles", "stickers", "books", "cookies", "stamps", "shells", "cards", "coins")

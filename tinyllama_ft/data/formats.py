@@ -2,9 +2,9 @@
 
 The run (``pipeline.run_training``, the notebooks) is written once and given one of these: ``AlpacaFormat``
 (Alpaca prompt, loss on the response, stop at EOS) or ``ConversationFormat`` (the model's chat template, loss on
-assistant turns, stop at the end-of-turn token); a preference method's ``preference_format.PreferenceFormat`` wraps
-either. Each says how rows are read, fingerprinted, tokenized and prompted, what the model needs before LoRA, what
-the held-out checks compare and what the summary adds.
+assistant turns, stop at the end-of-turn token); a preference method's ``preference_format.PreferenceFormat`` and
+GRPO's ``grpo_format.GrpoFormat`` wrap either (``WrappedFormat``). Each says how rows are read, fingerprinted,
+tokenized and prompted, what the model needs before LoRA, what the held-out checks compare and what the summary adds.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 from ..config.finetune import DEFAULTS
 from .alpaca_prompts import format_prompt
+from .arithmetic import SOURCE as ARITHMETIC
 from .fingerprint import FINGERPRINT_FIELDS, data_fingerprint
 
 #: What the Alpaca format's held-out rows hold.
@@ -37,6 +38,7 @@ class AlpacaFormat:
     #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0); the rows are no preference pairs.
     min_test_rows = 1
     pairs = False
+    rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
     #: special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
@@ -178,6 +180,7 @@ class ConversationFormat:
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
     min_test_rows = 1  # as AlpacaFormat's
     pairs = False
+    rollouts = False
 
     def __init__(
         self,
@@ -343,14 +346,55 @@ class ConversationFormat:
         }
 
 
+class WrappedFormat:
+    """What a preference or GRPO format takes from the SFT format it wraps (``inner``: an ``AlpacaFormat`` for text,
+    a ``ConversationFormat`` for conversations, set by ``load`` once the rows' form is read): the recorded name, the
+    chat setup, how prompts are tokenized, the stop ids."""
+
+    inner: AlpacaFormat | ConversationFormat | None = None
+
+    def _inner(self):
+        if self.inner is None:
+            raise RuntimeError("call load(cfg) first: the rows' form (text or conversations) is read there")
+        return self.inner
+
+    @property
+    def name(self) -> str:
+        """The SFT data format the adapter is recorded with (``run_record``): "alpaca" or "messages"."""
+        return self._inner().name
+
+    @property
+    def family(self):
+        """The chat setup of conversations (``families.FamilySetup``, once prepared), None for text."""
+        return self._inner().family
+
+    @property
+    def encode_kwargs(self) -> dict:
+        return self._inner().encode_kwargs
+
+    def stop_token_ids(self, tokenizer) -> list[int]:
+        """The wrapped format's stop ids: EOS (text), the template's end-of-turn token first (conversations)."""
+        return self._inner().stop_token_ids(tokenizer)
+
+
 def data_format(cfg):
     """The format object of a run: ``preference_format.PreferenceFormat`` for a preference ``method`` (dpo, orpo,
-    kto), else ``AlpacaFormat`` for ``dataset_format="alpaca"`` and ``ConversationFormat`` for conversations.
+    kto), ``grpo_format.GrpoFormat`` for grpo, else ``AlpacaFormat`` for ``dataset_format="alpaca"`` and
+    ``ConversationFormat`` for conversations.
 
     Args:
         cfg: the run's ``FinetuneConfig`` (``method``, ``dataset_format``, ``template``, ``chat_template``,
             ``assistant_only_loss``, ``adapter_name_or_path``).
     """
+    if cfg.method == "grpo":
+        from .grpo_format import GrpoFormat
+
+        return GrpoFormat(
+            dataset_format=cfg.dataset_format,
+            template=cfg.template,
+            chat_template=cfg.chat_template,
+            adapter_name_or_path=cfg.adapter_name_or_path,
+        )
     if cfg.method != "sft":
         from .preference_format import PreferenceFormat
 
@@ -378,6 +422,8 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
         cfg: the run's ``FinetuneConfig`` (``model_name``, ``dataset``, ``extra_datasets``, ``adapter_name_or_path``).
         flag_prefix: put before each field's name in messages (``"--"``: ``"--model_name: no such file or folder"``).
 
+    A GRPO run's ``dataset: arithmetic`` is the package's own problems (``arithmetic.SOURCE``): nothing to check.
+
     Raises:
         config.locations.PathArgumentError: (a ConfigError) a local path that does not exist, or a value that is
             neither a path nor a Hub id; config.locations.HubUnreachableError: a Hub id the Hub does not answer for
@@ -388,7 +434,8 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
     from ..models.demo_model import check_model_source
 
     check_model_source(cfg.model_name, f"{flag_prefix}model_name")
-    check_source(cfg.dataset, f"{flag_prefix}dataset", repo_type="dataset")
+    if not (cfg.method == "grpo" and cfg.dataset == ARITHMETIC):  # generated by the package: nothing to find
+        check_source(cfg.dataset, f"{flag_prefix}dataset", repo_type="dataset")
     for i, extra in enumerate(cfg.extra_datasets):
         check_source(extra, f"{flag_prefix}extra_datasets[{i}]", repo_type="dataset")
     if cfg.adapter_name_or_path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .fingerprint import data_fingerprint
-from .formats import AlpacaFormat, ConversationFormat
+from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
 
 #: Held-out pairs the preference checks read at least (``instructions.split_train_eval``'s ``min_test_rows``).
 MIN_HELD_OUT_PAIRS = 50
@@ -27,7 +27,7 @@ def _with_prompt(row: dict) -> tuple[list[int], list[int]]:
     return prompt + response, [0] * len(prompt) + [1] * len(response)
 
 
-class PreferenceFormat:
+class PreferenceFormat(WrappedFormat):
     """Preference rows (pairs, or KTO's unpaired rows) for ``method`` dpo, orpo or kto.
 
     Until ``load`` reads the rows it does not know their form; then it wraps an ``AlpacaFormat`` (text rows, the
@@ -43,6 +43,7 @@ class PreferenceFormat:
 
     #: Held-out pairs the split keeps at least (``split_train_eval(min_test_rows=...)``).
     min_test_rows = MIN_HELD_OUT_PAIRS
+    rollouts = False  # the held-out checks score the chosen responses
 
     def __init__(
         self,
@@ -70,29 +71,10 @@ class PreferenceFormat:
             f"{self.form or '?'}{f', continuing {self.adapter_name_or_path!r}' if self.adapter_name_or_path else ''})"
         )
 
-    def _inner(self):
-        if self.inner is None:
-            raise RuntimeError("call load(cfg) first: the rows' form (text or conversations) is read there")
-        return self.inner
-
-    @property
-    def name(self) -> str:
-        """The SFT data format the adapter is recorded with (``run_record``): "alpaca" or "messages"."""
-        return self._inner().name
-
     @property
     def pairs(self) -> bool:
         """The rows are pairs: the held-out checks score preference accuracy on them (KTO's unpaired rows are not)."""
         return self.layout == "paired"
-
-    @property
-    def family(self):
-        """The chat setup of conversations (``families.FamilySetup``, once prepared), None for text."""
-        return self._inner().family
-
-    @property
-    def encode_kwargs(self) -> dict:
-        return self._inner().encode_kwargs
 
     @property
     def trains_embeddings(self) -> bool:
@@ -237,10 +219,6 @@ class PreferenceFormat:
         return describe_pair_supervision(self.first_batch, end_token=tokenizer.convert_ids_to_tokens(end_id))
 
     # generation
-    def stop_token_ids(self, tokenizer) -> list[int]:
-        """The wrapped format's stop ids: EOS (text), the template's end-of-turn token first (conversations)."""
-        return self._inner().stop_token_ids(tokenizer)
-
     def prompt(self, tokenizer, text) -> str:
         """A user's instruction as the wrapped format's generation prompt."""
         return self._inner().prompt(tokenizer, text)

@@ -30,6 +30,7 @@ class GrpoScores:
         completion_length: mean tokens per answer, the stop token included (as TRL counts them).
         stopped: answers that ended with a stop token within ``max_new_tokens``.
         answers: the answers' text, in order.
+        new_tokens, ended: per answer, in order: the tokens it used (the stop token included) and whether it ended.
     """
 
     prompts: int
@@ -39,6 +40,8 @@ class GrpoScores:
     completion_length: float
     stopped: int
     answers: list[str] = field(default_factory=list)
+    new_tokens: list[int] = field(default_factory=list)
+    ended: list[bool] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -138,4 +141,6 @@ def grpo_scores(
         completion_length=sum(a.new_tokens for a in answers) / len(answers),
         stopped=sum(a.stopped for a in answers),
         answers=texts,
+        new_tokens=[a.new_tokens for a in answers],
+        ended=[a.stopped for a in answers],
     )

@@ -345,15 +345,18 @@ def rows_within_positions(
 
 @dataclass(frozen=True)
 class HeldOutCheck:
-    """``held_out_check``'s result: the scores and the stopping count of one model state, and on preference pairs
-    their ``preference_checks.PreferenceScores``."""
+    """``held_out_check``'s result: the scores and the stopping count of one model state, on preference pairs
+    their ``preference_checks.PreferenceScores``, and on GRPO prompts their ``grpo_checks.GrpoScores`` (with no
+    ``scores``: a prompt row has no response to score)."""
 
-    scores: HeldOutScores
+    scores: HeldOutScores | None
     stopping: StoppingReport
     preference: object | None = None
+    grpo: object | None = None
 
     def __str__(self) -> str:
-        return f"{self.scores}; {self.stopping}" + (f"; {self.preference}" if self.preference is not None else "")
+        parts = (self.grpo, self.scores, self.stopping, self.preference)
+        return "; ".join(str(p) for p in parts if p is not None)
 
 
 def held_out_check(
@@ -380,14 +383,20 @@ def held_out_check(
     Returns:
         ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
         ``preference`` holds ``preference_checks.preference_scores`` of the rows (accuracy, margins, log-probabilities);
-        the scores and the stopping count read each pair's prompt and chosen response.
+        the scores and the stopping count read each pair's prompt and chosen response. On GRPO prompts
+        (``data_format.rollouts``), its ``grpo`` holds ``grpo_checks.grpo_scores`` of greedy answers to every row (at
+        most ``max_completion_length`` tokens, scored by the trainer's rewards), ``scores`` is None (no reference
+        response to score) and the stopping count is of those answers.
 
     Raises:
         ValueError: as ``held_out_scores`` (every row longer than ``max_seq_length``, a row without fields).
+        RuntimeError: GRPO prompts before ``data_format.check_first_batch(trainer)`` kept the trainer's rewards.
     """
     if not rows:
         print("held-out check skipped: no held-out rows (test_size=0)")
         return None
+    if data_format.rollouts:  # GRPO: greedy answers to every held-out prompt, scored; their stops are the count
+        return _grpo_check(model, tokenizer, rows, data_format=data_format)
     preference, chosen = None, None
     if data_format.pairs:  # prompt + chosen: the rows held_out_scores reads, scored once for both
         from .preference_checks import pair_nlls, preference_scores
@@ -405,6 +414,25 @@ def held_out_check(
     return HeldOutCheck(scores, stopping, preference)
 
 
+def _grpo_check(model, tokenizer, rows: Sequence[dict], *, data_format) -> HeldOutCheck:
+    """GRPO's held-out check: ``grpo_checks.grpo_scores`` with the trainer's reward functions and its
+    ``max_completion_length`` (``data_format.first_batch``, kept by ``check_first_batch``); the stopping count is of
+    the same answers.
+
+    Raises:
+        RuntimeError: ``data_format.check_first_batch(trainer)`` was not called (the rewards are the trainer's).
+    """
+    from .grpo_checks import grpo_scores
+
+    if data_format.reward_funcs is None:
+        raise RuntimeError("call fmt.check_first_batch(trainer) first: the held-out checks score with its rewards")
+    budget = data_format.first_batch["max_completion_length"]
+    fitting = rows_within_positions(model, tokenizer, rows, max_new_tokens=budget, data_format=data_format)
+    scores = grpo_scores(model, tokenizer, fitting, reward_funcs=data_format.reward_funcs, max_new_tokens=budget)
+    stopping = StoppingReport(scores.stopped, scores.prompts, budget, scores.answers, scores.new_tokens, scores.ended)
+    return HeldOutCheck(None, stopping, grpo=scores)
+
+
 def heldout_summary(
     before: HeldOutCheck | None, after: HeldOutCheck | None, side_by_side: list[dict] | None = None
 ) -> dict:
@@ -414,16 +442,22 @@ def heldout_summary(
         ``{"heldout_before", "heldout_after"}`` (``HeldOutScores.as_dict``, or None), ``"stopped_before"``,
         ``"stopped_after"``, ``"stop_total"``, ``"stop_max_new_tokens"`` and ``"side_by_side"``
         (``side_by_side.compare_answers`` rows, or []); on preference pairs also ``"preference": {"before",
-        "after"}`` (``PreferenceScores.as_dict``).
+        "after"}`` (``PreferenceScores.as_dict``), on GRPO prompts ``"grpo": {"before", "after"}``
+        (``GrpoScores.as_dict``; ``heldout_*`` None: no losses).
     """
     checks = {"before": before, "after": after}
     preference = {k: c.preference.as_dict() for k, c in checks.items() if c is not None and c.preference is not None}
-    return ({"preference": preference} if preference else {}) | {
-        "heldout_before": before.scores.as_dict() if before else None,
-        "heldout_after": after.scores.as_dict() if after else None,
-        "stopped_before": before.stopping.stopped if before else None,
-        "stopped_after": after.stopping.stopped if after else None,
-        "stop_total": (after or before).stopping.total if (after or before) else None,
-        "stop_max_new_tokens": (after or before).stopping.max_new_tokens if (after or before) else None,
-        "side_by_side": list(side_by_side or []),
-    }
+    grpo = {k: c.grpo.as_dict() for k, c in checks.items() if c is not None and c.grpo is not None}
+    return (
+        ({"preference": preference} if preference else {})
+        | ({"grpo": grpo} if grpo else {})
+        | {
+            "heldout_before": before.scores.as_dict() if before and before.scores else None,
+            "heldout_after": after.scores.as_dict() if after and after.scores else None,
+            "stopped_before": before.stopping.stopped if before else None,
+            "stopped_after": after.stopping.stopped if after else None,
+            "stop_total": (after or before).stopping.total if (after or before) else None,
+            "stop_max_new_tokens": (after or before).stopping.max_new_tokens if (after or before) else None,
+            "side_by_side": list(side_by_side or []),
+        }
+    )

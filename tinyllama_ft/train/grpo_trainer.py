@@ -28,6 +28,7 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
 
     Args:
         cfg: the run's configuration: ``num_generations``, ``max_completion_length``, ``temperature``, ``beta``,
+            ``reward_weights`` (empty: TRL's 1 each), ``scale_rewards``, ``mask_truncated_completions``,
             ``loss_type`` (empty: TRL's "dapo") and the training fields ``trainer_config_kwargs`` reads
             (``max_seq_length`` is not passed: GRPO's sequences are a prompt, ``grpo_prompts.drop_long_prompts``
             bounds it, plus at most ``max_completion_length`` tokens).
@@ -53,6 +54,9 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
         max_completion_length=cfg.max_completion_length,
         temperature=cfg.temperature,
         beta=cfg.beta,
+        reward_weights=list(cfg.reward_weights) or None,
+        scale_rewards=cfg.scale_rewards,
+        mask_truncated_completions=cfg.mask_truncated_completions,
         include_num_input_tokens_seen="no",
     )
     if cfg.loss_type:
@@ -146,6 +150,24 @@ def build_grpo_trainer(
     return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
 
 
+def grpo_sequences(trainer) -> tuple[int, int]:
+    """``(completions, tokens)`` a GRPO trainer samples per epoch: ``num_generations`` completions per prompt, each
+    its prompt (TRL's tokenization, ``grpo_prompts.prompt_token_ids``) plus at most ``max_completion_length`` tokens:
+    the most it can feed (completions end early)."""
+    from ..data.grpo_prompts import prompt_token_ids
+
+    args, tokenizer = trainer.args, trainer.processing_class
+    prompts = [len(prompt_token_ids(tokenizer, p)) for p in trainer.train_dataset["prompt"]]
+    tokens = args.num_generations * (sum(prompts) + len(prompts) * args.max_completion_length)
+    return args.num_generations * len(prompts), tokens
+
+
+def logged_reward_names(log_history: Sequence[dict]) -> list[str]:
+    """The reward names in TRL's log entries (``rewards/<name>/mean``), in their first appearance's order."""
+    keys = (k for entry in log_history for k in entry if k.startswith("rewards/") and k.endswith("/mean"))
+    return list(dict.fromkeys(k[len("rewards/") : -len("/mean")] for k in keys))
+
+
 def grpo_reference(trainer) -> str:
     """What the KL term compares with: ``"none (beta 0)"``, or ``preference_trainer.reference_kind``'s answer."""
     return "none (beta 0)" if trainer.beta == 0 else reference_kind(trainer)
@@ -194,7 +216,7 @@ class RewardProgress(ProgressPrinter):
         logs = logs or {}
         if "loss" not in logs or REWARD not in logs:
             return
-        names = [k[len("rewards/") : -len("/mean")] for k in logs if k.startswith("rewards/") and k.endswith("/mean")]
+        names = logged_reward_names([logs])
         each = ", ".join(f"{n} {_number(logs[f'rewards/{n}/mean'], '.3f')}" for n in names)
         print(
             f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  reward "

@@ -55,6 +55,8 @@ class RunPlan:
         reasons: one line per decision.
         world_size: processes training together (``accelerate launch --num_processes``); 1 alone.
         reference: what a preference method compares the model with (``reference_of``); None for SFT.
+        rewards: GRPO's reward functions, by the names TRL logs them under (``rewards.resolve_rewards``: each one
+            checked when the plan is made, before any model loads); () for the other methods.
     """
 
     recipe: str
@@ -75,6 +77,7 @@ class RunPlan:
     reasons: tuple[str, ...] = ()
     world_size: int = 1
     reference: str | None = None
+    rewards: tuple[str, ...] = ()
 
     @property
     def effective_batch_size(self) -> int:
@@ -108,9 +111,26 @@ def reference_of(cfg: FinetuneConfig) -> str | None:
         return None
     if cfg.method == "orpo":
         return "none (ORPO)"
+    if cfg.method == "grpo" and cfg.beta == 0:
+        return "none (beta 0)"
     if cfg.adapter_name_or_path:
         return "frozen copy of the starting adapter ('ref')"
     return "base with adapters disabled"
+
+
+def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
+    """GRPO's reward functions by the names TRL logs them under, each resolved and checked
+    (``rewards.resolve_rewards``), so a bad one stops the run before any model loads; () for the other methods.
+
+    Raises:
+        rewards.RewardError: (a ConfigError) as ``resolve_rewards``, naming ``reward_funcs[i]``.
+    """
+    if cfg.method != "grpo":
+        return ()
+    from .rewards import resolve_rewards, reward_name
+
+    funcs = resolve_rewards(cfg.reward_funcs, max_completion_length=cfg.max_completion_length)
+    return tuple(reward_name(f) for f in funcs)
 
 
 def _text_config(model_config):
@@ -226,6 +246,7 @@ def plan_run(
         cpu_autocast_bf16=not cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype == "float32",
         optim=cfg.optim or ("adamw_8bit" if cuda else "adamw_torch"),
         reference=reference_of(cfg),
+        rewards=grpo_rewards(cfg),
     )
     split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
     dims, rope, unreadable = None, None, None
@@ -243,6 +264,12 @@ def plan_run(
     preference = cfg.method != "sft"
     if preference:
         reasons.append(f"method={cfg.method!r}: reference {common['reference']} (no second copy of the base)")
+    if cfg.method == "grpo":
+        reasons.append(
+            f"method='grpo': {split[0] * split[1]} completions per step = "
+            f"{split[0] * split[1] // cfg.num_generations} prompts x num_generations {cfg.num_generations}, each at "
+            f"most {cfg.max_completion_length} tokens; rewards {', '.join(common['rewards'])} (each checked)"
+        )
     if preference and cfg.use_liger_kernel:
         reasons.append(
             f"method={cfg.method!r}: use_liger_kernel off (TRL computes the log-probabilities with its own LM head)"

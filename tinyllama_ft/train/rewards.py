@@ -200,20 +200,25 @@ def _module(name: str, where: str):
 
 
 def import_reward(spec: str, where: str = "reward") -> Callable:
-    """The callable ``spec`` names: ``"package.module:function"`` or ``"path/to/file.py:function"``.
+    """The callable ``spec`` names: ``"package.module:function"``, ``"path/to/file.py:function"``, or a bare name of a
+    function defined in ``__main__`` (a notebook's cells: the GRPO notebook's rewards cell; the script being run).
 
     Args:
         spec: the string; the part after the last ``:`` may be dotted (``"module:Class.method"``).
         where: how to name it in messages.
 
     Raises:
-        RewardError: no ``:``, a module or file that is missing or fails to import (its error quoted), or no such
+        RewardError: no ``:`` and no function of that name defined in ``__main__``, a module or file that is missing or fails to import (its error quoted), or no such
             attribute in it.
     """
     module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
+        found = getattr(sys.modules.get("__main__"), spec, None)
+        if getattr(found, "__module__", None) == "__main__":  # defined in a notebook's rewards cell, or the script
+            return found
         raise RewardError(
-            f"{where}: {spec!r} is no built-in reward ({', '.join(BUILTIN_REWARDS)}) and not module:function"
+            f"{where}: {spec!r} is no built-in reward ({', '.join(BUILTIN_REWARDS)}), not module:function, and no "
+            "function of that name is defined in __main__ (a notebook's rewards cell)"
             + did_you_mean(spec, BUILTIN_REWARDS)
         )
     try:
@@ -239,7 +244,8 @@ def resolve_rewards(
     """The reward functions a GRPO run passes to TRL, each checked (``check_reward``); call it before loading a model.
 
     Args:
-        reward_funcs: built-in names (``BUILTIN_REWARDS``), ``"module:function"`` / ``"file.py:function"`` strings,
+        reward_funcs: built-in names (``BUILTIN_REWARDS``), ``"module:function"`` / ``"file.py:function"`` strings, names
+            of functions defined in ``__main__`` (``import_reward``),
             or callables (a notebook's own functions), in order.
         max_completion_length: the run's, for ``soft_overlong_punishment``.
 

