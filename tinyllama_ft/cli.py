@@ -56,7 +56,7 @@ def _run_train(values: dict, given: set) -> dict:
     from .data.formats import check_sources
     from .pipeline import run_training
     from .train.checkpoints import RunFinished
-    from .train.summary import format_eval_loss, format_grpo, format_preference
+    from .train.summary import format_outcome
 
     cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
     check_sources(cfg, flag_prefix="--")  # named as flags here; run_training checks again, answered from memory
@@ -67,14 +67,8 @@ def _run_train(values: dict, given: set) -> dict:
         return {"global_step": done.global_step, "max_steps": done.max_steps, "resumed_from": done.checkpoint}
     if "adapter_dir" in summary:  # the main process (the others of a launch return their step counts)
         print(
-            "tinyllama-ft train: done: "
-            + (
-                (format_grpo(summary["grpo"]) or "no rewards logged")
-                if "grpo" in summary
-                else format_eval_loss(summary)
-            )
-            + f"{format_preference(summary.get('preference'))}, "
-            f"adapter in {summary['adapter_dir']}, summary in {os.path.join(cfg.output_dir, 'run_summary.json')}"
+            f"tinyllama-ft train: done: {format_outcome(summary)}, adapter in {summary['adapter_dir']}, "
+            f"summary in {os.path.join(cfg.output_dir, 'run_summary.json')}"
         )
     return summary
 

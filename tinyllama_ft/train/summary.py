@@ -73,6 +73,14 @@ def format_grpo(grpo: dict | None) -> str:
     return ", ".join(parts)
 
 
+def format_outcome(summary: dict) -> str:
+    """The figures of ``tinyllama-ft train``'s done line, from a run summary: a GRPO run's ``format_grpo`` ("no
+    rewards logged" without figures), else ``format_eval_loss`` with ``format_preference`` after it."""
+    if "grpo" in summary:
+        return format_grpo(summary["grpo"]) or "no rewards logged"
+    return format_eval_loss(summary) + format_preference(summary.get("preference"))
+
+
 def format_results(results: dict) -> str:
     """``loop.train_and_evaluate``'s figures on one line, as printed: losses with 4 decimals, tokens/s an integer,
     seconds with 1 decimal, peak GPU memory in GiB with 2 (``run_summary.json`` keeps the full values)."""
