@@ -112,6 +112,9 @@ def _arithmetic_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
 
 
 def test_the_runs_cells_build_the_grpo_trainer_and_check_100_held_out_prompts(stories_dir, tmp_path, cpu):
+    from collections import Counter
+
+    from tinyllama_ft.data.arithmetic import KINDS, arithmetic_problems
     from tinyllama_ft.data.formats import check_sources, data_format
     from tinyllama_ft.data.instructions import split_train_eval
     from tinyllama_ft.evaluate.held_out import held_out_check, heldout_summary
@@ -134,9 +137,15 @@ def test_the_runs_cells_build_the_grpo_trainer_and_check_100_held_out_prompts(st
     )
     model = add_lora(model, lora_r=4, lora_alpha=8, target_modules=fmt.prepare(model, tokenizer, cfg), seed=cfg.seed)
     rows = fmt.tokenize(rows, tokenizer, cfg, report)
-    train, held = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed, min_test_rows=fmt.min_test_rows)
+    train, held = split_train_eval(
+        rows, test_size=cfg.test_size, seed=cfg.seed, min_test_rows=fmt.min_test_rows, first=fmt.held_out_first
+    )
     assert (len(train), len(held)) == (1000 - len(fmt.prompts_dropped), 100) and fmt.prompts_dropped == []
     assert not set(train["prompt"]) & set(held["prompt"])  # every generated problem is another operand set
+    # the checks read arithmetic_problems' own held-out problems, 25 of each kind, not a random 100 of the 1,100
+    dealt = arithmetic_problems(0, held_out=100, seed=cfg.seed)[1]
+    assert all(row["question"] in prompt for row, prompt in zip(dealt, held["prompt"], strict=True))
+    assert Counter(row["kind"] for row in dealt) == dict.fromkeys(KINDS, 25)
     assert fmt.example(tokenizer, train[0]).endswith(f"(reference answer: {train[0]['answer']})")
     trainer = build_trainer(
         model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=held, cfg=cfg, plan=plan, progress=False

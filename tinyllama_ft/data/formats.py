@@ -37,6 +37,9 @@ class AlpacaFormat:
     name = "alpaca"
     #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0); the rows are no preference pairs.
     min_test_rows = 1
+    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``); 0: a
+    #: seeded random split.
+    held_out_first = 0
     pairs = False
     rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
@@ -179,6 +182,7 @@ class ConversationFormat:
 
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
     min_test_rows = 1  # as AlpacaFormat's
+    held_out_first = 0
     pairs = False
     rollouts = False
 
@@ -352,6 +356,7 @@ class WrappedFormat:
     chat setup, how prompts are tokenized, the stop ids."""
 
     inner: AlpacaFormat | ConversationFormat | None = None
+    held_out_first = 0  # as AlpacaFormat's
 
     def _inner(self):
         if self.inner is None:

@@ -83,8 +83,9 @@ class GrpoFormat(WrappedFormat):
         """``(rows, data_report)``: the prompt rows of ``cfg.dataset`` (``grpo_prompts.load_prompt_rows`` with
         ``prompt_column``, ``answer_column``, ``strict``), or for ``dataset: arithmetic`` the package's own problems
         (``arithmetic.arithmetic_problems``: ``arithmetic.TRAIN`` training and ``MIN_HELD_OUT_PROMPTS`` held-out
-        problems, seeded with ``cfg.seed``, no operand set twice, checked as any rows); sets the form and the
-        wrapped SFT format.
+        problems, seeded with ``cfg.seed``, no operand set twice, checked as any rows; the held-out ones first, and
+        ``held_out_first`` says how many, so the checks read 25 of each kind); sets the form and the wrapped SFT
+        format.
 
         Raises:
             ValueError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``.
@@ -94,6 +95,7 @@ class GrpoFormat(WrappedFormat):
         if cfg.dataset == ARITHMETIC:
             train, held = arithmetic_problems(ARITHMETIC_TRAIN, held_out=MIN_HELD_OUT_PROMPTS, seed=cfg.seed)
             rows, report, self.form = check_prompt_rows(held + train, strict=True, source=ARITHMETIC)
+            self.held_out_first = len(held)  # the checks read these, 25 of each kind, whatever the seed's split
             print(report.summary())
         else:
             rows, report, self.form = load_prompt_rows(
@@ -144,6 +146,7 @@ class GrpoFormat(WrappedFormat):
         kept, self.prompts_dropped = drop_long_prompts(
             prompts, tokenizer, max_prompt_tokens=cfg.max_seq_length - cfg.max_completion_length
         )
+        self.held_out_first -= sum(i < self.held_out_first for i in self.prompts_dropped)
         print(
             f"prompts: {len(kept)} kept, {len(self.prompts_dropped)} dropped as longer than "
             f"{cfg.max_seq_length - cfg.max_completion_length} tokens (max_seq_length - max_completion_length)"

@@ -223,7 +223,12 @@ def load_instruction_data(
 
 
 def split_train_eval(
-    dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed, min_test_rows: int = 1
+    dataset,
+    *,
+    test_size: float = DEFAULTS.test_size,
+    seed: int = DEFAULTS.seed,
+    min_test_rows: int = 1,
+    first: int = 0,
 ):
     """Hold out ``test_size`` of the rows for evaluation (the article's ``train_test_split``).
 
@@ -233,6 +238,8 @@ def split_train_eval(
         seed: shuffle seed (the article's 3407).
         min_test_rows: hold out at least this many rows when ``test_size > 0``, but never more than half of them
             (the format's ``min_test_rows``: 1; 50 pairs for the preference checks).
+        first: when > 0, the first ``first`` rows are the eval set, as they are (a source that deals its own
+            held-out rows: ``dataset: arithmetic``), and ``test_size`` only says whether to hold out (0: no).
 
     Returns:
         ``(train, eval)``: disjoint datasets; with 2+ rows and ``test_size > 0`` eval has at least one
@@ -241,6 +248,9 @@ def split_train_eval(
     n = len(dataset)
     if n < 2 or test_size <= 0:
         return dataset, None
+    if first > 0:
+        first = min(first, n - 1)
+        return dataset.select(range(first, n)), dataset.select(range(first))
     n_test = min(max(1, int(-(-test_size * n // 1)), min(min_test_rows, n // 2)), n - 1)
     parts = dataset.train_test_split(test_size=n_test, seed=seed)
     return parts["train"], parts["test"]
