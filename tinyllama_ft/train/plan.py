@@ -274,32 +274,27 @@ def plan_run(
         reasons.append(
             f"method={cfg.method!r}: use_liger_kernel off (TRL computes the log-probabilities with its own LM head)"
         )
+
+    def plan(**chosen) -> RunPlan:
+        given = dict(per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1], recipe="fast")
+        return RunPlan(**{**given, "rope_scaling_factor": rope, **chosen, **common, "reasons": tuple(reasons)})
+
     if cfg.recipe == "article":
-        return RunPlan(
-            "article",
+        reasons.append("the article's cell values, as configured")
+        return plan(
+            recipe="article",
             backend=backend,
             attn_implementation=cfg.attn_implementation,
             use_liger_kernel=cfg.use_liger_kernel and not preference,
-            per_device_train_batch_size=split[0],
-            gradient_accumulation_steps=split[1],
             gradient_checkpointing=cfg.gradient_checkpointing,
-            rope_scaling_factor=rope,
-            reasons=tuple(reasons + ["the article's cell values, as configured"]),
-            **common,
         )
     if not cuda:
         reasons.append("CPU: SDPA (packed rows masked from each other), no checkpointing (it only costs time)")
-        return RunPlan(
-            "fast",
+        return plan(
             backend="transformers",
             attn_implementation=cfg.attn_implementation or "sdpa",
             use_liger_kernel=False,
-            per_device_train_batch_size=split[0],
-            gradient_accumulation_steps=split[1],
             gradient_checkpointing=False,
-            rope_scaling_factor=rope,
-            reasons=tuple(reasons),
-            **common,
         )
     bf16 = dtype == "bfloat16" and hardware.bf16_capable
     if cfg.backend == "auto":
@@ -322,20 +317,12 @@ def plan_run(
         liger = bf16 and importable("liger_kernel") and not preference
         if bf16 and not liger and not preference:
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
-    execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger, rope_scaling_factor=rope)
+    execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger)
     if dims is None:
         reasons.append(
             f"model config unreadable ({unreadable}): keeping batch {split[0]} x {split[1]} with gradient checkpointing"
         )
-        return RunPlan(
-            "fast",
-            per_device_train_batch_size=split[0],
-            gradient_accumulation_steps=split[1],
-            gradient_checkpointing=True,
-            reasons=tuple(reasons),
-            **execution,
-            **common,
-        )
+        return plan(gradient_checkpointing=True, **execution)
     effective = split[0] * split[1]
     budget = budget_gib if budget_gib is not None else gpu_budget_gib(cfg.gpu_memory_cap_gib)
     sizes = dict(
@@ -377,16 +364,13 @@ def plan_run(
             f"held-out checks and side-by-side answers: the CUDA-graph decoder, 16 prompts per batch, on a merged "
             f"16-bit copy of the projections ({merged_copy_gib(dims):.1f} GiB, made for each check and freed after it)"
         )
-    return RunPlan(
-        "fast",
+    return plan(
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=effective // micro,
         gradient_checkpointing=gc,
         estimated_peak_gib=round(peak, 2),
         budget_gib=round(budget, 2),
-        reasons=tuple(reasons),
         **execution,
-        **common,
     )
 
 
