@@ -44,8 +44,7 @@ class RunPlan:
             the matmuls run under bf16 autocast (TRL's default).
         attn_implementation: transformers' attention kernel, or None for the backend's own.
         use_liger_kernel: Liger's fused kernels through the trainer.
-        per_device_train_batch_size, gradient_accumulation_steps: the split of the effective batch, per
-            process: sequences per micro-batch in each process, micro-batches per optimizer step.
+        per_device_train_batch_size, gradient_accumulation_steps: one process's split of the effective batch.
         gradient_checkpointing: recompute activations in the backward pass.
         optim: the trainer's optimizer name.
         rope_scaling_factor: linear RoPE factor the load applies (None: the model's positions suffice,
@@ -104,9 +103,9 @@ class RunPlan:
 
 
 def reference_of(cfg: FinetuneConfig) -> str | None:
-    """What a preference run's log-probability reference is (``preference_trainer.reference_kind`` reads the same
-    from a built trainer): None for SFT, none for ORPO, a frozen copy of the adapter it continues, else the base
-    with the adapter disabled. Never a second copy of the base in memory."""
+    """What a preference run's log-probability reference is (``preference_trainer.reference_kind`` reads it from a
+    built trainer): None for SFT, none for ORPO (or GRPO's beta 0), the continued adapter's frozen copy, else the
+    base with the adapter disabled."""
     if cfg.method == "sft":
         return None
     if cfg.method == "orpo":
@@ -140,9 +139,8 @@ def _text_config(model_config):
 
 
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
-    """Refuse, before any model loads, the names the trainer and transformers would only refuse later: an unknown
-    ``lr_scheduler_type`` (``transformers.SchedulerType``), ``optim`` (``transformers.training_args.OptimizerNames``)
-    or ``attn_implementation``, and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
+    """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read
+    from the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
 
     Raises:
         coercion.ConfigError: names the field, the value and the choices.
@@ -381,12 +379,8 @@ def merged_copy_gib(dims: dict[str, int]) -> float:
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
-    """``cfg`` with one process's share of the effective batch, for planning (never shown as the run's config).
-
-    Micro-batches stay as configured where they can (``gradient_accumulation_steps`` divided by the
-    processes), else the largest micro-batch that divides the share: every optimizer step then holds the
-    same rows, in the same order, as the single-process run (accelerate hands process ``r`` the micro-batches
-    ``r, r + N, r + 2N, ...`` of the one seeded permutation).
+    """``cfg`` with one process's share of the effective batch, for planning: the configured micro-batch where it
+    divides the share, else the largest that does, so every optimizer step holds the single-process run's rows.
 
     Raises:
         ValueError: the effective batch does not divide over ``world_size`` processes (names the fields).
