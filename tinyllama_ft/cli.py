@@ -86,8 +86,19 @@ def _add_recorded_arguments(parser) -> None:
         )
 
 
-def _add_generate_arguments(parser) -> None:
+def _add_adapter_arguments(parser, base_help: str) -> None:
     parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
+    parser.add_argument("--base_model", type=Optional[str], default=None, help=base_help)
+
+
+def _adapter_base(values: dict) -> str:
+    from .models.adapters import adapter_base
+
+    return adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
+
+
+def _add_generate_arguments(parser) -> None:
+    _add_adapter_arguments(parser, "base model to load instead of the one recorded in the adapter (e.g. a local copy)")
     parser.add_argument(
         "--prompt",
         type=Union[List[str], str],
@@ -100,12 +111,6 @@ def _add_generate_arguments(parser) -> None:
         default=None,
         help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or a "
         "list as long as --prompt; Alpaca adapters only (a chat adapter takes the context inside --prompt)",
-    )
-    parser.add_argument(
-        "--base_model",
-        type=Optional[str],
-        default=None,
-        help="base model to load instead of the one recorded in the adapter (e.g. a local copy)",
     )
     add_field_arguments(parser, GENERATE_FIELDS)
     _add_recorded_arguments(parser)
@@ -122,11 +127,11 @@ def _run_generate(values: dict, given: set) -> list[str]:
     from .infer.chat_generation import chat_stream
     from .infer.generation import stream
     from .machine.hardware import detect_hardware
-    from .models.adapters import adapter_base, load_adapter
+    from .models.adapters import load_adapter
     from .models.run_record import read_record, recorded_format, resolve_settings
 
     where = "tinyllama-ft generate"
-    base = adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
+    base = _adapter_base(values)
     cfg = FinetuneConfig.from_mapping(
         {"model_name": base, "prompts": values["prompt"], **{k: values[k] for k in GENERATE_FIELDS}}, where=where
     )
@@ -187,19 +192,13 @@ def _generate_inputs(given, n_prompts: int, *, chat: bool) -> list[str] | None:
 def _add_export_arguments(parser) -> None:
     from .config.finetune import EXPORT_FORMATS
 
-    parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
+    _add_adapter_arguments(parser, "base model to merge into instead of the one recorded in the adapter (a local copy)")
     parser.add_argument(
         "--format",
         type=str,
         required=True,
         action="append",
         help=f"an export format, repeatable: {', '.join(EXPORT_FORMATS)}",
-    )
-    parser.add_argument(
-        "--base_model",
-        type=Optional[str],
-        default=None,
-        help="base model to merge into instead of the one recorded in the adapter (a local copy)",
     )
     parser.add_argument(
         "--output_dir",
@@ -214,13 +213,12 @@ def _add_export_arguments(parser) -> None:
 
 def _run_export(values: dict, given: set) -> dict:
     from .export.adapter_export import describe_exports, export_adapter
-    from .models.adapters import adapter_base
 
     formats = FinetuneConfig.from_mapping(
         {"export_formats": values["format"]}, where="tinyllama-ft export --format"
     ).export_formats
     flags = _recorded_flags(values, given, "tinyllama-ft export")
-    adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
+    _adapter_base(values)
     output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
     results = export_adapter(
         adapter_dir=values["adapter"],

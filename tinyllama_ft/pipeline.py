@@ -19,9 +19,8 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     ``dataset_format`` and ``method``.
 
     What differs between Alpaca rows, conversations, preference rows and GRPO prompts is the format object
-    (``formats.data_format(cfg)``: how rows are read, checked, tokenized and prompted, the stop tokens, the
-    first-batch check, the held-out split); the trainer is SFT's or ``cfg.method``'s (``sft_trainer.build_trainer``);
-    every step here runs for all, in the notebooks' order.
+    (``formats.data_format(cfg)``) and the trainer (``sft_trainer.build_trainer``); every step runs for all, in the
+    notebooks' order.
 
     Args:
         cfg: the run's configuration (``sources.config_from_recipe`` for the command line).

@@ -36,16 +36,9 @@ def colab_secret(name: str) -> str | None:
 def find_secret(
     name: str, env=None, secret: Callable[[str], str | None] = colab_secret
 ) -> tuple[str | None, str | None]:
-    """A secret from the environment variable ``name``, else from the Colab secret ``name``.
-
-    Args:
-        name: the variable and secret name, e.g. ``"WANDB_API_KEY"`` or ``"HF_TOKEN"``.
-        env: the environment mapping; default ``os.environ``.
-        secret: reads a Colab secret by name (``colab_secret``; injectable for tests).
-
-    Returns:
-        ``(value, source)``: source ``"environment"`` or ``"colab-secrets"``; ``(None, None)`` when unset.
-    """
+    """``(value, source)`` of the secret ``name`` (``"WANDB_API_KEY"``, ``"HF_TOKEN"``): from ``env`` (default
+    ``os.environ``, source ``"environment"``), else from the Colab secret read by ``secret`` (default
+    ``colab_secret``, source ``"colab-secrets"``); ``(None, None)`` when unset."""
     env = os.environ if env is None else env
     if env.get(name):
         return env[name], "environment"
@@ -58,15 +51,12 @@ def find_secret(
 def export_secrets(
     names=SECRET_ENV_VARS, env=None, secret: Callable[[str], str | None] = colab_secret
 ) -> dict[str, str | None]:
-    """Copy secrets found only in Colab's secrets into the environment, where W&B and the Hub read them.
-
-    ``huggingface_hub`` reads ``HF_TOKEN`` and W&B reads ``WANDB_API_KEY`` from the environment by
-    themselves. Values are never printed or returned.
+    """Copy secrets found only in Colab's secrets into ``env`` (default ``os.environ``), where W&B and
+    ``huggingface_hub`` read them; values are never printed or returned.
 
     Args:
         names: the secret names (default ``SECRET_ENV_VARS``: ``WANDB_API_KEY``, ``HF_TOKEN``).
-        env: the environment mapping to read and fill; default ``os.environ``.
-        secret: reads a Colab secret by name.
+        env, secret: as ``find_secret``.
 
     Returns:
         ``{name: source}``, source ``"environment"``, ``"colab-secrets"`` or None (not set anywhere).

@@ -32,39 +32,27 @@ RESPONSE_MARKER = "### Response:\n"
 
 
 def format_prompt(instruction: str, input: str = "", output: str = "", template: str = DEFAULTS.template) -> str:
-    """Fill the Alpaca template.
+    """The Alpaca template filled with every field exactly as given (no stripping, no Unicode normalization).
 
     Args:
-        instruction: the task.
-        input: extra context; ``""`` when there is none.
+        instruction: the task. input: extra context; ``""`` when there is none.
         output: the response; ``""`` for a generation prompt (the text then ends with ``"### Response:\\n"``).
         template: ``"alpaca"`` (the article's: Input block always) or ``"alpaca_no_input"`` (the original
             Alpaca no-input variant when ``input`` is empty, the Input block otherwise).
 
-    Returns:
-        The prompt, with every field inserted exactly as given (no stripping, no Unicode normalization).
-
     Raises:
         ValueError: unknown ``template``.
     """
-    if template == "alpaca":
-        return ALPACA_PROMPT.format(instruction=instruction, input=input, output=output)
-    if template == "alpaca_no_input":
-        if input:
-            return ALPACA_PROMPT.format(instruction=instruction, input=input, output=output)
+    if template not in ("alpaca", "alpaca_no_input"):
+        raise ValueError(f"template={template!r} is not one of 'alpaca', 'alpaca_no_input'")
+    if template == "alpaca_no_input" and not input:
         return ALPACA_PROMPT_NO_INPUT.format(instruction=instruction, output=output)
-    raise ValueError(f"template={template!r} is not one of 'alpaca', 'alpaca_no_input'")
+    return ALPACA_PROMPT.format(instruction=instruction, input=input, output=output)
 
 
 def add_eos(text: str, eos_token: str) -> str:
-    """``text`` ending in ``eos_token`` exactly once (appended unless already there).
-
-    Args:
-        text: the formatted sample.
-        eos_token: the tokenizer's EOS text (``tokenizer.eos_token``, ``"</s>"`` for Llama).
-
-    Returns:
-        ``text`` if it already ends with ``eos_token``, else ``text + eos_token``.
+    """``text`` ending in ``eos_token`` (the tokenizer's EOS text, ``"</s>"`` for Llama) exactly once: appended
+    unless already there.
 
     Raises:
         ValueError: ``eos_token`` is empty or None (the tokenizer has no EOS).
@@ -75,15 +63,8 @@ def add_eos(text: str, eos_token: str) -> str:
 
 
 def training_text(instruction: str, input: str, output: str, eos_token: str, template: str = DEFAULTS.template) -> str:
-    """One training sample: the filled template plus EOS once.
-
-    Args:
-        instruction, input, output: the row's fields (``input`` may be ``""``).
-        eos_token: as ``add_eos``.
-        template: as ``format_prompt``.
-
-    Returns:
-        ``format_prompt(...)`` ending in ``eos_token`` exactly once.
+    """One training sample: ``format_prompt(instruction, input, output, template)`` ending in ``eos_token`` exactly
+    once (``add_eos``); ``input`` may be ``""``.
 
     Raises:
         ValueError: unknown ``template``, or no ``eos_token``.

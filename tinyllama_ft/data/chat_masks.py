@@ -156,12 +156,8 @@ def tokenize_conversations(
 def assistant_supervision(
     trainer, end_of_turn_id: int, *, batches: int | None = 1, split: str = "train"
 ) -> dict[str, int]:
-    """Check the collated batches the trainer really sees: supervised tokens come in runs, each closed by a
-    supervised end-of-turn token.
-
-    Samples are cut as ``eos_check.eos_supervision`` cuts them (packed rows at ``position_ids`` resets, padding
-    left out). A run is a maximal stretch of labels != -100 (the collator already masks each packed row's
-    first token).
+    """Check the collated batches the trainer really sees (samples cut as ``eos_check.eos_supervision`` cuts them):
+    supervised tokens come in runs (maximal stretches of labels != -100), each closed by a supervised end-of-turn.
 
     Args:
         trainer: a TRL ``SFTTrainer`` built on ``tokenize_conversations`` output.
@@ -176,9 +172,7 @@ def assistant_supervision(
         system/user turns). All is well when ``samples_ok == samples``.
 
     Raises:
-        ValueError: as ``eos_check.require_row_samples``: a bad ``split``, or ``packing_strategy="wrapped"``, which
-            concatenates conversations and cuts their turns at window edges (the chat path refuses it here,
-            before training).
+        ValueError: as ``eos_check.require_row_samples``: a bad ``split``, or ``packing_strategy="wrapped"``.
     """
     from .eos_check import collated_samples
 

@@ -24,16 +24,8 @@ SHAREGPT_ROLES = {"human": "user", "gpt": "assistant", "system": "system", "user
 
 
 def alpaca_to_messages(instruction: str, input: str = "", output: str = "") -> list[dict[str, str]]:
-    """One Alpaca row as a one-turn conversation.
-
-    Args:
-        instruction: the task (the user turn).
-        input: extra context, appended to the user turn after a blank line when not empty.
-        output: the response (the assistant turn).
-
-    Returns:
-        ``[{"role": "user", "content": instruction [+ "\\n\\n" + input]}, {"role": "assistant", "content": output}]``.
-    """
+    """One Alpaca row as a one-turn conversation: ``[{"role": "user", "content": instruction [+ "\\n\\n" + input]},
+    {"role": "assistant", "content": output}]`` (``input`` appended after a blank line when not empty)."""
     user = f"{instruction}\n\n{input}" if input else instruction
     return [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
 
@@ -100,17 +92,9 @@ def _order_problem(messages: list[dict[str, str]], column: str) -> tuple[str, st
 def conversation_problem(
     row: dict, *, dataset_format: str = "messages", column: str | None = None
 ) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
-    """Check one conversation row and normalise it.
-
-    Args:
-        row: a raw row that is an object (a dict).
-        dataset_format: ``"messages"`` or ``"sharegpt"``.
-        column: the column holding the turns; default ``"messages"`` / ``"conversations"``.
-
-    Returns:
-        ``(problem, messages)``: ``problem`` is ``(field, reason, kind)`` of the first fault and ``messages`` None,
-        or ``problem`` is None and ``messages`` the normalised turns.
-    """
+    """``(problem, messages)`` of one raw row (a dict) in ``dataset_format`` ``"messages"`` or ``"sharegpt"``, its
+    turns in ``column`` (default ``"messages"`` / ``"conversations"``): ``problem`` the first fault as
+    ``(field, reason, kind)`` and ``messages`` None, or ``problem`` None and ``messages`` the normalised turns."""
     sharegpt = dataset_format == "sharegpt"
     column = column or ("conversations" if sharegpt else "messages")
     problem, messages = turns_problem(row, column, sharegpt=sharegpt)

@@ -1,8 +1,7 @@
 """Does every training sample end in exactly one supervised EOS? Checked on the batches the trainer collates.
 
 A model that never sees a supervised EOS never learns to stop; a tokenizer that appends its own EOS, a
-collator that masks the pad id when pad == EOS, or truncation can each lose or double it silently. TRL has
-no such check: it is a real gap, so this module counts what the collator really produces.
+collator that masks the pad id when pad == EOS, or truncation can each lose or double it silently.
 Kept: TRL has no such check (tests/test_eos.py: a pad-masking collator, a doubled EOS).
 """
 
@@ -13,13 +12,9 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
     """Check, on the collated batches the trainer really sees, that every sample ends in one supervised EOS.
 
     A sample is a packed row between ``position_ids`` resets to 0 (padding-free "bfd"/"bfd_split" batches),
-    or one row of a padded batch (no packing), its padding (``attention_mask`` 0; trailing pad ids at
-    ``position_ids`` 0 when a padding-free batch is padded to a multiple) left out. So a pad token equal to
-    EOS is never counted as an EOS. An EOS is supervised when ``labels`` holds the EOS id at its position
-    (not -100, as a collator that masks every pad id would leave it when pad == EOS). Labels of -100 on other
-    tokens (the prompt under ``completion_only_loss``, each packed sample's first token) are expected and not
-    counted; since our rows keep special-token text as text (``tokenization.py``), an EOS id inside a sample
-    means a row TRL tokenized from text, or a tokenizer adding its own EOS to such text.
+    or one row of a padded batch, its padding left out (``attention_mask`` 0; trailing pad ids at
+    ``position_ids`` 0), so a pad token equal to EOS is never counted. An EOS is supervised when ``labels``
+    holds the EOS id at its position, not -100 (a collator masking every pad id when pad == EOS).
 
     Args:
         trainer: from ``build_trainer``.
@@ -67,14 +62,9 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
 
 
 def collated_samples(trainer, split: str, batches: int | None, *, what: str):
-    """``(input_ids, labels)`` of each sample in the first ``batches`` collated batches of ``split`` (None: one
-    epoch), as the trainer feeds them: packed rows cut at ``position_ids`` resets, padding left out.
-
-    Args:
-        trainer: a TRL ``SFTTrainer``.
-        split: ``"train"`` or ``"eval"``.
-        batches: how many batches to read; None: all.
-        what: the calling check's name, for ``require_row_samples``'s message.
+    """``(input_ids, labels)`` of each sample (``eos_supervision`` says what one is) in the first ``batches``
+    collated batches (None: one epoch) of a TRL trainer's ``split`` ("train" or "eval"); ``what`` names the
+    calling check in messages.
 
     Raises:
         ValueError: as ``require_row_samples`` (before any batch is read).
@@ -109,12 +99,8 @@ def _samples(batch, pad_id):
 
 
 def require_row_samples(trainer, split: str, *, what: str) -> None:
-    """Check that ``split``'s collated batches can be cut into rows (``_samples``) for a supervision check.
-
-    Args:
-        trainer: a TRL ``SFTTrainer``.
-        split: ``"train"`` or ``"eval"``.
-        what: the check's name, for the message.
+    """Check that a TRL trainer's collated batches of ``split`` can be cut into rows (``_samples``) for the
+    supervision check ``what`` (named in the message).
 
     Raises:
         ValueError: ``split`` is not "train"/"eval", or "eval" without an eval set; or the split is packed with
@@ -132,15 +118,8 @@ def require_row_samples(trainer, split: str, *, what: str) -> None:
 
 
 def eos_first_batch(trainer) -> dict[str, int] | None:
-    """``eos_supervision`` on the first training batch, or None where samples cannot be told apart.
-
-    Args:
-        trainer: from ``sft_trainer.build_trainer``.
-
-    Returns:
-        The counts of ``eos_supervision(trainer)`` (all is well when ``samples_ok == samples``), or None
-        when the trainer packs with ``packing_strategy="wrapped"`` (rows are cut at window edges).
-    """
+    """``eos_supervision``'s counts on the first training batch of ``trainer`` (``sft_trainer.build_trainer``), or
+    None when it packs with ``packing_strategy="wrapped"`` (rows cut at window edges: no samples to tell apart)."""
     args = trainer.args
     if getattr(args, "packing", False) and getattr(args, "packing_strategy", "bfd") == "wrapped":
         return None

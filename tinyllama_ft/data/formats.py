@@ -82,13 +82,9 @@ class AlpacaFormat:
 
     # ids and masks
     def tokenize(self, rows, tokenizer, cfg, data_report=None):
-        """Rows -> ``input_ids`` + ``completion_mask`` (``tokenization.tokenize_dataset``), measured against
-        ``max_seq_length`` and handled per ``long_rows`` (``lengths``); the length report is printed and kept in
-        ``self.lengths``.
-
-        Returns:
-            The kept rows (a ``datasets.Dataset``, Alpaca columns kept beside the ids).
-        """
+        """The kept rows (a ``datasets.Dataset``, Alpaca columns beside ``input_ids`` + ``completion_mask``:
+        ``tokenization.tokenize_dataset``), measured and handled per ``long_rows`` (``lengths``; the report printed,
+        kept in ``self.lengths``)."""
         from .lengths import apply_long_rows, length_report
         from .tokenization import tokenize_dataset
 
@@ -139,8 +135,8 @@ class AlpacaFormat:
         return dataset.select_columns(columns).to_list()
 
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
-        """``(ids, masks)`` per row as training tokenizes it (``tokenization.tokenize_segments``: the prompt, the
-        response, EOS as an id); masks are 1 on the response and EOS.
+        """``(ids, masks)`` per row as training tokenizes it (``tokenization.tokenize_segments``); masks are 1 on the
+        response and EOS.
 
         Raises:
             ValueError: a row without instruction/output, naming it.
@@ -233,12 +229,8 @@ class ConversationFormat:
 
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...]:
-        """``families.prepare_family`` (in place: template, EOS and stop ids, a pad token that is no stop token;
-        printed and kept in ``self.family``).
-
-        Returns:
-            The LoRA target modules: the model's own attention and MLP projections (``cfg.target_modules`` is
-            the Llama names, which another family may not have).
+        """``families.prepare_family`` in place (printed, kept in ``self.family``); returns the LoRA target modules:
+        the model's own projections (``cfg.target_modules`` is the Llama names).
 
         Raises:
             ValueError: as ``families.prepare_family``.
@@ -253,12 +245,8 @@ class ConversationFormat:
 
     # ids and masks
     def tokenize(self, rows, tokenizer, cfg, data_report=None):
-        """Conversations -> ``input_ids`` + ``assistant_masks`` (``chat_masks.tokenize_conversations``: rows that
-        cannot train dropped and counted, the report printed and kept in ``self.token_report``).
-
-        Returns:
-            The kept rows (a ``datasets.Dataset``, ``messages`` kept beside the ids for the held-out checks).
-        """
+        """The kept rows (a ``datasets.Dataset``, ``messages`` beside ``input_ids`` + ``assistant_masks``:
+        ``chat_masks.tokenize_conversations``; the report printed, kept in ``self.token_report``)."""
         from .chat_masks import tokenize_conversations
 
         rows, self.token_report = tokenize_conversations(
@@ -383,33 +371,19 @@ class WrappedFormat:
 
 
 def data_format(cfg):
-    """The format object of a run: ``preference_format.PreferenceFormat`` for a preference ``method`` (dpo, orpo,
-    kto), ``grpo_format.GrpoFormat`` for grpo, else ``AlpacaFormat`` for ``dataset_format="alpaca"`` and
-    ``ConversationFormat`` for conversations.
-
-    Args:
-        cfg: the run's ``FinetuneConfig`` (``method``, ``dataset_format``, ``template``, ``chat_template``,
-            ``assistant_only_loss``, ``adapter_name_or_path``).
-    """
+    """The format object of a run (``cfg``: a ``FinetuneConfig``): ``preference_format.PreferenceFormat`` for dpo,
+    orpo or kto, ``grpo_format.GrpoFormat`` for grpo, else ``AlpacaFormat`` or ``ConversationFormat`` by
+    ``dataset_format``."""
+    names = ("dataset_format", "template", "chat_template", "adapter_name_or_path")
+    wrapping = {name: getattr(cfg, name) for name in names}
     if cfg.method == "grpo":
         from .grpo_format import GrpoFormat
 
-        return GrpoFormat(
-            dataset_format=cfg.dataset_format,
-            template=cfg.template,
-            chat_template=cfg.chat_template,
-            adapter_name_or_path=cfg.adapter_name_or_path,
-        )
+        return GrpoFormat(**wrapping)
     if cfg.method != "sft":
         from .preference_format import PreferenceFormat
 
-        return PreferenceFormat(
-            cfg.method,
-            dataset_format=cfg.dataset_format,
-            template=cfg.template,
-            chat_template=cfg.chat_template,
-            adapter_name_or_path=cfg.adapter_name_or_path,
-        )
+        return PreferenceFormat(cfg.method, **wrapping)
     if cfg.dataset_format == "alpaca":
         return AlpacaFormat(cfg.template)
     return ConversationFormat(
@@ -419,15 +393,12 @@ def data_format(cfg):
 
 def check_sources(cfg, *, flag_prefix: str = "") -> None:
     """Check a run's model and data arguments before anything is read, written or loaded: each local path exists,
-    each Hub id is answered for or cached (``config.locations.check_source``; the demo model's id always has a
-    source). The command line (``flag_prefix="--"``), ``pipeline.run_training`` and the notebooks call it, so a
-    mistyped path stops in one line before ``output_dir`` is touched.
+    each Hub id is answered for or cached (``config.locations.check_source``); GRPO's ``dataset: arithmetic`` is the
+    package's own. The command line, ``pipeline.run_training`` and the notebooks call it.
 
     Args:
         cfg: the run's ``FinetuneConfig`` (``model_name``, ``dataset``, ``extra_datasets``, ``adapter_name_or_path``).
         flag_prefix: put before each field's name in messages (``"--"``: ``"--model_name: no such file or folder"``).
-
-    A GRPO run's ``dataset: arithmetic`` is the package's own problems (``arithmetic.SOURCE``): nothing to check.
 
     Raises:
         config.locations.PathArgumentError: (a ConfigError) a local path that does not exist, or a value that is

@@ -116,15 +116,8 @@ def load_prompt_rows(
     answer_column: str = DEFAULTS.answer_column,
     strict: bool = DEFAULTS.strict,
 ) -> tuple[list[dict[str, Any]], DataReport, str]:
-    """Read and check GRPO prompt rows (``check_prompt_rows``); the report is printed.
-
-    Args:
-        source, split, config: as ``row_files.read_rows``: a local .json/.jsonl/.csv/.parquet file or a Hub id
-            (``openai/gsm8k`` with ``config="main"``, ``prompt_column="question"``, ``answer_column="answer"``).
-        prompt_column, answer_column, strict: as ``check_prompt_rows``.
-
-    Returns:
-        ``(clean, report, form)`` as ``check_prompt_rows``.
+    """``(clean, report, form)`` of GRPO prompt rows read (``row_files.read_rows``: a local file or a Hub id such as
+    ``openai/gsm8k`` with ``config="main"``) and checked (``check_prompt_rows``); the report is printed.
 
     Raises:
         ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
@@ -208,13 +201,8 @@ def drop_long_prompts(dataset, tokenizer, *, max_prompt_tokens: int):
     """Drop the prompts longer than ``max_prompt_tokens`` (``max_seq_length - max_completion_length``): TRL's GRPO
     does not cut them, and a cut question has no answer.
 
-    Args:
-        dataset: ``grpo_prompts``' rows.
-        tokenizer: the run's tokenizer (its chat template set for messages).
-        max_prompt_tokens: the most tokens a prompt may have.
-
-    Returns:
-        ``(kept, dropped)``: the dataset without those rows, and their 0-based indices.
+    Returns ``(kept, dropped)``: ``grpo_prompts``' dataset without those rows (measured with the run's tokenizer, its
+    chat template set for messages), and their 0-based indices.
 
     Raises:
         ValueError: every prompt is too long (naming the shortest's length).

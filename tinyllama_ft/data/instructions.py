@@ -39,14 +39,8 @@ class BadRow:
 
 @dataclass
 class DataReport:
-    """What ``load_instruction_data`` kept and dropped.
-
-    Attributes:
-        source: the dataset id or path read.
-        total: rows read.
-        kept: rows that passed the checks.
-        bad: every rejected row (index, field, reason, kind).
-    """
+    """What a loader kept and dropped of ``source`` (the dataset id or path read): ``total`` rows read, ``kept``
+    rows that passed the checks, ``bad`` every rejected row."""
 
     source: str
     total: int = 0
@@ -109,12 +103,8 @@ class DataReport:
         return dict(Counter(b.kind for b in self.bad))
 
     def summary(self) -> str:
-        """One or two lines for the notebook: counts (per reason), and the first few bad rows.
-
-        Returns:
-            ``"<source>: N rows read, K kept, D dropped"``, then, if any row was dropped, the counts per
-            reason and a second line naming the first ``SHOW_BAD_ROWS`` bad rows (0-based indices).
-        """
+        """``"<source>: N rows read, K kept, D dropped"``, then, if any row was dropped, the counts per reason and a
+        second line naming the first ``SHOW_BAD_ROWS`` bad rows (0-based indices)."""
         line = f"{self.source}: {self.total} rows read, {self.kept} kept, {self.dropped} dropped"
         if self.bad:
             line += " (" + ", ".join(f"{kind}: {n}" for kind, n in self.by_reason.items()) + ")"
@@ -195,15 +185,9 @@ def load_instruction_data(
     output_column: str = DEFAULTS.output_column,
     strict: bool = DEFAULTS.strict,
 ):
-    """Read and check instruction rows into a ``datasets.Dataset``.
-
-    Args:
-        source, split, config: as ``read_rows``; the default is the article's dataset.
-        instruction_column, input_column, output_column, strict: as ``check_rows``.
-
-    Returns:
-        ``(dataset, report)``: a ``datasets.Dataset`` with string columns ``instruction``, ``input``,
-        ``output``, and the ``DataReport`` (already printed).
+    """``(dataset, report)``: instruction rows read (``read_rows``: ``source``, ``split``, ``config``; the default is
+    the article's dataset) and checked (``check_rows``: the columns, ``strict``) into a ``datasets.Dataset`` of
+    string columns ``instruction``, ``input``, ``output``, and the printed ``DataReport``.
 
     Raises:
         ValueError: ``"<source>: no usable rows"`` when the source is empty (0 bytes, only blank lines, a
@@ -230,21 +214,11 @@ def split_train_eval(
     min_test_rows: int = 1,
     first: int = 0,
 ):
-    """Hold out ``test_size`` of the rows for evaluation (the article's ``train_test_split``).
-
-    Args:
-        dataset: a ``datasets.Dataset`` of n rows.
-        test_size: fraction of rows for the eval set (rounded up to at least one row).
-        seed: shuffle seed (the article's 3407).
-        min_test_rows: hold out at least this many rows when ``test_size > 0``, but never more than half of them
-            (the format's ``min_test_rows``: 1; 50 pairs for the preference checks).
-        first: when > 0, the first ``first`` rows are the eval set, as they are (a source that deals its own
-            held-out rows: ``dataset: arithmetic``), and ``test_size`` only says whether to hold out (0: no).
-
-    Returns:
-        ``(train, eval)``: disjoint datasets; with 2+ rows and ``test_size > 0`` eval has at least one
-        row and train at least one; with 1 row (or ``test_size == 0``) eval is ``None``.
-    """
+    """``(train, eval)``: ``test_size`` (a fraction, rounded up) of a ``datasets.Dataset`` held out for evaluation,
+    shuffled with ``seed`` (the article's ``train_test_split``, 3407); at least ``min_test_rows`` (the format's: 1,
+    or 50 pairs) but never more than half. With 2+ rows both are non-empty; with 1 row or ``test_size == 0`` eval
+    is ``None``. ``first`` > 0: the first ``first`` rows are the eval set as they are (a source that deals its own
+    held-out rows: ``dataset: arithmetic``), and ``test_size`` only says whether to hold out."""
     n = len(dataset)
     if n < 2 or test_size <= 0:
         return dataset, None

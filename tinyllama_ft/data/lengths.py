@@ -110,8 +110,7 @@ class LengthReport:
             e.g. ``"lengths (tokens, BOS+EOS included) vs max_seq_length=512 ('bfd' packing): 5000 rows, longest
             4312; 2320 longer (source rows from 0: 0, 2, 3, 4, 5, ...), 43 of them with the prompt alone >= 512
             tokens (source rows 5, 38, 51, 86, 92, ...; always dropped); long_rows='drop': 2320 dropped, 2680
-            rows left"``. Before ``apply_long_rows`` it ends with what the trainer would do to the long rows;
-            after, with the policy's counts and, for long rows kept, what the trainer does to them.
+            rows left"``; before ``apply_long_rows``, what the trainer would do to the long rows instead.
         """
         strategy = f"'{self.packing_strategy}' packing" if self.packing else "no packing"
         index = "source row" if self.row_ids is not None else "row"
@@ -156,16 +155,8 @@ class LengthReport:
 
 
 def token_ids(texts: Sequence[str], tokenizer, append_eos: bool = True) -> list[list[int]]:
-    """Token ids of each text, as TRL's trainer tokenizes it (special tokens included), in batched calls.
-
-    Args:
-        texts: the training texts.
-        tokenizer: the run's tokenizer.
-        append_eos: append ``tokenizer.eos_token`` to a text that does not end with it, as TRL does.
-
-    Returns:
-        One list of token ids per text.
-    """
+    """One list of token ids per training text, as TRL's trainer tokenizes it (special tokens included;
+    ``append_eos``: ``tokenizer.eos_token`` appended where missing, as TRL does), ``TOKENIZE_CHUNK`` texts a call."""
     ids: list[list[int]] = []
     for start in range(0, len(texts), TOKENIZE_CHUNK):
         chunk = texts[start : start + TOKENIZE_CHUNK]

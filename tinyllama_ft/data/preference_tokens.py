@@ -22,14 +22,8 @@ LONG_ROWS = ("drop", "truncate")
 
 
 def response_span(mask: Sequence[int]) -> tuple[int, int]:
-    """``(start, end)`` of the last run of supervised tokens (the response and its end token), end exclusive.
-
-    Args:
-        mask: one 0/1 per token (``tokenize_segments``' ``completion_mask``, ``tokenize_conversation``'s
-            ``assistant_masks``).
-
-    Returns:
-        The run's bounds; tokens after it (a template's newline after the end-of-turn token) are not the response.
+    """``(start, end)`` of the last run of supervised tokens in ``mask`` (one 0/1 per token: a ``completion_mask`` or
+    ``assistant_masks``): the response and its end token, end exclusive; a template's newline after it is not.
 
     Raises:
         ValueError: no token is supervised.
@@ -158,15 +152,9 @@ def tokenize_preferences(
 
 
 def unpair(dataset):
-    """Paired tokenized rows as KTO's unpaired ones: each pair becomes its chosen (label True) then its rejected
-    (label False) completion, in order, so each micro-batch of two or more holds both kinds.
-
-    Args:
-        dataset: ``tokenize_preferences`` output for pairs (``prompt_ids``, ``chosen_ids``, ``rejected_ids``).
-
-    Returns:
-        A ``datasets.Dataset`` with ``prompt_ids``, ``completion_ids``, ``label``: twice the rows.
-    """
+    """``tokenize_preferences``' pairs as KTO's unpaired rows (``prompt_ids``, ``completion_ids``, ``label``; twice the
+    rows): each pair's chosen (label True) then its rejected (False) completion, so each micro-batch of two or more
+    holds both kinds."""
     import datasets
 
     rows = []

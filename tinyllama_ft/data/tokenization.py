@@ -11,7 +11,7 @@ label, which TRL would drop silently.
 from __future__ import annotations
 
 from itertools import accumulate
-from typing import Callable, Sequence
+from typing import Sequence
 
 from ..config.finetune import DEFAULTS
 from .alpaca_prompts import format_prompt
@@ -23,14 +23,8 @@ Segment = tuple[str, bool]
 
 
 def alpaca_segments(instruction: str, input: str, output: str, *, template: str = DEFAULTS.template) -> list[Segment]:
-    """An Alpaca row as segments: the filled prompt (not supervised), then the response (supervised).
-
-    Args:
-        instruction, input, output: the row's fields (``input`` may be ``""`` or None).
-        template: as ``alpaca_prompts.format_prompt``.
-
-    Returns:
-        ``[(prompt, False), (output, True)]``; joined they are ``format_prompt(instruction, input, output)``.
+    """An Alpaca row (``input`` may be ``""`` or None) as ``[(prompt, False), (output, True)]``: joined, they are
+    ``alpaca_prompts.format_prompt(instruction, input, output, template)``.
 
     Raises:
         ValueError: unknown ``template``.
@@ -47,7 +41,7 @@ def _eos_id(tokenizer) -> int:
 
 def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[int] | bytes) -> list[int]:
     """The turn-boundary rule of the Alpaca and chat paths: a token is supervised when its span holds a
-    supervised character, so a token straddling a prompt/answer boundary is supervised (module docstring).
+    supervised character (a token straddling a prompt/answer boundary is).
 
     Args:
         offsets: each token's ``(start, end)`` character span in the tokenized text, end exclusive
@@ -119,43 +113,6 @@ def tokenize_segments(
     return all_ids, all_masks
 
 
-def make_tokenize_func(
-    tokenizer,
-    *,
-    template: str = DEFAULTS.template,
-    instruction_column: str = DEFAULTS.instruction_column,
-    input_column: str = DEFAULTS.input_column,
-    output_column: str = DEFAULTS.output_column,
-) -> Callable[[dict[str, list]], dict[str, list]]:
-    """A batched ``datasets.Dataset.map`` function: Alpaca columns -> ``input_ids`` + ``completion_mask``.
-
-    Args:
-        tokenizer: the run's (fast) tokenizer.
-        template: as ``alpaca_prompts.format_prompt`` (default ``FinetuneConfig.template``).
-        instruction_column, input_column, output_column: column names; a missing input column, or a None
-            input, counts as empty.
-
-    Returns:
-        ``f(batch) -> {"input_ids": [...], "completion_mask": [...]}`` (see ``tokenize_segments``).
-
-    Raises:
-        ValueError: no ``eos_token`` (here, before any batch); unknown ``template`` (at the first batch).
-    """
-    _eos_id(tokenizer)
-
-    def tokenize_func(batch: dict[str, list]) -> dict[str, list]:
-        n = len(batch[instruction_column])
-        inputs = batch.get(input_column) or [""] * n
-        rows = [
-            alpaca_segments(ins, inp, out, template=template)
-            for ins, inp, out in zip(batch[instruction_column], inputs, batch[output_column])
-        ]
-        ids, masks = tokenize_segments(rows, tokenizer)
-        return {"input_ids": ids, "completion_mask": masks}
-
-    return tokenize_func
-
-
 def tokenize_dataset(
     dataset,
     tokenizer,
@@ -165,30 +122,39 @@ def tokenize_dataset(
     input_column: str = DEFAULTS.input_column,
     output_column: str = DEFAULTS.output_column,
 ):
-    """Add ``input_ids`` and ``completion_mask`` to an Alpaca dataset (a ``text`` column is removed).
+    """Add ``input_ids`` and ``completion_mask`` (``tokenize_segments``) to an Alpaca dataset, ``BATCH_SIZE`` rows
+    per tokenizer call; a ``text`` column is removed.
 
     Args:
         dataset: ``datasets.Dataset`` with the Alpaca columns (``instructions.load_instruction_data`` output).
-        tokenizer, template, instruction_column, input_column, output_column: as ``make_tokenize_func``.
+        tokenizer: the run's (fast) tokenizer.
+        template: as ``alpaca_prompts.format_prompt`` (default ``FinetuneConfig.template``).
+        instruction_column, input_column, output_column: column names; a missing input column, or a None
+            input, counts as empty.
 
     Returns:
         The dataset with the two columns added; every other column kept, in the same row order.
 
     Raises:
-        ValueError: as ``make_tokenize_func``; a missing instruction or output column (naming it).
+        ValueError: a missing instruction or output column (naming it); no ``eos_token`` (before any batch); unknown
+            ``template`` (at the first batch).
     """
     for column in (instruction_column, output_column):
         if column not in dataset.column_names:
             raise ValueError(f"tokenize_dataset: no {column!r} column (columns: {dataset.column_names})")
+    _eos_id(tokenizer)
+
+    def tokenize_func(batch: dict[str, list]) -> dict[str, list]:
+        inputs = batch.get(input_column) or [""] * len(batch[instruction_column])
+        rows = [
+            alpaca_segments(ins, inp, out, template=template)
+            for ins, inp, out in zip(batch[instruction_column], inputs, batch[output_column])
+        ]
+        ids, masks = tokenize_segments(rows, tokenizer)
+        return {"input_ids": ids, "completion_mask": masks}
+
     drop = [c for c in ("text", "input_ids", "completion_mask") if c in dataset.column_names]
-    func = make_tokenize_func(
-        tokenizer,
-        template=template,
-        instruction_column=instruction_column,
-        input_column=input_column,
-        output_column=output_column,
-    )
-    return dataset.map(func, batched=True, batch_size=BATCH_SIZE, remove_columns=drop or None)
+    return dataset.map(tokenize_func, batched=True, batch_size=BATCH_SIZE, remove_columns=drop or None)
 
 
 def training_rows(dataset, tokenizer, *, template: str = DEFAULTS.template):
@@ -208,21 +174,6 @@ def training_rows(dataset, tokenizer, *, template: str = DEFAULTS.template):
     if "input_ids" in dataset.column_names or not {"instruction", "output"} <= set(dataset.column_names):
         return dataset
     return tokenize_dataset(dataset, tokenizer, template=template)
-
-
-def supervised_tokens(completion_mask: Sequence[int], *, window: int | None, completion_only_loss: bool) -> int:
-    """Tokens of one row the loss sees within its first ``window`` tokens.
-
-    Args:
-        completion_mask: the row's mask (``tokenize_segments``).
-        window: tokens the trainer keeps (``max_seq_length``); None: all.
-        completion_only_loss: only mask-1 tokens count; else every token but the first (no predecessor).
-
-    Returns:
-        The count (0: the row trains nothing).
-    """
-    n = len(completion_mask) if window is None else min(window, len(completion_mask))
-    return sum(completion_mask[:n]) if completion_only_loss else max(0, n - 1)
 
 
 def drop_unsupervised(
@@ -245,13 +196,10 @@ def drop_unsupervised(
         ValueError: every row would be dropped (naming the dataset, ``max_seq_length`` and
             ``completion_only_loss``), so a run never trains on nothing.
     """
-    window = None if split else max_seq_length
     masks = dataset["completion_mask"]
-    dropped = [
-        i
-        for i, m in enumerate(masks)
-        if supervised_tokens(m, window=window, completion_only_loss=completion_only_loss) == 0
-    ]
+    # the tokens the loss sees within the window: mask-1 ones, or every one but the first (it has no predecessor)
+    seen = [m if split or max_seq_length is None else m[:max_seq_length] for m in masks]
+    dropped = [i for i, m in enumerate(seen) if (sum(m) if completion_only_loss else len(m) - 1) <= 0]
     if not dropped:
         return dataset, []
     if len(dropped) == len(masks):
@@ -271,16 +219,12 @@ def drop_unsupervised(
 
 
 def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
-    """Tokenize (``training_rows``) and drop rows with nothing to train on (``drop_unsupervised``), for the trainer.
+    """``(train_dataset, eval_dataset)`` tokenized (``training_rows``) without the rows that have nothing to train on
+    (``drop_unsupervised``); a text-only dataset comes back as it is, eval may be None.
 
     Args:
-        train_dataset, eval_dataset: as ``build_trainer`` (eval may be None).
-        tokenizer: the run's tokenizer.
         cfg: the run's ``FinetuneConfig`` (``template``, ``max_seq_length``, ``packing``, ``packing_strategy``,
             ``completion_only_loss``).
-
-    Returns:
-        ``(train_dataset, eval_dataset)``; a text-only dataset comes back as it is.
 
     Raises:
         ValueError: as ``drop_unsupervised``.
@@ -302,14 +246,6 @@ def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
 
 
 def encode_prompts(tokenizer, prompts: Sequence[str], **kwargs):
-    """Tokenize generation prompts as training rows are tokenized: special-token text stays text.
-
-    Args:
-        tokenizer: the run's tokenizer.
-        prompts: the filled templates (empty response).
-        **kwargs: passed to the tokenizer call (``return_tensors="pt"``, ``padding=True``...).
-
-    Returns:
-        The tokenizer's ``BatchEncoding``.
-    """
+    """The tokenizer's ``BatchEncoding`` of generation prompts (filled templates, empty response) tokenized as
+    training rows are: special-token text stays text; ``kwargs`` go to the call (``return_tensors="pt"``, ...)."""
     return tokenizer(list(prompts), split_special_tokens=True, **kwargs)

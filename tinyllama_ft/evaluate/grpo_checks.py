@@ -71,7 +71,7 @@ def grpo_scores(
     batch_size: int | None = None,
     decode: str = "auto",
 ) -> GrpoScores:
-    """Greedy answers to held-out prompts, scored.
+    """Greedy answers to held-out prompts, scored (a ``GrpoScores``).
 
     Args:
         model, tokenizer: the policy (a PEFT model too) and its tokenizer (its chat template set for chat prompts);
@@ -83,9 +83,6 @@ def grpo_scores(
         max_new_tokens: the answer budget: the run's ``max_completion_length``.
         batch_size: prompts per batch; None: ``core.check_batch_size``.
         decode: as ``core.generate_answers``.
-
-    Returns:
-        ``GrpoScores``.
 
     Raises:
         ValueError: no rows; a reward returning the wrong number of values (naming it); as ``core.generate_answers``.

@@ -34,10 +34,10 @@ def compare_answers(
         batch_size: prompts per batch; None: ``core.check_batch_size`` (16 on a CUDA GPU, 4 on a CPU).
 
     Returns:
-        One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (the others are left out,
-        said in one line: ``held_out.rows_within_positions``): ``instruction`` (a conversation's last user message), ``input``, ``reference``,
-        ``base``, ``tuned`` (answer text) and ``base_stopped``, ``tuned_stopped`` (ended with a stop token
-        within ``max_new_tokens``).
+        One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (others left out, said in
+        one line: ``held_out.rows_within_positions``): ``instruction`` (a conversation's last user message),
+        ``input``, ``reference``, ``base``, ``tuned`` (answer text), ``base_stopped``, ``tuned_stopped`` (a stop
+        token within ``max_new_tokens``).
 
     Raises:
         TypeError: ``model`` has no ``disable_adapter`` (not a PEFT model, or already merged).

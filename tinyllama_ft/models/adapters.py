@@ -65,10 +65,8 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
 
 
 def adapter_base_model(adapter_dir: str, *, flag: str = "adapter_dir") -> str:
-    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``).
-
-    Args:
-        adapter_dir: the adapter folder. flag: the argument's name in messages (``"--adapter"``).
+    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``); ``flag`` names
+    ``adapter_dir`` in messages (``"--adapter"``).
 
     Raises:
         locations.PathArgumentError: (a FileNotFoundError and a ConfigError) ``adapter_dir`` does not exist, or holds
@@ -221,8 +219,8 @@ def load_adapter(
 
 
 def attach_adapter(base_model, adapter_dir: str, *, base_name: str | None = None, trainable: bool = False):
-    """A saved adapter on a loaded base (``peft.PeftModel.from_pretrained``): the one way ``load_adapter`` and a run
-    continuing an adapter (``lora.add_lora(adapter_name_or_path=...)``) put it there.
+    """A saved adapter on a loaded base (``peft.PeftModel.from_pretrained``), for ``load_adapter`` and
+    ``lora.add_lora(adapter_name_or_path=...)``.
 
     Args:
         base_model: a transformers model (``loading.load_model``), not yet a PEFT model.
@@ -270,14 +268,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
 
 
 def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = False) -> str:
-    """Where the adapter's tokenizer is read from: the adapter folder (``save_adapter`` writes it there), else the base.
-
-    Args:
-        adapter_dir: the adapter folder. base: the base model's folder or Hub id.
-        resized: the adapter saved resized embeddings (added tokens the base's tokenizer lacks).
-
-    Returns:
-        ``adapter_dir``, or ``base`` (said in one line) when the folder holds no tokenizer file.
+    """Where the adapter's tokenizer is read from: ``adapter_dir`` (``save_adapter`` writes it there), else ``base``
+    (the base model's folder or Hub id; said in one line). ``resized``: the adapter saved resized embeddings.
 
     Raises:
         FileNotFoundError: no tokenizer file in ``adapter_dir`` and ``resized``: names the folder and what to copy.
@@ -313,12 +305,9 @@ def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote
 
 def check_start_adapter(cfg, *, flag: str = "adapter_name_or_path") -> dict:
     """Check, before anything is loaded or written, the adapter a preference run continues
-    (``cfg.adapter_name_or_path``) against the run: it is a saved adapter, and the run prompts it as it was trained.
-
-    An adapter this package saved recorded its data format, template and ``max_seq_length``
-    (``run_record.read_record``): text pairs continue an Alpaca adapter with its ``template``, conversations a chat
-    adapter with its ``chat_template`` (so the same stop tokens), and ``max_seq_length`` must give the base the same
-    RoPE scaling. A PEFT folder from elsewhere records nothing: it is prompted as the configuration says.
+    (``cfg.adapter_name_or_path``): a saved adapter, prompted as it was trained (its record's data format,
+    ``template`` or ``chat_template``, and a ``max_seq_length`` with the same RoPE scaling); a PEFT folder from
+    elsewhere records nothing and is prompted as the configuration says.
 
     Args:
         cfg: the run's ``FinetuneConfig`` (``adapter_name_or_path``, ``model_name``, ``dataset_format``,

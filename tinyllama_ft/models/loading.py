@@ -103,9 +103,6 @@ def load_model(
         trust_remote_code: run model code from the repository (off unless asked).
         attn_implementation: transformers' attention kernel on the transformers backend (None: ``"sdpa"``).
 
-    The notebook passes the run's ``RunPlan`` values; called alone, "auto" and ``dtype=None`` are decided by the
-    same functions the plan uses.
-
     Returns:
         ``(model, tokenizer)``.
 

@@ -52,15 +52,9 @@ def checkpoint_state(checkpoint: str):
 
 
 def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> None:
-    """What a resume from ``checkpoint`` (at ``global_step``) may train towards ``max_steps`` optimizer steps.
-
-    transformers resumes a finished run by training one step more (its stop check follows each step), and a
-    ``max_steps`` below the checkpoint's step the same way; this is checked before anything loads or is written.
-
-    Args:
-        global_step: the checkpoint's optimizer step (``checkpoint_state``).
-        max_steps: the run's planned total (``max_steps``, or the steps its epochs make).
-        checkpoint: the checkpoint's folder, for the messages.
+    """What a resume from ``checkpoint`` (its folder, for messages) at ``global_step`` (``checkpoint_state``) may
+    train towards ``max_steps`` (the planned total, or the steps its epochs make), checked before anything loads:
+    transformers would train one step more past either.
 
     Raises:
         RunFinished: ``max_steps == global_step``: nothing to train (the command line exits 0).
@@ -77,14 +71,8 @@ def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> Non
 
 
 def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
-    """Every ``checkpoint-N`` folder in ``output_dir``, complete or not, oldest first.
-
-    Args:
-        output_dir: the trainer's output folder (need not exist).
-
-    Returns:
-        ``[(N, path), ...]`` sorted by the optimizer step N; ``[]`` when there is none or no folder.
-    """
+    """``[(N, path), ...]``: every ``checkpoint-N`` folder in ``output_dir`` (need not exist), complete or not, sorted
+    by the optimizer step N; ``[]`` when there is none."""
     output_dir = expand_path(output_dir)
     if not os.path.isdir(output_dir):
         return []
@@ -134,15 +122,9 @@ def _torch_file_problem(path: str) -> str | None:
 
 
 def checkpoint_problem(checkpoint: str) -> tuple[str, str] | None:
-    """The first damaged file a resume from ``checkpoint`` would read, or None when all are sound.
-
-    Args:
-        checkpoint: a ``checkpoint-N`` folder.
-
-    Returns:
-        ``(path, why)`` (e.g. ``(".../optimizer.pt", "fails its CRC-32 check ...")``), or None. A folder
-        without ``trainer_state.json`` (transformers writes it last) is an interrupted save.
-    """
+    """``(path, why)`` of the first damaged file a resume from the ``checkpoint-N`` folder ``checkpoint`` would read
+    (``(".../optimizer.pt", "fails its CRC-32 check ...")``), or None when all are sound. A folder without
+    ``trainer_state.json`` (transformers writes it last) is an interrupted save."""
     state = os.path.join(checkpoint, "trainer_state.json")
     if not os.path.isfile(state):
         return state, "is missing: the save was interrupted"
@@ -164,18 +146,8 @@ def checkpoint_problem(checkpoint: str) -> tuple[str, str] | None:
 
 
 def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
-    """Newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound.
-
-    Unlike transformers' ``get_last_checkpoint``, a folder left half-written by a kill during a save, or
-    holding a truncated or garbled file, is skipped with a message naming the file and why, so resuming
-    falls back to the checkpoint before it.
-
-    Args:
-        output_dir: the trainer's output folder.
-        required: raise instead of returning None when checkpoints exist but none is sound.
-
-    Returns:
-        The checkpoint's path, or None (no checkpoint folder at all, or none sound and not ``required``).
+    """The newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound (``checkpoint_problem``; each
+    one skipped is named with its file and why), or None: no checkpoint at all, or none sound and not ``required``.
 
     Raises:
         DamagedCheckpointError: ``required`` and every checkpoint is damaged; names each one's bad file.

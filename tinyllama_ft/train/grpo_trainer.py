@@ -24,22 +24,17 @@ LENGTH = "completions/mean_length"
 
 
 def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -> dict[str, Any]:
-    """Keyword arguments for the installed ``trl.GRPOConfig``.
+    """Keyword arguments for the installed ``trl.GRPOConfig`` (``config_cls``, whose signature decides the spelling),
+    every key in its signature. No evaluation (``grpo_checks`` scores held-out prompts) and no token count of the
+    trainer's own (it reads ``input_ids`` GRPO's batches lack; TRL counts prompt and completion tokens).
 
     Args:
         cfg: the run's configuration: ``num_generations``, ``max_completion_length``, ``temperature``, ``beta``,
             ``reward_weights`` (empty: TRL's 1 each), ``scale_rewards``, ``mask_truncated_completions``,
-            ``loss_type`` (empty: TRL's "dapo") and the training fields ``trainer_config_kwargs`` reads
-            (``max_seq_length`` is not passed: GRPO's sequences are a prompt, ``grpo_prompts.drop_long_prompts``
-            bounds it, plus at most ``max_completion_length`` tokens).
-        plan: the run's ``RunPlan``: the micro-batch split (``per_device_train_batch_size`` completions per micro-batch,
-            one generation round per optimizer step), precision, device, checkpointing.
-        config_cls: the class whose signature decides the spelling; default ``trl.GRPOConfig``.
-
-    Returns:
-        A dict whose keys all exist in ``config_cls.__init__``'s signature. No evaluation (``grpo_checks`` scores
-        held-out prompts); TRL counts the prompt and completion tokens itself (``include_num_input_tokens_seen``
-        "no": the trainer's own count reads ``input_ids`` its batches lack).
+            ``loss_type`` (empty: TRL's "dapo") and the fields ``trainer_config_kwargs`` reads, but not
+            ``max_seq_length`` (``grpo_prompts.drop_long_prompts`` bounds the prompts).
+        plan: the run's ``RunPlan``: ``per_device_train_batch_size`` completions per micro-batch, precision, device,
+            checkpointing.
 
     Raises:
         TypeError: as ``sft_trainer.spelled_kwargs``.
@@ -107,8 +102,7 @@ def build_grpo_trainer(
             frozen ``ref`` copy of it. False: TRL's copy is removed and the reference is the base with adapters
             disabled. No reference at all with ``beta`` 0 (TRL's default).
         callbacks: extra ``transformers.TrainerCallback`` objects.
-        progress: add ``RewardProgress`` (one line per logging step); outside an interactive notebook it replaces
-            transformers' progress bar and printed log dicts (``sft_trainer.quiet_progress``).
+        progress: add ``RewardProgress`` (a line per logging step; ``sft_trainer.quiet_progress``).
 
     Returns:
         The trainer.
@@ -179,17 +173,10 @@ def reward_names(trainer) -> list[str]:
 
 
 def reward_history(log_history: Sequence[dict], names: Sequence[str]) -> list[dict[str, Any]]:
-    """Each logged training step's rewards, from ``trainer.state.log_history``.
-
-    Args:
-        log_history: the trainer's log entries.
-        names: the reward functions' names (``reward_names``).
-
-    Returns:
-        One dict per logged step, in order: ``step``, ``reward`` (the mean summed reward), ``rewards`` (name -> mean;
-        None where TRL logged none: every completion unscored), ``frac_reward_zero_std`` (the share of groups whose
-        completions all scored the same: no signal) and ``completion_length`` (mean tokens).
-    """
+    """One dict per logged training step of ``log_history`` (``trainer.state.log_history``), in order: ``step``,
+    ``reward`` (the mean summed reward), ``rewards`` (each of ``names`` -> its mean; None where TRL logged none),
+    ``frac_reward_zero_std`` (the share of groups whose completions all scored the same) and ``completion_length``
+    (mean tokens)."""
     return [
         {
             "step": entry.get("step"),

@@ -21,12 +21,10 @@ class ContinueSchedule(TrainerCallback):
     """On a resume, before the first step: refuse to train past a finished run, and put the learning rate on the
     schedule of this run's total.
 
-    transformers builds the scheduler for the new ``max_steps`` and then loads the checkpoint's scheduler and
-    optimizer state, whose learning rate is the old total's (a 4-step linear run resumed to 8 steps trained step 5 at
-    0.0). ``LambdaLR`` (every ``transformers.get_scheduler`` schedule but ``reduce_lr_on_plateau``) keeps the new
-    total's functions and the loaded step count, so the rate for the next step is ``base_lr * lr_lambda(step)``: set
-    here on the optimizer and as the scheduler's last rate (what the trainer logs). With an unchanged total this is the
-    rate the checkpoint held already.
+    transformers loads the checkpoint's scheduler and optimizer state after building the scheduler for the new
+    ``max_steps``, so the rate is the old total's (a 4-step linear run resumed to 8 steps trained step 5 at 0.0). The
+    next step's rate ``base_lr * lr_lambda(step)`` (``LambdaLR``: every schedule but ``reduce_lr_on_plateau``) is set
+    here on the optimizer and as the scheduler's last rate; with an unchanged total it is the checkpoint's.
 
     Args:
         checkpoint: the checkpoint resumed from.
@@ -56,9 +54,8 @@ class ContinueSchedule(TrainerCallback):
 def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
     """Evaluate, train, evaluate again; measure tokens, time and peak GPU memory.
 
-    With several processes (``args..world_size`` > 1, DDP) the first evaluation runs inside
-    ``train.`` (``eval_on_start``): an ``evaluate()`` before it would leave the model without its DDP
-    wrapper (see the comment in the code); ``eval_loss_before`` and the timings mean the same either way.
+    Under DDP (``args.world_size`` > 1) the first evaluation runs inside ``train()`` (``eval_on_start``; the comment
+    in the code says why); ``eval_loss_before`` and the timings mean the same either way.
 
     Args:
         trainer: from ``build_trainer``.

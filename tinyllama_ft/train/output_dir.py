@@ -89,10 +89,8 @@ def ensure_drive(
 
 
 def run_identity(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> dict[str, Any]:
-    """What a resume must match: the fields marked ``identity=True`` in ``config.py``, JSON-ready.
-
-    The micro-batch split is execution only (the fast recipe sizes it to the GPU, and a run that ran out of
-    memory resumes with a smaller one): the effective batch is recorded instead.
+    """What a resume must match: the fields marked ``identity=True``, JSON-ready; the effective batch instead of
+    its micro-batch split (the fast recipe sizes that to the GPU; a run out of memory resumes with a smaller one).
 
     Args:
         cfg: the run's configuration.
@@ -190,12 +188,9 @@ def check_folders(cfg: FinetuneConfig) -> None:
 
 
 def wandb_offline_runs(output_dir: str) -> list[str]:
-    """W&B's offline run folders in ``<output_dir>/wandb`` (``offline-run-*``), and the links into them
-    (``latest-run``, ``debug.log``, ``debug-internal.log``).
-
-    ``wandb sync <output_dir>/wandb`` would upload them, so an overwritten run's offline logs go with it.
-    Online runs' folders (``run-*``) are already on the server and stay.
-    """
+    """W&B's offline run folders in ``<output_dir>/wandb`` (``offline-run-*``) and the links into them
+    (``latest-run``, ``debug.log``): ``wandb sync`` would upload them, so an overwritten run's go with it. Online
+    runs' folders (``run-*``) are on the server already and stay."""
     folder = os.path.join(output_dir, "wandb")
     if not os.path.isdir(folder):
         return []
@@ -211,11 +206,8 @@ def wandb_offline_runs(output_dir: str) -> list[str]:
 
 
 def _holding_run_lock(prepare):
-    """Take ``lock.acquire_run_lock(cfg.output_dir)`` before ``prepare`` looks at the folder; release it if that fails.
-
-    On success the lock stays held (its heartbeat running) until ``lock.release_run_lock(cfg.output_dir)``
-    at the end of the run, or until the process exits.
-    """
+    """Take ``lock.acquire_run_lock(cfg.output_dir)`` before ``prepare`` looks at the folder; release it if that
+    fails. On success it stays held until ``lock.release_run_lock(cfg.output_dir)`` or the process's exit."""
 
     @functools.wraps(prepare)
     def wrapper(cfg, *args, **kwargs):
@@ -237,9 +229,7 @@ def _holding_run_lock(prepare):
 def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> str:
     """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
 
-    Call it before training, once the rows are loaded (the notebook passes their fingerprint). It first takes
-    the folder's run lock (``lock.acquire_run_lock``: one run per ``output_dir`` at a time), held until
-    ``lock.release_run_lock(cfg.output_dir)`` at the end of the run (or the process's exit).
+    Call it before training, once the rows are loaded. It first takes the folder's run lock (``_holding_run_lock``).
 
     Args:
         cfg: the run's configuration; reads ``output_dir``, ``resume``, ``overwrite_output_dir``,
@@ -279,15 +269,8 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
     if cfg.overwrite_output_dir:
         deleted = earlier + wandb_offline_runs(out)
         for path in deleted:  # an unsynced W&B run of the deleted run would upload later
-            if os.path.islink(path):
-                os.remove(path)
-            elif os.path.isdir(path):
-                shutil.rmtree(path)
-            else:
-                os.remove(path)
-        write_run_config(
-            out, identity
-        )  # replaces the old record last: a kill before this keeps it with its checkpoints
+            (shutil.rmtree if os.path.isdir(path) and not os.path.islink(path) else os.remove)(path)
+        write_run_config(out, identity)  # the old record replaced last: a kill before keeps it with its checkpoints
         print(
             f"overwrite_output_dir=True: deleted the earlier run in {out!r}: "
             f"{', '.join(_shown(p, out) for p in deleted)} (it deletes {', '.join(DELETED_BY_OVERWRITE)})"

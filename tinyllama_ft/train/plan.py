@@ -44,8 +44,7 @@ class RunPlan:
             the matmuls run under bf16 autocast (TRL's default).
         attn_implementation: transformers' attention kernel, or None for the backend's own.
         use_liger_kernel: Liger's fused kernels through the trainer.
-        per_device_train_batch_size, gradient_accumulation_steps: the split of the effective batch, per
-            process: sequences per micro-batch in each process, micro-batches per optimizer step.
+        per_device_train_batch_size, gradient_accumulation_steps: one process's split of the effective batch.
         gradient_checkpointing: recompute activations in the backward pass.
         optim: the trainer's optimizer name.
         rope_scaling_factor: linear RoPE factor the load applies (None: the model's positions suffice,
@@ -104,9 +103,9 @@ class RunPlan:
 
 
 def reference_of(cfg: FinetuneConfig) -> str | None:
-    """What a preference run's log-probability reference is (``preference_trainer.reference_kind`` reads the same
-    from a built trainer): None for SFT, none for ORPO, a frozen copy of the adapter it continues, else the base
-    with the adapter disabled. Never a second copy of the base in memory."""
+    """What a preference run's log-probability reference is (``preference_trainer.reference_kind`` reads it from a
+    built trainer): None for SFT, none for ORPO (or GRPO's beta 0), the continued adapter's frozen copy, else the
+    base with the adapter disabled."""
     if cfg.method == "sft":
         return None
     if cfg.method == "orpo":
@@ -140,9 +139,8 @@ def _text_config(model_config):
 
 
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
-    """Refuse, before any model loads, the names the trainer and transformers would only refuse later: an unknown
-    ``lr_scheduler_type`` (``transformers.SchedulerType``), ``optim`` (``transformers.training_args.OptimizerNames``)
-    or ``attn_implementation``, and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
+    """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read
+    from the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
 
     Raises:
         coercion.ConfigError: names the field, the value and the choices.
@@ -274,32 +272,27 @@ def plan_run(
         reasons.append(
             f"method={cfg.method!r}: use_liger_kernel off (TRL computes the log-probabilities with its own LM head)"
         )
+
+    def plan(**chosen) -> RunPlan:
+        given = dict(per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1], recipe="fast")
+        return RunPlan(**{**given, "rope_scaling_factor": rope, **chosen, **common, "reasons": tuple(reasons)})
+
     if cfg.recipe == "article":
-        return RunPlan(
-            "article",
+        reasons.append("the article's cell values, as configured")
+        return plan(
+            recipe="article",
             backend=backend,
             attn_implementation=cfg.attn_implementation,
             use_liger_kernel=cfg.use_liger_kernel and not preference,
-            per_device_train_batch_size=split[0],
-            gradient_accumulation_steps=split[1],
             gradient_checkpointing=cfg.gradient_checkpointing,
-            rope_scaling_factor=rope,
-            reasons=tuple(reasons + ["the article's cell values, as configured"]),
-            **common,
         )
     if not cuda:
         reasons.append("CPU: SDPA (packed rows masked from each other), no checkpointing (it only costs time)")
-        return RunPlan(
-            "fast",
+        return plan(
             backend="transformers",
             attn_implementation=cfg.attn_implementation or "sdpa",
             use_liger_kernel=False,
-            per_device_train_batch_size=split[0],
-            gradient_accumulation_steps=split[1],
             gradient_checkpointing=False,
-            rope_scaling_factor=rope,
-            reasons=tuple(reasons),
-            **common,
         )
     bf16 = dtype == "bfloat16" and hardware.bf16_capable
     if cfg.backend == "auto":
@@ -322,20 +315,12 @@ def plan_run(
         liger = bf16 and importable("liger_kernel") and not preference
         if bf16 and not liger and not preference:
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
-    execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger, rope_scaling_factor=rope)
+    execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger)
     if dims is None:
         reasons.append(
             f"model config unreadable ({unreadable}): keeping batch {split[0]} x {split[1]} with gradient checkpointing"
         )
-        return RunPlan(
-            "fast",
-            per_device_train_batch_size=split[0],
-            gradient_accumulation_steps=split[1],
-            gradient_checkpointing=True,
-            reasons=tuple(reasons),
-            **execution,
-            **common,
-        )
+        return plan(gradient_checkpointing=True, **execution)
     effective = split[0] * split[1]
     budget = budget_gib if budget_gib is not None else gpu_budget_gib(cfg.gpu_memory_cap_gib)
     sizes = dict(
@@ -377,16 +362,13 @@ def plan_run(
             f"held-out checks and side-by-side answers: the CUDA-graph decoder, 16 prompts per batch, on a merged "
             f"16-bit copy of the projections ({merged_copy_gib(dims):.1f} GiB, made for each check and freed after it)"
         )
-    return RunPlan(
-        "fast",
+    return plan(
         per_device_train_batch_size=micro,
         gradient_accumulation_steps=effective // micro,
         gradient_checkpointing=gc,
         estimated_peak_gib=round(peak, 2),
         budget_gib=round(budget, 2),
-        reasons=tuple(reasons),
         **execution,
-        **common,
     )
 
 
@@ -397,12 +379,8 @@ def merged_copy_gib(dims: dict[str, int]) -> float:
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
-    """``cfg`` with one process's share of the effective batch, for planning (never shown as the run's config).
-
-    Micro-batches stay as configured where they can (``gradient_accumulation_steps`` divided by the
-    processes), else the largest micro-batch that divides the share: every optimizer step then holds the
-    same rows, in the same order, as the single-process run (accelerate hands process ``r`` the micro-batches
-    ``r, r + N, r + 2N, ...`` of the one seeded permutation).
+    """``cfg`` with one process's share of the effective batch, for planning: the configured micro-batch where it
+    divides the share, else the largest that does, so every optimizer step holds the single-process run's rows.
 
     Raises:
         ValueError: the effective batch does not divide over ``world_size`` processes (names the fields).

@@ -34,15 +34,9 @@ def _accepts(cls, name: str) -> bool:
 
 
 def trainer_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool) -> dict[str, Any]:
-    """The arguments every trainer of the package takes (SFT's and the preference trainers'), in our spelling.
-
-    Args:
-        cfg, plan, has_eval: as ``sft_config_kwargs``.
-
-    Returns:
-        ``transformers.TrainingArguments`` fields plus TRL's ``max_length`` and ``dataset_num_proc``; spell them for
-        the installed class with ``spelled_kwargs``.
-    """
+    """The arguments every trainer of the package takes (``cfg``, ``plan``, ``has_eval`` as ``sft_config_kwargs``), in
+    our spelling: ``transformers.TrainingArguments`` fields plus TRL's ``max_length`` and ``dataset_num_proc``
+    (``spelled_kwargs`` spells them for the installed class)."""
     kwargs: dict[str, Any] = dict(
         output_dir=expand_path(cfg.output_dir),  # cfg expands it; a field set after construction is not
         per_device_train_batch_size=plan.per_device_train_batch_size,
@@ -81,14 +75,8 @@ def trainer_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool)
 
 
 def spelled_kwargs(kwargs: dict[str, Any], config_cls) -> dict[str, Any]:
-    """``kwargs`` with each of ``RENAMED_ARGUMENTS`` spelled as the installed ``config_cls`` spells it.
-
-    Args:
-        kwargs: our names -> values (``trainer_config_kwargs`` and a trainer's own).
-        config_cls: the installed TRL config class (``SFTConfig``, ``DPOConfig``, ...).
-
-    Returns:
-        A new dict whose keys all exist in ``config_cls.__init__``'s signature.
+    """A new dict of ``kwargs`` (our names -> values) with each of ``RENAMED_ARGUMENTS`` spelled as the installed TRL
+    config class ``config_cls`` (``SFTConfig``, ``DPOConfig``, ...) spells it: every key in its signature.
 
     Raises:
         TypeError: the installed class has no spelling for one of the arguments (too old a TRL).
@@ -152,14 +140,9 @@ def build_trainer(
     callbacks=None,
     progress: bool = True,
 ):
-    """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output); for a preference
-    ``cfg.method`` (dpo, orpo, kto), ``preference_trainer.build_preference_trainer``'s trainer on pairs, and for grpo
-    ``grpo_trainer.build_grpo_trainer``'s on prompt rows (``eval_dataset`` unused), so the notebooks' and the run's
-    one trainer cell builds any.
-
-    Unlike the other helpers it takes the whole configuration and plan (it needs some 25 of their values);
-    ``sft_config_kwargs(cfg, plan, has_eval=...)`` shows exactly which ``SFTConfig`` arguments they become
-    (``preference_trainer.preference_config_kwargs``: a preference method's).
+    """A TRL ``SFTTrainer`` for tokenized rows (``tokenization.tokenize_dataset`` output); for dpo, orpo or kto
+    ``preference_trainer.build_preference_trainer``'s on pairs, for grpo ``grpo_trainer.build_grpo_trainer``'s on
+    prompt rows (``eval_dataset`` unused). ``sft_config_kwargs`` shows which ``SFTConfig`` arguments cfg and plan become.
 
     Args:
         model: the LoRA model (``lora.add_lora``).
@@ -171,9 +154,8 @@ def build_trainer(
             output (the reference is a frozen copy of the adapter when ``cfg.adapter_name_or_path`` is set).
         cfg, plan: as ``sft_config_kwargs``.
         callbacks: extra ``transformers.TrainerCallback`` objects.
-        progress: add ``progress.ProgressPrinter`` (one printed line per logging step: step, loss, tokens/s, and
-            one per evaluation); outside an interactive notebook (a terminal, a pipe, papermill) it replaces
-            transformers' progress bar and printed log dicts.
+        progress: add ``progress.ProgressPrinter`` (a line per logging step and per evaluation); outside an
+            interactive notebook it replaces transformers' progress bar and printed log dicts (``quiet_progress``).
 
     Returns:
         The trainer; its ``train_dataset`` is already tokenized and packed.
@@ -185,12 +167,8 @@ def build_trainer(
         from .grpo_trainer import build_grpo_trainer
         from .preference_trainer import build_preference_trainer
 
-        build, held = (
-            (build_grpo_trainer, {})
-            if cfg.method == "grpo"
-            else (build_preference_trainer, {"eval_dataset": eval_dataset})
-        )
-        return build(
+        grpo = cfg.method == "grpo"
+        return (build_grpo_trainer if grpo else build_preference_trainer)(
             model=model,
             tokenizer=tokenizer,
             train_dataset=train_dataset,
@@ -199,7 +177,7 @@ def build_trainer(
             from_adapter=bool(cfg.adapter_name_or_path),
             callbacks=callbacks,
             progress=progress,
-            **held,
+            **({} if grpo else {"eval_dataset": eval_dataset}),
         )
     from trl import SFTConfig, SFTTrainer
 
@@ -208,7 +186,6 @@ def build_trainer(
     train_dataset, eval_dataset = prepare_training_rows(
         train_dataset=train_dataset, eval_dataset=eval_dataset, tokenizer=tokenizer, cfg=cfg
     )
-
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     args = SFTConfig(**sft_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     trainer = sdpa_evaluating(SFTTrainer)(
@@ -225,12 +202,8 @@ def build_trainer(
 
 
 def quiet_progress(trainer) -> None:
-    """Leave ``progress.ProgressPrinter``'s lines the only progress outside an interactive notebook.
-
-    In a terminal, a pipe or papermill, transformers' own progress (a tqdm bar with its "\\r" redraws and a raw
-    ``{'loss': ...}`` dict per log, or with ``disable_tqdm`` the dicts alone) would interleave with the printed
-    lines, so its callbacks are removed; an interactive notebook keeps its live table.
-    """
+    """Leave ``progress.ProgressPrinter``'s lines the only progress outside an interactive notebook: transformers'
+    bar and log dicts would interleave with them there; an interactive notebook keeps its live table."""
     if in_interactive_kernel():
         return
     from transformers.trainer import DEFAULT_PROGRESS_CALLBACK  # ProgressCallback, or in a kernel the table's
@@ -241,14 +214,9 @@ def quiet_progress(trainer) -> None:
 
 
 def sdpa_evaluating(trainer_cls):
-    """``trainer_cls`` (TRL's ``SFTTrainer``, Unsloth's patched one too) evaluating on SDPA attention.
-
-    A model that trains with flex attention is switched to SDPA for each evaluation loop (``eval_loss``
-    every ``eval_steps``) and back for training: inductor's no-grad recompile of flex attention found no
-    kernel on the GPU (``attention.py``); its batches are not padded to the training length. Packed eval rows stay apart: transformers builds SDPA's
-    mask from the rows' ``position_ids`` (each packed row restarts at 0), the documents flex attention
-    separates (tests/test_trained_model.py compares the two eval losses).
-    """
+    """``trainer_cls`` (TRL's ``SFTTrainer``, Unsloth's patched one too) evaluating on SDPA attention, unpadded:
+    inductor's no-grad recompile of flex attention found no GPU kernel (``attention.py``). Packed eval rows stay
+    apart through their ``position_ids`` (tests/test_trained_model.py compares the two eval losses)."""
 
     class Trainer(trainer_cls):
         def evaluation_loop(self, *args, **kwargs):
