@@ -78,6 +78,8 @@ def test_the_shipped_recipe_is_a_grpo_run_on_the_packages_own_arithmetic_problem
     # the tuned demo (docs/grpo.md): with equal weights, or cut completions in the loss, the model answers '#### 42'
     assert (cfg.reward_funcs, cfg.reward_weights) == (("correct_number", "answer_format"), (1.0, 0.2))
     assert cfg.mask_truncated_completions and cfg.scale_rewards == "none" and cfg.max_steps == 40
+    # at TRL's 1.0 the 135M model's samples are almost never right, so only the layout is learnt (docs/grpo.md)
+    assert cfg.temperature == 0.5
 
 
 def _arithmetic_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
