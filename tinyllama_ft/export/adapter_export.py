@@ -273,7 +273,7 @@ def export_adapter(
                     "in this process: restart the runtime and run the export first"
                 )
             merge_dtype = str(model.dtype).replace("torch.", "")
-            n_params = sum(p.numel() for p in model.parameters())
+            n_params = model.num_parameters()
             needed = estimate_bytes(n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize)
             check_free_space(path=str(root), needed_bytes=needed)
             base_dir = _local_base_dir(base, required=False)
@@ -290,15 +290,12 @@ def export_adapter(
                 else:
                     folder.mkdir()
                     gguf = folder / GGUF_NAMES[fmt]
-                    if fmt == "gguf_q4_k_m":
-                        f16 = staging / "q4_k_m-source-f16.gguf"
-                        gguf_export.convert_to_gguf(model_dir=full, target=f16, outtype="f16", converter=converter)
+                    q4, outtype = fmt == "gguf_q4_k_m", gguf_export.OUTTYPES.get(fmt, "f16")  # q4_k_m: from f16
+                    f16 = staging / "q4_k_m-source-f16.gguf" if q4 else gguf
+                    gguf_export.convert_to_gguf(model_dir=full, target=f16, outtype=outtype, converter=converter)
+                    if q4:
                         gguf_export.quantize_gguf(source=f16, target=gguf)
                         f16.unlink()
-                    else:
-                        gguf_export.convert_to_gguf(
-                            model_dir=full, target=gguf, outtype=gguf_export.OUTTYPES[fmt], converter=converter
-                        )
                     write_modelfile(
                         gguf_path=gguf,
                         eos_token=tokenizer.eos_token,

@@ -97,8 +97,7 @@ def llama_cpp_converter(
                 manual_url=LLAMA_CPP_PYTHON_URL if version == LLAMA_CPP_PYTHON_VERSION else None,
             )
         )
-        found = sha256_of(archive) if sha256 is not None else None
-        if found is not None and found != sha256:
+        if sha256 is not None and (found := sha256_of(archive)) != sha256:
             raise RuntimeError(
                 f"{archive} has SHA-256 {found}, not the pinned {sha256} of "
                 f"llama-cpp-python=={version}: refusing to run it"

@@ -137,15 +137,8 @@ def decode_mode(
         raise ValueError(f"decode={decode!r}: choose one of {DECODE_CHOICES}")
     if decode == "plain":
         return "plain"
-    why_not = (
-        "do_sample=True"
-        if do_sample
-        else "repetition_penalty != 1"
-        if repetition_penalty != 1.0
-        else "logits_processor"
-        if logits_processor
-        else None
-    )
+    causes = (("do_sample=True", do_sample), ("repetition_penalty != 1", repetition_penalty != 1.0))
+    why_not = next((why for why, applies in (*causes, ("logits_processor", logits_processor)) if applies), None)
     if decode == "auto":
         if why_not is not None or model.device.type != "cuda":
             return "plain"

@@ -101,13 +101,12 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template, data_fo
     context = w.Textarea(
         placeholder="(optional) input / context", layout=w.Layout(width="100%", height="3em"), description="Input"
     )
-    lo, hi, step, value = MAX_NEW_TOKENS_SLIDER
-    max_new_tokens = w.IntSlider(
-        value=value, min=lo, max=hi, step=step, description="max_new_tokens", style={"description_width": "initial"}
-    )
-    lo, hi, step, value = TEMPERATURE_SLIDER
-    temperature = w.FloatSlider(
-        value=value, min=lo, max=hi, step=step, description="temperature", style={"description_width": "initial"}
+    max_new_tokens, temperature = (
+        kind(value=value, min=lo, max=hi, step=step, description=name, style={"description_width": "initial"})
+        for kind, name, (lo, hi, step, value) in (
+            (w.IntSlider, "max_new_tokens", MAX_NEW_TOKENS_SLIDER),
+            (w.FloatSlider, "temperature", TEMPERATURE_SLIDER),
+        )
     )
     submit = w.Button(description="Submit", button_style="primary")
     output = w.Output(layout=w.Layout(border="1px solid #ccc", padding="4px", width="100%"))

@@ -7,15 +7,11 @@ from __future__ import annotations
 from ..config.coercion import ConfigError
 from ..machine.hardware import Hardware
 
+#: Each name ``resolve_dtype`` takes -> its canonical name (the torch attribute).
 _ALIASES = {
-    "bf16": "bfloat16",
-    "bfloat16": "bfloat16",
-    "fp16": "float16",
-    "float16": "float16",
-    "half": "float16",
-    "fp32": "float32",
-    "float32": "float32",
-    "float": "float32",
+    a: name
+    for name, more in (("bfloat16", "bf16"), ("float16", "fp16 half"), ("float32", "fp32 float"))
+    for a in (name, *more.split())
 }
 
 

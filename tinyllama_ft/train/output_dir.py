@@ -9,7 +9,6 @@ mix runs: an earlier run's files need ``resume`` or ``overwrite_output_dir`` (wh
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import shutil
@@ -205,31 +204,11 @@ def wandb_offline_runs(output_dir: str) -> list[str]:
     return [os.path.join(folder, n) for n in names + sorted(links)]
 
 
-def _holding_run_lock(prepare):
-    """Take ``lock.acquire_run_lock(cfg.output_dir)`` before ``prepare`` looks at the folder; release it if that
-    fails. On success it stays held until ``lock.release_run_lock(cfg.output_dir)`` or the process's exit."""
-
-    @functools.wraps(prepare)
-    def wrapper(cfg, *args, **kwargs):
-        paths = {"output_dir": expand_path(cfg.output_dir), "adapter_dir": expand_path(cfg.adapter_dir)}
-        cfg = dataclasses.replace(cfg, **paths)  # "~/runs/x" is no folder named "~" (FinetuneConfig expands it too)
-        check_folders(cfg)
-        lock = acquire_run_lock(cfg.output_dir)
-        try:
-            return prepare(cfg, *args, **kwargs)
-        except BaseException:
-            if lock is not None:
-                lock.release()
-            raise
-
-    return wrapper
-
-
-@_holding_run_lock
 def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = None) -> str:
     """Check ``cfg.output_dir`` against the run about to start, clear it if asked, record the run.
 
-    Call it before training, once the rows are loaded. It first takes the folder's run lock (``_holding_run_lock``).
+    Call it before training, once the rows are loaded. It first takes the folder's run lock (``lock.acquire_run_lock``),
+    released if this raises, else held until ``lock.release_run_lock(cfg.output_dir)`` or the process's exit.
 
     Args:
         cfg: the run's configuration; reads ``output_dir``, ``resume``, ``overwrite_output_dir``,
@@ -257,59 +236,72 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
         config.coercion.ConfigError: ``resume=True`` and ``max_steps`` is below the checkpoint's step
             (``checkpoints.check_continuation``).
     """
-    out = cfg.output_dir
-    if cfg.resume and cfg.overwrite_output_dir:
-        raise ValueError("resume=True and overwrite_output_dir=True contradict each other: set one of them to False")
-    identity = run_identity(cfg, data_fingerprint=data_fingerprint)
-    earlier = previous_run(cfg)
-    if not earlier:
-        write_run_config(out, identity)
-        return "new"
-    names = ", ".join(_shown(p, out) for p in earlier)
-    if cfg.overwrite_output_dir:
-        deleted = earlier + wandb_offline_runs(out)
-        for path in deleted:  # an unsynced W&B run of the deleted run would upload later
-            (shutil.rmtree if os.path.isdir(path) and not os.path.islink(path) else os.remove)(path)
-        write_run_config(out, identity)  # the old record replaced last: a kill before keeps it with its checkpoints
-        print(
-            f"overwrite_output_dir=True: deleted the earlier run in {out!r}: "
-            f"{', '.join(_shown(p, out) for p in deleted)} (it deletes {', '.join(DELETED_BY_OVERWRITE)})"
-        )
-        return "overwrite"
-    if not cfg.resume:
-        raise FileExistsError(
-            f"output_dir={out!r} holds an earlier run ({names}): pass resume=True to continue it, "
-            f"overwrite_output_dir=True to delete it and start over, or choose another output_dir"
-        )
-    checkpoint = last_checkpoint(out, required=True)
-    if checkpoint is None:
-        raise FileExistsError(
-            f"resume=True but output_dir={out!r} has no complete checkpoint to resume from, only ({names}): "
-            f"pass overwrite_output_dir=True to delete it and start over, or choose another output_dir"
-        )
-    recorded = read_run_config(out)
-    if recorded is None:
-        print(f"resume: {out!r} has no {RUN_CONFIG}; cannot check that its checkpoints come from this configuration")
-    else:
-        diff = identity_differences(recorded, identity)
-        if diff:
-            lines = "; ".join(f"{k}: {old!r} then, {new!r} now" for k, (old, new) in diff.items())
-            if "data_fingerprint" in diff:
-                lines += " (the training rows changed since: the dataset's file was edited or replaced)"
+    paths = {"output_dir": expand_path(cfg.output_dir), "adapter_dir": expand_path(cfg.adapter_dir)}
+    cfg = dataclasses.replace(cfg, **paths)  # "~/runs/x" is no folder named "~" (FinetuneConfig expands it too)
+    check_folders(cfg)
+    lock = acquire_run_lock(cfg.output_dir)
+    try:
+        out = cfg.output_dir
+        if cfg.resume and cfg.overwrite_output_dir:
             raise ValueError(
-                f"resume=True but the checkpoints in output_dir={out!r} were trained with different "
-                f"{', '.join(diff)} ({lines}): set them back to resume, or pass overwrite_output_dir=True "
-                f"(resume=False) to start over, or choose another output_dir"
+                "resume=True and overwrite_output_dir=True contradict each other: set one of them to False"
             )
-    done = checkpoint_state(checkpoint)
-    planned = (  # by epochs: the checkpoint's own count of them, unless num_train_epochs changed (the loop checks)
-        cfg.max_steps
-        if cfg.max_steps > 0
-        else done.max_steps
-        if done.num_train_epochs == cfg.num_train_epochs
-        else None
-    )
-    if planned is not None:
-        check_continuation(done.global_step, planned, checkpoint)  # before anything is written
-    write_run_config(out, identity)
-    return "resume"
+        identity = run_identity(cfg, data_fingerprint=data_fingerprint)
+        earlier = previous_run(cfg)
+        if not earlier:
+            write_run_config(out, identity)
+            return "new"
+        names = ", ".join(_shown(p, out) for p in earlier)
+        if cfg.overwrite_output_dir:
+            deleted = earlier + wandb_offline_runs(out)
+            for path in deleted:  # an unsynced W&B run of the deleted run would upload later
+                (shutil.rmtree if os.path.isdir(path) and not os.path.islink(path) else os.remove)(path)
+            write_run_config(out, identity)  # the old record replaced last: a kill before keeps it with its checkpoints
+            print(
+                f"overwrite_output_dir=True: deleted the earlier run in {out!r}: "
+                f"{', '.join(_shown(p, out) for p in deleted)} (it deletes {', '.join(DELETED_BY_OVERWRITE)})"
+            )
+            return "overwrite"
+        if not cfg.resume:
+            raise FileExistsError(
+                f"output_dir={out!r} holds an earlier run ({names}): pass resume=True to continue it, "
+                f"overwrite_output_dir=True to delete it and start over, or choose another output_dir"
+            )
+        checkpoint = last_checkpoint(out, required=True)
+        if checkpoint is None:
+            raise FileExistsError(
+                f"resume=True but output_dir={out!r} has no complete checkpoint to resume from, only ({names}): "
+                f"pass overwrite_output_dir=True to delete it and start over, or choose another output_dir"
+            )
+        recorded = read_run_config(out)
+        if recorded is None:
+            print(
+                f"resume: {out!r} has no {RUN_CONFIG}; cannot check that its checkpoints come from this configuration"
+            )
+        else:
+            diff = identity_differences(recorded, identity)
+            if diff:
+                lines = "; ".join(f"{k}: {old!r} then, {new!r} now" for k, (old, new) in diff.items())
+                if "data_fingerprint" in diff:
+                    lines += " (the training rows changed since: the dataset's file was edited or replaced)"
+                raise ValueError(
+                    f"resume=True but the checkpoints in output_dir={out!r} were trained with different "
+                    f"{', '.join(diff)} ({lines}): set them back to resume, or pass overwrite_output_dir=True "
+                    f"(resume=False) to start over, or choose another output_dir"
+                )
+        done = checkpoint_state(checkpoint)
+        planned = (  # by epochs: the checkpoint's own count of them, unless num_train_epochs changed (the loop checks)
+            cfg.max_steps
+            if cfg.max_steps > 0
+            else done.max_steps
+            if done.num_train_epochs == cfg.num_train_epochs
+            else None
+        )
+        if planned is not None:
+            check_continuation(done.global_step, planned, checkpoint)  # before anything is written
+        write_run_config(out, identity)
+        return "resume"
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise

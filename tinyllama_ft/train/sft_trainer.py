@@ -60,6 +60,7 @@ def trainer_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool)
         max_length=cfg.max_seq_length,
         warmup_steps=cfg.warmup_ratio,  # transformers 5: warmup_steps below 1 is a fraction of the total steps
         include_num_input_tokens_seen="non_padding",
+        eval_strategy="steps" if has_eval else "no",
         **trainer_precision_flags(plan.dtype, cpu_autocast_bf16=plan.cpu_autocast_bf16),
     )
     if plan.world_size > 1:  # DDP: one loss over the tokens of all processes; every LoRA weight gets a gradient
@@ -68,7 +69,6 @@ def trainer_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool)
         kwargs["use_cpu"] = True
     if plan.gradient_checkpointing:
         kwargs["gradient_checkpointing_kwargs"] = {"use_reentrant": False}
-    kwargs["eval_strategy"] = "steps" if has_eval else "no"
     if has_eval:
         kwargs["eval_steps"] = cfg.eval_steps
     return kwargs
@@ -83,10 +83,8 @@ def spelled_kwargs(kwargs: dict[str, Any], config_cls) -> dict[str, Any]:
     """
     kwargs = dict(kwargs)
     for name, spellings in RENAMED_ARGUMENTS.items():
-        if name not in kwargs:
-            continue
-        accepted = next((s for s in spellings if _accepts(config_cls, s)), name)
-        kwargs[accepted] = kwargs.pop(name)
+        if name in kwargs:
+            kwargs[next((s for s in spellings if _accepts(config_cls, s)), name)] = kwargs.pop(name)
     unknown = [k for k in kwargs if not _accepts(config_cls, k)]
     if unknown:
         raise TypeError(f"the installed {config_cls.__name__} takes none of {unknown}: upgrade trl/transformers")
