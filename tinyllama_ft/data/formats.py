@@ -346,6 +346,18 @@ class WrappedFormat:
     inner: AlpacaFormat | ConversationFormat | None = None
     held_out_first = 0  # as AlpacaFormat's
 
+    def __init__(self, method: str, dataset_format: str, template: str, chat_template: str, adapter_name_or_path: str):
+        self.method, self.dataset_format = method, dataset_format
+        self.template, self.chat_template = template, chat_template
+        self.adapter_name_or_path = adapter_name_or_path
+        self.form = self.first_batch = None
+
+    def _wrap(self, text: bool) -> None:
+        """Wrap an ``AlpacaFormat`` (``text``: the run's ``template``) or a ``ConversationFormat`` (the run's
+        ``chat_template``, loss on the assistant turns)."""
+        chat = ConversationFormat("messages", chat_template=self.chat_template, assistant_only_loss=True)
+        self.inner = AlpacaFormat(self.template) if text else chat
+
     def _inner(self):
         if self.inner is None:
             raise RuntimeError("call load(cfg) first: the rows' form (text or conversations) is read there")

@@ -52,14 +52,8 @@ class GrpoFormat(WrappedFormat):
     ):
         if dataset_format not in ("alpaca", "messages", "auto"):
             raise ValueError(f"dataset_format={dataset_format!r}: GRPO prompts are 'alpaca', 'messages' or 'auto'")
-        self.method = "grpo"
-        self.dataset_format = dataset_format
-        self.template, self.chat_template = template, chat_template
-        self.adapter_name_or_path = adapter_name_or_path
-        self.form = None
-        self.inner: AlpacaFormat | ConversationFormat | None = None
+        super().__init__("grpo", dataset_format, template, chat_template, adapter_name_or_path)
         self.prompts_dropped: list[int] | None = None
-        self.first_batch = None
         self.reward_funcs: list | None = None
 
     def __repr__(self) -> str:
@@ -111,10 +105,7 @@ class GrpoFormat(WrappedFormat):
                 f"{cfg.dataset}: the prompts are chat messages, and dataset_format='alpaca' fills text into the Alpaca "
                 "template: use dataset_format='messages' or 'auto'"
             )
-        if self.form == "text" and self.dataset_format != "messages":
-            self.inner = AlpacaFormat(self.template)
-        else:
-            self.inner = ConversationFormat("messages", chat_template=self.chat_template, assistant_only_loss=True)
+        self._wrap(self.form == "text" and self.dataset_format != "messages")
         print(f"{len(rows)} {self.form} prompts for method='grpo', prompted as {self.prompt_format}")
         return rows, report
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .fingerprint import data_fingerprint
-from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
+from .formats import WrappedFormat
 
 #: Held-out pairs the preference checks read at least (``instructions.split_train_eval``'s ``min_test_rows``).
 MIN_HELD_OUT_PAIRS = 50
@@ -56,14 +56,8 @@ class PreferenceFormat(WrappedFormat):
     ):
         if dataset_format not in FORM_OF:
             raise ValueError(f"dataset_format={dataset_format!r}: preference rows are one of {sorted(FORM_OF)}")
-        self.method = method
-        self.dataset_format = dataset_format
-        self.template, self.chat_template = template, chat_template
-        self.adapter_name_or_path = adapter_name_or_path
-        self.layout = self.form = None
-        self.inner: AlpacaFormat | ConversationFormat | None = None
-        self.token_report = None
-        self.first_batch = None
+        super().__init__(method, dataset_format, template, chat_template, adapter_name_or_path)
+        self.layout = self.token_report = None
 
     def __repr__(self) -> str:
         return (
@@ -105,10 +99,7 @@ class PreferenceFormat(WrappedFormat):
             input_column=cfg.input_column,
             strict=cfg.strict,
         )
-        if self.form == "text":
-            self.inner = AlpacaFormat(self.template)
-        else:
-            self.inner = ConversationFormat("messages", chat_template=self.chat_template, assistant_only_loss=True)
+        self._wrap(self.form == "text")
         if self.adapter_name_or_path:
             self._check_adapter_form()
         print(f"{self.layout} {self.form} rows for method={self.method!r}")
