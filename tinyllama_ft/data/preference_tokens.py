@@ -170,16 +170,11 @@ def _batch_sequences(batch):
     """``(ids, mask)`` per sequence of a collated preference batch, padding left out: DPO's and KTO's ``input_ids`` /
     ``completion_mask`` (KTO's KL sequences are not responses the loss supervises), ORPO's ``chosen_`` and
     ``rejected_`` ``input_ids`` / ``labels``."""
-    layouts = [("input_ids", "attention_mask", lambda b: b["completion_mask"])]
-    for kind in ("chosen", "rejected"):
-        layouts.append(
-            (f"{kind}_input_ids", f"{kind}_attention_mask", lambda b, k=kind: (b[f"{k}_labels"] != -100).long())
-        )
-    for ids_key, attention_key, mask_of in layouts:
-        if ids_key not in batch:
+    for prefix in ("", "chosen_", "rejected_"):
+        if f"{prefix}input_ids" not in batch:
             continue
-        masks = mask_of(batch)
-        for ids, attention, mask in zip(batch[ids_key], batch[attention_key], masks):
+        masks = (batch[f"{prefix}labels"] != -100).long() if prefix else batch["completion_mask"]
+        for ids, attention, mask in zip(batch[f"{prefix}input_ids"], batch[f"{prefix}attention_mask"], masks):
             keep = attention.bool()
             yield ids[keep].tolist(), mask[keep].tolist()
 
