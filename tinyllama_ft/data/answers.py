@@ -9,7 +9,7 @@ the last ``####``, else the last number in the text (so correctness is scored ap
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 #: The marker before the final answer.
 ANSWER_MARK = "####"
@@ -19,13 +19,6 @@ LAYOUT_INSTRUCTION = f"Give the final answer on the last line as: {ANSWER_MARK} 
 NUMBER = r"-?\d[\d,]*(?:\.\d+)?"
 _LAYOUT_LINE = re.compile(rf"^[ \t]*{re.escape(ANSWER_MARK)}[ \t]*\$?({NUMBER})[ \t]*\.?[ \t]*$")
 _AFTER_MARK = re.compile(rf"{re.escape(ANSWER_MARK)}[ \t]*\$?({NUMBER})")
-
-
-def _decimal(text: str) -> Decimal | None:
-    try:
-        return Decimal(text.replace(",", "").rstrip("."))
-    except InvalidOperation:
-        return None
 
 
 def follows_layout(text: str) -> bool:
@@ -50,7 +43,7 @@ def extract_number(text: str) -> Decimal | None:
     """
     marked = _AFTER_MARK.findall(text)
     found = marked or re.findall(NUMBER, text)
-    return _decimal(found[-1]) if found else None
+    return Decimal(found[-1].replace(",", "")) if found else None  # NUMBER's match, commas gone, always parses
 
 
 def reference_number(value) -> Decimal | None:
