@@ -163,14 +163,8 @@ def check_reward(func: Any, where: str) -> None:
         return
     kinds = inspect.Parameter
     named = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
-    missing = [
-        what
-        for what, ok in (
-            ("'completions' parameter", "completions" in named),
-            ("**kwargs", any(p.kind is kinds.VAR_KEYWORD for p in params)),
-        )
-        if not ok
-    ]
+    kwargs = any(p.kind is kinds.VAR_KEYWORD for p in params)
+    missing = [w for w, ok in (("'completions' parameter", "completions" in named), ("**kwargs", kwargs)) if not ok]
     if missing:
         raise RewardError(
             f"{where} has no {' and no '.join(missing)}: TRL calls a reward as f(prompts=..., completions=..., "
