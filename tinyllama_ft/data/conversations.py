@@ -217,10 +217,7 @@ def load_conversations(
         if rows
         else ([], DataReport(source=source))
     )
-    print(report.summary())
-    if not clean:
-        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
-        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
+    report.print_and_require(clean)
     return datasets.Dataset.from_list(clean, features=messages_features()), report
 
 

@@ -127,10 +127,7 @@ def load_prompt_rows(
     clean, report, form = check_prompt_rows(
         rows, prompt_column=prompt_column, answer_column=answer_column, strict=strict, source=source
     )
-    print(report.summary())
-    if not clean:
-        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
-        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
+    report.print_and_require(clean)
     return clean, report, form
 
 

@@ -113,6 +113,14 @@ class DataReport:
             line += f"\n  dropped (row index from 0): {shown}{more}"
         return line
 
+    def print_and_require(self, clean: list) -> None:
+        """Print ``summary``; raise ValueError ``"<source>: no usable rows"`` when ``clean`` (the rows a loader kept)
+        is empty: the source had none, or every row was dropped."""
+        print(self.summary())
+        if not clean:
+            why = f"all {self.total} rows were dropped" if self.total else "it has no rows"
+            raise ValueError(f"{self.source}: no usable rows ({why}): nothing to train on\n{self.summary()}")
+
 
 def check_rows(
     rows: Iterable[Any],
@@ -198,10 +206,7 @@ def load_instruction_data(
 
     rows = read_rows(source, split=split, config=config)
     clean, report = check_rows(rows, instruction_column, input_column, output_column, strict=strict, source=source)
-    print(report.summary())
-    if not clean:
-        why = f"all {report.total} rows were dropped" if report.total else "it has no rows"
-        raise ValueError(f"{source}: no usable rows ({why}): nothing to train on\n{report.summary()}")
+    report.print_and_require(clean)
     features = datasets.Features({k: datasets.Value("string") for k in ("instruction", "input", "output")})
     return datasets.Dataset.from_list(clean, features=features), report
 

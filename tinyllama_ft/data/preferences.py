@@ -204,12 +204,10 @@ def load_preference_data(
     import datasets
 
     rows = read_rows(source, split=split, config=config)
-    if not rows:
-        raise ValueError(f"{source}: no usable rows (it has no rows): nothing to train on")
-    clean, report, layout, form = check_preference_rows(
-        rows, form=form, input_column=input_column, strict=strict, source=source
+    clean, report, layout, form = (
+        check_preference_rows(rows, form=form, input_column=input_column, strict=strict, source=source)
+        if rows
+        else ([], DataReport(source=source), None, None)
     )
-    print(report.summary())
-    if not clean:
-        raise ValueError(f"{source}: no usable rows (all {report.total} rows were dropped)\n{report.summary()}")
+    report.print_and_require(clean)
     return datasets.Dataset.from_list(clean, features=preference_features(layout, form)), report, layout, form
