@@ -78,7 +78,7 @@ def child(spec: dict) -> dict:
     from tinyllama_ft.machine.hardware import detect_hardware
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.models.lora import add_lora
-    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, reward_history, reward_names
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, reward_history
     from tinyllama_ft.train.plan import plan_run
     from tinyllama_ft.train.rewards import resolve_rewards
 
@@ -163,7 +163,7 @@ def child(spec: dict) -> dict:
     trainer.train()
     train_s = time.perf_counter() - t0 - sum(c["seconds"] for c in checks[1:])
     check(cfg.max_steps)
-    history = reward_history(trainer.state.log_history, reward_names(trainer))
+    history = reward_history(trainer.state.log_history, trainer.reward_func_names)
     zero = [h["frac_reward_zero_std"] for h in history if h["frac_reward_zero_std"] is not None]
     before, after = checks[0], checks[-1]
     return dict(

@@ -380,13 +380,13 @@ def _tiny_grpo(tmp_path, *, from_adapter=False, **fields):
 
 @pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
 def test_the_grpo_trainer_takes_the_configs_values_on_both_library_sets(tmp_path):
-    from tinyllama_ft.train.grpo_trainer import grpo_reference, reward_names
+    from tinyllama_ft.train.grpo_trainer import grpo_reference
 
     trainer, model = _tiny_grpo(tmp_path, reward_funcs="correct_number,answer_format,soft_overlong_punishment")
     args = trainer.args
     assert (args.num_generations, args.max_completion_length, args.temperature, args.beta) == (2, 32, 1.0, 0.0)
     assert (args.loss_type, args.generation_batch_size, args.learning_rate) == ("dapo", 4, 1e-4)  # TRL's loss
-    assert reward_names(trainer) == ["correct_number", "answer_format", "soft_overlong_punishment"]
+    assert list(trainer.reward_func_names) == ["correct_number", "answer_format", "soft_overlong_punishment"]
     assert trainer.ref_model is None and grpo_reference(trainer) == "none (beta 0)"
     assert trainer.train_dataset.column_names == ["prompt", "answer"]
 
@@ -458,7 +458,7 @@ def test_grpo_trains_smollm2_on_arithmetic_prompts_logging_each_reward(tmp_path,
     from tinyllama_ft.machine.hardware import Hardware
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.models.lora import add_lora
-    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, reward_history, reward_names
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, reward_history
     from tinyllama_ft.train.plan import plan_run
 
     seen = []
@@ -482,7 +482,7 @@ def test_grpo_trains_smollm2_on_arithmetic_prompts_logging_each_reward(tmp_path,
         plan=plan_run(cfg, Hardware()),
         reward_funcs=[*cfg.reward_funcs, brevity],
     )
-    names = reward_names(trainer)
+    names = list(trainer.reward_func_names)
     assert names == ["correct_number", "answer_format", "soft_overlong_punishment", "brevity"]
     if cpu_trl_cannot_train():
         return

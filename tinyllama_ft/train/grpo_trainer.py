@@ -167,11 +167,6 @@ def grpo_reference(trainer) -> str:
     return "none (beta 0)" if trainer.beta == 0 else reference_kind(trainer)
 
 
-def reward_names(trainer) -> list[str]:
-    """The trainer's reward functions' names, as TRL logs them (``rewards/<name>/mean``)."""
-    return list(trainer.reward_func_names)
-
-
 def reward_history(log_history: Sequence[dict], names: Sequence[str]) -> list[dict[str, Any]]:
     """One dict per logged training step of ``log_history`` (``trainer.state.log_history``), in order: ``step``,
     ``reward`` (the mean summed reward), ``rewards`` (each of ``names`` -> its mean; None where TRL logged none),
