@@ -24,9 +24,8 @@ MIN_HELD_OUT_PROMPTS = 100
 class GrpoFormat(WrappedFormat):
     """Prompt rows with reference answers for ``method`` grpo.
 
-    Until ``load`` reads the rows it does not know their form; then it wraps an ``AlpacaFormat`` (text prompts with
-    ``dataset_format`` "alpaca" or "auto": the Alpaca template) or a ``ConversationFormat`` (chat prompts, or text
-    prompts with "messages": one user turn through the chat template), and prompts and stops as that format does.
+    ``load`` wraps the SFT format of the prompts' form (``WrappedFormat._wrap``; text prompts with "messages" take
+    the chat one, each a user turn).
 
     Args:
         dataset_format: ``"alpaca"``, ``"messages"`` or ``"auto"`` (``grpo_prompts.grpo_prompts``).

@@ -30,9 +30,7 @@ def _with_prompt(row: dict) -> tuple[list[int], list[int]]:
 class PreferenceFormat(WrappedFormat):
     """Preference rows (pairs, or KTO's unpaired rows) for ``method`` dpo, orpo or kto.
 
-    Until ``load`` reads the rows it does not know their form; then it wraps an ``AlpacaFormat`` (text rows, the
-    run's ``template``) or a ``ConversationFormat`` (turns, the run's ``chat_template``), and prompts, stops and
-    scores held-out responses as that format does.
+    ``load`` wraps the SFT format of the rows' form (``WrappedFormat._wrap``).
 
     Args:
         method: ``"dpo"``, ``"orpo"`` or ``"kto"``.
@@ -41,7 +39,6 @@ class PreferenceFormat(WrappedFormat):
         adapter_name_or_path: the saved adapter the run continues, or "".
     """
 
-    #: Held-out pairs the split keeps at least (``split_train_eval(min_test_rows=...)``).
     min_test_rows = MIN_HELD_OUT_PAIRS
     rollouts = False  # the held-out checks score the chosen responses
 
