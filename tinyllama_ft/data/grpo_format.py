@@ -155,9 +155,8 @@ class GrpoFormat(WrappedFormat):
         score with exactly them."""
         args = trainer.args
         self.reward_funcs = list(trainer.reward_funcs)
-        completions = args.per_device_train_batch_size * args.gradient_accumulation_steps * max(1, args.world_size)
-        self.first_batch = {
-            "prompts_per_step": completions // args.num_generations,
+        self.first_batch = {  # TRL generates once per optimizer step (steps_per_generation: gradient_accumulation_steps)
+            "prompts_per_step": args.generation_batch_size // args.num_generations,
             "num_generations": args.num_generations,
             "max_completion_length": args.max_completion_length,
             "temperature": args.temperature,
