@@ -42,17 +42,13 @@ def detect_layout(rows: Iterable[Any]) -> tuple[str, str]:
     raise ValueError("preference rows: no row is an object")
 
 
-#: A CSV file's ``label`` texts (CSV holds no booleans) and the bool each is.
-LABEL_TEXTS = {"true": True, "false": False}
-
-
 def _label(row: dict) -> tuple[tuple[str, str, str] | None, bool | None]:
     """``(problem, label)``: a JSON boolean, or a CSV cell's ``true`` / ``false`` (any case)."""
     value = row.get("label")
     if value is None:
         return (("label", "is missing", "missing") if "label" not in row else ("label", "is None", "null")), None
-    if isinstance(value, str) and value.strip().lower() in LABEL_TEXTS:
-        return None, LABEL_TEXTS[value.strip().lower()]
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):  # CSV holds no booleans
+        return None, value.strip().lower() == "true"
     if not isinstance(value, bool):
         return ("label", f"is {value!r:.40}, not true or false (true: desirable)", "wrong type"), None
     return None, value
