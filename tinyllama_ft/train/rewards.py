@@ -4,7 +4,8 @@ Each reward has TRL's signature, ``f(prompts, completions, completion_ids=None, 
 returning one float (or None: not scored) per completion; completions are strings for text prompts and lists of
 messages for chat prompts; ``kwargs`` holds the rows' columns (the reference as ``answer``) and TRL's extras
 (``log_extra``, ``log_metric``). ``resolve_rewards`` turns names, ``module:function`` / ``file.py:function`` strings
-and callables into that list, refusing what TRL could not call, naming it.
+and callables into that list, refusing what TRL could not call, naming it. ``reward_name`` is ours, not TRL's
+``get_callable_name``: importing TRL imports torch (test_a_bad_reward_is_refused_before_torch_is_even_imported).
 """
 
 from __future__ import annotations
@@ -202,8 +203,8 @@ def import_reward(spec: str, where: str = "reward") -> Callable:
         where: how to name it in messages.
 
     Raises:
-        RewardError: no ``:`` and no function of that name defined in ``__main__``, a module or file that is missing or fails to import (its error quoted), or no such
-            attribute in it.
+        RewardError: no ``:`` and no function of that name in ``__main__``, a module or file that is missing or
+            fails to import (its error quoted), or no such attribute in it.
     """
     module_name, _, attr = spec.rpartition(":")
     if not module_name or not attr:
@@ -238,9 +239,8 @@ def resolve_rewards(
     """The reward functions a GRPO run passes to TRL, each checked (``check_reward``); call it before loading a model.
 
     Args:
-        reward_funcs: built-in names (``BUILTIN_REWARDS``), ``"module:function"`` / ``"file.py:function"`` strings, names
-            of functions defined in ``__main__`` (``import_reward``),
-            or callables (a notebook's own functions), in order.
+        reward_funcs: built-in names (``BUILTIN_REWARDS``), ``"module:function"`` / ``"file.py:function"`` strings,
+            names of functions defined in ``__main__`` (``import_reward``) or callables, in order.
         max_completion_length: the run's, for ``soft_overlong_punishment``.
 
     Returns:
