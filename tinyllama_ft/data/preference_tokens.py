@@ -53,17 +53,15 @@ def _encode(rows: list[dict[str, Any]], responses: tuple[str, ...], tokenizer, *
             out += [flat[i : i + len(responses)] for i in range(0, len(flat), len(responses))]
         return out
     eot = end_of_turn_token(tokenizer)
-    out = []
-    for row in rows:
-        encoded = []
-        for column in responses:
-            try:
-                enc = tokenize_conversation(tokenizer, row["prompt"] + row[column], end_of_turn=eot)
-                encoded.append((enc["input_ids"], enc["assistant_masks"]))
-            except TemplateMismatch as e:
-                encoded.append(e)
-        out.append(encoded)
-    return out
+
+    def encode(messages):
+        try:
+            enc = tokenize_conversation(tokenizer, messages, end_of_turn=eot)
+        except TemplateMismatch as e:
+            return e
+        return enc["input_ids"], enc["assistant_masks"]
+
+    return [[encode(row["prompt"] + row[column]) for column in responses] for row in rows]
 
 
 def tokenize_preferences(
