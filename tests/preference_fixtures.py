@@ -88,7 +88,16 @@ def checked_rows(rows):
 
 
 def preference_trainer(
-    method: str, model, tokenizer, train_dataset, output_dir, *, from_adapter=False, progress=False, **fields
+    method: str,
+    model,
+    tokenizer,
+    train_dataset,
+    output_dir,
+    *,
+    from_adapter=False,
+    progress=False,
+    eval_dataset=None,
+    **fields,
 ):
     """A real ``build_preference_trainer`` on the CPU: no W&B, no worker processes, batch 2 x 1, two steps."""
     from tinyllama_ft.config.finetune import FinetuneConfig
@@ -114,6 +123,7 @@ def preference_trainer(
         model=model,
         tokenizer=tokenizer,
         train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
         cfg=cfg,
         plan=plan_run(cfg, Hardware()),
         from_adapter=from_adapter,

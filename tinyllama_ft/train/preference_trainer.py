@@ -153,13 +153,30 @@ def trainer_class(method: str):
     if method == "dpo":
         from trl import DPOTrainer
 
+        from .dpo_evaluation import KeepReference, derived_evaluation, derived_evaluation_refusal
+
         class PackageDPOTrainer(DPOTrainer):
             evaluates_before_training = False  # loop.train_and_evaluate: the loss there is known
             evaluates_before_training_reason = STARTS_AT_REFERENCE
+            #: ``(pair ids, PreferenceScores)`` of the reference on the eval pairs (``dpo_evaluation.KeepReference``)
+            reference_scores = None
+
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                self.add_callback(KeepReference(self))
 
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
                 return dataset
+
+            def evaluation_loop(self, dataloader, description, prediction_loss_only=None, *args, **kwargs):
+                # TRL's figures from summed log-probabilities (dpo_evaluation): one policy pass, no reference pass
+                derivable = description == "Evaluation" and self.compute_metrics is None
+                if derivable and derived_evaluation_refusal(self) is None:
+                    output = derived_evaluation(self, dataloader, kwargs.get("metric_key_prefix", "eval"))
+                    if output is not None:
+                        return output
+                return super().evaluation_loop(dataloader, description, prediction_loss_only, *args, **kwargs)
 
             def compute_loss(self, *args, **kwargs):
                 with peft_wrapping():  # TRL's reference pass reads transformers' deprecated checkpointing alias

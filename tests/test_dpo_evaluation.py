@@ -1,0 +1,95 @@
+"""DPO's evaluation derived from summed log-probabilities (train/dpo_evaluation.py) gives TRL's own figures: on a
+tiny real model after two training steps, every derived loss type's eval_loss and TRL's reward metrics equal what TRL's
+evaluation pass computes (the policy and the reference over every pair) to 1e-4, batch by batch as TRL averages them
+(3 + 3 + 2 pairs); the reference is the held-out check's before training, and the policy's pass is kept for the check
+after it. Newest TRL only, as tests/test_preference_training.py."""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+from preference_fixtures import preference_trainer, stories_pairs
+
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+TOLERANCE = 1e-4
+KEYS = (
+    "eval_loss",
+    "eval_rewards/chosen",
+    "eval_rewards/rejected",
+    "eval_rewards/accuracies",
+    "eval_rewards/margins",
+    "eval_logps/chosen",
+    "eval_logps/rejected",
+)
+
+
+def _trls_evaluation(trainer) -> dict:
+    """``trainer.evaluate()`` through transformers' evaluation loop (TRL's ``compute_loss`` on every batch)."""
+    from transformers import Trainer
+
+    trainer.evaluation_loop = types.MethodType(Trainer.evaluation_loop, trainer)
+    try:
+        return trainer.evaluate()
+    finally:
+        del trainer.evaluation_loop
+
+
+@pytest.mark.parametrize("before_check", [True, False], ids=["reference-from-the-check", "reference-scored"])
+def test_derived_evaluation_equals_trls_for_each_derived_loss_type(stories_dir, cpu, tmp_path, before_check):
+    from tinyllama_ft.evaluate.preference_checks import pair_nlls, preference_scores
+    from tinyllama_ft.train.dpo_evaluation import DERIVED_LOSS_TYPES, derived_evaluation_refusal
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    trainer = preference_trainer(
+        "dpo", model, tokenizer, pairs, tmp_path, eval_dataset=pairs, per_device_eval_batch_size=3, beta=0.5
+    )
+    assert derived_evaluation_refusal(trainer) is None
+    if before_check:  # the run's held-out check before training: the reference's scores, kept
+        before = preference_scores(model, tokenizer, pairs)
+    trainer.train()
+    assert (trainer.reference_scores is not None) == before_check
+    if before_check:
+        assert trainer.reference_scores[1].logps == before.logps
+    for loss_type, weight in [(t, 1.0) for t in DERIVED_LOSS_TYPES] + [(("sigmoid", "sft"), (1.0, 0.5))]:
+        trainer.loss_types = list(loss_type) if isinstance(loss_type, tuple) else [loss_type]
+        trainer.loss_weights = list(weight) if isinstance(weight, tuple) else [weight]
+        derived = trainer.evaluate()
+        trls = _trls_evaluation(trainer)
+        assert trls["eval_loss"] != pytest.approx(0.6931, abs=1e-3)  # trained: away from the reference
+        for key in KEYS:
+            assert derived[key] == pytest.approx(trls[key], abs=TOLERANCE), (loss_type, key)
+    assert 0 < trls["eval_rewards/accuracies"] <= 1
+    # the policy's pass of the last derived evaluation is the one the held-out check after training reads
+    trainer.evaluate()
+    kept = pair_nlls(model, tokenizer, pairs, known_only=True)
+    assert kept is not None
+    again = pair_nlls(model, tokenizer, pairs, batch_size=3)  # scored anew (other batches)
+    flat = lambda nlls: [x for pair in preference_scores(model, tokenizer, pairs, nlls=nlls).logps for x in pair]  # noqa: E731
+    assert flat(kept) == pytest.approx(flat(again), abs=1e-4)
+
+
+def test_trls_evaluation_stays_for_what_is_not_derived(stories_dir, cpu, tmp_path):
+    from tinyllama_ft.train.dpo_evaluation import derived_evaluation_refusal
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    trainer = preference_trainer("dpo", model, tokenizer, pairs, tmp_path, eval_dataset=pairs, loss_type=("aot",))
+    assert derived_evaluation_refusal(trainer) == "loss_type 'aot'"
+    metrics = trainer.evaluate()
+    assert "eval_rewards/accuracies" in metrics and "eval_entropy" in metrics  # TRL's pass: its logit metrics too
+
+
+def test_a_weight_change_forgets_the_kept_pass(stories_dir, cpu, tmp_path):
+    import torch
+
+    from tinyllama_ft.evaluate.preference_checks import pair_nlls
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    pair_nlls(model, tokenizer, pairs)
+    assert pair_nlls(model, tokenizer, pairs, known_only=True) is not None
+    assert pair_nlls(model, tokenizer, pairs.select(range(4)), known_only=True) is None  # other pairs
+    with model.disable_adapter():  # another state: the base alone
+        assert pair_nlls(model, tokenizer, pairs, known_only=True) is None
+    with torch.no_grad():
+        next(p for n, p in model.named_parameters() if "lora_B" in n).add_(0.01)  # as an optimizer step
+    assert pair_nlls(model, tokenizer, pairs, known_only=True) is None

@@ -1,0 +1,225 @@
+"""DPO's evaluation figures from per-pair summed log-probabilities, without another pass over the held-out pairs.
+
+TRL's ``DPOTrainer`` evaluates by running the policy and the reference over every held-out pair. The package's
+held-out checks score the same pairs (the same ids, each response's tokens and its end id): the policy's scores after
+training are the after-check's, and the reference's are the before-check's (the policy starts as its reference).
+``dpo_batch_metrics`` turns them into TRL's figures, batch by batch as TRL's evaluation loop averages them
+(tests/test_dpo_evaluation.py compares them with TRL's own ``evaluate``).
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from transformers import TrainerCallback
+
+#: DPO losses whose per-pair value is a function of the summed log-probabilities and the responses' lengths (TRL's
+#: formulas, ``DPOTrainer._compute_loss``); the others keep TRL's evaluation pass.
+DERIVED_LOSS_TYPES = (
+    "sigmoid",
+    "hinge",
+    "ipo",
+    "robust",
+    "bco_pair",
+    "nca_pair",
+    "sppo_hard",
+    "apo_zero",
+    "apo_down",
+    "sft",
+    "sigmoid_norm",
+)
+
+
+def derived_evaluation_refusal(trainer) -> str | None:
+    """Why ``trainer`` (a TRL ``DPOTrainer``) must keep TRL's evaluation pass, or None when the figures can be derived.
+
+    Derived: the standard (reverse-KL) DPO, losses in ``DERIVED_LOSS_TYPES``, one process, the reference TRL computes
+    on the fly (no precomputed or separate reference model), no WPO weighting, no LD-DPO length weighting, no MoE
+    auxiliary loss, sequences never truncated by TRL's collator (the package's rows fit ``max_length``).
+    """
+    args = trainer.args
+    checks = (
+        (args.world_size > 1, "several processes (each evaluates its shard)"),
+        (trainer.f_divergence_type != "reverse_kl", f"f_divergence_type={trainer.f_divergence_type!r}"),
+        (trainer.ld_alpha is not None, "ld_alpha weights the responses' tails"),
+        (trainer.use_weighting, "use_weighting (WPO) reads every token's distribution"),
+        (getattr(trainer, "aux_loss_enabled", False), "the MoE auxiliary loss"),
+        (trainer.precompute_ref_logps or trainer.ref_model is not None, "a precomputed or separate reference"),
+    )
+    found = [why for refused, why in checks if refused]
+    found += [f"loss_type {t!r}" for t in trainer.loss_types if t not in DERIVED_LOSS_TYPES]
+    return "; ".join(found) or None
+
+
+def _loss(loss_type: str, c, r, rc, rr, n_c, n_r, *, beta: float, label_smoothing: float):
+    """One batch's ``loss_type`` loss (TRL's ``DPOTrainer._compute_loss``): from the policy's (``c``, ``r``) and the
+    reference's (``rc``, ``rr``) summed log-probabilities of the chosen and rejected responses and their lengths."""
+    import torch.nn.functional as F
+
+    chosen, rejected = c - rc, r - rr
+    delta = chosen - rejected
+    if loss_type == "sigmoid":
+        return -F.logsigmoid(beta * delta)
+    if loss_type == "hinge":
+        return (1 - beta * delta).relu()
+    if loss_type == "ipo":
+        return (chosen / n_c.clamp(min=1.0) - rejected / n_r.clamp(min=1.0) - 1 / (2 * beta)) ** 2
+    if loss_type == "robust":
+        clean = -(1 - label_smoothing) * F.logsigmoid(beta * delta)
+        flipped = -label_smoothing * F.logsigmoid(-beta * delta)
+        return (clean - flipped) / (1 - 2 * label_smoothing)
+    if loss_type == "bco_pair":
+        return -F.logsigmoid(beta * chosen) - F.logsigmoid(-beta * rejected)
+    if loss_type == "nca_pair":
+        return -F.logsigmoid(beta * chosen) - 0.5 * F.logsigmoid(-beta * chosen) - 0.5 * F.logsigmoid(-beta * rejected)
+    if loss_type == "sppo_hard":
+        return (chosen - 0.5 / beta) ** 2 + (rejected + 0.5 / beta) ** 2
+    if loss_type == "apo_zero":
+        return 1 - (beta * chosen).sigmoid() + (beta * rejected).sigmoid()
+    if loss_type == "apo_down":
+        return (beta * chosen).sigmoid() + 1 - (beta * delta).sigmoid()
+    if loss_type == "sft":  # the chosen responses' mean token NLL over the batch
+        return (-c.sum() / n_c.sum()).expand(len(c))
+    if loss_type == "sigmoid_norm":
+        return -F.logsigmoid(beta * (chosen / n_c.clamp(min=1.0) - rejected / n_r.clamp(min=1.0)))
+    raise ValueError(f"loss_type {loss_type!r} is not derived here (DERIVED_LOSS_TYPES)")
+
+
+def dpo_batch_metrics(
+    policy: Sequence[Sequence[float]],
+    reference: Sequence[Sequence[float]],
+    lengths: Sequence[Sequence[int]],
+    *,
+    beta: float,
+    loss_types: Sequence[str],
+    loss_weights: Sequence[float] | None = None,
+    label_smoothing: float = 0.0,
+) -> tuple[float, dict[str, float]]:
+    """One evaluation batch's DPO loss and TRL's metrics, as ``DPOTrainer._compute_loss`` computes them (float32).
+
+    Args:
+        policy, reference: per pair ``(log p(chosen), log p(rejected))`` in nats, each summed over the response's
+            tokens and its end id, under the policy and under the reference.
+        lengths: per pair ``(chosen tokens, rejected tokens)`` (the responses, end id included).
+        beta, loss_types, loss_weights, label_smoothing: TRL's (``DPOConfig``); ``loss_weights`` None: 1 each.
+
+    Returns:
+        ``(loss, metrics)``: the batch's loss (the weighted sum of each loss type's mean) and TRL's per-batch metric
+        values, keyed as TRL logs them: ``rewards/chosen``, ``rewards/rejected`` (means of beta * (log pi - log
+        pi_ref)), ``rewards/accuracies`` (share of pairs whose chosen reward is strictly higher: a tie is wrong),
+        ``rewards/margins``, ``logps/chosen``, ``logps/rejected``.
+
+    Raises:
+        ValueError: a loss type outside ``DERIVED_LOSS_TYPES``; no pairs.
+    """
+    import torch
+
+    if not len(policy):
+        raise ValueError("dpo_batch_metrics: no pairs")
+    c, r = torch.tensor(policy, dtype=torch.float32).unbind(-1)
+    rc, rr = torch.tensor(reference, dtype=torch.float32).unbind(-1)
+    n_c, n_r = torch.tensor(lengths, dtype=torch.float32).unbind(-1)
+    loss = torch.zeros((), dtype=torch.float32)
+    for loss_type, weight in zip(loss_types, loss_weights or [1.0] * len(loss_types), strict=True):
+        per_pair = _loss(loss_type, c, r, rc, rr, n_c, n_r, beta=beta, label_smoothing=label_smoothing)
+        loss = loss + per_pair.mean() * weight
+    chosen_rewards, rejected_rewards = beta * (c - rc), beta * (r - rr)
+    return loss.item(), {
+        "rewards/chosen": chosen_rewards.mean().item(),
+        "rewards/rejected": rejected_rewards.mean().item(),
+        "rewards/accuracies": (chosen_rewards > rejected_rewards).float().mean().item(),
+        "rewards/margins": (chosen_rewards - rejected_rewards).mean().item(),
+        "logps/chosen": c.mean().item(),
+        "logps/rejected": r.mean().item(),
+    }
+
+
+class KeepReference(TrainerCallback):
+    """At the start of training from step 0, keep the reference's scores of the trainer's held-out pairs: the
+    policy's, which ``preference_checks.pair_nlls`` kept from the held-out check before training (the policy starts
+    as its reference: a fresh adapter adds 0, a continued one is its frozen ``ref`` copy). Nothing is scored here:
+    without that check, the first derived evaluation scores the reference itself (``derived_evaluation``)."""
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        trainer = self.trainer
+        if state.global_step == 0 and trainer.eval_dataset is not None and not isinstance(trainer.eval_dataset, dict):
+            from ..evaluate.preference_checks import pair_ids
+
+            scores = _scores(trainer, trainer.eval_dataset, known_only=True)
+            if scores is not None:
+                trainer.reference_scores = (pair_ids(trainer.eval_dataset), scores)
+
+
+def _scores(trainer, pairs, *, known_only: bool = False):
+    """``preference_checks.preference_scores`` of ``trainer``'s model on ``pairs`` (None: ``known_only`` and no kept
+    pass, or a pair with an empty response)."""
+    from ..evaluate.preference_checks import pair_nlls, preference_scores
+
+    model, tokenizer = trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class
+    nlls = pair_nlls(model, tokenizer, pairs, known_only=known_only)
+    if nlls is None:
+        return None
+    scores = preference_scores(model, tokenizer, pairs, nlls=nlls)
+    return None if scores.skipped else scores
+
+
+def _reference_scores(trainer, pairs):
+    """The reference's scores of ``pairs``: the kept ones (``KeepReference``) when they are of the same pairs, else
+    scored under TRL's reference (the ``ref`` adapter, or adapters disabled)."""
+    from trl.trainer.utils import use_adapter
+
+    from ..evaluate.preference_checks import pair_ids
+
+    kept = getattr(trainer, "reference_scores", None)
+    if kept is not None and kept[0] == pair_ids(pairs):
+        return kept[1]
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+        return _scores(trainer, pairs)
+
+
+def derived_evaluation(trainer, dataloader, metric_key_prefix: str = "eval"):
+    """TRL's DPO evaluation of ``dataloader``'s pairs, derived from summed log-probabilities (``dpo_batch_metrics``):
+    the policy's (one pass, kept for the held-out check after training: ``preference_checks.pair_nlls``) and the
+    reference's (``_reference_scores``), in the batches the evaluation loop would read, each batch's metrics added to
+    the trainer's as TRL adds them (``DPOTrainer.log`` averages them over the batches).
+
+    Args:
+        trainer: a TRL ``DPOTrainer`` for which ``derived_evaluation_refusal`` is None.
+        dataloader: the evaluation loop's (``get_eval_dataloader``): its dataset and batch sampler are read.
+        metric_key_prefix: as ``Trainer.evaluation_loop``.
+
+    Returns:
+        A ``transformers.trainer_utils.EvalLoopOutput`` with ``{prefix}_loss`` (the batches' losses averaged over the
+        pairs, as transformers averages them: each batch weighs its number of pairs), or None when a pair has an
+        empty response (TRL's pass then evaluates).
+    """
+    import numpy as np
+    from transformers.trainer_utils import EvalLoopOutput
+
+    pairs = dataloader.dataset
+    trainer.model.eval()  # as the evaluation loop: TRL's log() reads the mode to prefix the metrics
+    reference = _reference_scores(trainer, pairs)  # first: the policy's pass is the one pair_nlls keeps
+    policy = _scores(trainer, pairs) if reference is not None else None
+    if policy is None:
+        return None
+    metrics, losses = trainer._metrics["eval"], []
+    for batch in dataloader.batch_sampler:
+        loss, values = dpo_batch_metrics(
+            [policy.logps[i] for i in batch],
+            [reference.logps[i] for i in batch],
+            [policy.lengths[i] for i in batch],
+            beta=trainer.beta,
+            loss_types=trainer.loss_types,
+            loss_weights=trainer.loss_weights,
+            label_smoothing=trainer.label_smoothing,
+        )
+        losses += [loss] * len(batch)  # transformers repeats each batch's loss per pair (the last batch: its pairs)
+        for key, value in values.items():
+            metrics[key].append(value)
+    metrics["num_tokens"] = [trainer._total_train_tokens]
+    mean = np.array(losses, dtype=np.float32).mean().item()
+    return EvalLoopOutput(None, None, {f"{metric_key_prefix}_loss": mean}, len(pairs))
