@@ -33,6 +33,7 @@ VARIANTS = {
     "unsloth": ("unsloth", {}),
     "static_compile": ("transformers", {"cache_implementation": "static"}),  # + TRL's disable_compile lifted
     "t4": ("auto", {}),
+    "fused": ("transformers", {}),  # rollout="fused": the package's decoder as TRL's rollout_func
 }
 #: What each variant does besides the field it sets, read in TRL 1.15's and 1.16's GRPOTrainer.
 VARIANT_NOTES = {
@@ -43,8 +44,10 @@ VARIANT_NOTES = {
     "unsloth": "FastLanguageModel + get_peft_model; Unsloth's patched GRPOTrainer, its generate, no vLLM",
     "static_compile": "static cache with TRL's disable_compile lifted: transformers compiles the decoding step",
     "t4": "the package's GRPO defaults, plan_run on a 15 GiB fp16 GPU (backend, 4-bit, split, checkpointing)",
+    "fused": "rollout='fused': train.grpo_rollout.fused_rollout (the fused CUDA-graph decoder, the adapter merged in "
+    "place each step, sampled in the graph) as TRL's rollout_func",
 }
-DEFAULT_VARIANTS = ("generate", "static", "continuous", "unsloth", "t4")
+DEFAULT_VARIANTS = ("generate", "static", "continuous", "unsloth", "fused", "t4")
 #: TRL's continuous-batching switch, newest spelling first (``use_transformers_paged`` is deprecated since TRL 1.2).
 CONTINUOUS_NAMES = ("use_transformers_continuous_batching", "use_transformers_paged")
 NOTE = (
@@ -87,19 +90,21 @@ def grpo_config_with(fields: dict):
 
 
 class RolloutClock:
-    """Times every call of the trainer's ``_generate_single_turn`` (each of TRL's rollout paths goes through it; a CUDA
-    sync on both sides) and counts the completion tokens it returns; records each optimizer step's end."""
+    """Times every call of the trainer's ``rollout_func`` when set, else ``_generate_single_turn`` (each of TRL's own
+    rollout paths goes through it; a CUDA sync on both sides) and counts the completion tokens it returns; records
+    each optimizer step's end."""
 
     def __init__(self, trainer, sync):
         self.sync, self.calls, self.step_ends, self.start = sync, [], [], None
-        inner = trainer._generate_single_turn
+        name = "rollout_func" if getattr(trainer, "rollout_func", None) is not None else "_generate_single_turn"
+        inner = getattr(trainer, name)
 
         def timed(*args, **kwargs):
             sync()
             t0 = time.perf_counter()
             out = inner(*args, **kwargs)
             sync()
-            ids = out[0]
+            ids = out["completion_ids"] if isinstance(out, dict) else out[0]
             self.calls.append(
                 dict(
                     step=trainer.state.global_step,
@@ -110,7 +115,7 @@ class RolloutClock:
             )
             return out
 
-        trainer._generate_single_turn = timed
+        setattr(trainer, name, timed)
 
     def callback(self):
         from transformers import TrainerCallback
@@ -190,6 +195,7 @@ def child(spec: dict) -> dict:
             gradient_checkpointing=False,
             max_seq_length=spec["max_seq_length"],
             learning_rate=1e-5,
+            rollout="fused" if variant == "fused" else "generate",
         )
     plan = plan_run(cfg, hardware)
     print(plan.summary(), flush=True)

@@ -79,6 +79,8 @@ KtoLossType = Literal["kto", "apo_zero_unpaired"]
 GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 #: How GRPO scales each completion's advantage (``GRPOConfig.scale_rewards``, the same in TRL 1.15 and 1.16).
 ScaleRewards = Literal["group", "batch", "none"]
+#: How GRPO samples its completions (``train.grpo_rollout``).
+Rollout = Literal["auto", "fused", "generate"]
 #: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one).
 LossType = Literal[DpoLossType, KtoLossType, GrpoLossType]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
@@ -378,6 +380,10 @@ class GrpoSection:
     mask_truncated_completions: bool = _field(False, identity=True)
     """Leave completions cut at max_completion_length out of the loss (DAPO's); TRL's default False. A cut
     completion cannot end in the answer layout: masked, a long worked answer is not punished for it."""
+    rollout: Rollout = _field("auto", identity=True)
+    """How completions are sampled: "fused" (the package's CUDA-graph decoder with the step's adapter merged in:
+    train.grpo_rollout), "generate" (TRL's transformers generate), "auto" (fused on a CUDA GPU for a transformers
+    Llama and temperature / top_k / top_p sampling, else generate); why: benchmarks/README.md (this package)."""
     prompt_column: str = _field("question", identity=True)
     """GRPO: the column holding each prompt (a string, or a list of chat messages ending with a user turn); GSM8K's
     and the arithmetic demo's "question" (this package)."""

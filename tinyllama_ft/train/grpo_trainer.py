@@ -14,6 +14,7 @@ from ..config.finetune import FinetuneConfig
 from .plan import RunPlan
 from .progress import ProgressPrinter
 from .preference_trainer import reference_kind, settle_reference
+from .grpo_rollout import ForgetFusedCopies, fused_rollout, why_not_fused
 from .rewards import resolve_rewards
 from .sft_trainer import spelled_kwargs, trainer_config_kwargs
 
@@ -95,7 +96,8 @@ def build_grpo_trainer(
             ``families.prepare_family`` sets it).
         train_dataset: ``grpo_prompts.grpo_prompts`` output: ``prompt`` (text or messages) and ``answer``; every
             column reaches the rewards by name.
-        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo".
+        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo"; ``cfg.rollout`` picks TRL's ``generate`` or
+            ``grpo_rollout.fused_rollout`` (``why_not_fused``).
         reward_funcs: built-in names, ``module:function`` strings or callables (``rewards.resolve_rewards``); None:
             ``cfg.reward_funcs``. Resolve them before loading the model, so a bad one stops the run first.
         from_adapter: the model holds a saved adapter the run continues: with ``beta`` > 0 the reference is TRL's
@@ -109,7 +111,7 @@ def build_grpo_trainer(
 
     Raises:
         ValueError: ``cfg.method`` is not "grpo"; the model is not a PEFT model; the dataset has no ``prompt``
-            column; a step holds part of a group (``check_group_batch``).
+            column; a step holds part of a group (``check_group_batch``); as ``grpo_rollout.why_not_fused``.
         rewards.RewardError: as ``rewards.resolve_rewards``.
     """
     from peft import PeftModel
@@ -132,6 +134,7 @@ def build_grpo_trainer(
         cfg.reward_funcs if reward_funcs is None else reward_funcs, max_completion_length=cfg.max_completion_length
     )
     args = GRPOConfig(**grpo_config_kwargs(cfg, plan, config_cls=GRPOConfig))
+    why_not = why_not_fused(cfg.rollout, model, args)
     callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
     trainer = GRPOTrainer(
         model=model,
@@ -139,8 +142,11 @@ def build_grpo_trainer(
         args=args,
         train_dataset=train_dataset,
         processing_class=tokenizer,
-        callbacks=callbacks,
+        callbacks=callbacks + ([] if why_not else [ForgetFusedCopies()]),
+        **({} if why_not else {"rollout_func": fused_rollout}),
     )
+    if progress:
+        print(f"  rollouts: {'the fused decoder (train.grpo_rollout)' if not why_not else f'generate ({why_not})'}")
     return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
 
 

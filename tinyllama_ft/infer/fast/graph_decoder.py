@@ -8,7 +8,7 @@ with its own RoPE positions. Throughput: docs/speed.md.
 from __future__ import annotations
 
 import weakref
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 from .llama_ops import fused_weights, liger_ops, llama_model, rms_norm, rope, silu_mul, why_not_fusable
 
@@ -26,25 +26,55 @@ CACHE_BLOCK = 512
 FUSED_DECODERS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def fused_decoder_for(model, batch_size: int, tokens: int) -> "FusedLlamaDecoder":
-    """The model's ``FusedLlamaDecoder`` for ``batch_size`` rows holding at least ``tokens`` tokens (kept in
-    ``FUSED_DECODERS`` per batch size; a longer request makes a longer one).
+def fused_decoder_for(model, batch_size: int, tokens: int, sampling: Sampling | None = None) -> "FusedLlamaDecoder":
+    """The model's ``FusedLlamaDecoder`` for ``batch_size`` rows holding at least ``tokens`` tokens, greedy or
+    ``sampling`` (kept in ``FUSED_DECODERS`` per batch size; a longer request or another sampling makes a new one).
 
     Raises:
         ValueError: as ``FusedLlamaDecoder``.
     """
     kept = FUSED_DECODERS.setdefault(model, {})
     decoder = kept.get(batch_size)
-    if decoder is None or decoder.L < tokens:
-        kept.pop(batch_size, None)  # free the shorter cache and its graph first
+    if decoder is None or decoder.L < tokens or decoder.sampling != sampling:
+        kept.pop(batch_size, None)  # free the old cache and its graph first
         decoder = kept[batch_size] = FusedLlamaDecoder(
-            model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size, matmul=MATMUL
+            model, -(-tokens // CACHE_BLOCK) * CACHE_BLOCK, batch_size, matmul=MATMUL, sampling=sampling
         )
     return decoder
 
 
+class Sampling(NamedTuple):
+    """Sampling instead of greedy picks, in transformers' order: logits / ``temperature`` (> 0), then the ``top_k``
+    most likely tokens (0: all), then the smallest set holding ``top_p`` of the probability (1.0: all)."""
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+def pick_tokens(logits, sampling: Sampling | None):
+    """One token per row of ``logits`` ``(B, V)``: the argmax, or a draw under ``sampling`` from torch's default
+    generator (an exponential race: ``argmax(p / E)``, ``E ~ Exp(1)``, draws from ``p`` with no host sync, so a CUDA
+    graph can hold it). Returns ``(B, 1)`` token ids."""
+    import torch
+
+    if sampling is None:
+        return logits.argmax(-1, keepdim=True)
+    scores = logits.float() / sampling.temperature
+    if sampling.top_k:
+        kth = scores.topk(min(sampling.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if sampling.top_p < 1.0:  # transformers' TopPLogitsWarper: drop the low tail holding 1 - top_p, keep the top
+        ascending, order = scores.sort(dim=-1)
+        tail = ascending.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
+        tail[:, -1] = False
+        scores = scores.masked_fill(tail.scatter(1, order, tail), float("-inf"))
+    probs = scores.softmax(-1)
+    return (probs / torch.empty_like(probs).exponential_()).argmax(-1, keepdim=True)
+
+
 class FusedLlamaDecoder:
-    """Greedy decoding for ``batch_size`` prompts with a cache of ``max_cache_len`` tokens.
+    """Greedy (or sampled) decoding for ``batch_size`` prompts with a cache of ``max_cache_len`` tokens.
 
     Args:
         model: a transformers Llama causal LM (``why_not_fusable`` is None: 16/32 bits, or 4/8 bits and PEFT
@@ -54,6 +84,7 @@ class FusedLlamaDecoder:
         graph: capture the step as a CUDA graph (None: on a CUDA device).
         kernels: "liger" (fused Triton kernels, CUDA only), "torch", or None (Liger where it imports).
         matmul: one of ``MATMULS``, for the batch-1 decode step's projections (prompts always use cuBLAS).
+        sampling: draw each token (``pick_tokens``); None: greedy.
 
     Raises:
         ValueError: the model is not fusable, ``kernels="liger"`` where Liger is not available, or
@@ -68,6 +99,7 @@ class FusedLlamaDecoder:
         graph: bool | None = None,
         kernels: str | None = None,
         matmul: str = "auto",
+        sampling: Sampling | None = None,
     ):
         import torch
 
@@ -78,7 +110,7 @@ class FusedLlamaDecoder:
         c, inner = llama.config, llama.model
         embed = llama.get_input_embeddings().weight
         self.device, self.dtype = embed.device, embed.dtype
-        self.B, self.L = batch_size, max_cache_len
+        self.B, self.L, self.sampling = batch_size, max_cache_len, sampling
         self.H, self.KV = c.num_attention_heads, c.num_key_value_heads
         self.D = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         self.eps = c.rms_norm_eps
@@ -183,7 +215,8 @@ class FusedLlamaDecoder:
         # an additive mask made once per step (SDPA would convert a boolean one in each of the layers)
         mask = torch.zeros(valid.shape, dtype=self.dtype, device=self.device).masked_fill_(~valid, float("-inf"))
         with self._attention_backend():
-            next_token = self._forward(self.token, self.slot, self.rope_pos[:, None], mask).argmax(-1, keepdim=True)
+            logits = self._forward(self.token, self.slot, self.rope_pos[:, None], mask)
+        next_token = pick_tokens(logits, self.sampling)
         self.answer.index_copy_(1, self.count, next_token)
         self.token.copy_(next_token)
         self.slot.add_(1)
@@ -251,8 +284,9 @@ class FusedLlamaDecoder:
         stop_token_ids: Sequence[int] | None,
         on_tokens: Callable[[list[list[int]]], None] | None = None,
         every: int = 8,
+        keep_stop: bool = False,
     ) -> list[list[int]]:
-        """Greedy answers to a left-padded batch.
+        """Answers to a left-padded batch, greedy or sampled (``sampling``).
 
         Args:
             input_ids: ``(B, n)`` prompt ids on the model's device, padded on the left.
@@ -261,9 +295,10 @@ class FusedLlamaDecoder:
             stop_token_ids: a row stops at the first of these tokens (not returned); None or empty never stops.
             on_tokens: called with each chunk (one list of new ids per row) as it is ready.
             every: tokens per chunk (one host synchronisation each).
+            keep_stop: end each stopped answer with its stop token (TRL's completions hold their EOS).
 
         Returns:
-            One list of new token ids per row, without the EOS.
+            One list of new token ids per row, without the stop token unless ``keep_stop``.
 
         Raises:
             ValueError: the batch is not ``batch_size`` rows, or prompt + answer exceeds the cache.
@@ -293,7 +328,7 @@ class FusedLlamaDecoder:
             for k_cache, v_cache in self.cache:
                 k_cache.zero_()
                 v_cache.zero_()
-            first = self._forward(input_ids, columns, rope_pos, mask[:, None]).argmax(-1, keepdim=True)
+            first = pick_tokens(self._forward(input_ids, columns, rope_pos, mask[:, None]), self.sampling)
             self.token.copy_(first)
             self.slot.fill_(n)
             self.rope_pos.copy_(n - pads)
@@ -311,7 +346,7 @@ class FusedLlamaDecoder:
                         if done[row]:
                             chunk[row] = []
                         elif stops and stops.intersection(ids):
-                            chunk[row] = ids[: min(ids.index(t) for t in stops.intersection(ids))]
+                            chunk[row] = ids[: min(ids.index(t) for t in stops.intersection(ids)) + keep_stop]
                             done[row] = True
                         answers[row] += chunk[row]
                     if on_tokens:

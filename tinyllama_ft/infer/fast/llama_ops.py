@@ -75,9 +75,15 @@ def projection_weight(module, dtype):
     return weight.to(dtype)
 
 
-def fused_weights(model) -> dict:
+def fused_weights(model, refresh: bool = False) -> dict:
     """The weights of ``model`` (one ``why_not_fusable`` accepts) as the fused decoder reads them, kept in
-    ``FUSED_WEIGHTS`` (a snapshot: call ``core.forget(model)`` after changing its weights or adapters).
+    ``FUSED_WEIGHTS`` (a snapshot: call ``core.forget(model)`` after changing its weights or adapters, or pass
+    ``refresh``).
+
+    Args:
+        model: the model.
+        refresh: recompute a kept snapshot's copies in place (the same tensors, so a captured CUDA graph reads the
+            current weights): for a model whose adapter trains between answers (GRPO's rollouts).
 
     Returns:
         ``{"layers": [(input norm, q|k|v, o, post-attention norm, gate|up, down)] per layer, "embed", "norm",
@@ -86,23 +92,30 @@ def fused_weights(model) -> dict:
     import torch
 
     kept = FUSED_WEIGHTS.get(model)
-    if kept is not None:
+    if kept is not None and not refresh:
         return kept
     llama = llama_model(model)
     inner, dtype = llama.model, llama.get_input_embeddings().weight.dtype
     with torch.no_grad():
         layers = []
-        for layer in inner.layers:
+        for i, layer in enumerate(inner.layers):
             attn, mlp = layer.self_attn, layer.mlp
             q, k, v, o, gate, up, down = (
                 projection_weight(m, dtype)
                 for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
             )
-            layers.append(
-                (layer.input_layernorm.weight, torch.cat([q, k, v]), o, layer.post_attention_layernorm.weight)
-                + (torch.cat([gate, up]), down)
-            )
+            weights = (layer.input_layernorm.weight, torch.cat([q, k, v]), o, layer.post_attention_layernorm.weight)
+            weights += (torch.cat([gate, up]), down)
             del q, k, v, gate, up
+            if kept is not None:
+                for old, new in zip(kept["layers"][i], weights):
+                    if new is not old:
+                        old.copy_(new)
+                del weights
+                continue
+            layers.append(weights)
+    if kept is not None:
+        return kept
     kept = {
         "layers": layers,
         "embed": inner.embed_tokens.weight,

@@ -1,0 +1,135 @@
+"""GRPO's rollouts on the fused decoder (``train.grpo_rollout``): its sampling is transformers' (temperature, top_k,
+top_p; seeded), and with the trainer's rollouts on it, its greedy rollouts after each of three optimizer steps equal
+``generate`` on the PEFT model token for token (float32, CPU: the decoder without its CUDA graph)."""
+
+from types import SimpleNamespace
+
+import pytest
+
+from test_grpo import TRL_READS_DEPRECATED, _grpo_cfg, _prompts
+
+
+def _hf_probabilities(logits, temperature, top_k, top_p):
+    """transformers' own warpers, in generate's order, then softmax: the distribution sampling must draw from."""
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    scores = logits.float()
+    for warper in (TemperatureLogitsWarper(temperature), TopKLogitsWarper(top_k), TopPLogitsWarper(top_p)):
+        scores = warper(None, scores)
+    return scores.softmax(-1)
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(1.0, 0, 1.0), (0.7, 12, 1.0), (1.3, 0, 0.8), (0.5, 20, 0.9)])
+def test_sampling_draws_from_transformers_distribution_and_is_seeded(temperature, top_k, top_p):
+    import torch
+
+    from tinyllama_ft.infer.fast.graph_decoder import Sampling, pick_tokens
+
+    torch.manual_seed(0)
+    logits = torch.randn(3, 40) * 2
+    sampling = Sampling(temperature, top_k, top_p)
+    expected = _hf_probabilities(logits, temperature, top_k or 40, top_p)
+    draws = 20_000
+    repeated = logits.repeat_interleave(draws, 0)
+    torch.manual_seed(1)
+    tokens = pick_tokens(repeated, sampling).view(3, draws)
+    torch.manual_seed(1)
+    assert torch.equal(pick_tokens(repeated, sampling).view(3, draws), tokens)  # seeded: the same draws
+    for row in range(3):
+        seen = torch.bincount(tokens[row], minlength=40).float() / draws
+        assert set(tokens[row].tolist()) <= set(expected[row].nonzero().flatten().tolist())  # inside the kept set
+        assert (seen - expected[row]).abs().max() < 0.015, (row, (seen - expected[row]).abs().max())
+    assert torch.equal(pick_tokens(logits, Sampling(0.8, 1, 1.0)), logits.argmax(-1, keepdim=True))  # top_k 1: greedy
+
+
+def _generate_greedy(model, tokenizer, prompt_ids, max_new_tokens, eos_ids):
+    """``generate`` on the PEFT model, greedy, left-padded, each completion cut after its first EOS (kept), as TRL's
+    own rollouts are."""
+    import torch
+
+    n = max(map(len, prompt_ids))
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([[pad] * (n - len(p)) + p for p in prompt_ids])
+    mask = torch.tensor([[0] * (n - len(p)) + [1] * len(p) for p in prompt_ids])
+    out = model.generate(
+        input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos_ids
+    )[:, n:].tolist()
+    cut = []
+    for row in out:
+        end = next((i + 1 for i, t in enumerate(row) if t in eos_ids), len(row))
+        cut.append(row[:end])
+    return cut
+
+
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+@pytest.mark.filterwarnings("ignore:You are using 'rollout_func'")
+def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedily(tmp_path):
+    import torch
+    from chat_fixtures import cpu_trl_cannot_train
+    from transformers import TrainerCallback
+
+    from tinyllama_ft.train import grpo_rollout
+
+    def variety(completions, completion_ids, **kwargs):  # rewards that differ within a group, so the adapter moves
+        return [sum(ids) % 5 / 4 for ids in completion_ids]
+
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer
+    from tinyllama_ft.train.plan import plan_run
+
+    tokenizer = smollm2_tokenizer()
+    model = add_lora(tiny_model("llama", tokenizer), gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    cfg = _grpo_cfg(tmp_path, rollout="fused", max_steps=3, learning_rate=5e-2, max_completion_length=16)
+    trainer = build_grpo_trainer(
+        model=model,
+        tokenizer=tokenizer,
+        train_dataset=_prompts(12),
+        cfg=cfg,
+        plan=plan_run(cfg, Hardware()),
+        reward_funcs=[variety],
+        progress=False,
+    )
+    assert trainer.rollout_func is grpo_rollout.fused_rollout
+    assert trainer.args.temperature == 1.0 and trainer.args.top_k == 0
+    with pytest.raises(ValueError, match="rollout='fused' cannot sample this run: repetition_penalty=1.1"):
+        grpo_rollout.why_not_fused("fused", model, SimpleNamespace(repetition_penalty=1.1))
+    assert grpo_rollout.why_not_fused("auto", model, trainer.args) == "no CUDA device"  # auto: CUDA only
+    if cpu_trl_cannot_train():
+        return
+    prompts = list(trainer.train_dataset["prompt"][:3])
+    calls, checks = [], []
+    inner = trainer.rollout_func
+
+    def counted(prompts, trainer):
+        out = inner(prompts, trainer)
+        calls.append((len(prompts), [len(c) for c in out["completion_ids"]]))
+        return out
+
+    trainer.rollout_func = counted
+
+    class GreedyCheck(TrainerCallback):
+        """After each optimizer step: the rollout function, greedy (top_k 1), against generate."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            trainer.args.top_k = 1
+            try:
+                fused = inner(prompts, trainer)
+            finally:
+                trainer.args.top_k = 0
+            plain = _generate_greedy(model, trainer.processing_class, fused["prompt_ids"], 16, trainer.eos_token_ids)
+            checks.append((state.global_step, fused["completion_ids"], plain))
+
+    trainer.add_callback(GreedyCheck())
+    before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_B" in n}
+    trainer.train()
+    assert [c[0] for c in calls] == [4, 4, 4] and all(1 <= n <= 16 for c in calls for n in c[1])
+    assert [c[0] for c in checks] == [1, 2, 3]
+    for step, fused, plain in checks:
+        assert fused == plain, step  # token for token, with each step's adapter
+    assert any(not torch.equal(before[n], p) for n, p in model.named_parameters() if n in before)
+    from tinyllama_ft.infer.fast.llama_ops import FUSED_WEIGHTS
+
+    assert model not in FUSED_WEIGHTS  # the rollouts' merged copy is dropped when training ends
