@@ -33,7 +33,7 @@ VARIANTS = {
     "unsloth": ("unsloth", {}),
     "static_compile": ("transformers", {"cache_implementation": "static"}),  # + TRL's disable_compile lifted
     "t4": ("auto", {}),
-    "fused": ("transformers", {}),  # rollout="fused": the package's decoder as TRL's rollout_func
+    "fused": ("transformers", {}),  # rollout_decoder="fused": the package's decoder as TRL's rollout_func
 }
 #: What each variant does besides the field it sets, read in TRL 1.15's and 1.16's GRPOTrainer.
 VARIANT_NOTES = {
@@ -44,7 +44,7 @@ VARIANT_NOTES = {
     "unsloth": "FastLanguageModel + get_peft_model; Unsloth's patched GRPOTrainer, its generate, no vLLM",
     "static_compile": "static cache with TRL's disable_compile lifted: transformers compiles the decoding step",
     "t4": "the package's GRPO defaults, plan_run on a 15 GiB fp16 GPU (backend, 4-bit, split, checkpointing)",
-    "fused": "rollout='fused': train.grpo_rollout.fused_rollout (the fused CUDA-graph decoder, the adapter merged in "
+    "fused": "rollout_decoder='fused': train.grpo_rollout.fused_rollout (the fused CUDA-graph decoder, the adapter merged in "
     "place each step, sampled in the graph) as TRL's rollout_func",
 }
 DEFAULT_VARIANTS = ("generate", "static", "continuous", "unsloth", "fused", "t4")
@@ -195,7 +195,7 @@ def child(spec: dict) -> dict:
             gradient_checkpointing=False,
             max_seq_length=spec["max_seq_length"],
             learning_rate=1e-5,
-            rollout="fused" if variant == "fused" else "generate",
+            rollout_decoder="fused" if variant == "fused" else "generate",
         )
     plan = plan_run(cfg, hardware)
     print(plan.summary(), flush=True)

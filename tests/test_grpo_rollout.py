@@ -82,7 +82,7 @@ def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedi
 
     tokenizer = smollm2_tokenizer()
     model = add_lora(tiny_model("llama", tokenizer), gradient_checkpointing=False, lora_r=4, lora_alpha=8)
-    cfg = _grpo_cfg(tmp_path, rollout="fused", max_steps=3, learning_rate=5e-2, max_completion_length=16)
+    cfg = _grpo_cfg(tmp_path, rollout_decoder="fused", max_steps=3, learning_rate=5e-2, max_completion_length=16)
     trainer = build_grpo_trainer(
         model=model,
         tokenizer=tokenizer,
@@ -94,7 +94,7 @@ def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedi
     )
     assert trainer.rollout_func is grpo_rollout.fused_rollout
     assert trainer.args.temperature == 1.0 and trainer.args.top_k == 0
-    with pytest.raises(ValueError, match="rollout='fused' cannot sample this run: repetition_penalty=1.1"):
+    with pytest.raises(ValueError, match="rollout_decoder='fused' cannot sample this run: repetition_penalty=1.1"):
         grpo_rollout.why_not_fused("fused", model, SimpleNamespace(repetition_penalty=1.1))
     assert grpo_rollout.why_not_fused("auto", model, trainer.args) == "no CUDA device"  # auto: CUDA only
     if cpu_trl_cannot_train():

@@ -80,7 +80,7 @@ GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "lusp
 #: How GRPO scales each completion's advantage (``GRPOConfig.scale_rewards``, the same in TRL 1.15 and 1.16).
 ScaleRewards = Literal["group", "batch", "none"]
 #: How GRPO samples its completions (``train.grpo_rollout``).
-Rollout = Literal["auto", "fused", "generate"]
+RolloutDecoder = Literal["auto", "fused", "generate"]
 #: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one).
 LossType = Literal[DpoLossType, KtoLossType, GrpoLossType]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
@@ -380,7 +380,7 @@ class GrpoSection:
     mask_truncated_completions: bool = _field(False, identity=True)
     """Leave completions cut at max_completion_length out of the loss (DAPO's); TRL's default False. A cut
     completion cannot end in the answer layout: masked, a long worked answer is not punished for it."""
-    rollout: Rollout = _field("auto", identity=True)
+    rollout_decoder: RolloutDecoder = _field("auto", identity=True)
     """How completions are sampled: "fused" (the package's CUDA-graph decoder with the step's adapter merged in:
     train.grpo_rollout), "generate" (TRL's transformers generate), "auto" (fused on a CUDA GPU for a transformers
     Llama and temperature / top_k / top_p sampling, else generate); why: benchmarks/README.md (this package)."""

@@ -15,28 +15,28 @@ from ..infer.fast.graph_decoder import Sampling, fused_decoder_for
 from ..infer.fast.llama_ops import fused_weights, why_not_fusable
 
 
-def why_not_fused(rollout: str, model, args) -> str | None:
+def why_not_fused(rollout_decoder: str, model, args) -> str | None:
     """None when the run samples with ``fused_rollout``, else why it uses TRL's ``generate``.
 
     Args:
-        rollout: ``FinetuneConfig.rollout``: "generate", "fused", or "auto" (fused on a CUDA device only: on a CPU
+        rollout_decoder: ``FinetuneConfig.rollout_decoder``: "generate", "fused", or "auto" (fused on a CUDA device only: on a CPU
             the decoder has no graph to gain from).
         model: the PEFT model; the fused decoder reads a transformers Llama (``why_not_fusable``).
         args: the ``GRPOConfig``: the fused decoder applies temperature, top_k and top_p, not ``min_p``,
             ``repetition_penalty``, ``generation_kwargs`` or vLLM.
 
     Raises:
-        ValueError: ``rollout="fused"`` where the model or a generation setting rules it out, naming which.
+        ValueError: ``rollout_decoder="fused"`` where the model or a generation setting rules it out, naming which.
     """
-    if rollout == "generate":
-        return "rollout='generate'"
+    if rollout_decoder == "generate":
+        return "rollout_decoder='generate'"
     why = why_not_fusable(model)
     for name, plain in (("min_p", None), ("repetition_penalty", 1.0), ("generation_kwargs", None), ("use_vllm", False)):
         if why is None and getattr(args, name, plain) not in (plain, {}):
             why = f"{name}={getattr(args, name)!r} (the fused decoder applies temperature, top_k and top_p)"
-    if why is not None and rollout == "fused":
-        raise ValueError(f"rollout='fused' cannot sample this run: {why}; use rollout='auto' or 'generate'")
-    if why is None and rollout == "auto" and model.device.type != "cuda":
+    if why is not None and rollout_decoder == "fused":
+        raise ValueError(f"rollout_decoder='fused' cannot sample this run: {why}; use 'auto' or 'generate'")
+    if why is None and rollout_decoder == "auto" and model.device.type != "cuda":
         why = "no CUDA device"
     return why
 

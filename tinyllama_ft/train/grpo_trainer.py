@@ -96,7 +96,7 @@ def build_grpo_trainer(
             ``families.prepare_family`` sets it).
         train_dataset: ``grpo_prompts.grpo_prompts`` output: ``prompt`` (text or messages) and ``answer``; every
             column reaches the rewards by name.
-        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo"; ``cfg.rollout`` picks TRL's ``generate`` or
+        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo"; ``cfg.rollout_decoder`` picks TRL's ``generate`` or
             ``grpo_rollout.fused_rollout`` (``why_not_fused``).
         reward_funcs: built-in names, ``module:function`` strings or callables (``rewards.resolve_rewards``); None:
             ``cfg.reward_funcs``. Resolve them before loading the model, so a bad one stops the run first.
@@ -134,7 +134,7 @@ def build_grpo_trainer(
         cfg.reward_funcs if reward_funcs is None else reward_funcs, max_completion_length=cfg.max_completion_length
     )
     args = GRPOConfig(**grpo_config_kwargs(cfg, plan, config_cls=GRPOConfig))
-    why_not = why_not_fused(cfg.rollout, model, args)
+    why_not = why_not_fused(cfg.rollout_decoder, model, args)
     callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
     trainer = GRPOTrainer(
         model=model,
