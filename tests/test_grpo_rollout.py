@@ -62,7 +62,6 @@ def _generate_greedy(model, tokenizer, prompt_ids, max_new_tokens, eos_ids):
 
 
 @pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
-@pytest.mark.filterwarnings("ignore:You are using 'rollout_func'")
 def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedily(tmp_path):
     import torch
     from chat_fixtures import cpu_trl_cannot_train

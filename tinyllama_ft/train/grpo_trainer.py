@@ -8,6 +8,7 @@ each reward's mean per step (``rewards/<name>/mean``): ``RewardProgress`` prints
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable, Sequence
 
 from ..config.finetune import FinetuneConfig
@@ -136,15 +137,17 @@ def build_grpo_trainer(
     args = GRPOConfig(**grpo_config_kwargs(cfg, plan, config_cls=GRPOConfig))
     why_not = why_not_fused(cfg.rollout_decoder, model, args)
     callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=rewards,
-        args=args,
-        train_dataset=train_dataset,
-        processing_class=tokenizer,
-        callbacks=callbacks + ([] if why_not else [ForgetFusedCopies()]),
-        **({} if why_not else {"rollout_func": fused_rollout}),
-    )
+    with warnings.catch_warnings():  # TRL calls rollout_func experimental; this package pins how it calls it
+        warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=rewards,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            callbacks=callbacks + ([] if why_not else [ForgetFusedCopies()]),
+            **({} if why_not else {"rollout_func": fused_rollout}),
+        )
     if progress:
         print(f"  rollouts: {'the fused decoder (train.grpo_rollout)' if not why_not else f'generate ({why_not})'}")
     return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
