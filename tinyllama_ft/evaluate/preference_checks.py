@@ -8,7 +8,6 @@ because DPO can lower both while widening the margin.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import asdict, dataclass, field
 
 from .held_out import token_nlls
@@ -77,52 +76,16 @@ def response_nlls(model, tokenizer, prompts, responses, *, batch_size: int = 4, 
     return out
 
 
-#: Each model's last ``pair_nlls``: ``(key, result)``, the key its state and the pairs' ids (``_scoring_key``).
-_LAST_SCORED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def model_state(model) -> tuple:
-    """What a forward pass of ``model`` reads besides its input: each parameter's storage and in-place version (an
-    optimizer step, a loaded checkpoint or a merge changes one), the active adapters, and which adapter layers are
-    disabled (PEFT's ``disable_adapter``)."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    params = tuple((p.data_ptr(), p._version) for p in model.parameters())
-    disabled = tuple(m.disable_adapters for m in model.modules() if isinstance(m, BaseTunerLayer))
-    return params, disabled, tuple(getattr(model, "active_adapters", None) or ())
-
-
-def pair_ids(pairs) -> tuple:
-    """The pairs' ``(prompt_ids, chosen_ids, rejected_ids)``, as tuples (comparable, hashable)."""
-    return tuple(tuple(tuple(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")) for r in pairs)
-
-
-def _scoring_key(model, rows, batch_size: int, max_batch_tokens: int) -> tuple:
-    return model_state(model), pair_ids(rows), batch_size, max_batch_tokens
-
-
-def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096, known_only: bool = False):
+def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
     """``(chosen, rejected)``: ``response_nlls`` of each pair's prompt + chosen and prompt + rejected, in row order,
     one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen ones
     for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
 
-    The last result for each model is kept: asked again for the same pairs while the model is in the same state
-    (``model_state``: no weight changed, the same adapters active), it is returned without a pass (the trainer's
-    evaluation after the last step and the held-out check after training score the same weights:
-    ``train.preference_trainer``).
-
     Args:
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
         model, tokenizer, batch_size, max_batch_tokens: as ``response_nlls``.
-        known_only: return the kept result, or None when the model's state or the pairs differ (no pass).
     """
     rows = [dict(r) for r in pairs]
-    key = _scoring_key(model, rows, batch_size, max_batch_tokens)
-    last = _LAST_SCORED.get(model)
-    if last is not None and last[0] == key:
-        return last[1]
-    if known_only:
-        return None
     keep = [i for i, r in enumerate(rows) if r["prompt_ids"] and r["chosen_ids"] and r["rejected_ids"]]
     prompts = [rows[i]["prompt_ids"] for i in keep] * 2
     responses = [rows[i]["chosen_ids"] for i in keep] + [rows[i]["rejected_ids"] for i in keep]
@@ -130,7 +93,6 @@ def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens:
     chosen, rejected = [None] * len(rows), [None] * len(rows)
     for j, i in enumerate(keep):
         chosen[i], rejected[i] = nlls[j], nlls[len(keep) + j]
-    _LAST_SCORED[model] = (key, (chosen, rejected))
     return chosen, rejected
 
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from transformers import TrainerCallback
-
 #: DPO losses whose per-pair value is a function of the summed log-probabilities and the responses' lengths (TRL's
 #: formulas, ``DPOTrainer._compute_loss``); the others keep TRL's evaluation pass.
 DERIVED_LOSS_TYPES = (
@@ -134,57 +132,38 @@ def dpo_batch_metrics(
     }
 
 
-class KeepReference(TrainerCallback):
-    """At the start of training from step 0, keep the reference's scores of the trainer's held-out pairs: the
-    policy's, which ``preference_checks.pair_nlls`` kept from the held-out check before training (the policy starts
-    as its reference: a fresh adapter adds 0, a continued one is its frozen ``ref`` copy). Nothing is scored here:
-    without that check, the first derived evaluation scores the reference itself (``derived_evaluation``)."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        trainer = self.trainer
-        if state.global_step == 0 and trainer.eval_dataset is not None and not isinstance(trainer.eval_dataset, dict):
-            from ..evaluate.preference_checks import pair_ids
-
-            scores = _scores(trainer, trainer.eval_dataset, known_only=True)
-            if scores is not None:
-                trainer.reference_scores = (pair_ids(trainer.eval_dataset), scores)
-
-
-def _scores(trainer, pairs, *, known_only: bool = False):
-    """``preference_checks.preference_scores`` of ``trainer``'s model on ``pairs`` (None: ``known_only`` and no kept
-    pass, or a pair with an empty response)."""
+def _scores(trainer, pairs):
+    """``(preference_checks.preference_scores, pair_nlls)`` of ``trainer``'s model on ``pairs`` (scores None: a pair
+    with an empty response)."""
     from ..evaluate.preference_checks import pair_nlls, preference_scores
 
     model, tokenizer = trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class
-    nlls = pair_nlls(model, tokenizer, pairs, known_only=known_only)
-    if nlls is None:
-        return None
+    nlls = pair_nlls(model, tokenizer, pairs)
     scores = preference_scores(model, tokenizer, pairs, nlls=nlls)
-    return None if scores.skipped else scores
+    return (None if scores.skipped else scores), nlls
+
+
+def _pair_ids(pairs) -> list:
+    return [tuple(tuple(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")) for r in pairs]
 
 
 def _reference_scores(trainer, pairs):
-    """The reference's scores of ``pairs``: the kept ones (``KeepReference``) when they are of the same pairs, else
+    """The reference's scores of ``pairs``: ``trainer.reference_scores`` when they are the trainer's eval pairs, else
     scored under TRL's reference (the ``ref`` adapter, or adapters disabled)."""
     from trl.trainer.utils import use_adapter
 
-    from ..evaluate.preference_checks import pair_ids
-
-    kept = getattr(trainer, "reference_scores", None)
-    if kept is not None and kept[0] == pair_ids(pairs):
-        return kept[1]
+    given, eval_pairs = trainer.reference_scores, trainer.eval_dataset
+    if given is not None and not isinstance(eval_pairs, dict) and _pair_ids(pairs) == _pair_ids(eval_pairs):
+        return given
     model = trainer.accelerator.unwrap_model(trainer.model)
     with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-        return _scores(trainer, pairs)
+        return _scores(trainer, pairs)[0]
 
 
 def derived_evaluation(trainer, dataloader, metric_key_prefix: str = "eval"):
     """TRL's DPO evaluation of ``dataloader``'s pairs, derived from summed log-probabilities (``dpo_batch_metrics``):
-    the policy's (one pass, kept for the held-out check after training: ``preference_checks.pair_nlls``) and the
-    reference's (``_reference_scores``), in the batches the evaluation loop would read, each batch's metrics added to
+    the policy's (one pass, its ``pair_nlls`` kept as ``trainer.policy_nlls`` for the held-out check after training)
+    and the reference's (``_reference_scores``), in the batches the evaluation loop would read, each batch's metrics added to
     the trainer's as TRL adds them (``DPOTrainer.log`` averages them over the batches).
 
     Args:
@@ -202,8 +181,8 @@ def derived_evaluation(trainer, dataloader, metric_key_prefix: str = "eval"):
 
     pairs = dataloader.dataset
     trainer.model.eval()  # as the evaluation loop: TRL's log() reads the mode to prefix the metrics
-    reference = _reference_scores(trainer, pairs)  # first: the policy's pass is the one pair_nlls keeps
-    policy = _scores(trainer, pairs) if reference is not None else None
+    reference = _reference_scores(trainer, pairs)
+    policy, trainer.policy_nlls = _scores(trainer, pairs) if reference is not None else (None, None)
     if policy is None:
         return None
     metrics, losses = trainer._metrics["eval"], []

@@ -153,17 +153,16 @@ def trainer_class(method: str):
     if method == "dpo":
         from trl import DPOTrainer
 
-        from .dpo_evaluation import KeepReference, derived_evaluation, derived_evaluation_refusal
+        from .dpo_evaluation import derived_evaluation, derived_evaluation_refusal
 
         class PackageDPOTrainer(DPOTrainer):
             evaluates_before_training = False  # loop.train_and_evaluate: the loss there is known
             evaluates_before_training_reason = STARTS_AT_REFERENCE
-            #: ``(pair ids, PreferenceScores)`` of the reference on the eval pairs (``dpo_evaluation.KeepReference``)
+            #: The caller's ``PreferenceScores`` of the reference on ``eval_dataset`` (the held-out check's before
+            #: training: the policy starts as its reference); None: scored at each derived evaluation.
             reference_scores = None
-
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                self.add_callback(KeepReference(self))
+            #: The last derived evaluation's ``pair_nlls`` of the policy, for the held-out check after training.
+            policy_nlls = None
 
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
