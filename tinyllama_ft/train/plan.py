@@ -132,12 +132,6 @@ def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
     return tuple(reward_name(f) for f in funcs)
 
 
-def _text_config(model_config):
-    if isinstance(model_config, dict):
-        return model_config.get("text_config") or model_config
-    return getattr(model_config, "text_config", None) or model_config
-
-
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
     """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read
     from the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
@@ -249,14 +243,8 @@ def plan_run(
     split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
     dims, rope, unreadable = None, None, None
     try:
-        text_config = _text_config(model_config if model_config is not None else read_model_config(cfg.model_name))
-        dims = model_dims(text_config)
-        positions = (
-            text_config.get("max_position_embeddings")
-            if isinstance(text_config, dict)
-            else getattr(text_config, "max_position_embeddings", None)
-        )
-        rope = rope_scaling_factor(cfg.max_seq_length, positions)
+        dims = model_dims(model_config if model_config is not None else read_model_config(cfg.model_name))
+        rope = rope_scaling_factor(cfg.max_seq_length, dims["positions"])
     except Exception as e:  # unreadable config: the plan says so and keeps what was configured
         unreadable = type(e).__name__
     preference = cfg.method != "sft"
