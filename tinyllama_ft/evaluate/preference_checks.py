@@ -50,49 +50,26 @@ class PreferenceScores:
         )
 
 
-def response_nlls(model, tokenizer, prompts, responses, *, batch_size: int = 4, max_batch_tokens: int = 4096):
-    """``held_out.token_nlls`` of each prompt + response, in row order.
+def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
+    """``(chosen, rejected)``: ``held_out.token_nlls`` of each pair's prompt + chosen and prompt + rejected, in row
+    order, one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen
+    ones for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
 
     Args:
         model, tokenizer: a causal LM (a PEFT model too) and its tokenizer, as ``held_out.token_nlls``.
-        prompts, responses: token ids per row (``prompt_ids`` and ``chosen_ids`` / ``rejected_ids`` /
-            ``completion_ids``); each prompt at least one token, each response at least one.
+        pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
         batch_size, max_batch_tokens: as ``held_out.token_nlls``.
 
     Returns:
-        One float32 tensor per row: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
+        One float32 tensor per sequence: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
         tokens are ``nll[len(prompt) - 1:]``.
-
-    Raises:
-        ValueError: a row with an empty prompt or response (naming its 0-based index).
-    """
-    for i, (prompt, response) in enumerate(zip(prompts, responses)):
-        if not prompt or not response:
-            raise ValueError(f"response_nlls: row {i} has an empty {'prompt' if not prompt else 'response'}")
-    ids = [list(p) + list(r) for p, r in zip(prompts, responses)]
-    out = [None] * len(ids)
-    for i, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
-        out[i] = nll
-    return out
-
-
-def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
-    """``(chosen, rejected)``: ``response_nlls`` of each pair's prompt + chosen and prompt + rejected, in row order,
-    one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen ones
-    for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
-
-    Args:
-        pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
-        model, tokenizer, batch_size, max_batch_tokens: as ``response_nlls``.
     """
     rows = [dict(r) for r in pairs]
     keep = [i for i, r in enumerate(rows) if r["prompt_ids"] and r["chosen_ids"] and r["rejected_ids"]]
-    prompts = [rows[i]["prompt_ids"] for i in keep] * 2
-    responses = [rows[i]["chosen_ids"] for i in keep] + [rows[i]["rejected_ids"] for i in keep]
-    nlls = response_nlls(model, tokenizer, prompts, responses, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+    ids = [list(rows[i]["prompt_ids"]) + list(rows[i][k]) for k in ("chosen_ids", "rejected_ids") for i in keep]
     chosen, rejected = [None] * len(rows), [None] * len(rows)
-    for j, i in enumerate(keep):
-        chosen[i], rejected[i] = nlls[j], nlls[len(keep) + j]
+    for j, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
+        (chosen if j < len(keep) else rejected)[keep[j % len(keep)]] = nll
     return chosen, rejected
 
 
@@ -102,7 +79,7 @@ def preference_scores(
     """Preference accuracy, margins and log-probabilities of ``model`` on held-out pairs.
 
     Args:
-        model, tokenizer: as ``response_nlls``.
+        model, tokenizer: as ``pair_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids`` (a ``datasets.Dataset`` from
             ``preference_tokens.tokenize_preferences``, or a list of dicts).
         batch_size, max_batch_tokens: as ``held_out.token_nlls`` (each pair is two rows).
