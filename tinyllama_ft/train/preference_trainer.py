@@ -103,17 +103,13 @@ def _add_kl_completions(batch: dict[str, list]) -> dict[str, list]:
 def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
     """Our pair columns as ORPO's (``tokenize_row``'s): prompt, and per response ids, attention mask, labels
     (-100 on the prompt)."""
-    out: dict[str, list] = {"prompt_input_ids": [], "prompt_attention_mask": []}
+    prompts = batch["prompt_ids"]
+    out = {"prompt_input_ids": prompts, "prompt_attention_mask": [[1] * len(p) for p in prompts]}
     for kind in ("chosen", "rejected"):
-        out.update({f"{kind}_input_ids": [], f"{kind}_attention_mask": [], f"{kind}_labels": []})
-    for i, prompt in enumerate(batch["prompt_ids"]):
-        out["prompt_input_ids"].append(prompt)
-        out["prompt_attention_mask"].append([1] * len(prompt))
-        for kind in ("chosen", "rejected"):
-            answer = batch[f"{kind}_ids"][i]
-            out[f"{kind}_input_ids"].append(prompt + answer)
-            out[f"{kind}_attention_mask"].append([1] * (len(prompt) + len(answer)))
-            out[f"{kind}_labels"].append([-100] * len(prompt) + answer)
+        pairs = list(zip(prompts, batch[f"{kind}_ids"]))
+        out[f"{kind}_input_ids"] = [p + a for p, a in pairs]
+        out[f"{kind}_attention_mask"] = [[1] * (len(p) + len(a)) for p, a in pairs]
+        out[f"{kind}_labels"] = [[-100] * len(p) + a for p, a in pairs]
     return out
 
 
