@@ -211,11 +211,18 @@ def plan_run(
         share = split_over_processes(cfg, world)
         if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
             share = dataclasses.replace(share, backend="transformers")
-        return _per_process(
-            plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1),
-            cfg,
-            world,
+        plan = plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1)
+        if plan.backend == "unsloth":
+            raise ValueError(
+                f"backend='unsloth' trains on one GPU only, not {world} processes: set "
+                f"backend='transformers' (or 'auto') for accelerate launch"
+            )
+        line = (
+            f"{world} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
+            f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
+            f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes"
         )
+        return dataclasses.replace(plan, world_size=world, reasons=(*plan.reasons, line))
     check_trainer_names(cfg, hardware)
     dtype = resolve_dtype(cfg.dtype, hardware)
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
@@ -384,17 +391,3 @@ def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig
     share = effective // world_size
     micro = math.gcd(cfg.per_device_train_batch_size, share)
     return dataclasses.replace(cfg, per_device_train_batch_size=micro, gradient_accumulation_steps=share // micro)
-
-
-def _per_process(plan: RunPlan, cfg: FinetuneConfig, world_size: int) -> RunPlan:
-    if plan.backend == "unsloth":
-        raise ValueError(
-            f"backend='unsloth' trains on one GPU only, not {world_size} processes: set "
-            f"backend='transformers' (or 'auto') for accelerate launch"
-        )
-    line = (
-        f"{world_size} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
-        f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
-        f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes"
-    )
-    return dataclasses.replace(plan, world_size=world_size, reasons=(*plan.reasons, line))
