@@ -85,13 +85,8 @@ def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
     """
     found = sorted(k for k in values if isinstance(k, str) and SECRET_NAME.search(k))
     if found:
-        variable = (
-            "WANDB_API_KEY"
-            if "wandb" in found[0].lower()
-            else "HF_TOKEN"
-            if "token" in found[0].lower()
-            else "an environment variable"
-        )
+        named = [env for word, env in (("wandb", "WANDB_API_KEY"), ("token", "HF_TOKEN")) if word in found[0].lower()]
+        variable = (named or ["an environment variable"])[0]
         raise ConfigError(
             f"{where}: {found[0]!r} looks like a secret, and secrets are never parameters (they would be saved "
             f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "
