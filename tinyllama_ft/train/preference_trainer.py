@@ -284,8 +284,7 @@ def build_preference_trainer(
             unpair(ds) if ds is not None and "chosen_ids" in ds.column_names else ds
             for ds in (train_dataset, eval_dataset)
         )
-    config_cls = config_class(cfg.method)
-    args = config_cls(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None, config_cls=config_cls))
+    args = config_class(cfg.method)(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     trainer = sdpa_evaluating(trainer_class(cfg.method))(
         model=model,
