@@ -105,19 +105,16 @@ def preference_scores(
         return -nll[len(rows[i]["prompt_ids"]) - 1 :].sum().item()
 
     n = len(keep)
-    chosen = [logp(i, chosen_nlls[i]) for i in keep]
-    rejected = [logp(i, rejected_nlls[i]) for i in keep]
-    per_token = [
-        c / len(rows[i]["chosen_ids"]) - r / len(rows[i]["rejected_ids"]) for i, c, r in zip(keep, chosen, rejected)
-    ]
+    logps = [(logp(i, chosen_nlls[i]), logp(i, rejected_nlls[i])) for i in keep]
+    lengths = [(len(rows[i]["chosen_ids"]), len(rows[i]["rejected_ids"])) for i in keep]
     return PreferenceScores(
         pairs=n,
-        accuracy=sum(c > r for c, r in zip(chosen, rejected)) / n,
-        margin=sum(c - r for c, r in zip(chosen, rejected)) / n,
-        margin_per_token=sum(per_token) / n,
-        chosen_logp=sum(chosen) / n,
-        rejected_logp=sum(rejected) / n,
+        accuracy=sum(c > r for c, r in logps) / n,
+        margin=sum(c - r for c, r in logps) / n,
+        margin_per_token=sum(c / n_c - r / n_r for (c, r), (n_c, n_r) in zip(logps, lengths)) / n,
+        chosen_logp=sum(c for c, _ in logps) / n,
+        rejected_logp=sum(r for _, r in logps) / n,
         skipped=sorted(set(range(len(rows))) - set(keep)),
-        logps=list(zip(chosen, rejected)),
-        lengths=[(len(rows[i]["chosen_ids"]), len(rows[i]["rejected_ids"])) for i in keep],
+        logps=logps,
+        lengths=lengths,
     )
