@@ -1,8 +1,8 @@
 """DPO's evaluation derived from summed log-probabilities (train/dpo_evaluation.py) gives TRL's own figures: on a
 tiny real model after two training steps, every derived loss type's eval_loss and TRL's reward metrics equal what TRL's
 evaluation pass computes (the policy and the reference over every pair) to 1e-4, batch by batch as TRL averages them
-(3 + 3 + 2 pairs); the reference is the held-out check's before training, and the policy's pass is kept for the check
-after it. Newest TRL only, as tests/test_preference_training.py."""
+(3 + 3 + 2 pairs); the reference is the held-out check's before training when the caller gives it, and the policy's
+pass is kept for the check after it. Newest TRL only, as tests/test_preference_training.py."""
 
 from __future__ import annotations
 
@@ -45,12 +45,13 @@ def test_derived_evaluation_equals_trls_for_each_derived_loss_type(stories_dir, 
         "dpo", model, tokenizer, pairs, tmp_path, eval_dataset=pairs, per_device_eval_batch_size=3, beta=0.5
     )
     assert derived_evaluation_refusal(trainer) is None
-    if before_check:  # the run's held-out check before training: the reference's scores, kept
+    if before_check:  # the run's held-out check before training: the reference's scores, given to the trainer
         before = preference_scores(model, tokenizer, pairs)
+        trainer.reference_scores = before
     trainer.train()
     assert (trainer.reference_scores is not None) == before_check
     if before_check:
-        assert trainer.reference_scores[1].logps == before.logps
+        assert trainer.reference_scores.logps == before.logps
     for loss_type, weight in [(t, 1.0) for t in DERIVED_LOSS_TYPES] + [(("sigmoid", "sft"), (1.0, 0.5))]:
         trainer.loss_types = list(loss_type) if isinstance(loss_type, tuple) else [loss_type]
         trainer.loss_weights = list(weight) if isinstance(weight, tuple) else [weight]
@@ -62,7 +63,7 @@ def test_derived_evaluation_equals_trls_for_each_derived_loss_type(stories_dir, 
     assert 0 < trls["eval_rewards/accuracies"] <= 1
     # the policy's pass of the last derived evaluation is the one the held-out check after training reads
     trainer.evaluate()
-    kept = pair_nlls(model, tokenizer, pairs, known_only=True)
+    kept = trainer.policy_nlls
     assert kept is not None
     again = pair_nlls(model, tokenizer, pairs, batch_size=3)  # scored anew (other batches)
     flat = lambda nlls: [x for pair in preference_scores(model, tokenizer, pairs, nlls=nlls).logps for x in pair]  # noqa: E731
@@ -79,17 +80,32 @@ def test_trls_evaluation_stays_for_what_is_not_derived(stories_dir, cpu, tmp_pat
     assert "eval_rewards/accuracies" in metrics and "eval_entropy" in metrics  # TRL's pass: its logit metrics too
 
 
-def test_a_weight_change_forgets_the_kept_pass(stories_dir, cpu, tmp_path):
+def test_the_check_after_training_reads_the_pass_it_is_given_and_scores_anew_without_one(stories_dir, cpu, tmp_path):
     import torch
+    from test_preference_run import _stories_run, _through_the_cells
 
-    from tinyllama_ft.evaluate.preference_checks import pair_nlls
+    from tinyllama_ft.evaluate.held_out import held_out_check
+    from tinyllama_ft.evaluate.preference_checks import pair_nlls, preference_scores
 
-    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
-    pair_nlls(model, tokenizer, pairs)
-    assert pair_nlls(model, tokenizer, pairs, known_only=True) is not None
-    assert pair_nlls(model, tokenizer, pairs.select(range(4)), known_only=True) is None  # other pairs
-    with model.disable_adapter():  # another state: the base alone
-        assert pair_nlls(model, tokenizer, pairs, known_only=True) is None
+    cfg = _stories_run(stories_dir, tmp_path, test_size=0.5)
+    fmt, _, model, tokenizer, _, held = _through_the_cells(cfg, hardware=cpu)
+    rows = fmt.held_out_rows(held)
+
+    def check(pairs=rows, **given):
+        return held_out_check(model, tokenizer, pairs, data_format=fmt, max_seq_length=cfg.max_seq_length, **given)
+
+    kept = pair_nlls(model, tokenizer, rows)
+    fresh = check()
+    assert fresh.preference == preference_scores(model, tokenizer, rows, nlls=kept)
+    given = ([nll + 0.5 for nll in kept[0]], kept[1])  # not this model's: read as given, no pass
+    read = check(pair_nlls=given)
+    assert read.preference == preference_scores(model, tokenizer, rows, nlls=given) != fresh.preference
+    assert read.scores.response_loss == pytest.approx(fresh.scores.response_loss + 0.5, abs=1e-5)  # the chosen ones
+    assert check(rows[:4]).preference.pairs == 4  # other pairs: scored
     with torch.no_grad():
         next(p for n, p in model.named_parameters() if "lora_B" in n).add_(0.01)  # as an optimizer step
-    assert pair_nlls(model, tokenizer, pairs, known_only=True) is None
+    moved = check()  # given none: this state's pass
+    assert moved.preference == preference_scores(model, tokenizer, rows) != fresh.preference
+    with model.disable_adapter():  # another state: the base alone, as the fresh adapter was
+        base = check().preference
+    assert sum(base.logps, ()) == pytest.approx(sum(fresh.preference.logps, ()), abs=1e-5)

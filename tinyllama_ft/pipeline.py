@@ -140,9 +140,11 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(f"planned: {work['planned_steps']} optimizer steps, about {work['planned_tokens']:,} tokens")
         print(fmt.check_first_batch(trainer))
         held_out = fmt.held_out_rows(eval_dataset)
+        checks = {"data_format": fmt, "max_seq_length": cfg.max_seq_length}
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
-            before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+            before = held_out_check(model, tokenizer, held_out, **checks)
             print(f"before: {before}")
+            trainer.reference_scores = before and before.preference  # DPO's evaluation reads the reference's here
         results = train_and_evaluate(trainer, resume=cfg.resume)
         if not is_main_process():
             return {
@@ -150,7 +152,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                 "global_step": results["global_step"],
                 "train_loss": results["train_loss"],
             }
-        after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
+        after = held_out_check(model, tokenizer, held_out, **checks, pair_nlls=getattr(trainer, "policy_nlls", None))
         print(f"after:  {after}")
         side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
         print(answers_table(side_by_side))

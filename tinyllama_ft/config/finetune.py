@@ -504,9 +504,7 @@ class FinetuneConfig(
         for name in PATH_FIELDS:  # "~/runs/x", "$DATA/a.jsonl" as a shell would read them; a Hub id has no ~ or $
             setattr(self, name, expand_path(getattr(self, name)))
         for f in dataclasses.fields(self):
-            problem = _not_allowed(f, getattr(self, f.name))
-            if problem:
-                raise ConfigError(problem)
+            _check_allowed(f, getattr(self, f.name))
         self._check_method()
         self.packing_strategy = resolve_packing_strategy(
             self.long_rows, self.packing, self.packing_strategy, "FinetuneConfig."
@@ -756,18 +754,20 @@ def choices(name: str) -> tuple[Any, ...]:
     return ((None,) if without_none(FIELD_TYPES[name])[1] else ()) + typing.get_args(literal)
 
 
-def _not_allowed(f: dataclasses.Field, value: Any) -> str | None:
-    """What is wrong with a field's parsed value beyond its type (its message, naming the field and what is
-    allowed), or None."""
+def _check_allowed(f: dataclasses.Field, value: Any) -> None:
+    """Refuse a field's parsed value that its type takes but its range does not.
+
+    Raises:
+        ConfigError: naming the field and what is allowed.
+    """
     name, allowed = f.name, f.metadata["allowed"]
     if isinstance(value, float) and not math.isfinite(value):
-        return (
+        raise ConfigError(
             f"FinetuneConfig.{name}={value!r} is not allowed: a finite number "
             f"({allowed[1] if allowed else 'not inf or nan'})"
         )
     if allowed and not allowed[0](value):
-        return f"FinetuneConfig.{name}={value!r} is not allowed: {allowed[1]}"
-    return None
+        raise ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: {allowed[1]}")
 
 
 def parse_field(name: str, value: Any) -> Any:

@@ -46,13 +46,11 @@ def hub_answers(repo_id: str, repo_type: str = "model", timeout_s: float = HUB_T
         timeout_s: seconds to wait for the answer.
 
     Returns:
-        True when the Hub answered, False otherwise (also when huggingface_hub is not installed).
+        True when the Hub answered, False otherwise.
     """
-    try:
-        from huggingface_hub import HfApi
-        from huggingface_hub.errors import HfHubHTTPError
-    except ImportError:
-        return False
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError
+
     try:
         HfApi().repo_info(repo_id, repo_type=repo_type, timeout=timeout_s)
     except HfHubHTTPError:
@@ -65,42 +63,17 @@ def hub_answers(repo_id: str, repo_type: str = "model", timeout_s: float = HUB_T
 def in_hub_cache(repo_id: str, repo_type: str = "model") -> bool:
     """Whether the local caches hold ``repo_id``: huggingface_hub's cache (a model's ``config.json``, any snapshot of
     a dataset), or for a dataset the ``datasets`` library's prepared copy (``<namespace>___<name>``)."""
-    try:
-        from huggingface_hub import snapshot_download, try_to_load_from_cache
-    except ImportError:
-        return False
+    from huggingface_hub import snapshot_download, try_to_load_from_cache
+
     if repo_type == "model":
         return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
     try:
         snapshot_download(repo_id, repo_type=repo_type, local_files_only=True)
         return True
     except Exception:  # noqa: BLE001 - not cached (or a partial cache): look for datasets' own copy
-        pass
-    try:
         from datasets import config as datasets_config
-    except ImportError:
-        return False
-    return os.path.isdir(os.path.join(datasets_config.HF_DATASETS_CACHE, repo_id.replace("/", "___")))
 
-
-def _hub_problem(repo_id: str, flag: str, repo_type: str, where: str) -> str | None:
-    """What is wrong with ``repo_id`` as a Hub id (not valid, or unreachable and not cached), or None."""
-    from huggingface_hub import constants
-    from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-    try:
-        validate_repo_id(repo_id)
-    except HFValidationError as err:
-        return f"{flag}{where}: no such file or folder, and not a Hub id: {repo_id!r} ({err})"
-    if hub_answers(repo_id, repo_type) or in_hub_cache(repo_id, repo_type):
-        return None
-    why = (
-        "HF_HUB_OFFLINE is set"
-        if constants.HF_HUB_OFFLINE or hub_offline()
-        else f"the Hub ({constants.ENDPOINT}) does not answer"
-    )
-    local = "a local folder or .gguf file" if repo_type == "model" else "a local .jsonl/.json/.csv/.parquet file"
-    return f"{flag}{where}: {repo_id}: {why} and the {repo_type} is not in the local cache: pass {local}"
+        return os.path.isdir(os.path.join(datasets_config.HF_DATASETS_CACHE, repo_id.replace("/", "___")))
 
 
 def check_source(
@@ -132,12 +105,24 @@ def check_source(
         if not os.path.exists(text):
             raise PathArgumentError(f"{flag}{where}: no such file or folder: {text}{fix}")
         return text
-    problem = _hub_problem(text, flag, repo_type, where)
-    if problem is None:
+    from huggingface_hub import constants
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(text)
+    except HFValidationError as err:
+        raise PathArgumentError(
+            f"{flag}{where}: no such file or folder, and not a Hub id: {text!r} ({err}){fix}"
+        ) from None
+    if hub_answers(text, repo_type) or in_hub_cache(text, repo_type):
         return text
-    if "not a Hub id" in problem:
-        raise PathArgumentError(problem + fix)
-    raise HubUnreachableError(problem + (f", or pass {flag} with a local copy" if recorded_in else ""))
+    offline = constants.HF_HUB_OFFLINE or hub_offline()
+    why = "HF_HUB_OFFLINE is set" if offline else f"the Hub ({constants.ENDPOINT}) does not answer"
+    local = "a local folder or .gguf file" if repo_type == "model" else "a local .jsonl/.json/.csv/.parquet file"
+    also = f", or pass {flag} with a local copy" if recorded_in else ""
+    raise HubUnreachableError(
+        f"{flag}{where}: {text}: {why} and the {repo_type} is not in the local cache: pass {local}{also}"
+    )
 
 
 def require_folder(value: str | os.PathLike, flag: str, *, holding: str, what: str) -> str:

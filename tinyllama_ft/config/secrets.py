@@ -34,12 +34,11 @@ def colab_secret(name: str) -> str | None:
 
 
 def find_secret(
-    name: str, env=None, secret: Callable[[str], str | None] = colab_secret
+    name: str, env=os.environ, secret: Callable[[str], str | None] = colab_secret
 ) -> tuple[str | None, str | None]:
     """``(value, source)`` of the secret ``name`` (``"WANDB_API_KEY"``, ``"HF_TOKEN"``): from ``env`` (default
     ``os.environ``, source ``"environment"``), else from the Colab secret read by ``secret`` (default
     ``colab_secret``, source ``"colab-secrets"``); ``(None, None)`` when unset."""
-    env = os.environ if env is None else env
     if env.get(name):
         return env[name], "environment"
     value = secret(name)
@@ -49,7 +48,7 @@ def find_secret(
 
 
 def export_secrets(
-    names=SECRET_ENV_VARS, env=None, secret: Callable[[str], str | None] = colab_secret
+    names=SECRET_ENV_VARS, env=os.environ, secret: Callable[[str], str | None] = colab_secret
 ) -> dict[str, str | None]:
     """Copy secrets found only in Colab's secrets into ``env`` (default ``os.environ``), where W&B and
     ``huggingface_hub`` read them; values are never printed or returned.
@@ -61,7 +60,6 @@ def export_secrets(
     Returns:
         ``{name: source}``, source ``"environment"``, ``"colab-secrets"`` or None (not set anywhere).
     """
-    env = os.environ if env is None else env
     sources = {}
     for name in names:
         value, sources[name] = find_secret(name, env, secret)
@@ -85,13 +83,8 @@ def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
     """
     found = sorted(k for k in values if isinstance(k, str) and SECRET_NAME.search(k))
     if found:
-        variable = (
-            "WANDB_API_KEY"
-            if "wandb" in found[0].lower()
-            else "HF_TOKEN"
-            if "token" in found[0].lower()
-            else "an environment variable"
-        )
+        named = [env for word, env in (("wandb", "WANDB_API_KEY"), ("token", "HF_TOKEN")) if word in found[0].lower()]
+        variable = (named or ["an environment variable"])[0]
         raise ConfigError(
             f"{where}: {found[0]!r} looks like a secret, and secrets are never parameters (they would be saved "
             f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "

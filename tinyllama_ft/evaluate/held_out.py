@@ -368,6 +368,7 @@ def held_out_check(
     stop_rows: int = STOP_ROWS,
     max_seq_length: int | None = DEFAULTS.max_seq_length,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
+    pair_nlls: tuple | None = None,
 ) -> HeldOutCheck | None:
     """The run's held-out check of one model state: ``held_out_scores`` and a ``stopping_count``.
 
@@ -379,6 +380,8 @@ def held_out_check(
             prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).
         data_format, max_seq_length: as ``held_out_scores`` (default ``FinetuneConfig``'s ``max_seq_length``).
         max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
+        pair_nlls: on pairs, ``preference_checks.pair_nlls`` of ``rows`` by this model state, computed already (DPO's
+            evaluation after the last step: ``trainer.policy_nlls``); None: computed here.
 
     Returns:
         ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
@@ -399,10 +402,10 @@ def held_out_check(
         return _grpo_check(model, tokenizer, rows, data_format=data_format)
     preference, chosen = None, None
     if data_format.pairs:  # prompt + chosen: the rows held_out_scores reads, scored once for both
-        from .preference_checks import pair_nlls, preference_scores
+        from . import preference_checks as checks
 
-        nlls = pair_nlls(model, tokenizer, rows)
-        preference, chosen = preference_scores(model, tokenizer, rows, nlls=nlls), nlls[0]
+        nlls = pair_nlls or checks.pair_nlls(model, tokenizer, rows)
+        preference, chosen = checks.preference_scores(model, tokenizer, rows, nlls=nlls), nlls[0]
     scores = held_out_scores(
         model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length, nlls=chosen
     )

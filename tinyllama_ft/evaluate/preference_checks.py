@@ -8,7 +8,6 @@ because DPO can lower both while widening the margin.
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import asdict, dataclass, field
 
 from .held_out import token_nlls
@@ -51,86 +50,26 @@ class PreferenceScores:
         )
 
 
-def response_nlls(model, tokenizer, prompts, responses, *, batch_size: int = 4, max_batch_tokens: int = 4096):
-    """``held_out.token_nlls`` of each prompt + response, in row order.
+def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
+    """``(chosen, rejected)``: ``held_out.token_nlls`` of each pair's prompt + chosen and prompt + rejected, in row
+    order, one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen
+    ones for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
 
     Args:
         model, tokenizer: a causal LM (a PEFT model too) and its tokenizer, as ``held_out.token_nlls``.
-        prompts, responses: token ids per row (``prompt_ids`` and ``chosen_ids`` / ``rejected_ids`` /
-            ``completion_ids``); each prompt at least one token, each response at least one.
+        pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
         batch_size, max_batch_tokens: as ``held_out.token_nlls``.
 
     Returns:
-        One float32 tensor per row: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
+        One float32 tensor per sequence: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
         tokens are ``nll[len(prompt) - 1:]``.
-
-    Raises:
-        ValueError: a row with an empty prompt or response (naming its 0-based index).
-    """
-    for i, (prompt, response) in enumerate(zip(prompts, responses)):
-        if not prompt or not response:
-            raise ValueError(f"response_nlls: row {i} has an empty {'prompt' if not prompt else 'response'}")
-    ids = [list(p) + list(r) for p, r in zip(prompts, responses)]
-    out = [None] * len(ids)
-    for i, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
-        out[i] = nll
-    return out
-
-
-#: Each model's last ``pair_nlls``: ``(key, result)``, the key its state and the pairs' ids (``_scoring_key``).
-_LAST_SCORED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
-
-
-def model_state(model) -> tuple:
-    """What a forward pass of ``model`` reads besides its input: each parameter's storage and in-place version (an
-    optimizer step, a loaded checkpoint or a merge changes one), the active adapters, and which adapter layers are
-    disabled (PEFT's ``disable_adapter``)."""
-    from peft.tuners.tuners_utils import BaseTunerLayer
-
-    params = tuple((p.data_ptr(), p._version) for p in model.parameters())
-    disabled = tuple(m.disable_adapters for m in model.modules() if isinstance(m, BaseTunerLayer))
-    return params, disabled, tuple(getattr(model, "active_adapters", None) or ())
-
-
-def pair_ids(pairs) -> tuple:
-    """The pairs' ``(prompt_ids, chosen_ids, rejected_ids)``, as tuples (comparable, hashable)."""
-    return tuple(tuple(tuple(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")) for r in pairs)
-
-
-def _scoring_key(model, rows, batch_size: int, max_batch_tokens: int) -> tuple:
-    return model_state(model), pair_ids(rows), batch_size, max_batch_tokens
-
-
-def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096, known_only: bool = False):
-    """``(chosen, rejected)``: ``response_nlls`` of each pair's prompt + chosen and prompt + rejected, in row order,
-    one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen ones
-    for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
-
-    The last result for each model is kept: asked again for the same pairs while the model is in the same state
-    (``model_state``: no weight changed, the same adapters active), it is returned without a pass (the trainer's
-    evaluation after the last step and the held-out check after training score the same weights:
-    ``train.preference_trainer``).
-
-    Args:
-        pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
-        model, tokenizer, batch_size, max_batch_tokens: as ``response_nlls``.
-        known_only: return the kept result, or None when the model's state or the pairs differ (no pass).
     """
     rows = [dict(r) for r in pairs]
-    key = _scoring_key(model, rows, batch_size, max_batch_tokens)
-    last = _LAST_SCORED.get(model)
-    if last is not None and last[0] == key:
-        return last[1]
-    if known_only:
-        return None
     keep = [i for i, r in enumerate(rows) if r["prompt_ids"] and r["chosen_ids"] and r["rejected_ids"]]
-    prompts = [rows[i]["prompt_ids"] for i in keep] * 2
-    responses = [rows[i]["chosen_ids"] for i in keep] + [rows[i]["rejected_ids"] for i in keep]
-    nlls = response_nlls(model, tokenizer, prompts, responses, batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+    ids = [list(rows[i]["prompt_ids"]) + list(rows[i][k]) for k in ("chosen_ids", "rejected_ids") for i in keep]
     chosen, rejected = [None] * len(rows), [None] * len(rows)
-    for j, i in enumerate(keep):
-        chosen[i], rejected[i] = nlls[j], nlls[len(keep) + j]
-    _LAST_SCORED[model] = (key, (chosen, rejected))
+    for j, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
+        (chosen if j < len(keep) else rejected)[keep[j % len(keep)]] = nll
     return chosen, rejected
 
 
@@ -140,7 +79,7 @@ def preference_scores(
     """Preference accuracy, margins and log-probabilities of ``model`` on held-out pairs.
 
     Args:
-        model, tokenizer: as ``response_nlls``.
+        model, tokenizer: as ``pair_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids`` (a ``datasets.Dataset`` from
             ``preference_tokens.tokenize_preferences``, or a list of dicts).
         batch_size, max_batch_tokens: as ``held_out.token_nlls`` (each pair is two rows).
@@ -166,19 +105,16 @@ def preference_scores(
         return -nll[len(rows[i]["prompt_ids"]) - 1 :].sum().item()
 
     n = len(keep)
-    chosen = [logp(i, chosen_nlls[i]) for i in keep]
-    rejected = [logp(i, rejected_nlls[i]) for i in keep]
-    per_token = [
-        c / len(rows[i]["chosen_ids"]) - r / len(rows[i]["rejected_ids"]) for i, c, r in zip(keep, chosen, rejected)
-    ]
+    logps = [(logp(i, chosen_nlls[i]), logp(i, rejected_nlls[i])) for i in keep]
+    lengths = [(len(rows[i]["chosen_ids"]), len(rows[i]["rejected_ids"])) for i in keep]
     return PreferenceScores(
         pairs=n,
-        accuracy=sum(c > r for c, r in zip(chosen, rejected)) / n,
-        margin=sum(c - r for c, r in zip(chosen, rejected)) / n,
-        margin_per_token=sum(per_token) / n,
-        chosen_logp=sum(chosen) / n,
-        rejected_logp=sum(rejected) / n,
+        accuracy=sum(c > r for c, r in logps) / n,
+        margin=sum(c - r for c, r in logps) / n,
+        margin_per_token=sum(c / n_c - r / n_r for (c, r), (n_c, n_r) in zip(logps, lengths)) / n,
+        chosen_logp=sum(c for c, _ in logps) / n,
+        rejected_logp=sum(r for _, r in logps) / n,
         skipped=sorted(set(range(len(rows))) - set(keep)),
-        logps=list(zip(chosen, rejected)),
-        lengths=[(len(rows[i]["chosen_ids"]), len(rows[i]["rejected_ids"])) for i in keep],
+        logps=logps,
+        lengths=lengths,
     )

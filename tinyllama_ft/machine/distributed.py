@@ -14,29 +14,26 @@ import sys
 from typing import Iterator, Mapping
 
 
-def world_size(env: Mapping[str, str] | None = None) -> int:
+def world_size(env: Mapping[str, str] = os.environ) -> int:
     """Processes training together (``WORLD_SIZE``, set by ``accelerate launch`` / ``torchrun``); 1 when unset.
 
     Raises:
         ValueError: ``WORLD_SIZE`` is set but not a positive integer.
     """
-    env = os.environ if env is None else env
     value = env.get("WORLD_SIZE", "").strip() or "1"
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"WORLD_SIZE={value!r} in the environment is not a positive integer")
     return int(value)
 
 
-def local_process_index(env: Mapping[str, str] | None = None) -> int:
+def local_process_index(env: Mapping[str, str] = os.environ) -> int:
     """This process's index on its machine (``LOCAL_RANK``): the CUDA device it trains on; 0 when unset."""
-    env = os.environ if env is None else env
     return int(env.get("LOCAL_RANK", "").strip() or 0)
 
 
-def is_main_process(env: Mapping[str, str] | None = None) -> bool:
+def is_main_process(env: Mapping[str, str] = os.environ) -> bool:
     """True unless this is a non-main process of a multi-process launch: ``RANK``, else ``LOCAL_RANK``, else
     accelerate's ``PartialState`` when something set it up (never initialised here)."""
-    env = os.environ if env is None else env
     for name in ("RANK", "LOCAL_RANK"):
         if env.get(name, "").strip():
             return int(env[name]) == 0

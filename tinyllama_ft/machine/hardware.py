@@ -60,8 +60,9 @@ def detect_hardware() -> Hardware:
         return Hardware(colab=colab)
     import torch
 
-    if not torch.cuda.is_available():
-        return Hardware(colab=colab, cpu_bf16=_cpu_computes_bf16(torch))
+    if not torch.cuda.is_available():  # AVX512-BF16 or AMX: torch's own probes (False where this torch lacks them)
+        names = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+        return Hardware(colab=colab, cpu_bf16=any(getattr(torch.cpu, n, lambda: False)() for n in names))
     props = torch.cuda.get_device_properties(0)
     return Hardware(
         cuda=True,
@@ -71,12 +72,6 @@ def detect_hardware() -> Hardware:
         colab=colab,
         cuda_bf16=bool(torch.cuda.is_bf16_supported(including_emulation=False)),
     )
-
-
-def _cpu_computes_bf16(torch) -> bool:
-    """AVX512-BF16 or AMX on this CPU (torch's own probes; False where this torch lacks them)."""
-    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
-    return any(getattr(torch.cpu, name, lambda: False)() for name in probes)
 
 
 def is_importable(module: str) -> bool:

@@ -9,25 +9,37 @@ training are the after-check's, and the reference's are the before-check's (the 
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Sequence
 
-from transformers import TrainerCallback
+import torch.nn.functional as F
 
 #: DPO losses whose per-pair value is a function of the summed log-probabilities and the responses' lengths (TRL's
-#: formulas, ``DPOTrainer._compute_loss``); the others keep TRL's evaluation pass.
-DERIVED_LOSS_TYPES = (
-    "sigmoid",
-    "hinge",
-    "ipo",
-    "robust",
-    "bco_pair",
-    "nca_pair",
-    "sppo_hard",
-    "apo_zero",
-    "apo_down",
-    "sft",
-    "sigmoid_norm",
-)
+#: formulas, ``DPOTrainer._compute_loss``), each from one batch (``dpo_batch_metrics``: the policy's ``c``, its
+#: log-ratios to the reference ``chosen``, ``rejected`` and their difference ``delta``, the lengths ``n_c``, ``n_r``,
+#: ``beta`` and ``label_smoothing`` as ``ls``); the others keep TRL's evaluation pass.
+LOSSES = {
+    "sigmoid": lambda b: -F.logsigmoid(b.beta * b.delta),
+    "hinge": lambda b: (1 - b.beta * b.delta).relu(),
+    "ipo": lambda b: (b.chosen / b.n_c.clamp(min=1.0) - b.rejected / b.n_r.clamp(min=1.0) - 1 / (2 * b.beta)) ** 2,
+    "robust": lambda b: (
+        (b.ls * F.logsigmoid(-b.beta * b.delta) - (1 - b.ls) * F.logsigmoid(b.beta * b.delta)) / (1 - 2 * b.ls)
+    ),
+    "bco_pair": lambda b: -F.logsigmoid(b.beta * b.chosen) - F.logsigmoid(-b.beta * b.rejected),
+    "nca_pair": lambda b: (
+        -F.logsigmoid(b.beta * b.chosen)
+        - 0.5 * F.logsigmoid(-b.beta * b.chosen)
+        - 0.5 * F.logsigmoid(-b.beta * b.rejected)
+    ),
+    "sppo_hard": lambda b: (b.chosen - 0.5 / b.beta) ** 2 + (b.rejected + 0.5 / b.beta) ** 2,
+    "apo_zero": lambda b: 1 - (b.beta * b.chosen).sigmoid() + (b.beta * b.rejected).sigmoid(),
+    "apo_down": lambda b: (b.beta * b.chosen).sigmoid() + 1 - (b.beta * b.delta).sigmoid(),
+    "sft": lambda b: (-b.c.sum() / b.n_c.sum()).expand(len(b.c)),  # the chosen responses' mean token NLL
+    "sigmoid_norm": lambda b: (
+        -F.logsigmoid(b.beta * (b.chosen / b.n_c.clamp(min=1.0) - b.rejected / b.n_r.clamp(min=1.0)))
+    ),
+}
+DERIVED_LOSS_TYPES = tuple(LOSSES)
 
 
 def derived_evaluation_refusal(trainer) -> str | None:
@@ -49,40 +61,6 @@ def derived_evaluation_refusal(trainer) -> str | None:
     found = [why for refused, why in checks if refused]
     found += [f"loss_type {t!r}" for t in trainer.loss_types if t not in DERIVED_LOSS_TYPES]
     return "; ".join(found) or None
-
-
-def _loss(loss_type: str, c, r, rc, rr, n_c, n_r, *, beta: float, label_smoothing: float):
-    """One batch's ``loss_type`` loss (TRL's ``DPOTrainer._compute_loss``): from the policy's (``c``, ``r``) and the
-    reference's (``rc``, ``rr``) summed log-probabilities of the chosen and rejected responses and their lengths."""
-    import torch.nn.functional as F
-
-    chosen, rejected = c - rc, r - rr
-    delta = chosen - rejected
-    if loss_type == "sigmoid":
-        return -F.logsigmoid(beta * delta)
-    if loss_type == "hinge":
-        return (1 - beta * delta).relu()
-    if loss_type == "ipo":
-        return (chosen / n_c.clamp(min=1.0) - rejected / n_r.clamp(min=1.0) - 1 / (2 * beta)) ** 2
-    if loss_type == "robust":
-        clean = -(1 - label_smoothing) * F.logsigmoid(beta * delta)
-        flipped = -label_smoothing * F.logsigmoid(-beta * delta)
-        return (clean - flipped) / (1 - 2 * label_smoothing)
-    if loss_type == "bco_pair":
-        return -F.logsigmoid(beta * chosen) - F.logsigmoid(-beta * rejected)
-    if loss_type == "nca_pair":
-        return -F.logsigmoid(beta * chosen) - 0.5 * F.logsigmoid(-beta * chosen) - 0.5 * F.logsigmoid(-beta * rejected)
-    if loss_type == "sppo_hard":
-        return (chosen - 0.5 / beta) ** 2 + (rejected + 0.5 / beta) ** 2
-    if loss_type == "apo_zero":
-        return 1 - (beta * chosen).sigmoid() + (beta * rejected).sigmoid()
-    if loss_type == "apo_down":
-        return (beta * chosen).sigmoid() + 1 - (beta * delta).sigmoid()
-    if loss_type == "sft":  # the chosen responses' mean token NLL over the batch
-        return (-c.sum() / n_c.sum()).expand(len(c))
-    if loss_type == "sigmoid_norm":
-        return -F.logsigmoid(beta * (chosen / n_c.clamp(min=1.0) - rejected / n_r.clamp(min=1.0)))
-    raise ValueError(f"loss_type {loss_type!r} is not derived here (DERIVED_LOSS_TYPES)")
 
 
 def dpo_batch_metrics(
@@ -119,11 +97,15 @@ def dpo_batch_metrics(
     c, r = torch.tensor(policy, dtype=torch.float32).unbind(-1)
     rc, rr = torch.tensor(reference, dtype=torch.float32).unbind(-1)
     n_c, n_r = torch.tensor(lengths, dtype=torch.float32).unbind(-1)
+    chosen, rejected = c - rc, r - rr
+    batch = SimpleNamespace(c=c, chosen=chosen, rejected=rejected, delta=chosen - rejected, n_c=n_c, n_r=n_r)
+    batch.beta, batch.ls = beta, label_smoothing
     loss = torch.zeros((), dtype=torch.float32)
     for loss_type, weight in zip(loss_types, loss_weights or [1.0] * len(loss_types), strict=True):
-        per_pair = _loss(loss_type, c, r, rc, rr, n_c, n_r, beta=beta, label_smoothing=label_smoothing)
-        loss = loss + per_pair.mean() * weight
-    chosen_rewards, rejected_rewards = beta * (c - rc), beta * (r - rr)
+        if loss_type not in LOSSES:
+            raise ValueError(f"loss_type {loss_type!r} is not derived here (DERIVED_LOSS_TYPES)")
+        loss = loss + LOSSES[loss_type](batch).mean() * weight
+    chosen_rewards, rejected_rewards = beta * chosen, beta * rejected
     return loss.item(), {
         "rewards/chosen": chosen_rewards.mean().item(),
         "rewards/rejected": rejected_rewards.mean().item(),
@@ -134,57 +116,38 @@ def dpo_batch_metrics(
     }
 
 
-class KeepReference(TrainerCallback):
-    """At the start of training from step 0, keep the reference's scores of the trainer's held-out pairs: the
-    policy's, which ``preference_checks.pair_nlls`` kept from the held-out check before training (the policy starts
-    as its reference: a fresh adapter adds 0, a continued one is its frozen ``ref`` copy). Nothing is scored here:
-    without that check, the first derived evaluation scores the reference itself (``derived_evaluation``)."""
-
-    def __init__(self, trainer):
-        self.trainer = trainer
-
-    def on_train_begin(self, args, state, control, **kwargs):
-        trainer = self.trainer
-        if state.global_step == 0 and trainer.eval_dataset is not None and not isinstance(trainer.eval_dataset, dict):
-            from ..evaluate.preference_checks import pair_ids
-
-            scores = _scores(trainer, trainer.eval_dataset, known_only=True)
-            if scores is not None:
-                trainer.reference_scores = (pair_ids(trainer.eval_dataset), scores)
-
-
-def _scores(trainer, pairs, *, known_only: bool = False):
-    """``preference_checks.preference_scores`` of ``trainer``'s model on ``pairs`` (None: ``known_only`` and no kept
-    pass, or a pair with an empty response)."""
+def _scores(trainer, pairs):
+    """``(preference_checks.preference_scores, pair_nlls)`` of ``trainer``'s model on ``pairs`` (scores None: a pair
+    with an empty response)."""
     from ..evaluate.preference_checks import pair_nlls, preference_scores
 
     model, tokenizer = trainer.accelerator.unwrap_model(trainer.model), trainer.processing_class
-    nlls = pair_nlls(model, tokenizer, pairs, known_only=known_only)
-    if nlls is None:
-        return None
+    nlls = pair_nlls(model, tokenizer, pairs)
     scores = preference_scores(model, tokenizer, pairs, nlls=nlls)
-    return None if scores.skipped else scores
+    return (None if scores.skipped else scores), nlls
+
+
+def _pair_ids(pairs) -> list:
+    return [tuple(tuple(r[k]) for k in ("prompt_ids", "chosen_ids", "rejected_ids")) for r in pairs]
 
 
 def _reference_scores(trainer, pairs):
-    """The reference's scores of ``pairs``: the kept ones (``KeepReference``) when they are of the same pairs, else
+    """The reference's scores of ``pairs``: ``trainer.reference_scores`` when they are the trainer's eval pairs, else
     scored under TRL's reference (the ``ref`` adapter, or adapters disabled)."""
     from trl.trainer.utils import use_adapter
 
-    from ..evaluate.preference_checks import pair_ids
-
-    kept = getattr(trainer, "reference_scores", None)
-    if kept is not None and kept[0] == pair_ids(pairs):
-        return kept[1]
+    given, eval_pairs = trainer.reference_scores, trainer.eval_dataset
+    if given is not None and not isinstance(eval_pairs, dict) and _pair_ids(pairs) == _pair_ids(eval_pairs):
+        return given
     model = trainer.accelerator.unwrap_model(trainer.model)
     with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-        return _scores(trainer, pairs)
+        return _scores(trainer, pairs)[0]
 
 
 def derived_evaluation(trainer, dataloader, metric_key_prefix: str = "eval"):
     """TRL's DPO evaluation of ``dataloader``'s pairs, derived from summed log-probabilities (``dpo_batch_metrics``):
-    the policy's (one pass, kept for the held-out check after training: ``preference_checks.pair_nlls``) and the
-    reference's (``_reference_scores``), in the batches the evaluation loop would read, each batch's metrics added to
+    the policy's (one pass, its ``pair_nlls`` kept as ``trainer.policy_nlls`` for the held-out check after training)
+    and the reference's (``_reference_scores``), in the batches the evaluation loop would read, each batch's metrics added to
     the trainer's as TRL adds them (``DPOTrainer.log`` averages them over the batches).
 
     Args:
@@ -202,8 +165,8 @@ def derived_evaluation(trainer, dataloader, metric_key_prefix: str = "eval"):
 
     pairs = dataloader.dataset
     trainer.model.eval()  # as the evaluation loop: TRL's log() reads the mode to prefix the metrics
-    reference = _reference_scores(trainer, pairs)  # first: the policy's pass is the one pair_nlls keeps
-    policy = _scores(trainer, pairs) if reference is not None else None
+    reference = _reference_scores(trainer, pairs)
+    policy, trainer.policy_nlls = _scores(trainer, pairs) if reference is not None else (None, None)
     if policy is None:
         return None
     metrics, losses = trainer._metrics["eval"], []

@@ -161,7 +161,7 @@ def out_of_memory_advice(trainer) -> str:
     return (
         f"CUDA ran out of memory at step {trainer.state.global_step + 1} with per_device_train_batch_size="
         f"{args.per_device_train_batch_size} (x gradient_accumulation_steps={args.gradient_accumulation_steps}), "
-        f"max_seq_length={trainer.args.max_length if hasattr(args, 'max_length') else args.max_seq_length} and "
+        f"max_seq_length={args.max_length} and "
         f"gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
         f"gradient_accumulation_steps to keep the effective batch), lower max_seq_length, or set "
         f"gradient_checkpointing=True; recipe='fast' sizes these to the free memory. "

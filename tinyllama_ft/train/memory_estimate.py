@@ -25,14 +25,17 @@ ACTIVATION_COEFFICIENTS = {
 LOGIT_BYTES = 8
 
 
-def model_dims(model_config) -> dict[str, int]:
-    """``{"layers", "hidden", "intermediate", "vocab", "kv_dim"}`` from a transformers config (or a dict).
+def model_dims(model_config) -> dict[str, int | None]:
+    """``{"layers", "hidden", "intermediate", "vocab", "kv_dim", "positions"}`` from a transformers config (or a
+    dict; a multimodal one's ``text_config``); ``positions`` (``max_position_embeddings``) may be None.
 
     Raises:
         KeyError: the config lacks one of the standard decoder fields (``num_hidden_layers``,
             ``hidden_size``, ``intermediate_size``, ``vocab_size``).
     """
     get = model_config.get if isinstance(model_config, dict) else lambda k, d=None: getattr(model_config, k, d)
+    if get("text_config"):
+        return model_dims(get("text_config"))
     hidden = int(get("hidden_size"))
     heads = int(get("num_attention_heads") or 1)
     kv_heads = int(get("num_key_value_heads") or heads)
@@ -42,6 +45,7 @@ def model_dims(model_config) -> dict[str, int]:
         "intermediate": int(get("intermediate_size")),
         "vocab": int(get("vocab_size")),
         "kv_dim": hidden * kv_heads // heads,
+        "positions": get("max_position_embeddings"),
     }
 
 

@@ -221,9 +221,9 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
         ``"resume"`` (its checkpoints match this configuration). ``run_config.json`` is written whenever it returns.
 
     Raises:
-        ValueError: ``resume`` and ``overwrite_output_dir`` are both True; or ``resume=True`` and the
-            recorded configuration differs (the message names the fields: ``data_fingerprint`` when the
-            training rows changed).
+        ValueError: ``resume=True`` and the recorded configuration differs (the message names the fields:
+            ``data_fingerprint`` when the training rows changed); ``resume`` and ``overwrite_output_dir`` both True
+            (``FinetuneConfig`` refuses it as ``cfg`` is copied with its paths expanded).
         FileExistsError: ``output_dir`` holds an earlier run (or ``adapter_dir``, inside ``output_dir`` or not,
             holds an adapter) and neither ``resume`` nor ``overwrite_output_dir`` is True; or ``resume=True`` but it
             holds a finished run without a checkpoint to resume from.
@@ -242,10 +242,6 @@ def prepare_output_dir(cfg: FinetuneConfig, *, data_fingerprint: str | None = No
     lock = acquire_run_lock(cfg.output_dir)
     try:
         out = cfg.output_dir
-        if cfg.resume and cfg.overwrite_output_dir:
-            raise ValueError(
-                "resume=True and overwrite_output_dir=True contradict each other: set one of them to False"
-            )
         identity = run_identity(cfg, data_fingerprint=data_fingerprint)
         earlier = previous_run(cfg)
         if not earlier:

@@ -132,12 +132,6 @@ def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
     return tuple(reward_name(f) for f in funcs)
 
 
-def _text_config(model_config):
-    if isinstance(model_config, dict):
-        return model_config.get("text_config") or model_config
-    return getattr(model_config, "text_config", None) or model_config
-
-
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
     """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read
     from the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
@@ -217,11 +211,18 @@ def plan_run(
         share = split_over_processes(cfg, world)
         if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
             share = dataclasses.replace(share, backend="transformers")
-        return _per_process(
-            plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1),
-            cfg,
-            world,
+        plan = plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1)
+        if plan.backend == "unsloth":
+            raise ValueError(
+                f"backend='unsloth' trains on one GPU only, not {world} processes: set "
+                f"backend='transformers' (or 'auto') for accelerate launch"
+            )
+        line = (
+            f"{world} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
+            f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
+            f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes"
         )
+        return dataclasses.replace(plan, world_size=world, reasons=(*plan.reasons, line))
     check_trainer_names(cfg, hardware)
     dtype = resolve_dtype(cfg.dtype, hardware)
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
@@ -249,14 +250,8 @@ def plan_run(
     split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
     dims, rope, unreadable = None, None, None
     try:
-        text_config = _text_config(model_config if model_config is not None else read_model_config(cfg.model_name))
-        dims = model_dims(text_config)
-        positions = (
-            text_config.get("max_position_embeddings")
-            if isinstance(text_config, dict)
-            else getattr(text_config, "max_position_embeddings", None)
-        )
-        rope = rope_scaling_factor(cfg.max_seq_length, positions)
+        dims = model_dims(model_config if model_config is not None else read_model_config(cfg.model_name))
+        rope = rope_scaling_factor(cfg.max_seq_length, dims["positions"])
     except Exception as e:  # unreadable config: the plan says so and keeps what was configured
         unreadable = type(e).__name__
     preference = cfg.method != "sft"
@@ -396,17 +391,3 @@ def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig
     share = effective // world_size
     micro = math.gcd(cfg.per_device_train_batch_size, share)
     return dataclasses.replace(cfg, per_device_train_batch_size=micro, gradient_accumulation_steps=share // micro)
-
-
-def _per_process(plan: RunPlan, cfg: FinetuneConfig, world_size: int) -> RunPlan:
-    if plan.backend == "unsloth":
-        raise ValueError(
-            f"backend='unsloth' trains on one GPU only, not {world_size} processes: set "
-            f"backend='transformers' (or 'auto') for accelerate launch"
-        )
-    line = (
-        f"{world_size} processes (DDP): each takes batch {plan.per_device_train_batch_size} x accumulation "
-        f"{plan.gradient_accumulation_steps} of the configured {cfg.per_device_train_batch_size} x "
-        f"{cfg.gradient_accumulation_steps}; loss averaged over the tokens of all processes"
-    )
-    return dataclasses.replace(plan, world_size=world_size, reasons=(*plan.reasons, line))

@@ -9,6 +9,7 @@ the run starts from, else the base with adapters disabled (never a second base).
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from ..config.finetune import FinetuneConfig
@@ -20,6 +21,12 @@ from .sft_trainer import quiet_progress, sdpa_evaluating, spelled_kwargs, traine
 #: The id columns each method's trainer reads (``preference_tokens.tokenize_preferences`` output).
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 UNPAIRED_COLUMNS = ("prompt_ids", "completion_ids", "label")
+#: Each method's TRL config class: (module, name).
+CONFIG_CLASSES = {
+    "dpo": ("trl", "DPOConfig"),
+    "kto": ("trl", "KTOConfig"),
+    "orpo": ("trl.experimental.orpo", "ORPOConfig"),
+}
 #: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO and KTO trainers).
 REF_ADAPTER = "ref"
 #: Why DPO's and KTO's trainers are not evaluated before training (``loop.train_and_evaluate``): an evaluation pass
@@ -36,19 +43,10 @@ def config_class(method: str):
     Raises:
         ValueError: ``method`` is not a preference method.
     """
-    if method == "dpo":
-        from trl import DPOConfig
-
-        return DPOConfig
-    if method == "kto":
-        from trl import KTOConfig
-
-        return KTOConfig
-    if method == "orpo":
-        from trl.experimental.orpo import ORPOConfig
-
-        return ORPOConfig
-    raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
+    if method not in CONFIG_CLASSES:
+        raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
+    module, name = CONFIG_CLASSES[method]
+    return getattr(importlib.import_module(module), name)
 
 
 def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
@@ -103,17 +101,13 @@ def _add_kl_completions(batch: dict[str, list]) -> dict[str, list]:
 def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
     """Our pair columns as ORPO's (``tokenize_row``'s): prompt, and per response ids, attention mask, labels
     (-100 on the prompt)."""
-    out: dict[str, list] = {"prompt_input_ids": [], "prompt_attention_mask": []}
+    prompts = batch["prompt_ids"]
+    out = {"prompt_input_ids": prompts, "prompt_attention_mask": [[1] * len(p) for p in prompts]}
     for kind in ("chosen", "rejected"):
-        out.update({f"{kind}_input_ids": [], f"{kind}_attention_mask": [], f"{kind}_labels": []})
-    for i, prompt in enumerate(batch["prompt_ids"]):
-        out["prompt_input_ids"].append(prompt)
-        out["prompt_attention_mask"].append([1] * len(prompt))
-        for kind in ("chosen", "rejected"):
-            answer = batch[f"{kind}_ids"][i]
-            out[f"{kind}_input_ids"].append(prompt + answer)
-            out[f"{kind}_attention_mask"].append([1] * (len(prompt) + len(answer)))
-            out[f"{kind}_labels"].append([-100] * len(prompt) + answer)
+        pairs = list(zip(prompts, batch[f"{kind}_ids"]))
+        out[f"{kind}_input_ids"] = [p + a for p, a in pairs]
+        out[f"{kind}_attention_mask"] = [[1] * (len(p) + len(a)) for p, a in pairs]
+        out[f"{kind}_labels"] = [[-100] * len(p) + a for p, a in pairs]
     return out
 
 
@@ -140,6 +134,17 @@ def preference_sequences(dataset) -> tuple[int, int]:
     raise ValueError(f"preference_sequences: no preference id columns in {columns}")
 
 
+class _StartsAtReference:
+    """DPO's and KTO's trainers: the policy starts as its reference, which TRL computes with the adapter off."""
+
+    evaluates_before_training = False  # loop.train_and_evaluate: the loss there is known
+    evaluates_before_training_reason = STARTS_AT_REFERENCE
+
+    def compute_loss(self, *args, **kwargs):
+        with peft_wrapping():  # TRL's reference pass reads transformers' deprecated checkpointing alias
+            return super().compute_loss(*args, **kwargs)
+
+
 def trainer_class(method: str):
     """The package's subclass of TRL's trainer for ``method``, taking rows tokenized by the package.
 
@@ -153,17 +158,14 @@ def trainer_class(method: str):
     if method == "dpo":
         from trl import DPOTrainer
 
-        from .dpo_evaluation import KeepReference, derived_evaluation, derived_evaluation_refusal
+        from .dpo_evaluation import derived_evaluation, derived_evaluation_refusal
 
-        class PackageDPOTrainer(DPOTrainer):
-            evaluates_before_training = False  # loop.train_and_evaluate: the loss there is known
-            evaluates_before_training_reason = STARTS_AT_REFERENCE
-            #: ``(pair ids, PreferenceScores)`` of the reference on the eval pairs (``dpo_evaluation.KeepReference``)
+        class PackageDPOTrainer(_StartsAtReference, DPOTrainer):
+            #: The caller's ``PreferenceScores`` of the reference on ``eval_dataset`` (the held-out check's before
+            #: training: the policy starts as its reference); None: scored at each derived evaluation.
             reference_scores = None
-
-            def __init__(self, *args, **kwargs):
-                super().__init__(*args, **kwargs)
-                self.add_callback(KeepReference(self))
+            #: The last derived evaluation's ``pair_nlls`` of the policy, for the held-out check after training.
+            policy_nlls = None
 
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
@@ -178,28 +180,17 @@ def trainer_class(method: str):
                         return output
                 return super().evaluation_loop(dataloader, description, prediction_loss_only, *args, **kwargs)
 
-            def compute_loss(self, *args, **kwargs):
-                with peft_wrapping():  # TRL's reference pass reads transformers' deprecated checkpointing alias
-                    return super().compute_loss(*args, **kwargs)
-
         return PackageDPOTrainer
     if method == "kto":
         from trl import KTOTrainer
 
-        class PackageKTOTrainer(KTOTrainer):
-            evaluates_before_training = False  # as DPO's
-            evaluates_before_training_reason = STARTS_AT_REFERENCE
-
+        class PackageKTOTrainer(_StartsAtReference, KTOTrainer):
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, UNPAIRED_COLUMNS, dataset_name)
                 if self.calculate_KL:
                     batch = args.per_device_train_batch_size
                     dataset = dataset.map(_add_kl_completions, batched=True, batch_size=batch)
                 return dataset
-
-            def compute_loss(self, *args, **kwargs):
-                with peft_wrapping():  # as DPO's
-                    return super().compute_loss(*args, **kwargs)
 
         return PackageKTOTrainer
     if method == "orpo":
@@ -293,8 +284,7 @@ def build_preference_trainer(
             unpair(ds) if ds is not None and "chosen_ids" in ds.column_names else ds
             for ds in (train_dataset, eval_dataset)
         )
-    config_cls = config_class(cfg.method)
-    args = config_cls(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None, config_cls=config_cls))
+    args = config_class(cfg.method)(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
     trainer = sdpa_evaluating(trainer_class(cfg.method))(
         model=model,

@@ -43,14 +43,10 @@ def completion_text(completion: Any) -> str:
     if isinstance(completion, str):
         return completion
     if isinstance(completion, list) and all(isinstance(m, dict) for m in completion):
-        parts = []
-        for message in completion:
-            if message.get("role", "assistant") != "assistant":
-                continue
-            content = message.get("content") or ""
-            if isinstance(content, list):
-                content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-            parts.append(content)
+        contents = [m.get("content") or "" for m in completion if m.get("role", "assistant") == "assistant"]
+        parts = (
+            "".join(p.get("text", "") for p in c if isinstance(p, dict)) if isinstance(c, list) else c for c in contents
+        )
         return "".join(parts)
     raise TypeError(f"a completion is a string or a list of messages, not a {type(completion).__name__}")
 
@@ -74,11 +70,10 @@ def correct_number(
     """
     if answer is None:
         raise ValueError("correct_number needs the reference answers: the prompt rows have no 'answer' column")
-    rewards: list[float | None] = []
-    for completion, reference in zip(completions, answer, strict=True):
-        expected = reference_number(reference)
-        rewards.append(None if expected is None else float(extract_number(completion_text(completion)) == expected))
-    return rewards
+    return [
+        None if expected is None else float(extract_number(completion_text(completion)) == expected)
+        for completion, expected in zip(completions, map(reference_number, answer), strict=True)
+    ]
 
 
 def answer_format(prompts, completions, completion_ids=None, trainer_state=None, **kwargs) -> list[float | None]:

@@ -190,15 +190,14 @@ def build_run_summary(
         config=cfg.to_dict(),
     )
     summary.update(heldout or {})
+    trained = {"beta": cfg.beta, "loss_type": list(cfg.loss_type), "reference": plan.reference}
     if chat is not None:
         summary["chat"] = chat
     if preference is not None:
         evals = [h for h in results.get("log_history", []) if "eval_rewards/accuracies" in h]
         summary["preference"] = {
             **preference,
-            "beta": cfg.beta,
-            "loss_type": list(cfg.loss_type),
-            "reference": plan.reference,
+            **trained,
             **summary.get("preference", {}),
             "implicit_reward_accuracy": evals[-1]["eval_rewards/accuracies"] if evals else None,
         }
@@ -211,9 +210,7 @@ def build_run_summary(
             "num_generations": cfg.num_generations,
             "max_completion_length": cfg.max_completion_length,
             "temperature": cfg.temperature,
-            "beta": cfg.beta,
-            "loss_type": list(cfg.loss_type),
-            "reference": plan.reference,
+            **trained,
             **summary.get("grpo", {}),
             "reward_history": reward_history(history, logged_reward_names(history)),
         }

@@ -43,10 +43,9 @@ class Tracking:
     offline_reason: str | None = None
 
 
-def wandb_base_url(env=None) -> str:
+def wandb_base_url(env=os.environ) -> str:
     """The W&B server to talk to: ``WANDB_BASE_URL``, else wandb's own setting (``wandb login --host``
     or the installed wandb's default server)."""
-    env = os.environ if env is None else env
     url = env.get("WANDB_BASE_URL")
     if not url:
         from wandb.sdk import wandb_setup
