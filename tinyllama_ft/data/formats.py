@@ -27,7 +27,20 @@ def _alpaca_fields(row: dict) -> tuple[str, str, str]:
         raise ValueError(f"row {row!r:.80} lacks instruction/output ({err})") from None
 
 
-class AlpacaFormat:
+class _Format:
+    """What every format has unless it says otherwise."""
+
+    #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0).
+    min_test_rows = 1
+    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``); 0: a
+    #: seeded random split.
+    held_out_first = 0
+    pairs = False  # the rows are no preference pairs
+    rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
+    first_batch = None  # what check_first_batch found
+
+
+class AlpacaFormat(_Format):
     """Alpaca rows: instruction, optional input, output; the article's prompt and EOS.
 
     Args:
@@ -35,13 +48,6 @@ class AlpacaFormat:
     """
 
     name = "alpaca"
-    #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0); the rows are no preference pairs.
-    min_test_rows = 1
-    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``); 0: a
-    #: seeded random split.
-    held_out_first = 0
-    pairs = False
-    rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
     #: special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
@@ -51,7 +57,6 @@ class AlpacaFormat:
         self.family = None  # no chat template: the record has none
         self.trains_embeddings = False
         self.lengths = None
-        self.first_batch = None
 
     def __repr__(self) -> str:
         return f"AlpacaFormat(template={self.template!r})"
@@ -165,7 +170,7 @@ def _last_assistant(messages: Sequence[dict]) -> int:
     raise ValueError(f"conversation {list(messages)!r:.80} has no assistant turn")
 
 
-class ConversationFormat:
+class ConversationFormat(_Format):
     """Conversations (``messages`` rows; ShareGPT and Alpaca rows converted) through the model's chat template.
 
     Args:
@@ -177,10 +182,6 @@ class ConversationFormat:
     """
 
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
-    min_test_rows = 1  # as AlpacaFormat's
-    held_out_first = 0
-    pairs = False
-    rollouts = False
 
     def __init__(
         self,
@@ -194,7 +195,6 @@ class ConversationFormat:
         self.assistant_only_loss = assistant_only_loss
         self.family = None  # families.FamilySetup, once prepared
         self.token_report = None
-        self.first_batch = None
 
     def __repr__(self) -> str:
         return f"ConversationFormat({self.name!r}, chat_template={self.chat_template!r})"
@@ -338,19 +338,22 @@ class ConversationFormat:
         }
 
 
-class WrappedFormat:
+class WrappedFormat(_Format):
     """What a preference or GRPO format takes from the SFT format it wraps (``inner``: an ``AlpacaFormat`` for text,
     a ``ConversationFormat`` for conversations, set by ``load`` once the rows' form is read): the recorded name, the
     chat setup, how prompts are tokenized, the stop ids."""
 
     inner: AlpacaFormat | ConversationFormat | None = None
-    held_out_first = 0  # as AlpacaFormat's
+    #: The ``dataset_format`` values the rows can be read with, and the error's words for another one.
+    dataset_formats: tuple[str, ...] = ()
+    rows_are = ""
 
-    def __init__(self, method: str, dataset_format: str, template: str, chat_template: str, adapter_name_or_path: str):
-        self.method, self.dataset_format = method, dataset_format
-        self.template, self.chat_template = template, chat_template
-        self.adapter_name_or_path = adapter_name_or_path
-        self.form = self.first_batch = None
+    def __init__(self, cfg):
+        if cfg.dataset_format not in self.dataset_formats:
+            raise ValueError(f"dataset_format={cfg.dataset_format!r}: {self.rows_are}")
+        self.method, self.dataset_format, self.template = cfg.method, cfg.dataset_format, cfg.template
+        self.chat_template, self.adapter_name_or_path = cfg.chat_template, cfg.adapter_name_or_path
+        self.form = None
 
     def _wrap(self, text: bool) -> None:
         """Wrap an ``AlpacaFormat`` (``text``: the run's ``template``) or a ``ConversationFormat`` (the run's
@@ -386,16 +389,14 @@ def data_format(cfg):
     """The format object of a run (``cfg``: a ``FinetuneConfig``): ``preference_format.PreferenceFormat`` for dpo,
     orpo or kto, ``grpo_format.GrpoFormat`` for grpo, else ``AlpacaFormat`` or ``ConversationFormat`` by
     ``dataset_format``."""
-    names = ("dataset_format", "template", "chat_template", "adapter_name_or_path")
-    wrapping = {name: getattr(cfg, name) for name in names}
     if cfg.method == "grpo":
         from .grpo_format import GrpoFormat
 
-        return GrpoFormat(**wrapping)
+        return GrpoFormat(cfg)
     if cfg.method != "sft":
         from .preference_format import PreferenceFormat
 
-        return PreferenceFormat(cfg.method, **wrapping)
+        return PreferenceFormat(cfg)
     if cfg.dataset_format == "alpaca":
         return AlpacaFormat(cfg.template)
     return ConversationFormat(

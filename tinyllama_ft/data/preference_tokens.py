@@ -8,6 +8,7 @@ one end-of-sequence (or end-of-turn) id. The columns are TRL's: ``prompt_ids`` /
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Sequence
 
@@ -193,9 +194,7 @@ def pair_supervision(trainer, end_id: int, *, batches: int = 1) -> dict[str, int
         in the response); ``"prompt_supervised"`` (a supervised token before the response's run).
     """
     counts = dict.fromkeys(("sequences", "sequences_ok", "without_end", "several_end", "prompt_supervised"), 0)
-    for i, batch in enumerate(trainer.get_train_dataloader()):
-        if i >= batches:
-            break
+    for batch in itertools.islice(trainer.get_train_dataloader(), batches):
         for ids, mask in _batch_sequences(batch):
             counts["sequences"] += 1
             if not any(mask):

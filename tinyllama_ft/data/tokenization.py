@@ -176,6 +176,13 @@ def training_rows(dataset, tokenizer, *, template: str = DEFAULTS.template):
     return tokenize_dataset(dataset, tokenizer, template=template)
 
 
+def without_rows(dataset, indices: Sequence[int]):
+    """``dataset`` (a ``datasets.Dataset``) without the rows at the 0-based ``indices``, in order; the same object
+    when there are none."""
+    gone = set(indices)
+    return dataset.select([i for i in range(len(dataset)) if i not in gone]) if gone else dataset
+
+
 def drop_unsupervised(
     dataset, *, max_seq_length: int | None, completion_only_loss: bool, split: bool = False, name: str = "train"
 ):
@@ -214,8 +221,7 @@ def drop_unsupervised(
         f"max_seq_length={max_seq_length} (rows from 0: {', '.join(map(str, dropped[:5]))}"
         f"{', ...' if len(dropped) > 5 else ''})"
     )
-    gone = set(dropped)
-    return dataset.select([i for i in range(len(masks)) if i not in gone]), dropped
+    return without_rows(dataset, dropped), dropped
 
 
 def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
