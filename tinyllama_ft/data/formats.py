@@ -348,11 +348,20 @@ class WrappedFormat(_Format):
     dataset_formats: tuple[str, ...] = ()
     rows_are = ""
 
-    def __init__(self, cfg):
-        if cfg.dataset_format not in self.dataset_formats:
-            raise ValueError(f"dataset_format={cfg.dataset_format!r}: {self.rows_are}")
-        self.method, self.dataset_format, self.template = cfg.method, cfg.dataset_format, cfg.template
-        self.chat_template, self.adapter_name_or_path = cfg.chat_template, cfg.adapter_name_or_path
+    def __init__(
+        self,
+        method: str,
+        *,
+        dataset_format: str = "auto",
+        template: str = DEFAULTS.template,
+        chat_template: str = DEFAULTS.chat_template,
+        adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
+    ):
+        if dataset_format not in self.dataset_formats:
+            raise ValueError(f"dataset_format={dataset_format!r}: {self.rows_are}")
+        self.method, self.dataset_format = method, dataset_format
+        self.template, self.chat_template = template, chat_template
+        self.adapter_name_or_path = adapter_name_or_path
         self.form = None
 
     def _wrap(self, text: bool) -> None:
@@ -389,14 +398,16 @@ def data_format(cfg):
     """The format object of a run (``cfg``: a ``FinetuneConfig``): ``preference_format.PreferenceFormat`` for dpo,
     orpo or kto, ``grpo_format.GrpoFormat`` for grpo, else ``AlpacaFormat`` or ``ConversationFormat`` by
     ``dataset_format``."""
+    names = ("dataset_format", "template", "chat_template", "adapter_name_or_path")
+    wrapping = {name: getattr(cfg, name) for name in names}
     if cfg.method == "grpo":
         from .grpo_format import GrpoFormat
 
-        return GrpoFormat(cfg)
+        return GrpoFormat(**wrapping)
     if cfg.method != "sft":
         from .preference_format import PreferenceFormat
 
-        return PreferenceFormat(cfg)
+        return PreferenceFormat(cfg.method, **wrapping)
     if cfg.dataset_format == "alpaca":
         return AlpacaFormat(cfg.template)
     return ConversationFormat(

@@ -27,9 +27,9 @@ class GrpoFormat(WrappedFormat):
     the chat one, each a user turn).
 
     Args:
-        cfg: the run's ``FinetuneConfig``: ``method`` grpo, ``dataset_format`` ``"alpaca"``, ``"messages"`` or
-            ``"auto"`` (``grpo_prompts.grpo_prompts``), ``template`` and ``chat_template`` (as ``AlpacaFormat`` and
-            ``ConversationFormat``), ``adapter_name_or_path`` (the saved adapter the run continues, or "").
+        dataset_format: ``"alpaca"``, ``"messages"`` or ``"auto"`` (``grpo_prompts.grpo_prompts``).
+        template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat`` (``DEFAULTS``' values).
+        adapter_name_or_path: the saved adapter the run continues, or "" (``DEFAULTS``': a fresh adapter).
 
     Raises:
         ValueError: another ``dataset_format`` (``sharegpt`` rows are conversations, not prompts).
@@ -42,6 +42,9 @@ class GrpoFormat(WrappedFormat):
     rows_are = "GRPO prompts are 'alpaca', 'messages' or 'auto'"
     prompts_dropped: list[int] | None = None  # by tokenize
     reward_funcs: list | None = None  # by check_first_batch
+
+    def __init__(self, **wrapping):
+        super().__init__("grpo", **wrapping)
 
     def __repr__(self) -> str:
         return (

@@ -33,10 +33,10 @@ class PreferenceFormat(WrappedFormat):
     ``load`` wraps the SFT format of the rows' form (``WrappedFormat._wrap``).
 
     Args:
-        cfg: the run's ``FinetuneConfig``: ``method`` ``"dpo"``, ``"orpo"`` or ``"kto"``, ``dataset_format``
-            ``"alpaca"`` (text rows), ``"messages"`` (conversations) or ``"auto"`` (read from the rows), ``template``
-            and ``chat_template`` (as ``AlpacaFormat`` and ``ConversationFormat``), ``adapter_name_or_path`` (the
-            saved adapter the run continues, or "").
+        method: ``"dpo"``, ``"orpo"`` or ``"kto"``.
+        dataset_format: ``"alpaca"`` (text rows), ``"messages"`` (conversations) or ``"auto"`` (read from the rows).
+        template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat``.
+        adapter_name_or_path: the saved adapter the run continues, or "".
 
     Raises:
         ValueError: another ``dataset_format``.

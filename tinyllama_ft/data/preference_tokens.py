@@ -29,15 +29,10 @@ def response_span(mask: Sequence[int]) -> tuple[int, int]:
     Raises:
         ValueError: no token is supervised.
     """
-    end = len(mask)
-    while end and not mask[end - 1]:
-        end -= 1
+    end = next((j + 1 for j in reversed(range(len(mask))) if mask[j]), 0)
     if not end:
         raise ValueError("no supervised token: the row has no response")
-    start = end
-    while start and mask[start - 1]:
-        start -= 1
-    return start, end
+    return next((j + 1 for j in reversed(range(end)) if not mask[j]), 0), end
 
 
 def _encode(rows: list[dict[str, Any]], responses: tuple[str, ...], tokenizer, *, form: str, template: str):

@@ -174,10 +174,8 @@ def plain_16bit(model) -> bool:
 
 
 def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
-    for j, token_id in enumerate(ids):
-        if token_id in stops:
-            return Answer(ids[:j], True)
-    return Answer(ids, False)
+    at = next((j for j, token_id in enumerate(ids) if token_id in stops), None)
+    return Answer(ids, False) if at is None else Answer(ids[:at], True)
 
 
 def _fused(model, batch, max_new_tokens, stops, forced: bool, on_tokens=None) -> list[list[int]] | None:
