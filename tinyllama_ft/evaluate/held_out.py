@@ -87,6 +87,7 @@ def token_nlls(model, tokenizer, ids: Sequence[Sequence[int]], *, batch_size: in
         = -log p(``ids[index][t + 1]`` | the tokens before it), in nats.
     """
     import torch
+    from torch.nn.functional import cross_entropy
     from torch.nn.utils.rnn import pad_sequence
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # masked out: never read
@@ -105,10 +106,8 @@ def token_nlls(model, tokenizer, ids: Sequence[Sequence[int]], *, batch_size: in
             attention = pad_sequence([torch.ones(len(ids[i]), dtype=torch.long) for i in chunk], batch_first=True)
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
             for b, i in enumerate(chunk):  # one row's float32 log-probabilities at a time, on the model's device
-                n = len(ids[i])
-                logp = torch.log_softmax(logits[b, : n - 1].float(), dim=-1)
-                target = input_ids[b, 1:n].to(logp.device).unsqueeze(-1)
-                yield i, -logp.gather(-1, target).squeeze(-1).cpu()
+                row = logits[b, : len(ids[i]) - 1].float()
+                yield i, cross_entropy(row, input_ids[b, 1 : len(ids[i])].to(row.device), reduction="none").cpu()
 
 
 @contextmanager
