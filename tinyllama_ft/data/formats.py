@@ -38,6 +38,7 @@ class _Format:
     pairs = False  # the rows are no preference pairs
     rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     first_batch = None  # what check_first_batch found
+    family = None  # the chat setup (families.FamilySetup) of conversations, once prepared
 
 
 class AlpacaFormat(_Format):
@@ -52,11 +53,11 @@ class AlpacaFormat(_Format):
     #: special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
 
+    trains_embeddings = False  # no chat template: no added tokens
+    lengths = None  # the length report, by tokenize
+
     def __init__(self, template: str = DEFAULTS.template):
         self.template = template
-        self.family = None  # no chat template: the record has none
-        self.trains_embeddings = False
-        self.lengths = None
 
     def __repr__(self) -> str:
         return f"AlpacaFormat(template={self.template!r})"
@@ -193,7 +194,6 @@ class ConversationFormat(_Format):
         self.name = dataset_format
         self.chat_template = chat_template
         self.assistant_only_loss = assistant_only_loss
-        self.family = None  # families.FamilySetup, once prepared
         self.token_report = None
 
     def __repr__(self) -> str:
@@ -295,9 +295,7 @@ class ConversationFormat(_Format):
     # held-out checks
     def held_out_rows(self, dataset) -> list[dict]:
         """``[{"messages": [...]}]`` of a held-out split; None (no split) gives []."""
-        if dataset is None:
-            return []
-        return dataset.select_columns(["messages"]).to_list()
+        return [] if dataset is None else dataset.select_columns(["messages"]).to_list()
 
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per conversation as training tokenizes it (``chat_masks.tokenize_conversation``);
