@@ -143,8 +143,7 @@ def held_out_scores(
             (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
         batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
-        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone), which
-            bounds the logits (tokens x vocab); log-probabilities are taken one row at a time in float32.
+        max_batch_tokens: as ``token_nlls``.
         nlls: each row's ``token_nlls`` of ``data_format.score_ids``' ids, in row order, computed already (a
             preference run's chosen responses, which ``preference_checks`` scores too): the model is not run again.
 
