@@ -206,11 +206,9 @@ def show_supervision(tokenizer, input_ids, assistant_masks) -> str:
     """
     import itertools
 
-    out = []
-    for supervised, run in itertools.groupby(zip(input_ids, assistant_masks), key=lambda pair: bool(pair[1])):
-        text = tokenizer.decode([token_id for token_id, _ in run])
-        out.append(f"[[{text}]]" if supervised else text)
-    return "".join(out)
+    runs = itertools.groupby(zip(input_ids, assistant_masks), key=lambda pair: bool(pair[1]))
+    texts = ((supervised, tokenizer.decode([token_id for token_id, _ in run])) for supervised, run in runs)
+    return "".join(f"[[{text}]]" if supervised else text for supervised, text in texts)
 
 
 def describe_supervision(counts: dict[str, int], *, end_of_turn: str) -> str:

@@ -58,12 +58,10 @@ def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[i
     """
     n = len(supervised)
     cum = list(accumulate((1 if c else 0 for c in supervised), initial=0))  # supervised characters before i
-    mask = []
-    for s, e in offsets:
-        if not 0 <= s <= e <= n:
-            raise ValueError(f"token span ({s}, {e}) lies outside the text of {n} characters")
-        mask.append(int(cum[max(e, min(s + 1, n))] > cum[s]))
-    return mask
+    outside = next(((s, e) for s, e in offsets if not 0 <= s <= e <= n), None)
+    if outside is not None:
+        raise ValueError(f"token span ({outside[0]}, {outside[1]}) lies outside the text of {n} characters")
+    return [int(cum[max(e, min(s + 1, n))] > cum[s]) for s, e in offsets]
 
 
 def tokenize_segments(
