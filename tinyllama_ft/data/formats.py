@@ -164,11 +164,13 @@ class AlpacaFormat(_Format):
         return {"length_report": self.lengths, "eos": self.first_batch}
 
 
-def _last_assistant(messages: Sequence[dict]) -> int:
+def _last_answer(row: dict) -> tuple[list[dict], dict]:
+    """``(the turns before the last assistant turn, that turn)`` of a ``messages`` row."""
+    messages = list(row["messages"])
     for j in range(len(messages) - 1, -1, -1):
         if messages[j]["role"] == "assistant":
-            return j
-    raise ValueError(f"conversation {list(messages)!r:.80} has no assistant turn")
+            return messages[:j], messages[j]
+    raise ValueError(f"conversation {messages!r:.80} has no assistant turn")
 
 
 class ConversationFormat(_Format):
@@ -289,8 +291,7 @@ class ConversationFormat(_Format):
         """A held-out conversation's prompt: its turns before the last assistant turn, then the assistant header."""
         from ..models.chat_templates import chat_prompt
 
-        messages = list(row["messages"])
-        return chat_prompt(tokenizer, messages[: _last_assistant(messages)])
+        return chat_prompt(tokenizer, _last_answer(row)[0])
 
     # held-out checks
     def held_out_rows(self, dataset) -> list[dict]:
@@ -308,13 +309,11 @@ class ConversationFormat(_Format):
 
     def reference(self, row: dict) -> str:
         """The last assistant turn's text."""
-        messages = list(row["messages"])
-        return messages[_last_assistant(messages)]["content"]
+        return _last_answer(row)[1]["content"]
 
     def instruction(self, row: dict) -> tuple[str, str]:
         """``(the last user message before the last assistant turn, "")``, for the side-by-side table."""
-        messages = list(row["messages"])
-        before = [m["content"] for m in messages[: _last_assistant(messages)] if m["role"] == "user"]
+        before = [m["content"] for m in _last_answer(row)[0] if m["role"] == "user"]
         return (before[-1] if before else ""), ""
 
     def summary_fields(self) -> dict[str, Any]:

@@ -326,13 +326,11 @@ def rows_within_positions(
     positions = model_positions(model)
     if positions is None:
         return list(rows)
-    kept = [
-        r
-        for r in rows
-        if len(tokenizer(data_format.row_prompt(tokenizer, r), **data_format.encode_kwargs)["input_ids"])
-        + max_new_tokens
-        <= positions
-    ]
+
+    def tokens(row) -> int:  # the prompt's, tokenized as generation tokenizes it
+        return len(tokenizer(data_format.row_prompt(tokenizer, row), **data_format.encode_kwargs)["input_ids"])
+
+    kept = [r for r in rows if tokens(r) + max_new_tokens <= positions]
     if len(kept) < len(rows):
         print(
             f"{what}: {len(rows) - len(kept)} of {len(rows)} held-out rows left out: their prompt plus "

@@ -105,13 +105,8 @@ def llama_cpp_converter(
         prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
         out = staging / "converter"
         with tarfile.open(archive, "r:gz") as tar:
-            members = [
-                m
-                for m in tar.getmembers()
-                if (m.isfile() or m.isdir())
-                and m.name.startswith(prefix)
-                and any(m.name[len(prefix) :].startswith(f) for f in CONVERTER_FILES)
-            ]
+            entries = (m for m in tar.getmembers() if (m.isfile() or m.isdir()) and m.name.startswith(prefix))
+            members = [m for m in entries if m.name[len(prefix) :].startswith(CONVERTER_FILES)]
             for m in members:
                 m.name = m.name[len(prefix) :]
             tar.extractall(out, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
