@@ -50,28 +50,17 @@ def tokenize_conversation(tokenizer, messages, *, end_of_turn: str | None = None
     """
     pieces = render_turns(tokenizer, messages, end_of_turn=end_of_turn)
     text = "".join(p[0] for p in pieces)
-    supervised = bytearray(len(text))
-    content = bytearray(len(text))
-    at = 0
-    for piece, sup, is_content in pieces:
-        if sup:
-            supervised[at : at + len(piece)] = b"\1" * len(piece)
-        if is_content:
-            content[at : at + len(piece)] = b"\1" * len(piece)
-        at += len(piece)
+    supervised = b"".join((b"\1" if sup else b"\0") * len(piece) for piece, sup, _ in pieces)
+    content = b"".join((b"\1" if own else b"\0") * len(piece) for piece, _, own in pieces)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True, verbose=False)  # cut later
     special_ids = set(tokenizer.convert_tokens_to_ids(special_tokens(tokenizer)))
-    ids: list[int] = []
-    mask: list[int] = []
+    ids, mask = [], []
     token_mask = token_supervision(enc["offset_mapping"], supervised)
     for token_id, (s, e), m in zip(enc["input_ids"], enc["offset_mapping"], token_mask):
-        if token_id in special_ids and e > s and all(content[s:e]):  # parsed out of a turn's text: keep it text
-            spliced = _text_ids(tokenizer, text[s:e])
-            ids += spliced
-            mask += [m] * len(spliced)
-            continue
-        ids.append(token_id)
-        mask.append(m)
+        as_text = token_id in special_ids and e > s and all(content[s:e])  # parsed out of a turn's text: keep it text
+        spliced = _text_ids(tokenizer, text[s:e]) if as_text else [token_id]
+        ids += spliced
+        mask += [m] * len(spliced)
     return {"input_ids": ids, "assistant_masks": mask}
 
 
@@ -217,11 +206,9 @@ def show_supervision(tokenizer, input_ids, assistant_masks) -> str:
     """
     import itertools
 
-    out = []
-    for supervised, run in itertools.groupby(zip(input_ids, assistant_masks), key=lambda pair: bool(pair[1])):
-        text = tokenizer.decode([token_id for token_id, _ in run])
-        out.append(f"[[{text}]]" if supervised else text)
-    return "".join(out)
+    runs = itertools.groupby(zip(input_ids, assistant_masks), key=lambda pair: bool(pair[1]))
+    texts = ((supervised, tokenizer.decode([token_id for token_id, _ in run])) for supervised, run in runs)
+    return "".join(f"[[{text}]]" if supervised else text for supervised, text in texts)
 
 
 def describe_supervision(counts: dict[str, int], *, end_of_turn: str) -> str:

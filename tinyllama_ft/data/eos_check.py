@@ -7,6 +7,8 @@ Kept: TRL has no such check (tests/test_eos.py: a pad-masking collator, a double
 
 from __future__ import annotations
 
+import itertools
+
 
 def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> dict[str, int]:
     """Check, on the collated batches the trainer really sees, that every sample ends in one supervised EOS.
@@ -72,9 +74,7 @@ def collated_samples(trainer, split: str, batches: int | None, *, what: str):
     require_row_samples(trainer, split, what=what)
     pad = trainer.processing_class.pad_token_id
     loader = trainer.get_train_dataloader() if split == "train" else trainer.get_eval_dataloader()
-    for i, batch in enumerate(loader):
-        if batches is not None and i >= batches:
-            return
+    for batch in itertools.islice(loader, batches):  # None: every batch
         yield from _samples(batch, pad)
 
 

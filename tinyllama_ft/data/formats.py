@@ -27,7 +27,21 @@ def _alpaca_fields(row: dict) -> tuple[str, str, str]:
         raise ValueError(f"row {row!r:.80} lacks instruction/output ({err})") from None
 
 
-class AlpacaFormat:
+class _Format:
+    """What every format has unless it says otherwise."""
+
+    #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0).
+    min_test_rows = 1
+    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``); 0: a
+    #: seeded random split.
+    held_out_first = 0
+    pairs = False  # the rows are no preference pairs
+    rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
+    first_batch = None  # what check_first_batch found
+    family = None  # the chat setup (families.FamilySetup) of conversations, once prepared
+
+
+class AlpacaFormat(_Format):
     """Alpaca rows: instruction, optional input, output; the article's prompt and EOS.
 
     Args:
@@ -35,23 +49,15 @@ class AlpacaFormat:
     """
 
     name = "alpaca"
-    #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0); the rows are no preference pairs.
-    min_test_rows = 1
-    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``); 0: a
-    #: seeded random split.
-    held_out_first = 0
-    pairs = False
-    rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
     #: special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
 
+    trains_embeddings = False  # no chat template: no added tokens
+    lengths = None  # the length report, by tokenize
+
     def __init__(self, template: str = DEFAULTS.template):
         self.template = template
-        self.family = None  # no chat template: the record has none
-        self.trains_embeddings = False
-        self.lengths = None
-        self.first_batch = None
 
     def __repr__(self) -> str:
         return f"AlpacaFormat(template={self.template!r})"
@@ -158,14 +164,16 @@ class AlpacaFormat:
         return {"length_report": self.lengths, "eos": self.first_batch}
 
 
-def _last_assistant(messages: Sequence[dict]) -> int:
+def _last_answer(row: dict) -> tuple[list[dict], dict]:
+    """``(the turns before the last assistant turn, that turn)`` of a ``messages`` row."""
+    messages = list(row["messages"])
     for j in range(len(messages) - 1, -1, -1):
         if messages[j]["role"] == "assistant":
-            return j
-    raise ValueError(f"conversation {list(messages)!r:.80} has no assistant turn")
+            return messages[:j], messages[j]
+    raise ValueError(f"conversation {messages!r:.80} has no assistant turn")
 
 
-class ConversationFormat:
+class ConversationFormat(_Format):
     """Conversations (``messages`` rows; ShareGPT and Alpaca rows converted) through the model's chat template.
 
     Args:
@@ -177,10 +185,6 @@ class ConversationFormat:
     """
 
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
-    min_test_rows = 1  # as AlpacaFormat's
-    held_out_first = 0
-    pairs = False
-    rollouts = False
 
     def __init__(
         self,
@@ -192,9 +196,7 @@ class ConversationFormat:
         self.name = dataset_format
         self.chat_template = chat_template
         self.assistant_only_loss = assistant_only_loss
-        self.family = None  # families.FamilySetup, once prepared
         self.token_report = None
-        self.first_batch = None
 
     def __repr__(self) -> str:
         return f"ConversationFormat({self.name!r}, chat_template={self.chat_template!r})"
@@ -289,15 +291,12 @@ class ConversationFormat:
         """A held-out conversation's prompt: its turns before the last assistant turn, then the assistant header."""
         from ..models.chat_templates import chat_prompt
 
-        messages = list(row["messages"])
-        return chat_prompt(tokenizer, messages[: _last_assistant(messages)])
+        return chat_prompt(tokenizer, _last_answer(row)[0])
 
     # held-out checks
     def held_out_rows(self, dataset) -> list[dict]:
         """``[{"messages": [...]}]`` of a held-out split; None (no split) gives []."""
-        if dataset is None:
-            return []
-        return dataset.select_columns(["messages"]).to_list()
+        return [] if dataset is None else dataset.select_columns(["messages"]).to_list()
 
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per conversation as training tokenizes it (``chat_masks.tokenize_conversation``);
@@ -310,13 +309,11 @@ class ConversationFormat:
 
     def reference(self, row: dict) -> str:
         """The last assistant turn's text."""
-        messages = list(row["messages"])
-        return messages[_last_assistant(messages)]["content"]
+        return _last_answer(row)[1]["content"]
 
     def instruction(self, row: dict) -> tuple[str, str]:
         """``(the last user message before the last assistant turn, "")``, for the side-by-side table."""
-        messages = list(row["messages"])
-        before = [m["content"] for m in messages[: _last_assistant(messages)] if m["role"] == "user"]
+        before = [m["content"] for m in _last_answer(row)[0] if m["role"] == "user"]
         return (before[-1] if before else ""), ""
 
     def summary_fields(self) -> dict[str, Any]:
@@ -338,19 +335,31 @@ class ConversationFormat:
         }
 
 
-class WrappedFormat:
+class WrappedFormat(_Format):
     """What a preference or GRPO format takes from the SFT format it wraps (``inner``: an ``AlpacaFormat`` for text,
     a ``ConversationFormat`` for conversations, set by ``load`` once the rows' form is read): the recorded name, the
     chat setup, how prompts are tokenized, the stop ids."""
 
     inner: AlpacaFormat | ConversationFormat | None = None
-    held_out_first = 0  # as AlpacaFormat's
+    #: The ``dataset_format`` values the rows can be read with, and the error's words for another one.
+    dataset_formats: tuple[str, ...] = ()
+    rows_are = ""
 
-    def __init__(self, method: str, dataset_format: str, template: str, chat_template: str, adapter_name_or_path: str):
+    def __init__(
+        self,
+        method: str,
+        *,
+        dataset_format: str = "auto",
+        template: str = DEFAULTS.template,
+        chat_template: str = DEFAULTS.chat_template,
+        adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
+    ):
+        if dataset_format not in self.dataset_formats:
+            raise ValueError(f"dataset_format={dataset_format!r}: {self.rows_are}")
         self.method, self.dataset_format = method, dataset_format
         self.template, self.chat_template = template, chat_template
         self.adapter_name_or_path = adapter_name_or_path
-        self.form = self.first_batch = None
+        self.form = None
 
     def _wrap(self, text: bool) -> None:
         """Wrap an ``AlpacaFormat`` (``text``: the run's ``template``) or a ``ConversationFormat`` (the run's

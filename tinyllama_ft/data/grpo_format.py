@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config.finetune import DEFAULTS
 from .answers import LAYOUT_INSTRUCTION
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
 from .fingerprint import data_fingerprint
@@ -37,23 +36,15 @@ class GrpoFormat(WrappedFormat):
     """
 
     min_test_rows = MIN_HELD_OUT_PROMPTS
-    pairs = False
     #: The held-out checks sample greedy answers and score them with the rewards (no reference response to score).
     rollouts = True
+    dataset_formats = ("alpaca", "messages", "auto")
+    rows_are = "GRPO prompts are 'alpaca', 'messages' or 'auto'"
+    prompts_dropped: list[int] | None = None  # by tokenize
+    reward_funcs: list | None = None  # by check_first_batch
 
-    def __init__(
-        self,
-        *,
-        dataset_format: str = "auto",
-        template: str = DEFAULTS.template,
-        chat_template: str = DEFAULTS.chat_template,
-        adapter_name_or_path: str = DEFAULTS.adapter_name_or_path,
-    ):
-        if dataset_format not in ("alpaca", "messages", "auto"):
-            raise ValueError(f"dataset_format={dataset_format!r}: GRPO prompts are 'alpaca', 'messages' or 'auto'")
-        super().__init__("grpo", dataset_format, template, chat_template, adapter_name_or_path)
-        self.prompts_dropped: list[int] | None = None
-        self.reward_funcs: list | None = None
+    def __init__(self, **wrapping):
+        super().__init__("grpo", **wrapping)
 
     def __repr__(self) -> str:
         return (

@@ -17,6 +17,7 @@ from .answers import LAYOUT_INSTRUCTION
 from .conversations import turns_problem
 from .instructions import DataReport, _field_problem
 from .row_files import read_rows
+from .tokenization import without_rows
 
 #: The reference answer's column in the rows TRL gets (the keyword every reward receives it by).
 ANSWER = "answer"
@@ -211,5 +212,4 @@ def drop_long_prompts(dataset, tokenizer, *, max_prompt_tokens: int):
             f"every prompt is longer than {max_prompt_tokens} tokens (max_seq_length - max_completion_length; the "
             f"shortest has {min(lengths)}): raise max_seq_length or lower max_completion_length"
         )
-    keep = set(dropped)
-    return (dataset.select([i for i in range(len(lengths)) if i not in keep]) if dropped else dataset), dropped
+    return without_rows(dataset, dropped), dropped

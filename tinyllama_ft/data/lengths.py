@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from ..config.finetune import DEFAULTS
 from ..config.packing import resolve_packing_strategy
 from .alpaca_prompts import RESPONSE_MARKER, add_eos
-from .tokenization import training_rows
+from .tokenization import training_rows, without_rows
 
 #: How many row indices a summary names.
 SHOW_ROWS = 5
@@ -294,7 +294,4 @@ def apply_long_rows(dataset, report: LengthReport, *, policy: str = DEFAULTS.lon
             + ": raise max_seq_length, or choose another long_rows policy\n"
             + out.summary()
         )
-    if not dropped:
-        return dataset, out
-    gone = set(dropped)
-    return dataset.select([i for i in range(report.rows) if i not in gone]), out
+    return without_rows(dataset, dropped), out

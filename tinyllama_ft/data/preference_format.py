@@ -37,24 +37,15 @@ class PreferenceFormat(WrappedFormat):
         dataset_format: ``"alpaca"`` (text rows), ``"messages"`` (conversations) or ``"auto"`` (read from the rows).
         template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat``.
         adapter_name_or_path: the saved adapter the run continues, or "".
+
+    Raises:
+        ValueError: another ``dataset_format``.
     """
 
     min_test_rows = MIN_HELD_OUT_PAIRS
-    rollouts = False  # the held-out checks score the chosen responses
-
-    def __init__(
-        self,
-        method: str,
-        *,
-        dataset_format: str = "auto",
-        template: str = "alpaca",
-        chat_template: str = "auto",
-        adapter_name_or_path: str = "",
-    ):
-        if dataset_format not in FORM_OF:
-            raise ValueError(f"dataset_format={dataset_format!r}: preference rows are one of {sorted(FORM_OF)}")
-        super().__init__(method, dataset_format, template, chat_template, adapter_name_or_path)
-        self.layout = self.token_report = None
+    dataset_formats = tuple(FORM_OF)
+    rows_are = f"preference rows are one of {sorted(FORM_OF)}"
+    layout = token_report = None  # by load and tokenize
 
     def __repr__(self) -> str:
         return (
@@ -168,6 +159,7 @@ class PreferenceFormat(WrappedFormat):
         import datasets
 
         from .preference_tokens import tokenize_preferences
+        from .tokenization import without_rows
 
         tokenized, self.token_report = tokenize_preferences(
             rows,
@@ -181,8 +173,7 @@ class PreferenceFormat(WrappedFormat):
         )
         if self.form == "conversation":  # the chat block of the summary counts these rows
             self._inner().token_report = self.token_report
-        dropped = {bad.index for bad in self.token_report.bad}
-        kept = [row for i, row in enumerate(rows) if i not in dropped]
+        kept = without_rows(rows, [bad.index for bad in self.token_report.bad])
         features = datasets.Features({**rows.features, **tokenized.features})
         return datasets.Dataset.from_list([{**a, **b} for a, b in zip(kept, tokenized)], features=features)
 

@@ -8,6 +8,7 @@ one end-of-sequence (or end-of-turn) id. The columns are TRL's: ``prompt_ids`` /
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Sequence
 
@@ -28,15 +29,10 @@ def response_span(mask: Sequence[int]) -> tuple[int, int]:
     Raises:
         ValueError: no token is supervised.
     """
-    end = len(mask)
-    while end and not mask[end - 1]:
-        end -= 1
+    end = next((j + 1 for j in reversed(range(len(mask))) if mask[j]), 0)
     if not end:
         raise ValueError("no supervised token: the row has no response")
-    start = end
-    while start and mask[start - 1]:
-        start -= 1
-    return start, end
+    return next((j + 1 for j in reversed(range(end)) if not mask[j]), 0), end
 
 
 def _encode(rows: list[dict[str, Any]], responses: tuple[str, ...], tokenizer, *, form: str, template: str):
@@ -193,9 +189,7 @@ def pair_supervision(trainer, end_id: int, *, batches: int = 1) -> dict[str, int
         in the response); ``"prompt_supervised"`` (a supervised token before the response's run).
     """
     counts = dict.fromkeys(("sequences", "sequences_ok", "without_end", "several_end", "prompt_supervised"), 0)
-    for i, batch in enumerate(trainer.get_train_dataloader()):
-        if i >= batches:
-            break
+    for batch in itertools.islice(trainer.get_train_dataloader(), batches):
         for ids, mask in _batch_sequences(batch):
             counts["sequences"] += 1
             if not any(mask):

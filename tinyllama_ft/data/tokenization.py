@@ -58,12 +58,10 @@ def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[i
     """
     n = len(supervised)
     cum = list(accumulate((1 if c else 0 for c in supervised), initial=0))  # supervised characters before i
-    mask = []
-    for s, e in offsets:
-        if not 0 <= s <= e <= n:
-            raise ValueError(f"token span ({s}, {e}) lies outside the text of {n} characters")
-        mask.append(int(cum[max(e, min(s + 1, n))] > cum[s]))
-    return mask
+    outside = next(((s, e) for s, e in offsets if not 0 <= s <= e <= n), None)
+    if outside is not None:
+        raise ValueError(f"token span ({outside[0]}, {outside[1]}) lies outside the text of {n} characters")
+    return [int(cum[max(e, min(s + 1, n))] > cum[s]) for s, e in offsets]
 
 
 def tokenize_segments(
@@ -176,6 +174,13 @@ def training_rows(dataset, tokenizer, *, template: str = DEFAULTS.template):
     return tokenize_dataset(dataset, tokenizer, template=template)
 
 
+def without_rows(dataset, indices: Sequence[int]):
+    """``dataset`` (a ``datasets.Dataset``) without the rows at the 0-based ``indices``, in order; the same object
+    when there are none."""
+    gone = set(indices)
+    return dataset.select([i for i in range(len(dataset)) if i not in gone]) if gone else dataset
+
+
 def drop_unsupervised(
     dataset, *, max_seq_length: int | None, completion_only_loss: bool, split: bool = False, name: str = "train"
 ):
@@ -214,8 +219,7 @@ def drop_unsupervised(
         f"max_seq_length={max_seq_length} (rows from 0: {', '.join(map(str, dropped[:5]))}"
         f"{', ...' if len(dropped) > 5 else ''})"
     )
-    gone = set(dropped)
-    return dataset.select([i for i in range(len(masks)) if i not in gone]), dropped
+    return without_rows(dataset, dropped), dropped
 
 
 def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):

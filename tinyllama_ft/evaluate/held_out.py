@@ -87,6 +87,7 @@ def token_nlls(model, tokenizer, ids: Sequence[Sequence[int]], *, batch_size: in
         = -log p(``ids[index][t + 1]`` | the tokens before it), in nats.
     """
     import torch
+    from torch.nn.functional import cross_entropy
     from torch.nn.utils.rnn import pad_sequence
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0  # masked out: never read
@@ -105,10 +106,8 @@ def token_nlls(model, tokenizer, ids: Sequence[Sequence[int]], *, batch_size: in
             attention = pad_sequence([torch.ones(len(ids[i]), dtype=torch.long) for i in chunk], batch_first=True)
             logits = model(input_ids=input_ids.to(device), attention_mask=attention.to(device)).logits
             for b, i in enumerate(chunk):  # one row's float32 log-probabilities at a time, on the model's device
-                n = len(ids[i])
-                logp = torch.log_softmax(logits[b, : n - 1].float(), dim=-1)
-                target = input_ids[b, 1:n].to(logp.device).unsqueeze(-1)
-                yield i, -logp.gather(-1, target).squeeze(-1).cpu()
+                row = logits[b, : len(ids[i]) - 1].float()
+                yield i, cross_entropy(row, input_ids[b, 1 : len(ids[i])].to(row.device), reduction="none").cpu()
 
 
 @contextmanager
@@ -144,8 +143,7 @@ def held_out_scores(
             (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
         batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
-        max_batch_tokens: most padded tokens per forward pass (rows x longest row; a longer row goes alone), which
-            bounds the logits (tokens x vocab); log-probabilities are taken one row at a time in float32.
+        max_batch_tokens: as ``token_nlls``.
         nlls: each row's ``token_nlls`` of ``data_format.score_ids``' ids, in row order, computed already (a
             preference run's chosen responses, which ``preference_checks`` scores too): the model is not run again.
 
@@ -328,13 +326,11 @@ def rows_within_positions(
     positions = model_positions(model)
     if positions is None:
         return list(rows)
-    kept = [
-        r
-        for r in rows
-        if len(tokenizer(data_format.row_prompt(tokenizer, r), **data_format.encode_kwargs)["input_ids"])
-        + max_new_tokens
-        <= positions
-    ]
+
+    def tokens(row) -> int:  # the prompt's, tokenized as generation tokenizes it
+        return len(tokenizer(data_format.row_prompt(tokenizer, row), **data_format.encode_kwargs)["input_ids"])
+
+    kept = [r for r in rows if tokens(r) + max_new_tokens <= positions]
     if len(kept) < len(rows):
         print(
             f"{what}: {len(rows) - len(kept)} of {len(rows)} held-out rows left out: their prompt plus "

@@ -40,10 +40,6 @@ class ExportResult:
     seconds: float
 
 
-def _files(folder: Path) -> tuple[str, ...]:
-    return tuple(sorted(str(p) for p in folder.rglob("*") if p.is_file()))
-
-
 def _clean_stale_exports(root: Path) -> list[str]:
     """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per repair: a dead
     process's ``.staging-...`` or ``.<fmt>.old-...`` folder is removed (``temporaries.clean_stale``), or renamed back
@@ -114,9 +110,8 @@ def save_merged(
     model.save_pretrained(str(target))
     tokenizer.save_pretrained(str(target))
     for name in TOKENIZER_SOURCES:
-        source = os.path.join(base_dir, name) if base_dir else ""
-        if source and os.path.isfile(source) and not (target / name).exists():
-            shutil.copyfile(source, target / name)
+        if base_dir and os.path.isfile(os.path.join(base_dir, name)) and not (target / name).exists():
+            shutil.copyfile(os.path.join(base_dir, name), target / name)
     return target
 
 
@@ -250,7 +245,7 @@ def export_adapter(
     def done(fmt: str, folder: Path, seconds: float) -> None:
         target = root / fmt
         replace_folder(folder, target)
-        files = _files(target)
+        files = tuple(sorted(str(p) for p in target.rglob("*") if p.is_file()))
         results[fmt] = ExportResult(fmt, str(target), files, sum(os.path.getsize(f) for f in files), seconds)
 
     try:

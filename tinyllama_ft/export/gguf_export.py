@@ -105,13 +105,8 @@ def llama_cpp_converter(
         prefix = f"llama_cpp_python-{version}/vendor/llama.cpp/"
         out = staging / "converter"
         with tarfile.open(archive, "r:gz") as tar:
-            members = [
-                m
-                for m in tar.getmembers()
-                if (m.isfile() or m.isdir())
-                and m.name.startswith(prefix)
-                and any(m.name[len(prefix) :].startswith(f) for f in CONVERTER_FILES)
-            ]
+            entries = (m for m in tar.getmembers() if (m.isfile() or m.isdir()) and m.name.startswith(prefix))
+            members = [m for m in entries if m.name[len(prefix) :].startswith(CONVERTER_FILES)]
             for m in members:
                 m.name = m.name[len(prefix) :]
             tar.extractall(out, members=members, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
@@ -178,11 +173,8 @@ def convert_to_gguf(
         RuntimeError: the converter failed (its stderr tail in the message) or ran over ``timeout_s``.
     """
     with _written_atomically(target) as tmp:
-        return _run_converter(
-            [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp), "--outtype", outtype],
-            f"GGUF {outtype} of {model_dir}",
-            timeout_s,
-        )
+        cmd = [str(converter / "convert_hf_to_gguf.py"), str(model_dir), "--outfile", str(tmp), "--outtype", outtype]
+        return _run_converter(cmd, f"GGUF {outtype} of {model_dir}", timeout_s)
 
 
 def convert_lora_to_gguf(
@@ -208,19 +200,9 @@ def convert_lora_to_gguf(
         RuntimeError: as ``convert_to_gguf`` (e.g. an architecture or LoRA target the converter lacks).
     """
     with _written_atomically(target) as tmp:
+        args = ["--outfile", str(tmp), "--outtype", outtype, "--base", str(base_dir), str(adapter_dir)]
         return _run_converter(
-            [
-                str(converter / "convert_lora_to_gguf.py"),
-                "--outfile",
-                str(tmp),
-                "--outtype",
-                outtype,
-                "--base",
-                str(base_dir),
-                str(adapter_dir),
-            ],
-            f"GGUF LoRA of {adapter_dir}",
-            timeout_s,
+            [str(converter / "convert_lora_to_gguf.py"), *args], f"GGUF LoRA of {adapter_dir}", timeout_s
         )
 
 

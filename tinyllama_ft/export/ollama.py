@@ -73,7 +73,6 @@ def write_modelfile(
     target = gguf_path.parent / MODELFILE
     text = modelfile_text(gguf_name=gguf_path.name, eos_token=eos_token, template=template, stop_tokens=stop_tokens)
     tmp = target.with_name(f".{MODELFILE}.partial")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, target)
     return target

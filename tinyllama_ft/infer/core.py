@@ -173,17 +173,9 @@ def plain_16bit(model) -> bool:
     return not getattr(model, "peft_config", None)
 
 
-def _transient(model, mode: str) -> bool:
-    """True when the graph decoder reads ``model`` through a merged copy that may go stale (a PEFT or 4/8-bit
-    model): the call drops it at its end, so training keeps its memory."""
-    return mode == "graph" and not plain_16bit(model)
-
-
 def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
-    for j, token_id in enumerate(ids):
-        if token_id in stops:
-            return Answer(ids[:j], True)
-    return Answer(ids, False)
+    at = next((j for j, token_id in enumerate(ids) if token_id in stops), None)
+    return Answer(ids, False) if at is None else Answer(ids[:at], True)
 
 
 def _fused(model, batch, max_new_tokens, stops, forced: bool, on_tokens=None) -> list[list[int]] | None:
@@ -283,8 +275,8 @@ def check_positions(model, batches, max_new_tokens: int) -> None:
 def _answer(
     model, tokenizer, prompts, stop_ids, encode, options, size, for_inference=True, streamers=None, titles=None
 ):
-    """The answers to ``prompts`` in batches of ``size`` (one streamer each when given), the fast decoders' copies
-    of a PEFT or 4-bit model dropped at the end (``_transient``)."""
+    """The answers to ``prompts`` in batches of ``size`` (one streamer each when given). The graph decoder reads a
+    PEFT or 4/8-bit model through a merged copy that may go stale: dropped at the end, so training keeps its memory."""
     opts, prompts = GenerationOptions(**options), list(prompts)
     if titles is not None and len(titles) != len(prompts):
         raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
@@ -296,7 +288,7 @@ def _answer(
     if for_inference:
         prepare_for_inference(model)
     mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens if streamers else 0)
-    transient, answers = _transient(model, mode), []
+    transient, answers = mode == "graph" and not plain_16bit(model), []
     try:
         with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too
             batches = [

@@ -28,14 +28,14 @@ ZEPHYR_TEMPLATE = (
 
 @dataclass(frozen=True)
 class NamedTemplate:
-    """A chat template for a base model: its Jinja text (or TRL's file), the special tokens it needs, and its
-    end-of-turn token (None: the tokenizer's own EOS)."""
+    """A chat template for a base model: its Jinja text (or the name of TRL's copy in ``trl.chat_template_utils``),
+    the special tokens it needs, and its end-of-turn token (None: the tokenizer's own EOS)."""
 
     template: str | None
     special_tokens: tuple[str, ...]
     end_of_turn: str | None
     source: str
-    trl_file: str | None = None
+    trl_template: str | None = None
 
 
 NAMED_TEMPLATES = {
@@ -50,7 +50,7 @@ NAMED_TEMPLATES = {
         ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
         "<|eot_id|>",
         "Meta Llama 3, the copy TRL ships (trl/chat_templates/llama3.jinja)",
-        "llama3.jinja",
+        "llama3_chat_template",
     ),
 }
 
@@ -59,22 +59,19 @@ _MARK = "\ue000tlft{}\ue001"
 
 
 def template_text(name: str) -> str:
-    """The Jinja text of a ``NAMED_TEMPLATES`` entry (a TRL file is read from the installed TRL).
+    """The Jinja text of a ``NAMED_TEMPLATES`` entry (a TRL one from the installed ``trl.chat_template_utils``).
 
     Raises:
-        ValueError: unknown name. FileNotFoundError: the installed TRL lacks the file.
+        ValueError: unknown name.
     """
     if name not in NAMED_TEMPLATES:
         raise ValueError(f"chat_template={name!r}: not one of {sorted(NAMED_TEMPLATES)} (or 'auto', or a Jinja string)")
     spec = NAMED_TEMPLATES[name]
     if spec.template is not None:
         return spec.template
-    from importlib.resources import files
+    import trl.chat_template_utils
 
-    path = files("trl") / "chat_templates" / spec.trl_file
-    if not path.is_file():
-        raise FileNotFoundError(f"chat_template={name!r}: the installed TRL has no chat_templates/{spec.trl_file}")
-    return path.read_text(encoding="utf-8")
+    return getattr(trl.chat_template_utils, spec.trl_template)
 
 
 class TemplateMismatch(ValueError):

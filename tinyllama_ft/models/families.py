@@ -32,26 +32,19 @@ class Family:
 
 #: Pad candidates of Qwen's vocabularies (its published pad, ``<|endoftext|>``, is a stop token).
 QWEN_PADS = ("<|vision_pad|>", "<|fim_pad|>", "<|endoftext|>")
+#: Pad candidates of Llama-3's and Phi-3's vocabularies.
+LLAMA3_PADS = ("<|finetune_right_pad_id|>",)
+PHI3_PADS = ("<unk>", "<|placeholder6|>")
 
 FAMILIES = {
     f.name: f
     for f in (
         Family("llama-2", "llama", LLAMA_TARGETS, "</s>", ("<unk>",), "zephyr", "TinyLlama-1.1B, Llama-2"),
-        Family(
-            "llama-3",
-            "llama",
-            LLAMA_TARGETS,
-            "<|eot_id|>",
-            ("<|finetune_right_pad_id|>",),
-            "llama-3",
-            "Llama-3.2-1B/3B",
-        ),
+        Family("llama-3", "llama", LLAMA_TARGETS, "<|eot_id|>", LLAMA3_PADS, "llama-3", "Llama-3.2-1B/3B"),
         Family("smollm2", "llama", LLAMA_TARGETS, "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
         Family("qwen2.5", "qwen2", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen2.5-0.5B/1.5B/3B"),
         Family("qwen3", "qwen3", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen3-0.6B/1.7B/4B"),
-        Family(
-            "phi-3", "phi3", PHI3_TARGETS, "<|end|>", ("<unk>", "<|placeholder6|>"), None, "Phi-3-mini, Phi-3.5-mini"
-        ),
+        Family("phi-3", "phi3", PHI3_TARGETS, "<|end|>", PHI3_PADS, None, "Phi-3-mini, Phi-3.5-mini"),
     )
 }
 

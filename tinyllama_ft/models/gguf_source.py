@@ -79,17 +79,13 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
         (``pad_token.ensure_pad_token``).
 
     Raises:
-        ImportError: the ``gguf`` package is missing (``pip install gguf``).
+        ImportError: the ``gguf`` package (a dependency) is missing: transformers' message.
         FileNotFoundError: no such file.
         ValueError / OSError: transformers cannot read the file (corrupt, or an architecture it lacks).
     """
-    import importlib.util
-
     gguf_file = Path(gguf_file)
     if not gguf_file.is_file():
         raise FileNotFoundError(f"GGUF file not found: {gguf_file}")
-    if importlib.util.find_spec("gguf") is None:
-        raise ImportError("reading a GGUF file needs the gguf package: pip install gguf")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

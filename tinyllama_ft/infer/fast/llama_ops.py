@@ -157,19 +157,13 @@ def rms_norm(x, weight, eps: float, residual=None, liger=None):
 
 
 def rope(q, k, cos, sin, liger=None):
-    """Rotary embedding of q ``(B, H, T, D)`` and k ``(B, KV, T, D)`` with cos/sin ``(B, T, D)`` (transformers'
-    ``rotate_half`` layout). Liger rotates in place where q/k are contiguous in ``(B, T, heads, D)``."""
-    import torch
-
+    """Rotary embedding of q ``(B, H, T, D)`` and k ``(B, KV, T, D)`` with cos/sin ``(B, T, D)``: transformers'
+    Llama ``apply_rotary_pos_emb``, or Liger's, which rotates in place where q/k are contiguous in ``(B, T, heads, D)``."""
     if liger:
         return liger[2](q, k, cos, sin)[:2]
-    cos, sin = cos[:, None], sin[:, None]
+    from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
-    def rotate(x):
-        half = x.shape[-1] // 2
-        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
-
-    return rotate(q), rotate(k)
+    return apply_rotary_pos_emb(q, k, cos, sin)
 
 
 def silu_mul(gate, up, liger=None):

@@ -7,6 +7,8 @@ columns and accumulates in float32: one kernel, no reduction pass (benchmarks/de
 
 from __future__ import annotations
 
+import functools
+
 #: ``(BLOCK_N, BLOCK_K, num_warps)`` for shapes not in ``CONFIGS``.
 DEFAULT_CONFIG = (4, 1024, 8)
 #: ``(N, K) -> (BLOCK_N, BLOCK_K, num_warps)``: the fastest of 18 block shapes on the H200 for TinyLlama's q|k|v,
@@ -19,33 +21,27 @@ CONFIGS: dict[tuple[int, int], tuple[int, int, int]] = {
     (32000, 2048): (4, 512, 4),
 }
 
-_kernel = None
 
-
+@functools.cache
 def _compiled():
     """The ``triton.jit`` kernel, defined on first use (Triton is imported only here)."""
-    global _kernel
-    if _kernel is None:
-        import triton
-        import triton.language as tl
+    import triton
+    import triton.language as tl
 
-        @triton.jit
-        def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-            rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-            row_ok = rows < N
-            acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-            for k0 in range(0, K, BLOCK_K):
-                cols = k0 + tl.arange(0, BLOCK_K)
-                col_ok = cols < K
-                w = tl.load(
-                    w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0
-                )
-                x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
-                acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
-            tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
+    @triton.jit
+    def gemv_kernel(w_ptr, x_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_ok = rows < N
+        acc = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)
+            col_ok = cols < K
+            w = tl.load(w_ptr + rows[:, None] * K + cols[None, :], mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+            x = tl.load(x_ptr + cols, mask=col_ok, other=0.0)
+            acc += w.to(tl.float32) * x.to(tl.float32)[None, :]
+        tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
 
-        _kernel = gemv_kernel
-    return _kernel
+    return gemv_kernel
 
 
 def gemv(x, weight, out=None, config: tuple[int, int, int] | None = None):
