@@ -408,6 +408,18 @@ def test_the_grpo_trainer_takes_the_configs_values_on_both_library_sets(tmp_path
     assert "ref" in model.peft_config and grpo_reference(continued).startswith("frozen copy of the starting adapter")
 
 
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_out_of_memory_advice_names_grpos_sizes(tmp_path):
+    """GRPOConfig has no max_length: the advice names the group and completion length instead (it raised
+    AttributeError inside the out-of-memory handler before)."""
+    from tinyllama_ft.train.loop import out_of_memory_advice
+
+    trainer, _ = _tiny_grpo(tmp_path)
+    advice = out_of_memory_advice(trainer)
+    assert "num_generations=2, max_completion_length=32 and gradient_checkpointing=False" in advice
+    assert "lower max_completion_length or num_generations" in advice and "No checkpoint was written yet" in advice
+
+
 def test_the_grpo_trainer_refuses_what_cannot_train(tmp_path):
     import dataclasses
 

@@ -158,12 +158,18 @@ def out_of_memory_advice(trainer) -> str:
         getattr(args, "gradient_checkpointing", False) or getattr(args, "activation_checkpointing", False)
     )
     kept = last_checkpoint(args.output_dir)
+    grpo = hasattr(args, "num_generations")  # GRPO's config has no max_length: its step holds sampled completions
+    size = (
+        f"num_generations={args.num_generations}, max_completion_length={args.max_completion_length}"
+        if grpo
+        else f"max_seq_length={args.max_length}"
+    )
     return (
         f"CUDA ran out of memory at step {trainer.state.global_step + 1} with per_device_train_batch_size="
         f"{args.per_device_train_batch_size} (x gradient_accumulation_steps={args.gradient_accumulation_steps}), "
-        f"max_seq_length={args.max_length} and "
-        f"gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
-        f"gradient_accumulation_steps to keep the effective batch), lower max_seq_length, or set "
+        f"{size} and gradient_checkpointing={checkpointing}. Lower per_device_train_batch_size (raise "
+        f"gradient_accumulation_steps to keep the effective batch), lower "
+        f"{'max_completion_length or num_generations' if grpo else 'max_seq_length'}, or set "
         f"gradient_checkpointing=True; recipe='fast' sizes these to the free memory. "
         + (
             f"The last checkpoint is kept: {kept}; run again with resume=True to continue from it (in a notebook, "
