@@ -25,15 +25,7 @@ from .coercion import ConfigError, check_keys, source_spelling, without_none
 from .packing import LongRows, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
-LLAMA_TARGET_MODULES: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
+LLAMA_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 # The choice fields' values, each declared once (``typing.get_args`` reads them).
 Backend = Literal["auto", "unsloth", "transformers"]

@@ -212,12 +212,7 @@ def load_instruction_data(
 
 
 def split_train_eval(
-    dataset,
-    *,
-    test_size: float = DEFAULTS.test_size,
-    seed: int = DEFAULTS.seed,
-    min_test_rows: int = 1,
-    first: int = 0,
+    dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed, min_test_rows: int = 1, first: int = 0
 ):
     """``(train, eval)``: ``test_size`` (a fraction, rounded up) of a ``datasets.Dataset`` held out for evaluation,
     shuffled with ``seed`` (the article's ``train_test_split``, 3407); at least ``min_test_rows`` (the format's: 1,

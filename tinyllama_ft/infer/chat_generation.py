@@ -31,13 +31,7 @@ def _chat_answers(core_fn, model, tokenizer, conversations, stop_token_ids, **op
 
 
 def chat_generate(
-    model,
-    tokenizer,
-    conversations,
-    *,
-    stop_token_ids: Sequence[int] | None = None,
-    return_ids: bool = False,
-    **options,
+    model, tokenizer, conversations, *, stop_token_ids: Sequence[int] | None = None, return_ids: bool = False, **options
 ) -> list[str] | list[list[int]]:
     """Answer one or many conversations in one left-padded batch.
 

@@ -81,11 +81,7 @@ def adapter_base_model(adapter_dir: str, *, flag: str = "adapter_dir") -> str:
 
 
 def adapter_base(
-    adapter_dir: str,
-    base_model: str | None = None,
-    *,
-    adapter_flag: str = "adapter_dir",
-    base_flag: str = "base_model",
+    adapter_dir: str, base_model: str | None = None, *, adapter_flag: str = "adapter_dir", base_flag: str = "base_model"
 ) -> str:
     """The base an adapter loads onto, checked before anything loads: ``base_model`` when given, else the base
     recorded in its ``adapter_config.json`` (the one check of ``load_adapter``, ``export_adapter`` and the CLI).
