@@ -112,14 +112,8 @@ _CHAT_TEMPLATE: Allowed = (
 
 
 def _field(default, *, identity: bool, comma_separated: bool = False, allowed: Allowed | None = None):
-    """A configuration field.
-
-    Args:
-        default: the package's default.
-        identity: the value changes what is computed (a resume must match it: ``identity_fields``).
-        comma_separated: a tuple field that reads one string as a comma-separated list.
-        allowed: a range check beyond the type (a ``Literal``'s choices are checked from the annotation).
-    """
+    """A field: ``identity``: it changes what is computed (``identity_fields``); ``comma_separated``: a tuple field
+    read from one string too; ``allowed``: a range check beyond the type (a ``Literal`` checks itself)."""
     return field(
         default=default, metadata={"identity": identity, "comma_separated": comma_separated, "allowed": allowed}
     )
@@ -504,11 +498,7 @@ class FinetuneConfig(
         self._check_combinations()
 
     def _check_method(self) -> None:
-        """The preference fields against ``method`` (before the packing check: a pair run does not pack).
-
-        Raises:
-            ConfigError: naming the field, the method and what is allowed.
-        """
+        """The preference fields against ``method`` (before the packing check: a pair run does not pack)."""
         if self.beta is None:
             self.beta = METHOD_BETA[self.method]
         if self.method == "grpo":
@@ -568,11 +558,7 @@ class FinetuneConfig(
             )
 
     def _check_grpo(self) -> None:
-        """The fields GRPO reads, against each other (``_check_method`` for method="grpo").
-
-        Raises:
-            ConfigError: naming the field and what is allowed.
-        """
+        """The fields GRPO reads, against each other (``_check_method`` for method="grpo")."""
         if len(self.loss_type) > 1 or any(t not in GRPO_LOSS_TYPES for t in self.loss_type):
             raise ConfigError(
                 f"FinetuneConfig.loss_type={list(self.loss_type)!r} is not allowed for method='grpo': at most one of "
@@ -613,11 +599,7 @@ class FinetuneConfig(
             )
 
     def _check_combinations(self) -> None:
-        """The rules between fields, checked here so a contradiction stops before anything loads.
-
-        Raises:
-            ConfigError: naming both fields and what to change.
-        """
+        """The rules between fields, checked here so a contradiction stops before anything loads."""
         chat = self.dataset_format != "alpaca"
         if self.adapter_dir:
             out, adapter = os.path.abspath(self.output_dir), os.path.abspath(self.adapter_dir)
@@ -747,11 +729,7 @@ def choices(name: str) -> tuple[Any, ...]:
 
 
 def _check_allowed(f: dataclasses.Field, value: Any) -> None:
-    """Refuse a field's parsed value that its type takes but its range does not.
-
-    Raises:
-        ConfigError: naming the field and what is allowed.
-    """
+    """Refuse (a ConfigError) a field's parsed value that its type takes but its range does not."""
     name, allowed = f.name, f.metadata["allowed"]
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(

@@ -161,9 +161,7 @@ def unpair(dataset):
 
 
 def _batch_sequences(batch):
-    """``(ids, mask)`` per sequence of a collated preference batch, padding left out: DPO's and KTO's ``input_ids`` /
-    ``completion_mask`` (KTO's KL sequences are not responses the loss supervises), ORPO's ``chosen_`` and
-    ``rejected_`` ``input_ids`` / ``labels``."""
+    """``(ids, mask)`` per response sequence of a collated DPO, KTO (not its KL rows) or ORPO batch, unpadded."""
     for prefix in ("", "chosen_", "rejected_"):
         if f"{prefix}input_ids" not in batch:
             continue
