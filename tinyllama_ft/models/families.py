@@ -82,16 +82,12 @@ def lora_target_modules(model) -> tuple[str, ...]:
 
     import torch
 
-    names: list[str] = []
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear) or not re.search(r"\.layers\.\d+\.", name):
-            continue
-        parts = name.split(".")
-        if any(p.startswith("lora_") for p in parts):  # peft's adapter layers
-            continue
-        leaf = parts[-2] if parts[-1] == "base_layer" else parts[-1]  # peft keeps the wrapped layer as base_layer
-        if leaf not in names:
-            names.append(leaf)
+    linear = [n.split(".") for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    # in numbered decoder blocks; peft's adapter layers (lora_*) left out, its wrapped layers (base_layer) named
+    ours = [
+        p for p in linear if re.search(r"\.layers\.\d+\.", ".".join(p)) and not any(s.startswith("lora_") for s in p)
+    ]
+    names = list(dict.fromkeys(p[-2] if p[-1] == "base_layer" else p[-1] for p in ours))
     if not names:
         raise ValueError(f"{type(model).__name__}: no linear layer inside numbered decoder blocks; pass target_modules")
     order = {n: i for i, n in enumerate(PHI3_TARGETS if "qkv_proj" in names else LLAMA_TARGETS)}
