@@ -259,11 +259,8 @@ def build_parser():
 
 
 def check_flags(command: str, argv: Sequence[str]) -> set[str]:
-    """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments.
-
-    Raises:
-        ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one.
-    """
+    """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments. Raises
+    ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one."""
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(exit_on_error=False)

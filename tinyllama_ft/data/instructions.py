@@ -48,11 +48,8 @@ class DataReport:
     bad: list[BadRow] = field(default_factory=list)
 
     def reject(self, bad: BadRow, *, strict: bool) -> None:
-        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once.
-
-        Raises:
-            ValueError: ``strict`` is True; the message names ``source``, the 0-based row index and the field.
-        """
+        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once. Raises ValueError: ``strict`` is
+        True; the message names ``source``, the 0-based row index and the field."""
         if strict:
             raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
         self.bad.append(bad)

@@ -24,11 +24,8 @@ LONG_ROWS = ("drop", "truncate")
 
 def response_span(mask: Sequence[int]) -> tuple[int, int]:
     """``(start, end)`` of the last run of supervised tokens in ``mask`` (one 0/1 per token: a ``completion_mask`` or
-    ``assistant_masks``): the response and its end token, end exclusive; a template's newline after it is not.
-
-    Raises:
-        ValueError: no token is supervised.
-    """
+    ``assistant_masks``): the response and its end token, end exclusive; a template's newline after it is not. Raises
+    ValueError: no token is supervised."""
     end = next((j + 1 for j in reversed(range(len(mask))) if mask[j]), 0)
     if not end:
         raise ValueError("no supervised token: the row has no response")

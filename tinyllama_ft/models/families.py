@@ -50,11 +50,8 @@ FAMILIES = {
 
 
 def detect_family(model_config, tokenizer) -> Family:
-    """The family of a model, from its ``config.model_type`` and (for ``llama``) its tokenizer's tokens.
-
-    Raises:
-        ValueError: a model type outside ``FAMILIES``, naming the supported ones.
-    """
+    """The family of a model, from its ``config.model_type`` and (for ``llama``) its tokenizer's tokens. Raises
+    ValueError: a model type outside ``FAMILIES``, naming the supported ones."""
     model_type = getattr(model_config, "model_type", None)
     if model_type in ("qwen2", "qwen3", "phi3"):  # one family each
         return next(f for f in FAMILIES.values() if f.model_type == model_type)
@@ -73,11 +70,8 @@ def detect_family(model_config, tokenizer) -> Family:
 
 def lora_target_modules(model) -> tuple[str, ...]:
     """The LoRA targets of a loaded model (plain, 4-bit, or PEFT-wrapped): the distinct last name parts of every
-    ``torch.nn.Linear`` under ``layers.<i>.`` (LoRA's own left out), in the table's order, unknown names last.
-
-    Raises:
-        ValueError: no linear layer sits in numbered decoder blocks (an architecture this does not know).
-    """
+    ``torch.nn.Linear`` under ``layers.<i>.`` (LoRA's own left out), in the table's order, unknown names last. Raises
+    ValueError: no linear layer sits in numbered decoder blocks (an architecture this does not know)."""
     import re
 
     import torch
