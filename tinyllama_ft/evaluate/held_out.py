@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
@@ -200,14 +201,12 @@ def short_rows(
         n: rows wanted.
         max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
     """
-    picked = []
-    for row in rows:
-        reference = data_format.reference(row)
-        if len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"]) <= max_tokens:
-            picked.append(row)
-            if len(picked) == n:
-                break
-    return picked
+
+    def short(row) -> bool:
+        ids = tokenizer(data_format.reference(row), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return len(ids) <= max_tokens
+
+    return list(islice(filter(short, rows), n))
 
 
 def short_answer_rows(
