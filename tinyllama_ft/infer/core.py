@@ -160,11 +160,8 @@ def plain_16bit(model) -> bool:
 
     from ..models.loading import loaded_backend
 
-    if loaded_backend(model) == "unsloth":
-        return False
-    if not isinstance(model, PreTrainedModel) or getattr(model, "hf_quantizer", None) is not None:
-        return False
-    return not getattr(model, "peft_config", None)
+    plain = isinstance(model, PreTrainedModel) and getattr(model, "hf_quantizer", None) is None
+    return plain and loaded_backend(model) != "unsloth" and not getattr(model, "peft_config", None)
 
 
 def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
