@@ -437,21 +437,6 @@ class GenerationSection:
     4-bit base with the adapter on top (this package)."""
 
 
-#: The sections, in the order of their fields: name -> dataclass (``dataclasses.fields(section)``: its fields).
-SECTIONS: dict[str, type] = {
-    "model": ModelSection,
-    "lora": LoraSection,
-    "data": DataSection,
-    "chat": ChatSection,
-    "training": TrainingSection,
-    "preference": PreferenceSection,
-    "grpo": GrpoSection,
-    "logging": LoggingSection,
-    "export": ExportSection,
-    "generation": GenerationSection,
-}
-
-
 @dataclass
 class FinetuneConfig(
     GenerationSection,
@@ -687,6 +672,9 @@ class FinetuneConfig(
         return cls(**values)
 
 
+#: The sections, in the order of their fields (``FinetuneConfig``'s bases reversed): name ("model", "lora", ...) ->
+#: dataclass (``dataclasses.fields(section)``: its fields).
+SECTIONS: dict[str, type] = {c.__name__.removesuffix("Section").lower(): c for c in reversed(FinetuneConfig.__bases__)}
 #: Every field name, in declaration order (= the parameters cell's order).
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
 #: Each field's type, resolved from its annotation (``Literal``s included): what jsonargparse types values and the
