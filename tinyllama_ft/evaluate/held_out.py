@@ -337,8 +337,7 @@ class HeldOutCheck:
     grpo: object | None = None
 
     def __str__(self) -> str:
-        parts = (self.grpo, self.scores, self.stopping, self.preference)
-        return "; ".join(str(p) for p in parts if p is not None)
+        return "; ".join(str(p) for p in (self.grpo, self.scores, self.stopping, self.preference) if p is not None)
 
 
 def held_out_check(
