@@ -80,7 +80,7 @@ def test_a_failed_graph_decoder_is_tried_once_and_freed(stories, monkeypatch):
         raise RuntimeError("capture failed")
 
     monkeypatch.setattr(graph_decoder.FusedLlamaDecoder, "decode", fails)
-    monkeypatch.setattr(core.GenerationOptions, "mode", lambda self, m, new_tokens=0: "graph")  # "auto" on CUDA
+    monkeypatch.setattr(core, "decode_mode", lambda *args: "graph")  # "auto" on CUDA
     prompts, fmt = _prompts(tokenizer, 4)
     with warnings.catch_warnings(record=True) as said:
         warnings.simplefilter("always")

@@ -168,12 +168,7 @@ def _run_generate(values: dict, given: set) -> list[str]:
 
 
 def _generate_inputs(given, n_prompts: int, *, chat: bool) -> list[str] | None:
-    """``--input`` as one string per prompt (None when not given), checked before the model loads.
-
-    Raises:
-        ConfigError: ``--input`` for a chat adapter (its prompt is a user message), or a list whose length is not the
-            number of prompts.
-    """
+    """``--input`` as one string per prompt (None when not given), checked (ConfigError) before the model loads."""
     if given is None:
         return None
     if chat:
@@ -264,11 +259,8 @@ def build_parser():
 
 
 def check_flags(command: str, argv: Sequence[str]) -> set[str]:
-    """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments.
-
-    Raises:
-        ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one.
-    """
+    """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments. Raises
+    ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one."""
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(exit_on_error=False)
@@ -280,8 +272,7 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
 
 
 def _plain_choice_error(text: str) -> str:
-    """jsonargparse's refusal of a value outside a choice field's ``Literal`` (or ``Literal | None``), as one short
-    clause naming the allowed values: "expected one of 'auto', 'unsloth', 'transformers', got vllm"."""
+    """jsonargparse's refusal of a value outside a choice field's ``Literal``, as "expected one of ..., got ..."."""
     text = re.sub(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (\S*)", r"expected one of \1, got \2", text)
     return re.sub(
         r"Does not validate against any of the Union subtypes Subtypes: \[typing\.Literal\[(.*?)\], "
@@ -349,8 +340,7 @@ DEBUG_ENV = "TINYLLAMA_FT_DEBUG"
 
 
 def _one_line(err: BaseException, name: str) -> str:
-    """The error's message on one line, without a repeated ``tinyllama-ft <command>:`` prefix; an unexpected kind
-    of error keeps its type's name."""
+    """The error's message on one line, its ``name:`` prefix not repeated, an unexpected kind's type named."""
     text = " ".join(str(err).split()) or type(err).__name__
     text = text[len(name) + 2 :] if text.startswith(f"{name}: ") else text
     return (

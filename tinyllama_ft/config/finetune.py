@@ -25,15 +25,7 @@ from .coercion import ConfigError, check_keys, source_spelling, without_none
 from .packing import LongRows, resolve_packing_strategy
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
-LLAMA_TARGET_MODULES: tuple[str, ...] = (
-    "q_proj",
-    "k_proj",
-    "v_proj",
-    "o_proj",
-    "gate_proj",
-    "up_proj",
-    "down_proj",
-)
+LLAMA_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 # The choice fields' values, each declared once (``typing.get_args`` reads them).
 Backend = Literal["auto", "unsloth", "transformers"]
@@ -120,14 +112,8 @@ _CHAT_TEMPLATE: Allowed = (
 
 
 def _field(default, *, identity: bool, comma_separated: bool = False, allowed: Allowed | None = None):
-    """A configuration field.
-
-    Args:
-        default: the package's default.
-        identity: the value changes what is computed (a resume must match it: ``identity_fields``).
-        comma_separated: a tuple field that reads one string as a comma-separated list.
-        allowed: a range check beyond the type (a ``Literal``'s choices are checked from the annotation).
-    """
+    """A field: ``identity``: it changes what is computed (``identity_fields``); ``comma_separated``: a tuple field
+    read from one string too; ``allowed``: a range check beyond the type (a ``Literal`` checks itself)."""
     return field(
         default=default, metadata={"identity": identity, "comma_separated": comma_separated, "allowed": allowed}
     )
@@ -451,21 +437,6 @@ class GenerationSection:
     4-bit base with the adapter on top (this package)."""
 
 
-#: The sections, in the order of their fields: name -> dataclass (``dataclasses.fields(section)``: its fields).
-SECTIONS: dict[str, type] = {
-    "model": ModelSection,
-    "lora": LoraSection,
-    "data": DataSection,
-    "chat": ChatSection,
-    "training": TrainingSection,
-    "preference": PreferenceSection,
-    "grpo": GrpoSection,
-    "logging": LoggingSection,
-    "export": ExportSection,
-    "generation": GenerationSection,
-}
-
-
 @dataclass
 class FinetuneConfig(
     GenerationSection,
@@ -512,11 +483,7 @@ class FinetuneConfig(
         self._check_combinations()
 
     def _check_method(self) -> None:
-        """The preference fields against ``method`` (before the packing check: a pair run does not pack).
-
-        Raises:
-            ConfigError: naming the field, the method and what is allowed.
-        """
+        """The preference fields against ``method`` (before the packing check: a pair run does not pack)."""
         if self.beta is None:
             self.beta = METHOD_BETA[self.method]
         if self.method == "grpo":
@@ -576,11 +543,7 @@ class FinetuneConfig(
             )
 
     def _check_grpo(self) -> None:
-        """The fields GRPO reads, against each other (``_check_method`` for method="grpo").
-
-        Raises:
-            ConfigError: naming the field and what is allowed.
-        """
+        """The fields GRPO reads, against each other (``_check_method`` for method="grpo")."""
         if len(self.loss_type) > 1 or any(t not in GRPO_LOSS_TYPES for t in self.loss_type):
             raise ConfigError(
                 f"FinetuneConfig.loss_type={list(self.loss_type)!r} is not allowed for method='grpo': at most one of "
@@ -621,11 +584,7 @@ class FinetuneConfig(
             )
 
     def _check_combinations(self) -> None:
-        """The rules between fields, checked here so a contradiction stops before anything loads.
-
-        Raises:
-            ConfigError: naming both fields and what to change.
-        """
+        """The rules between fields, checked here so a contradiction stops before anything loads."""
         chat = self.dataset_format != "alpaca"
         if self.adapter_dir:
             out, adapter = os.path.abspath(self.output_dir), os.path.abspath(self.adapter_dir)
@@ -713,6 +672,9 @@ class FinetuneConfig(
         return cls(**values)
 
 
+#: The sections, in the order of their fields (``FinetuneConfig``'s bases reversed): name ("model", "lora", ...) ->
+#: dataclass (``dataclasses.fields(section)``: its fields).
+SECTIONS: dict[str, type] = {c.__name__.removesuffix("Section").lower(): c for c in reversed(FinetuneConfig.__bases__)}
 #: Every field name, in declaration order (= the parameters cell's order).
 FIELD_NAMES: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(FinetuneConfig))
 #: Each field's type, resolved from its annotation (``Literal``s included): what jsonargparse types values and the
@@ -755,11 +717,7 @@ def choices(name: str) -> tuple[Any, ...]:
 
 
 def _check_allowed(f: dataclasses.Field, value: Any) -> None:
-    """Refuse a field's parsed value that its type takes but its range does not.
-
-    Raises:
-        ConfigError: naming the field and what is allowed.
-    """
+    """Refuse (a ConfigError) a field's parsed value that its type takes but its range does not."""
     name, allowed = f.name, f.metadata["allowed"]
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(

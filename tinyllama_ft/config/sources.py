@@ -90,11 +90,7 @@ def recipe_path(name_or_path: str | os.PathLike) -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    """A YAML file's content, refusing a key given twice in one mapping (PyYAML would keep the last silently).
-
-    Raises:
-        ConfigError: a YAML syntax error (line and column), or a duplicated key (the key and both lines).
-    """
+    """A YAML file's content, refusing a key given twice in one mapping (PyYAML would keep the last silently)."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):

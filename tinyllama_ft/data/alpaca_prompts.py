@@ -51,24 +51,16 @@ def format_prompt(instruction: str, input: str = "", output: str = "", template:
 
 
 def add_eos(text: str, eos_token: str) -> str:
-    """``text`` ending in ``eos_token`` (the tokenizer's EOS text, ``"</s>"`` for Llama) exactly once: appended
-    unless already there.
-
-    Raises:
-        ValueError: ``eos_token`` is empty or None (the tokenizer has no EOS).
-    """
+    """``text`` ending in ``eos_token`` (the tokenizer's EOS text, ``"</s>"`` for Llama) exactly once: appended unless
+    already there. Raises ValueError: ``eos_token`` is empty or None (the tokenizer has no EOS)."""
     if not eos_token:
         raise ValueError("the tokenizer has no eos_token: training text needs one so generation stops")
     return text if text.endswith(eos_token) else text + eos_token
 
 
 def training_text(instruction: str, input: str, output: str, eos_token: str, template: str = DEFAULTS.template) -> str:
-    """One training sample: ``format_prompt(instruction, input, output, template)`` ending in ``eos_token`` exactly
-    once (``add_eos``); ``input`` may be ``""``.
-
-    Raises:
-        ValueError: unknown ``template``, or no ``eos_token``.
-    """
+    """One training sample: ``format_prompt(instruction, input, output, template)`` ending in ``eos_token`` exactly once
+    (``add_eos``); ``input`` may be ``""``. Raises ValueError: unknown ``template``, or no ``eos_token``."""
     return add_eos(format_prompt(instruction, input, output, template), eos_token)
 
 

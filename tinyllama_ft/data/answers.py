@@ -33,28 +33,16 @@ def follows_layout(text: str) -> bool:
 
 
 def extract_number(text: str) -> Decimal | None:
-    """The answer a text gives: the number after its last ``####``; without one, the last number in the text.
-
-    Args:
-        text: a completion, or a reference such as GSM8K's ``answer`` ("...reasoning...\\n#### 72").
-
-    Returns:
-        The number as a ``Decimal`` (commas dropped: ``1,000`` is 1000), or None when the text holds no number.
-    """
+    """The answer ``text`` (a completion, or a reference such as GSM8K's ``answer``: "...\\n#### 72") gives, as a
+    ``Decimal``: the number after its last ``####``, else its last number (commas dropped); None without a number."""
     marked = _AFTER_MARK.findall(text)
     found = marked or re.findall(NUMBER, text)
     return Decimal(found[-1].replace(",", "")) if found else None  # NUMBER's match, commas gone, always parses
 
 
 def reference_number(value) -> Decimal | None:
-    """A reference answer as a number: an int or float as it is, a string through ``extract_number``.
-
-    Args:
-        value: the row's answer (``answer_column``): 42, "42", "3 + 4 = 7\\n#### 7".
-
-    Returns:
-        A ``Decimal``, or None when ``value`` holds no number (bools and None included).
-    """
+    """A row's reference answer (``answer_column``: 42, "42", "3 + 4 = 7\\n#### 7") as a ``Decimal``: an int or float
+    as it is, a string through ``extract_number``; None when it holds no number (bools and None included)."""
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, (int, float)):

@@ -53,20 +53,14 @@ STORIES: dict[str, tuple[str, ...]] = {
 
 
 def answer_of(kind: str, operands: tuple[int, ...]) -> int:
-    """The integer answer: the operands' sum (``sum*`` kinds) or product (``product*``).
-
-    Raises:
-        KeyError: unknown ``kind``.
-    """
+    """The integer answer: the operands' sum (``sum*`` kinds) or product (``product*``). Raises KeyError: unknown
+    ``kind``."""
     return sum(operands) if KINDS[kind][3] == "+" else math.prod(operands)
 
 
 def problem_pool(kind: str) -> list[tuple[int, ...]]:
-    """Every distinct operand multiset of ``kind`` (sorted tuples), in a fixed order.
-
-    Raises:
-        KeyError: unknown ``kind``.
-    """
+    """Every distinct operand multiset of ``kind`` (sorted tuples), in a fixed order. Raises KeyError: unknown
+    ``kind``."""
     count, low, high, _ = KINDS[kind]
     return list(combinations_with_replacement(range(low, high + 1), count))
 

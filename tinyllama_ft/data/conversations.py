@@ -31,11 +31,8 @@ def alpaca_to_messages(instruction: str, input: str = "", output: str = "") -> l
 
 
 def detect_format(rows: Iterable[Any]) -> str:
-    """``"messages"``, ``"sharegpt"`` or ``"alpaca"``: the layout of the first row that is an object.
-
-    Raises:
-        ValueError: no row is an object holding ``messages``, ``conversations`` or ``instruction``.
-    """
+    """``"messages"``, ``"sharegpt"`` or ``"alpaca"``: the layout of the first row that is an object. Raises ValueError:
+    no row is an object holding ``messages``, ``conversations`` or ``instruction``."""
     for row in rows:
         if isinstance(row, dict):
             if "messages" in row:

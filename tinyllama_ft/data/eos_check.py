@@ -64,13 +64,9 @@ def eos_supervision(trainer, batches: int | None = 1, split: str = "train") -> d
 
 
 def collated_samples(trainer, split: str, batches: int | None, *, what: str):
-    """``(input_ids, labels)`` of each sample (``eos_supervision`` says what one is) in the first ``batches``
-    collated batches (None: one epoch) of a TRL trainer's ``split`` ("train" or "eval"); ``what`` names the
-    calling check in messages.
-
-    Raises:
-        ValueError: as ``require_row_samples`` (before any batch is read).
-    """
+    """``(input_ids, labels)`` of each sample (``eos_supervision`` says what one is) in the first ``batches`` collated
+    batches (None: one epoch) of a TRL trainer's ``split`` ("train" or "eval"); ``what`` names the calling check in
+    messages. Raises ValueError: as ``require_row_samples`` (before any batch is read)."""
     require_row_samples(trainer, split, what=what)
     pad = trainer.processing_class.pad_token_id
     loader = trainer.get_train_dataloader() if split == "train" else trainer.get_eval_dataloader()

@@ -142,11 +142,7 @@ class AlpacaFormat(_Format):
 
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per row as training tokenizes it (``tokenization.tokenize_segments``); masks are 1 on the
-        response and EOS.
-
-        Raises:
-            ValueError: a row without instruction/output, naming it.
-        """
+        response and EOS. Raises ValueError: a row without instruction/output, naming it."""
         from .tokenization import alpaca_segments, tokenize_segments
 
         return tokenize_segments([alpaca_segments(*_alpaca_fields(r), template=self.template) for r in rows], tokenizer)
@@ -231,12 +227,9 @@ class ConversationFormat(_Format):
 
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...]:
-        """``families.prepare_family`` in place (printed, kept in ``self.family``); returns the LoRA target modules:
-        the model's own projections (``cfg.target_modules`` is the Llama names).
-
-        Raises:
-            ValueError: as ``families.prepare_family``.
-        """
+        """``families.prepare_family`` in place (printed, kept in ``self.family``); returns the LoRA target modules: the
+        model's own projections (``cfg.target_modules`` is the Llama names). Raises ValueError: as
+        ``families.prepare_family``."""
         from ..models.families import prepare_family
 
         self.family = prepare_family(

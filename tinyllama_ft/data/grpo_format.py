@@ -68,12 +68,8 @@ class GrpoFormat(WrappedFormat):
         ``prompt_column``, ``answer_column``, ``strict``), or for ``dataset: arithmetic`` the package's own problems
         (``arithmetic.arithmetic_problems``: ``arithmetic.TRAIN`` training and ``MIN_HELD_OUT_PROMPTS`` held-out
         problems, seeded with ``cfg.seed``, no operand set twice, checked as any rows; the held-out ones first, and
-        ``held_out_first`` says how many, so the checks read 25 of each kind); sets the form and the wrapped SFT
-        format.
-
-        Raises:
-            ValueError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``.
-        """
+        ``held_out_first`` says how many, so the checks read 25 of each kind); sets the form and the wrapped SFT format.
+        Raises ValueError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``."""
         from .grpo_prompts import check_prompt_rows, load_prompt_rows
 
         if cfg.dataset == ARITHMETIC:

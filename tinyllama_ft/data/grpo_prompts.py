@@ -196,15 +196,10 @@ def prompt_token_ids(tokenizer, prompt) -> list[int]:
 
 
 def drop_long_prompts(dataset, tokenizer, *, max_prompt_tokens: int):
-    """Drop the prompts longer than ``max_prompt_tokens`` (``max_seq_length - max_completion_length``): TRL's GRPO
-    does not cut them, and a cut question has no answer.
-
-    Returns ``(kept, dropped)``: ``grpo_prompts``' dataset without those rows (measured with the run's tokenizer, its
-    chat template set for messages), and their 0-based indices.
-
-    Raises:
-        ValueError: every prompt is too long (naming the shortest's length).
-    """
+    """Drop the prompts longer than ``max_prompt_tokens`` (``max_seq_length - max_completion_length``): TRL's GRPO does
+    not cut them, and a cut question has no answer. Returns ``(kept, dropped)``: ``grpo_prompts``' dataset without those
+    rows (measured with the run's tokenizer, its chat template set for messages), and their 0-based indices. Raises
+    ValueError: every prompt is too long (naming the shortest's length)."""
     lengths = [len(prompt_token_ids(tokenizer, p)) for p in dataset["prompt"]]
     dropped = [i for i, n in enumerate(lengths) if n > max_prompt_tokens]
     if dropped and len(dropped) == len(lengths):

@@ -48,11 +48,8 @@ class DataReport:
     bad: list[BadRow] = field(default_factory=list)
 
     def reject(self, bad: BadRow, *, strict: bool) -> None:
-        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once.
-
-        Raises:
-            ValueError: ``strict`` is True; the message names ``source``, the 0-based row index and the field.
-        """
+        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once. Raises ValueError: ``strict`` is
+        True; the message names ``source``, the 0-based row index and the field."""
         if strict:
             raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
         self.bad.append(bad)
@@ -212,12 +209,7 @@ def load_instruction_data(
 
 
 def split_train_eval(
-    dataset,
-    *,
-    test_size: float = DEFAULTS.test_size,
-    seed: int = DEFAULTS.seed,
-    min_test_rows: int = 1,
-    first: int = 0,
+    dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed, min_test_rows: int = 1, first: int = 0
 ):
     """``(train, eval)``: ``test_size`` (a fraction, rounded up) of a ``datasets.Dataset`` held out for evaluation,
     shuffled with ``seed`` (the article's ``train_test_split``, 3407); at least ``min_test_rows`` (the format's: 1,

@@ -24,11 +24,8 @@ LONG_ROWS = ("drop", "truncate")
 
 def response_span(mask: Sequence[int]) -> tuple[int, int]:
     """``(start, end)`` of the last run of supervised tokens in ``mask`` (one 0/1 per token: a ``completion_mask`` or
-    ``assistant_masks``): the response and its end token, end exclusive; a template's newline after it is not.
-
-    Raises:
-        ValueError: no token is supervised.
-    """
+    ``assistant_masks``): the response and its end token, end exclusive; a template's newline after it is not. Raises
+    ValueError: no token is supervised."""
     end = next((j + 1 for j in reversed(range(len(mask))) if mask[j]), 0)
     if not end:
         raise ValueError("no supervised token: the row has no response")
@@ -161,9 +158,7 @@ def unpair(dataset):
 
 
 def _batch_sequences(batch):
-    """``(ids, mask)`` per sequence of a collated preference batch, padding left out: DPO's and KTO's ``input_ids`` /
-    ``completion_mask`` (KTO's KL sequences are not responses the loss supervises), ORPO's ``chosen_`` and
-    ``rejected_`` ``input_ids`` / ``labels``."""
+    """``(ids, mask)`` per response sequence of a collated DPO, KTO (not its KL rows) or ORPO batch, unpadded."""
     for prefix in ("", "chosen_", "rejected_"):
         if f"{prefix}input_ids" not in batch:
             continue

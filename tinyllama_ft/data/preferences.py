@@ -23,12 +23,9 @@ FORMS = ("text", "conversation", "auto")
 
 
 def detect_layout(rows: Iterable[Any]) -> tuple[str, str]:
-    """``(layout, form)`` of the first row that is an object: ``"paired"`` when it has ``chosen``, ``"unpaired"``
-    when it has ``completion``; ``"text"`` when that column holds a string, else ``"conversation"``.
-
-    Raises:
-        ValueError: the first object has neither column, or no row is an object.
-    """
+    """``(layout, form)`` of the first row that is an object: ``"paired"`` when it has ``chosen``, ``"unpaired"`` when
+    it has ``completion``; ``"text"`` when that column holds a string, else ``"conversation"``. Raises ValueError: the
+    first object has neither column, or no row is an object."""
     for row in rows:
         if isinstance(row, dict):
             column = "chosen" if "chosen" in row else "completion" if "completion" in row else None

@@ -32,12 +32,7 @@ class UnreadableRow:
 
 
 def _read_text(path: str) -> str:
-    """The whole file decoded as UTF-8 (a leading byte-order mark dropped, nothing else touched).
-
-    Raises:
-        ValueError: the bytes are not UTF-8, or hold a NUL byte (a binary or UTF-16 file), naming the
-            file, the 1-based line and the 0-based byte offset.
-    """
+    """The whole file decoded as UTF-8 (a leading byte-order mark dropped); not UTF-8 or a NUL byte: ValueError."""
     with open(path, "rb") as f:  # bytes, decoded below with an explicit encoding: exact offsets on error
         data = f.read()
     try:

@@ -24,11 +24,7 @@ Segment = tuple[str, bool]
 
 def alpaca_segments(instruction: str, input: str, output: str, *, template: str = DEFAULTS.template) -> list[Segment]:
     """An Alpaca row (``input`` may be ``""`` or None) as ``[(prompt, False), (output, True)]``: joined, they are
-    ``alpaca_prompts.format_prompt(instruction, input, output, template)``.
-
-    Raises:
-        ValueError: unknown ``template``.
-    """
+    ``alpaca_prompts.format_prompt(instruction, input, output, template)``. Raises ValueError: unknown ``template``."""
     prompt = format_prompt(instruction, input or "", "", template)
     return [(prompt, False), (output, True)]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from itertools import islice
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
@@ -136,14 +137,13 @@ def held_out_scores(
     """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
 
     Args:
-        model, tokenizer: a causal LM (a PEFT model too), on any device, and its (fast) tokenizer.
+        model, tokenizer: as ``token_nlls`` (a fast tokenizer).
         rows: the format's held-out rows (``data_format.held_out_rows``): Alpaca dicts with ``instruction``, ``output`` and
             optionally ``input``, or ``{"messages": [...]}``.
         data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat``
             (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
-        batch_size: most rows per forward pass.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
-        max_batch_tokens: as ``token_nlls``.
+        batch_size, max_batch_tokens: as ``token_nlls``.
         nlls: each row's ``token_nlls`` of ``data_format.score_ids``' ids, in row order, computed already (a
             preference run's chosen responses, which ``preference_checks`` scores too): the model is not run again.
 
@@ -201,24 +201,18 @@ def short_rows(
         n: rows wanted.
         max_tokens: most tokens of a short answer (``SHORT_ANSWER_TOKENS``).
     """
-    picked = []
-    for row in rows:
-        reference = data_format.reference(row)
-        if len(tokenizer(reference, add_special_tokens=False, split_special_tokens=True)["input_ids"]) <= max_tokens:
-            picked.append(row)
-            if len(picked) == n:
-                break
-    return picked
+
+    def short(row) -> bool:
+        ids = tokenizer(data_format.reference(row), add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        return len(ids) <= max_tokens
+
+    return list(islice(filter(short, rows), n))
 
 
 def short_answer_rows(
     rows: Sequence[dict], tokenizer, *, data_format, n: int = 20, max_tokens: int = SHORT_ANSWER_TOKENS
 ) -> list[dict]:
-    """``short_rows``, requiring ``n`` of them.
-
-    Raises:
-        ValueError: fewer than ``n`` such rows.
-    """
+    """``short_rows``, requiring ``n`` of them (a ValueError with fewer)."""
     picked = short_rows(rows, tokenizer, data_format=data_format, n=n, max_tokens=max_tokens)
     if len(picked) < n:
         raise ValueError(f"only {len(picked)} of {len(rows)} rows have an output of <= {max_tokens} tokens; {n} asked")
@@ -255,10 +249,9 @@ def greedy_answers(
     """Greedy answers to each held-out row's prompt, through the generation core (``core.generate_answers``).
 
     Args:
-        model, tokenizer: as ``held_out_scores``; the model's train/eval mode is restored afterwards.
-        rows: held-out rows of ``data_format``.
-        max_new_tokens: budget per answer (``STOP_MAX_NEW_TOKENS`` = 128).
-        data_format: as ``held_out_scores``: the prompt (``row_prompt``), its tokenization and the stop ids.
+        model, tokenizer, rows, data_format: as ``held_out_scores`` (the format gives the prompt, its tokenization and
+            the stop ids); the model's train/eval mode is restored afterwards.
+        max_new_tokens: budget per answer (``STOP_MAX_NEW_TOKENS``).
         batch_size: prompts per batch (left-padded, ``core.generate_answers``); None: ``core.check_batch_size``
             (16 on a CUDA GPU, 4 on a CPU).
         decode: ``core.DECODE_CHOICES``; "auto" (the checks' choice) or "plain" / "graph" forced (benchmarks).
@@ -289,15 +282,8 @@ def stopping_count(
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
     batch_size: int | None = None,
 ) -> StoppingReport:
-    """How many greedy answers to the rows' prompts end with a stop token within ``max_new_tokens``.
-
-    Args:
-        model, tokenizer, rows, data_format, max_new_tokens, batch_size: as ``greedy_answers`` (``short_answer_rows``
-            picks rows with short reference answers).
-
-    Returns:
-        ``StoppingReport``.
-    """
+    """How many ``greedy_answers`` (same arguments) to the rows' prompts end with a stop token within
+    ``max_new_tokens``, as a ``StoppingReport`` (``short_answer_rows`` picks rows with short reference answers)."""
     new = greedy_answers(
         model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, batch_size=batch_size
     )
@@ -351,8 +337,7 @@ class HeldOutCheck:
     grpo: object | None = None
 
     def __str__(self) -> str:
-        parts = (self.grpo, self.scores, self.stopping, self.preference)
-        return "; ".join(str(p) for p in parts if p is not None)
+        return "; ".join(str(p) for p in (self.grpo, self.scores, self.stopping, self.preference) if p is not None)
 
 
 def held_out_check(
@@ -375,7 +360,7 @@ def held_out_check(
             ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20), among those whose
             prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).
         data_format, max_seq_length: as ``held_out_scores`` (default ``FinetuneConfig``'s ``max_seq_length``).
-        max_new_tokens: budget per stopping answer (``STOP_MAX_NEW_TOKENS`` = 128).
+        max_new_tokens: as ``greedy_answers``.
         pair_nlls: on pairs, ``preference_checks.pair_nlls`` of ``rows`` by this model state, computed already (DPO's
             evaluation after the last step: ``trainer.policy_nlls``); None: computed here.
 
@@ -414,13 +399,7 @@ def held_out_check(
 
 
 def _grpo_check(model, tokenizer, rows: Sequence[dict], *, data_format) -> HeldOutCheck:
-    """GRPO's held-out check: ``grpo_checks.grpo_scores`` with the trainer's reward functions and its
-    ``max_completion_length`` (``data_format.first_batch``, kept by ``check_first_batch``); the stopping count is of
-    the same answers.
-
-    Raises:
-        RuntimeError: ``data_format.check_first_batch(trainer)`` was not called (the rewards are the trainer's).
-    """
+    """``held_out_check`` on GRPO prompts: ``grpo_scores`` with the trainer's rewards and completion length."""
     from .grpo_checks import grpo_scores
 
     if data_format.reward_funcs is None:

@@ -26,12 +26,7 @@ def compare_answers(
 
     Args:
         model: a PEFT model (``lora.add_lora`` output, trained or not), not merged.
-        tokenizer: its tokenizer.
-        rows: held-out rows of ``data_format`` (``data_format.held_out_rows``): Alpaca dicts with ``instruction``,
-            optionally ``input`` and ``output`` (the reference), or conversations.
-        max_new_tokens: budget per answer (default 128, as the stopping count).
-        data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat`` (required).
-        batch_size: prompts per batch; None: ``core.check_batch_size`` (16 on a CUDA GPU, 4 on a CPU).
+        tokenizer, rows, data_format, max_new_tokens, batch_size: as ``held_out.greedy_answers``.
 
     Returns:
         One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (others left out, said in

@@ -41,10 +41,8 @@ class ExportResult:
 
 
 def _clean_stale_exports(root: Path) -> list[str]:
-    """Undo what killed exports left in ``root`` (``<output_dir>/export``), printing one line per repair: a dead
-    process's ``.staging-...`` or ``.<fmt>.old-...`` folder is removed (``temporaries.clean_stale``), or renamed back
-    when its ``<fmt>`` folder is missing (killed between ``temporaries.replace_folder``'s two renames). Returns the
-    lines printed."""
+    """Undo (and print, and return) what killed exports left in ``root``: a dead process's staging or old folder
+    removed, or renamed back where its format's folder is missing (killed between ``replace_folder``'s renames)."""
     lines = []
     for fmt in EXPORT_FORMATS:
         for old in stale_temporaries(root, f".{fmt}.old-")[0]:

@@ -18,11 +18,8 @@ KINDS = {"adapter": "adapter_model.safetensors", "merged": "config.json", "gguf"
 
 
 def folder_kind(folder: str | os.PathLike) -> str:
-    """``"adapter"``, ``"gguf"`` or ``"merged"``: what ``folder`` holds.
-
-    Raises:
-        FileNotFoundError: ``folder`` is missing or holds none of them.
-    """
+    """``"adapter"``, ``"gguf"`` or ``"merged"``: what ``folder`` holds. Raises FileNotFoundError: ``folder`` is missing
+    or holds none of them."""
     folder = Path(folder)
     names = {p.name for p in folder.iterdir()} if folder.is_dir() else set()
     if KINDS["adapter"] in names:
@@ -45,11 +42,8 @@ def upload_files(folder: str | os.PathLike) -> list[str]:
 
 
 def check_hub_reachable(*, timeout_s: float = 5.0) -> None:
-    """Fail fast when the Hub's endpoint does not answer a TCP connection within ``timeout_s`` seconds.
-
-    Raises:
-        ConnectionError: no answer (the message names the endpoint and ``HF_HUB_OFFLINE``).
-    """
+    """Fail fast when the Hub's endpoint does not answer a TCP connection within ``timeout_s`` seconds. Raises
+    ConnectionError: no answer (the message names the endpoint and ``HF_HUB_OFFLINE``)."""
     from huggingface_hub import constants
 
     url = urlparse(constants.ENDPOINT)

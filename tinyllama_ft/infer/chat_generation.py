@@ -31,13 +31,7 @@ def _chat_answers(core_fn, model, tokenizer, conversations, stop_token_ids, **op
 
 
 def chat_generate(
-    model,
-    tokenizer,
-    conversations,
-    *,
-    stop_token_ids: Sequence[int] | None = None,
-    return_ids: bool = False,
-    **options,
+    model, tokenizer, conversations, *, stop_token_ids: Sequence[int] | None = None, return_ids: bool = False, **options
 ) -> list[str] | list[list[int]]:
     """Answer one or many conversations in one left-padded batch.
 
@@ -63,14 +57,8 @@ def chat_generate(
 def chat_stream(
     model, tokenizer, conversations, *, stop_token_ids: Sequence[int] | None = None, **options
 ) -> list[str]:
-    """Print answers as they are generated (``TextStreamer``), one conversation after another.
-
-    Args:
-        model, tokenizer, conversations, stop_token_ids, **options: as ``chat_generate``.
-
-    Returns:
-        The answers, as ``chat_generate`` returns them.
-    """
+    """Print answers as they are generated (``TextStreamer``), one conversation after another, and return their text;
+    the arguments, answers and errors as ``chat_generate``'s."""
     return decode_answers(
         tokenizer, _chat_answers(stream_answers, model, tokenizer, conversations, stop_token_ids, **options)
     )

@@ -70,12 +70,6 @@ class GenerationOptions:
     decode: str = "auto"
     ignore_eos: bool = False
 
-    def mode(self, model, new_tokens: int = 0) -> str:
-        """``decode_mode`` for these options."""
-        return decode_mode(
-            model, self.decode, self.do_sample, self.repetition_penalty, self.logits_processor, new_tokens
-        )
-
     def generate_kwargs(self) -> dict:
         """``model.generate`` arguments for these options (the stop and pad ids apart)."""
         kwargs = dict(
@@ -166,11 +160,8 @@ def plain_16bit(model) -> bool:
 
     from ..models.loading import loaded_backend
 
-    if loaded_backend(model) == "unsloth":
-        return False
-    if not isinstance(model, PreTrainedModel) or getattr(model, "hf_quantizer", None) is not None:
-        return False
-    return not getattr(model, "peft_config", None)
+    plain = isinstance(model, PreTrainedModel) and getattr(model, "hf_quantizer", None) is None
+    return plain and loaded_backend(model) != "unsloth" and not getattr(model, "peft_config", None)
 
 
 def _cut(ids: list[int], stops: Sequence[int]) -> Answer:
@@ -287,7 +278,8 @@ def _answer(
         raise ValueError("stop_token_ids is empty: name the tokens that end an answer")
     if for_inference:
         prepare_for_inference(model)
-    mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens if streamers else 0)
+    new_tokens = len(prompts) * opts.max_new_tokens if streamers else 0
+    mode = decode_mode(model, opts.decode, opts.do_sample, opts.repetition_penalty, opts.logits_processor, new_tokens)
     transient, answers = mode == "graph" and not plain_16bit(model), []
     try:
         with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too

@@ -15,11 +15,8 @@ from .core import decode_answers, generate_answers, stream_answers
 
 
 def one_per_instruction(value, n: int, name: str) -> list[str]:
-    """``value`` as ``n`` strings: None gives ``n`` empty strings, one string is repeated, a list is kept.
-
-    Raises:
-        ValueError: a list whose length is not ``n`` (naming ``name``).
-    """
+    """``value`` as ``n`` strings: None gives ``n`` empty strings, one string is repeated, a list is kept. Raises
+    ValueError: a list whose length is not ``n`` (naming ``name``)."""
     if value is None:
         return [""] * n
     if isinstance(value, str):
@@ -125,11 +122,8 @@ def stream(
 
 
 def as_samples(instructions: Sequence[str], answers: Sequence[str]) -> list[dict[str, str]]:
-    """``[{"instruction": ..., "response": ...}]`` pairs, as ``run_summary.json`` records them.
-
-    Raises:
-        ValueError: the two lists differ in length.
-    """
+    """``[{"instruction": ..., "response": ...}]`` pairs, as ``run_summary.json`` records them. Raises ValueError: the
+    two lists differ in length."""
     if len(instructions) != len(answers):
         raise ValueError(f"as_samples: {len(instructions)} instructions but {len(answers)} answers")
     return [{"instruction": i, "response": a} for i, a in zip(instructions, answers)]

@@ -15,17 +15,6 @@ MAX_NEW_TOKENS_SLIDER = (16, 512, 16, 128)
 TEMPERATURE_SLIDER = (0.0, 1.5, 0.05, 0.0)
 
 
-def _widget_streamer(tokenizer, output):
-    from transformers import TextStreamer
-
-    class WidgetStreamer(TextStreamer):  # text into the ipywidgets Output, not stdout
-        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-            if text:
-                output.append_stdout(text)
-
-    return WidgetStreamer(tokenizer, skip_special_tokens=True)
-
-
 def answer_into(
     output,
     model,
@@ -53,8 +42,15 @@ def answer_into(
         ValueError: empty instruction, ``max_new_tokens`` < 1 or ``temperature`` < 0; the prompt's tokens plus
             ``max_new_tokens`` exceed the model's positions (``core.check_positions``).
     """
+    from transformers import TextStreamer
+
     from .core import decode_answers, stream_answers
     from .generation import answer_with
+
+    class WidgetStreamer(TextStreamer):  # text into the ipywidgets Output, not stdout
+        def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
+            if text:
+                output.append_stdout(text)
 
     if not instruction.strip():
         raise ValueError("instruction is empty: type an instruction first")
@@ -72,7 +68,7 @@ def answer_into(
         max_new_tokens=int(max_new_tokens),
         do_sample=temperature > 0,
         temperature=float(temperature),
-        make_streamer=lambda tok: _widget_streamer(tok, output),
+        make_streamer=lambda tok: WidgetStreamer(tok, skip_special_tokens=True),
     )
     return decode_answers(tokenizer, answers)[0]
 
@@ -151,9 +147,7 @@ def tryout_box(
     Returns:
         The displayed ``VBox`` (see ``build_tryout``), or None when skipped.
     """
-    if interactive is None:
-        interactive = in_interactive_kernel()
-    if not interactive:
+    if not (in_interactive_kernel() if interactive is None else interactive):
         print("try-out box skipped: no interactive notebook kernel (papermill or a script)")
         return None
     box = build_tryout(model, tokenizer, template=template, data_format=data_format)

@@ -15,11 +15,8 @@ from typing import Iterator, Mapping
 
 
 def world_size(env: Mapping[str, str] = os.environ) -> int:
-    """Processes training together (``WORLD_SIZE``, set by ``accelerate launch`` / ``torchrun``); 1 when unset.
-
-    Raises:
-        ValueError: ``WORLD_SIZE`` is set but not a positive integer.
-    """
+    """Processes training together (``WORLD_SIZE``, set by ``accelerate launch`` / ``torchrun``); 1 when unset. Raises
+    ValueError: ``WORLD_SIZE`` is set but not a positive integer."""
     value = env.get("WORLD_SIZE", "").strip() or "1"
     if not value.isdigit() or int(value) < 1:
         raise ValueError(f"WORLD_SIZE={value!r} in the environment is not a positive integer")

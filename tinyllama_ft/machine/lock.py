@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from .distributed import is_main_process  # the one rule for "main process only" (re-exported)
 from .paths import expand_path
@@ -44,8 +45,7 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:  # a zombie (killed, not yet reaped) is gone too
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        return Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[0] != "Z"
     except (OSError, IndexError):
         return True
 
@@ -53,8 +53,7 @@ def _pid_alive(pid: int) -> bool:
 def read_lock(output_dir: str) -> dict | None:
     """The lock's fields (``host``, ``pid``, ``started``, ``heartbeat``, ``token``), or None without a readable lock."""
     try:
-        with open(os.path.join(output_dir, LOCK_FILE), encoding="utf-8") as f:
-            value = json.load(f)
+        value = json.loads(Path(output_dir, LOCK_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return value if isinstance(value, dict) else None
@@ -62,10 +61,9 @@ def read_lock(output_dir: str) -> dict | None:
 
 def _staged(path: str, text: str, token: str) -> str:
     """A complete temporary copy of ``text`` beside ``path``, named after ``token``; returns its path."""
-    tmp = f"{path}.{token}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    return tmp
+    tmp = Path(f"{path}.{token}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    return str(tmp)
 
 
 class RunLock:
@@ -210,8 +208,7 @@ def acquire_run_lock(
         if _create(lock.path, json.dumps(lock.info, indent=2), lock.info["token"]):
             break
         try:
-            with open(lock.path, "rb") as f:
-                raw = f.read()
+            raw = Path(lock.path).read_bytes()
         except FileNotFoundError:
             continue
         state, who = _judge(lock.path, read_lock(output_dir), stale_after_s)
@@ -244,9 +241,7 @@ def _break(path: str, raw: bytes, token: str) -> None:
         os.rename(path, aside)
     except FileNotFoundError:
         return
-    with open(aside, "rb") as f:
-        moved = f.read()
-    if moved != raw:  # a fresh lock appeared between our read and the rename: put it back
+    if Path(aside).read_bytes() != raw:  # a fresh lock appeared between our read and the rename: put it back
         with contextlib.suppress(FileExistsError):
             os.link(aside, path)
     os.remove(aside)

@@ -86,8 +86,7 @@ def replace_folder(staged: str | os.PathLike, target: str | os.PathLike) -> None
 def _started_after(pid: int, when: float) -> bool:
     """True when process ``pid`` began after ``when`` (epoch s), so it cannot have made a thing written then."""
     try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8") as f:
-            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        ticks = int(Path(f"/proc/{pid}/stat").read_text(encoding="utf-8").rsplit(")", 1)[1].split()[19])
         with open("/proc/stat", encoding="utf-8") as f:
             boot = next(int(line.split()[1]) for line in f if line.startswith("btime "))
         return boot + ticks / os.sysconf("SC_CLK_TCK") > when + 1.0  # btime is whole seconds, rounded down

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from ..machine.paths import expand_path
 
@@ -117,8 +118,7 @@ def _recorded_base_config(name: str | None) -> dict | None:
         return None
     path = os.path.join(expand_path(name), "config.json")
     if os.path.isfile(path):
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     try:
         from transformers import AutoConfig
 
@@ -138,8 +138,7 @@ def adapter_fit_problems(adapter_dir: str, base_model, *, tokenizer=None) -> lis
     Returns:
         One sentence per difference (``"vocab_size: 512 in the adapter's base, 32000 in this base"``...).
     """
-    with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as f:
-        adapter_config = json.load(f)
+    adapter_config = json.loads(Path(adapter_dir, "adapter_config.json").read_text(encoding="utf-8"))
     problems = []
     recorded = _recorded_base_config(adapter_config.get("base_model_name_or_path"))
     base_config = base_model.config.to_dict()

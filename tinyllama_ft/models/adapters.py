@@ -81,11 +81,7 @@ def adapter_base_model(adapter_dir: str, *, flag: str = "adapter_dir") -> str:
 
 
 def adapter_base(
-    adapter_dir: str,
-    base_model: str | None = None,
-    *,
-    adapter_flag: str = "adapter_dir",
-    base_flag: str = "base_model",
+    adapter_dir: str, base_model: str | None = None, *, adapter_flag: str = "adapter_dir", base_flag: str = "base_model"
 ) -> str:
     """The base an adapter loads onto, checked before anything loads: ``base_model`` when given, else the base
     recorded in its ``adapter_config.json`` (the one check of ``load_adapter``, ``export_adapter`` and the CLI).
@@ -252,12 +248,9 @@ def attach_adapter(base_model, adapter_dir: str, *, base_name: str | None = None
 
 
 def saves_whole_modules(adapter_dir: str) -> bool:
-    """The adapter saved whole modules beside its LoRA matrices (``PeftConfig.modules_to_save``: the embeddings and
-    LM head of a chat template's added tokens).
-
-    Raises:
-        ValueError: ``adapter_dir`` holds no readable ``adapter_config.json`` (PEFT's message).
-    """
+    """The adapter saved whole modules beside its LoRA matrices (``PeftConfig.modules_to_save``: the embeddings and LM
+    head of a chat template's added tokens). Raises ValueError: ``adapter_dir`` holds no readable
+    ``adapter_config.json`` (PEFT's message)."""
     from peft import PeftConfig
 
     return bool(PeftConfig.from_pretrained(adapter_dir).modules_to_save)
@@ -269,11 +262,8 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json",
 
 def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = False) -> str:
     """Where the adapter's tokenizer is read from: ``adapter_dir`` (``save_adapter`` writes it there), else ``base``
-    (the base model's folder or Hub id; said in one line). ``resized``: the adapter saved resized embeddings.
-
-    Raises:
-        FileNotFoundError: no tokenizer file in ``adapter_dir`` and ``resized``: names the folder and what to copy.
-    """
+    (the base model's folder or Hub id; said in one line). ``resized``: the adapter saved resized embeddings. Raises
+    FileNotFoundError: no tokenizer file in ``adapter_dir`` and ``resized``: names the folder and what to copy."""
     if any(os.path.isfile(os.path.join(adapter_dir, name)) for name in TOKENIZER_FILES):
         return adapter_dir
     if resized:
@@ -288,11 +278,8 @@ def adapter_tokenizer_source(adapter_dir: str, base: str, *, resized: bool = Fal
 
 def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote_code) -> int:
     """The base model's ``max_position_embeddings`` (the ``max_seq_length`` without RoPE scaling), else
-    ``DEFAULTS.max_seq_length``.
-
-    Raises:
-        OSError: as ``transformers.AutoConfig.from_pretrained`` (no such folder, not cached offline).
-    """
+    ``DEFAULTS.max_seq_length``. Raises OSError: as ``transformers.AutoConfig.from_pretrained`` (no such folder, not
+    cached offline)."""
     from transformers import AutoConfig
 
     from .demo_model import resolve_model_name

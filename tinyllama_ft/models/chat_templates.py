@@ -59,11 +59,8 @@ _MARK = "\ue000tlft{}\ue001"
 
 
 def template_text(name: str) -> str:
-    """The Jinja text of a ``NAMED_TEMPLATES`` entry (a TRL one from the installed ``trl.chat_template_utils``).
-
-    Raises:
-        ValueError: unknown name.
-    """
+    """The Jinja text of a ``NAMED_TEMPLATES`` entry (a TRL one from the installed ``trl.chat_template_utils``). Raises
+    ValueError: unknown name."""
     if name not in NAMED_TEMPLATES:
         raise ValueError(f"chat_template={name!r}: not one of {sorted(NAMED_TEMPLATES)} (or 'auto', or a Jinja string)")
     spec = NAMED_TEMPLATES[name]
@@ -81,11 +78,8 @@ class TemplateMismatch(ValueError):
 
 def render(tokenizer, messages, *, add_generation_prompt: bool = False, chat_template: str | None = None) -> str:
     """``tokenizer.apply_chat_template(messages, tokenize=False, ...)``: ``messages`` (``[{"role", "content"}]``)
-    rendered as text, ending with the assistant's header when ``add_generation_prompt``.
-
-    Raises:
-        ValueError: the tokenizer has no chat template and none is given (transformers' message).
-    """
+    rendered as text, ending with the assistant's header when ``add_generation_prompt``. Raises ValueError: the
+    tokenizer has no chat template and none is given (transformers' message)."""
     return tokenizer.apply_chat_template(
         messages, tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=chat_template
     )
@@ -148,11 +142,8 @@ def render_turns(
 
 
 def end_of_turn_token(tokenizer, *, chat_template: str | None = None) -> str:
-    """The special token the template closes an assistant turn with (first special token after its content).
-
-    Raises:
-        ValueError: the tokenizer has no chat template, or no special token follows an assistant's content.
-    """
+    """The special token the template closes an assistant turn with (first special token after its content). Raises
+    ValueError: the tokenizer has no chat template, or no special token follows an assistant's content."""
     if chat_template is None and not tokenizer.chat_template:
         raise ValueError(
             "the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
@@ -193,11 +184,8 @@ def _generation_eos_ids(model) -> list[int]:
 
 
 def check_stop_tokens(tokenizer, model) -> int:
-    """The end-of-turn token id, once the model's generation config (or config) stops on it.
-
-    Raises:
-        ValueError: it does not stop on it: names both, and how to fix it.
-    """
+    """The end-of-turn token id, once the model's generation config (or config) stops on it. Raises ValueError: it does
+    not stop on it: names both, and how to fix it."""
     token = end_of_turn_token(tokenizer)
     token_id = tokenizer.convert_tokens_to_ids(token)
     eos_ids = _generation_eos_ids(model)

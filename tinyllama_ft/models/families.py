@@ -50,11 +50,8 @@ FAMILIES = {
 
 
 def detect_family(model_config, tokenizer) -> Family:
-    """The family of a model, from its ``config.model_type`` and (for ``llama``) its tokenizer's tokens.
-
-    Raises:
-        ValueError: a model type outside ``FAMILIES``, naming the supported ones.
-    """
+    """The family of a model, from its ``config.model_type`` and (for ``llama``) its tokenizer's tokens. Raises
+    ValueError: a model type outside ``FAMILIES``, naming the supported ones."""
     model_type = getattr(model_config, "model_type", None)
     if model_type in ("qwen2", "qwen3", "phi3"):  # one family each
         return next(f for f in FAMILIES.values() if f.model_type == model_type)
@@ -73,25 +70,18 @@ def detect_family(model_config, tokenizer) -> Family:
 
 def lora_target_modules(model) -> tuple[str, ...]:
     """The LoRA targets of a loaded model (plain, 4-bit, or PEFT-wrapped): the distinct last name parts of every
-    ``torch.nn.Linear`` under ``layers.<i>.`` (LoRA's own left out), in the table's order, unknown names last.
-
-    Raises:
-        ValueError: no linear layer sits in numbered decoder blocks (an architecture this does not know).
-    """
+    ``torch.nn.Linear`` under ``layers.<i>.`` (LoRA's own left out), in the table's order, unknown names last. Raises
+    ValueError: no linear layer sits in numbered decoder blocks (an architecture this does not know)."""
     import re
 
     import torch
 
-    names: list[str] = []
-    for name, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear) or not re.search(r"\.layers\.\d+\.", name):
-            continue
-        parts = name.split(".")
-        if any(p.startswith("lora_") for p in parts):  # peft's adapter layers
-            continue
-        leaf = parts[-2] if parts[-1] == "base_layer" else parts[-1]  # peft keeps the wrapped layer as base_layer
-        if leaf not in names:
-            names.append(leaf)
+    linear = [n.split(".") for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
+    # in numbered decoder blocks; peft's adapter layers (lora_*) left out, its wrapped layers (base_layer) named
+    ours = [
+        p for p in linear if re.search(r"\.layers\.\d+\.", ".".join(p)) and not any(s.startswith("lora_") for s in p)
+    ]
+    names = list(dict.fromkeys(p[-2] if p[-1] == "base_layer" else p[-1] for p in ours))
     if not names:
         raise ValueError(f"{type(model).__name__}: no linear layer inside numbered decoder blocks; pass target_modules")
     order = {n: i for i, n in enumerate(PHI3_TARGETS if "qkv_proj" in names else LLAMA_TARGETS)}

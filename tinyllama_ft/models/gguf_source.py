@@ -28,17 +28,9 @@ def default_cache_dir() -> Path:
 
 
 def gguf_file_of(model_name: str | os.PathLike) -> Path | None:
-    """The GGUF file ``model_name`` names, or ``None`` when it names something else (a Hub id, an HF folder).
-
-    Args:
-        model_name: a ``.gguf`` file, or a folder holding exactly one ``.gguf`` file and no ``config.json``.
-
-    Returns:
-        The file's path, or ``None``.
-
-    Raises:
-        ValueError: a folder without ``config.json`` holds several ``.gguf`` files (pass the file itself).
-    """
+    """The path of the GGUF file ``model_name`` names (a ``.gguf`` file, or a folder holding exactly one ``.gguf`` file
+    and no ``config.json``), or ``None`` when it names something else (a Hub id, an HF folder). Raises ValueError: a
+    folder without ``config.json`` holds several ``.gguf`` files (pass the file itself)."""
     path = Path(os.fspath(model_name)).expanduser()
     if path.suffix.lower() == ".gguf" and path.is_file():
         return path

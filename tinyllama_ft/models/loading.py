@@ -185,11 +185,8 @@ def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, tru
 
 
 def bnb_4bit_config(dtype_name: str):
-    """transformers' ``BitsAndBytesConfig``: NF4 with double quantization, computing in ``dtype_name`` (QLoRA).
-
-    Raises:
-        ImportError: bitsandbytes is not installed.
-    """
+    """transformers' ``BitsAndBytesConfig``: NF4 with double quantization, computing in ``dtype_name`` (QLoRA). Raises
+    ImportError: bitsandbytes is not installed."""
     if not is_importable("bitsandbytes"):
         raise ImportError(
             "load_in_4bit=True on CUDA needs bitsandbytes: pip install bitsandbytes (or load_in_4bit=False)"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any, Mapping
 
 from ..config.coercion import ConfigError
@@ -27,8 +28,7 @@ MAY_DIFFER = ("dtype", "load_in_4bit")
 def read_run_config(output_dir: str) -> dict[str, Any] | None:
     """The identity recorded in ``<output_dir>/run_config.json``, or None when there is none (or it is unreadable)."""
     try:
-        with open(os.path.join(expand_path(output_dir), RUN_CONFIG), encoding="utf-8") as f:
-            return json.load(f)
+        return json.loads(Path(expand_path(output_dir), RUN_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
 
@@ -82,8 +82,7 @@ def read_record(adapter_dir: str) -> dict[str, Any]:
     path = os.path.join(adapter_dir, RECORD_FILE)
     if os.path.isfile(path):
         try:
-            with open(path, encoding="utf-8") as f:
-                record = json.load(f)
+            record = json.loads(Path(path).read_text(encoding="utf-8"))
         except ValueError as err:
             raise ConfigError(
                 f"{path}: not readable JSON ({err}); delete it to load the adapter with the package's defaults"

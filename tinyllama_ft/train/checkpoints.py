@@ -146,12 +146,9 @@ def checkpoint_problem(checkpoint: str) -> tuple[str, str] | None:
 
 
 def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
-    """The newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound (``checkpoint_problem``; each
-    one skipped is named with its file and why), or None: no checkpoint at all, or none sound and not ``required``.
-
-    Raises:
-        DamagedCheckpointError: ``required`` and every checkpoint is damaged; names each one's bad file.
-    """
+    """The newest ``checkpoint-N`` folder in ``output_dir`` whose files are all sound (``checkpoint_problem``; each one
+    skipped is named with its file and why), or None: no checkpoint at all, or none sound and not ``required``. Raises
+    DamagedCheckpointError: ``required`` and every checkpoint is damaged; names each one's bad file."""
     skipped = []
     for _, path in reversed(checkpoint_dirs(output_dir)):
         problem = checkpoint_problem(path)

@@ -12,9 +12,7 @@ from ..config.finetune import DEFAULTS
 #: Fraction of the GPU memory budget the plan may fill (the rest: allocator fragmentation, eval, saving).
 HEADROOM = 0.8
 #: Activation elements kept per token per decoder layer, as multiples of (8 * hidden + 3 * intermediate)
-#: without checkpointing or of hidden with it; measured on the H200 (TinyLlama shape, 4-bit, bf16, seq
-#: 4096, batch 8): transformers + flex + Liger 41.9 GiB without checkpointing (package_default), 11.2 GiB
-#: with it (benchmarks/levers.py); Unsloth 39.2 GiB without, 5.9 GiB with.
+#: without checkpointing or of hidden with it; fitted to benchmarks/levers.py's H200 peaks (benchmarks/README.md).
 ACTIVATION_COEFFICIENTS = {
     ("transformers", False): 0.95,
     ("transformers", True): 2.8,

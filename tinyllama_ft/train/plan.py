@@ -119,11 +119,8 @@ def reference_of(cfg: FinetuneConfig) -> str | None:
 
 def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
     """GRPO's reward functions by the names TRL logs them under, each resolved and checked
-    (``rewards.resolve_rewards``), so a bad one stops the run before any model loads; () for the other methods.
-
-    Raises:
-        rewards.RewardError: (a ConfigError) as ``resolve_rewards``, naming ``reward_funcs[i]``.
-    """
+    (``rewards.resolve_rewards``), so a bad one stops the run before any model loads; () for the other methods. Raises
+    rewards.RewardError: (a ConfigError) as ``resolve_rewards``, naming ``reward_funcs[i]``."""
     if cfg.method != "grpo":
         return ()
     from .rewards import resolve_rewards, reward_name
@@ -133,12 +130,9 @@ def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
 
 
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
-    """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read
-    from the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA.
-
-    Raises:
-        coercion.ConfigError: names the field, the value and the choices.
-    """
+    """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read from
+    the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA. Raises
+    coercion.ConfigError: names the field, the value and the choices."""
     from transformers import SchedulerType
     from transformers.training_args import OptimizerNames
 
@@ -375,11 +369,8 @@ def merged_copy_gib(dims: dict[str, int]) -> float:
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
     """``cfg`` with one process's share of the effective batch, for planning: the configured micro-batch where it
-    divides the share, else the largest that does, so every optimizer step holds the single-process run's rows.
-
-    Raises:
-        ValueError: the effective batch does not divide over ``world_size`` processes (names the fields).
-    """
+    divides the share, else the largest that does, so every optimizer step holds the single-process run's rows. Raises
+    ValueError: the effective batch does not divide over ``world_size`` processes (names the fields)."""
     effective = cfg.per_device_train_batch_size * cfg.gradient_accumulation_steps
     if effective % world_size:
         raise ValueError(

@@ -38,11 +38,8 @@ STARTS_AT_REFERENCE = (
 
 
 def config_class(method: str):
-    """The installed TRL config class of ``method`` ("dpo", "kto", "orpo"; ORPO from ``trl.experimental.orpo``).
-
-    Raises:
-        ValueError: ``method`` is not a preference method.
-    """
+    """The installed TRL config class of ``method`` ("dpo", "kto", "orpo"; ORPO from ``trl.experimental.orpo``). Raises
+    ValueError: ``method`` is not a preference method."""
     if method not in CONFIG_CLASSES:
         raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
     module, name = CONFIG_CLASSES[method]
@@ -112,13 +109,9 @@ def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
 
 
 def preference_sequences(dataset) -> tuple[int, int]:
-    """``(sequences, tokens)`` a preference trainer's prepared ``train_dataset`` feeds per epoch: DPO's two
-    sequences per pair (the prompt with each response), KTO's completion (and its KL completion), ORPO's chosen and
-    rejected sequences.
-
-    Raises:
-        ValueError: the dataset holds none of those columns.
-    """
+    """``(sequences, tokens)`` a preference trainer's prepared ``train_dataset`` feeds per epoch: DPO's two sequences
+    per pair (the prompt with each response), KTO's completion (and its KL completion), ORPO's chosen and rejected
+    sequences. Raises ValueError: the dataset holds none of those columns."""
     columns = dataset.column_names
     if "chosen_ids" in columns:  # DPO
         lengths = [2 * len(p) + len(c) + len(r) for p, c, r in zip(*(dataset[k] for k in PAIR_COLUMNS))]

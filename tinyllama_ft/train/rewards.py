@@ -110,10 +110,7 @@ class SoftOverlongPunishment:
 
     def __call__(self, prompts=None, completions=None, completion_ids=None, trainer_state=None, **kwargs):
         """One penalty in [-1, 0] per completion, from its token count (``completion_ids``, the end token included).
-
-        Raises:
-            ValueError: no ``completion_ids``.
-        """
+        Raises ValueError: no ``completion_ids``."""
         if completion_ids is None:
             raise ValueError("soft_overlong_punishment needs completion_ids (the completions' token ids)")
         return self.trl_reward(completion_ids=completion_ids)

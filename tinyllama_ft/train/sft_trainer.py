@@ -76,11 +76,8 @@ def trainer_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool)
 
 def spelled_kwargs(kwargs: dict[str, Any], config_cls) -> dict[str, Any]:
     """A new dict of ``kwargs`` (our names -> values) with each of ``RENAMED_ARGUMENTS`` spelled as the installed TRL
-    config class ``config_cls`` (``SFTConfig``, ``DPOConfig``, ...) spells it: every key in its signature.
-
-    Raises:
-        TypeError: the installed class has no spelling for one of the arguments (too old a TRL).
-    """
+    config class ``config_cls`` (``SFTConfig``, ``DPOConfig``, ...) spells it: every key in its signature. Raises
+    TypeError: the installed class has no spelling for one of the arguments (too old a TRL)."""
     kwargs = dict(kwargs)
     for name, spellings in RENAMED_ARGUMENTS.items():
         if name in kwargs:
