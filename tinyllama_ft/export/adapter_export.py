@@ -262,8 +262,10 @@ def export_adapter(
             )
             if hasattr(model, "peft_config"):  # load_adapter fell back to base + adapter: Unsloth patched this process
                 raise RuntimeError(
-                    "export needs the merged 16-bit model, which cannot be built after Unsloth was used "
-                    "in this process: restart the runtime and run the export first"
+                    "export needs the merged 16-bit model, which cannot be built after Unsloth was used in this "
+                    "process: the adapter is saved; export it from a fresh process (restart the runtime in a "
+                    f"notebook), e.g. tinyllama-ft export --adapter {adapter_dir} "
+                    + " ".join(f"--format {f}" for f in formats)
                 )
             merge_dtype = str(model.dtype).replace("torch.", "")
             n_params = model.num_parameters()
