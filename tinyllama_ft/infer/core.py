@@ -276,7 +276,8 @@ def _answer(
     model, tokenizer, prompts, stop_ids, encode, options, size, for_inference=True, streamers=None, titles=None
 ):
     """The answers to ``prompts`` in batches of ``size`` (one streamer each when given). The graph decoder reads a
-    PEFT or 4/8-bit model through a merged copy that may go stale: dropped at the end, so training keeps its memory."""
+    PEFT or 4/8-bit model through a merged copy that may go stale: made afresh (a GRPO run stopped by Ctrl-C or an
+    error leaves its rollouts' copy, a step behind) and dropped at the end, so training keeps its memory."""
     opts, prompts = GenerationOptions(**options), list(prompts)
     if titles is not None and len(titles) != len(prompts):
         raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
@@ -289,6 +290,8 @@ def _answer(
         prepare_for_inference(model)
     mode = opts.mode(model, new_tokens=len(prompts) * opts.max_new_tokens if streamers else 0)
     transient, answers = mode == "graph" and not plain_16bit(model), []
+    if transient:
+        _drop_copies(model)
     try:
         with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too
             batches = [
