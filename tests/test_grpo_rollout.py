@@ -61,17 +61,9 @@ def _generate_greedy(model, tokenizer, prompt_ids, max_new_tokens, eos_ids):
     return cut
 
 
-@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
-def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedily(tmp_path):
-    import torch
-    from chat_fixtures import cpu_trl_cannot_train
-    from transformers import TrainerCallback
-
-    from tinyllama_ft.train import grpo_rollout
-
-    def variety(completions, completion_ids, **kwargs):  # rewards that differ within a group, so the adapter moves
-        return [sum(ids) % 5 / 4 for ids in completion_ids]
-
+def _fused_trainer(tmp_path, reward):
+    """A GRPO trainer of a tiny LoRA Llama whose rollouts run on the fused decoder (forced: a CPU), 3 steps at a
+    learning rate that moves the adapter, completions of at most 16 tokens."""
     from chat_fixtures import smollm2_tokenizer, tiny_model
 
     from tinyllama_ft.machine.hardware import Hardware
@@ -88,9 +80,26 @@ def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedi
         train_dataset=_prompts(12),
         cfg=cfg,
         plan=plan_run(cfg, Hardware()),
-        reward_funcs=[variety],
+        reward_funcs=[reward],
         progress=False,
     )
+    return trainer, model
+
+
+def _variety(completions, completion_ids, **kwargs):
+    """Rewards that differ within a group, so the adapter moves."""
+    return [sum(ids) % 5 / 4 for ids in completion_ids]
+
+
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedily(tmp_path):
+    import torch
+    from chat_fixtures import cpu_trl_cannot_train
+    from transformers import TrainerCallback
+
+    from tinyllama_ft.train import grpo_rollout
+
+    trainer, model = _fused_trainer(tmp_path, _variety)
     assert trainer.rollout_func is grpo_rollout.fused_rollout
     assert trainer.args.temperature == 1.0 and trainer.args.top_k == 0
     with pytest.raises(ValueError, match="rollout_decoder='fused' cannot sample this run: repetition_penalty=1.1"):
@@ -132,3 +141,33 @@ def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedi
     from tinyllama_ft.infer.fast.llama_ops import FUSED_WEIGHTS
 
     assert model not in FUSED_WEIGHTS  # the rollouts' merged copy is dropped when training ends
+
+
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_answers_after_an_interrupted_fused_run_use_the_adapter_as_it_stopped(tmp_path):
+    """Ctrl-C (a notebook's stop button) or an error ends training without ``on_train_end``: the rollouts' merged copy
+    of the weights stays, one optimizer step behind the adapter. The graph decoder (what the held-out checks and chat
+    use on a CUDA GPU) must answer with the adapter as training left it, equal to ``generate``, not that copy."""
+    from chat_fixtures import cpu_trl_cannot_train
+    from transformers import TrainerCallback
+
+    from tinyllama_ft.evaluate.grpo_checks import grpo_scores
+    from tinyllama_ft.infer.fast.llama_ops import FUSED_WEIGHTS
+
+    if cpu_trl_cannot_train():
+        pytest.skip("TRL 1.15 trains with a Triton kernel a CPU torch lacks")
+    trainer, model = _fused_trainer(tmp_path, _variety)
+
+    class Interrupt(TrainerCallback):
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                raise KeyboardInterrupt
+
+    trainer.add_callback(Interrupt())
+    with pytest.raises(KeyboardInterrupt):
+        trainer.train()
+    rows = list(_prompts(12))[:4]
+    graph = grpo_scores(model, trainer.processing_class, rows, max_new_tokens=12, batch_size=4, decode="graph")
+    plain = grpo_scores(model, trainer.processing_class, rows, max_new_tokens=12, batch_size=4, decode="plain")
+    assert graph.answers == plain.answers
+    assert model not in FUSED_WEIGHTS  # and the copy is freed

@@ -267,7 +267,8 @@ def _answer(
     model, tokenizer, prompts, stop_ids, encode, options, size, for_inference=True, streamers=None, titles=None
 ):
     """The answers to ``prompts`` in batches of ``size`` (one streamer each when given). The graph decoder reads a
-    PEFT or 4/8-bit model through a merged copy that may go stale: dropped at the end, so training keeps its memory."""
+    PEFT or 4/8-bit model through a merged copy that may go stale: made afresh (a GRPO run stopped by Ctrl-C or an
+    error leaves its rollouts' copy, a step behind) and dropped at the end, so training keeps its memory."""
     opts, prompts = GenerationOptions(**options), list(prompts)
     if titles is not None and len(titles) != len(prompts):
         raise ValueError(f"titles has {len(titles)} items for {len(prompts)} prompts")
@@ -281,6 +282,8 @@ def _answer(
     new_tokens = len(prompts) * opts.max_new_tokens if streamers else 0
     mode = decode_mode(model, opts.decode, opts.do_sample, opts.repetition_penalty, opts.logits_processor, new_tokens)
     transient, answers = mode == "graph" and not plain_16bit(model), []
+    if transient:
+        _drop_copies(model)
     try:
         with sdpa_outside_training(model):  # the graph decoder calls the model's own attention too
             batches = [
