@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from test_grpo import TRL_READS_DEPRECATED, _grpo_cfg, _prompts
+from test_grpo import TRL_READS_DEPRECATED, _prompts, _tiny_grpo
 
 
 def _hf_probabilities(logits, temperature, top_k, top_p):
@@ -64,26 +64,14 @@ def _generate_greedy(model, tokenizer, prompt_ids, max_new_tokens, eos_ids):
 def _fused_trainer(tmp_path, reward):
     """A GRPO trainer of a tiny LoRA Llama whose rollouts run on the fused decoder (forced: a CPU), 3 steps at a
     learning rate that moves the adapter, completions of at most 16 tokens."""
-    from chat_fixtures import smollm2_tokenizer, tiny_model
-
-    from tinyllama_ft.machine.hardware import Hardware
-    from tinyllama_ft.models.lora import add_lora
-    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer
-    from tinyllama_ft.train.plan import plan_run
-
-    tokenizer = smollm2_tokenizer()
-    model = add_lora(tiny_model("llama", tokenizer), gradient_checkpointing=False, lora_r=4, lora_alpha=8)
-    cfg = _grpo_cfg(tmp_path, rollout_decoder="fused", max_steps=3, learning_rate=5e-2, max_completion_length=16)
-    trainer = build_grpo_trainer(
-        model=model,
-        tokenizer=tokenizer,
-        train_dataset=_prompts(12),
-        cfg=cfg,
-        plan=plan_run(cfg, Hardware()),
+    return _tiny_grpo(
+        tmp_path,
+        rollout_decoder="fused",
+        max_steps=3,
+        learning_rate=5e-2,
+        max_completion_length=16,
         reward_funcs=[reward],
-        progress=False,
     )
-    return trainer, model
 
 
 def _variety(completions, completion_ids, **kwargs):
