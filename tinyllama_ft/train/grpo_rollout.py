@@ -2,8 +2,8 @@
 
 Each call samples one completion per prompt with the current step's weights (the adapter merged into the decoder's
 copy in place), temperature, top_k and top_p as ``GRPOConfig`` sets them, from torch's seeded generator. Why ours:
-benchmarks/README.md ("GRPO on the H200") measures it against TRL's rollout options; tests/test_grpo_rollout.py shows
-its greedy rollouts equal ``generate``'s after three optimizer steps.
+benchmarks/README.md ("GRPO rollouts on the H200") has it against TRL's and Unsloth's rollouts;
+tests/test_grpo_rollout.py shows its greedy rollouts equal ``generate``'s after three optimizer steps.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ def why_not_fused(rollout_decoder: str, model, args) -> str | None:
     """None when the run samples with ``fused_rollout``, else why it uses TRL's ``generate``.
 
     Args:
-        rollout_decoder: ``FinetuneConfig.rollout_decoder``: "generate", "fused", or "auto" (fused on a CUDA device only: on a CPU
-            the decoder has no graph to gain from).
+        rollout_decoder: ``FinetuneConfig.rollout_decoder``: "generate", "fused", or "auto" (fused on a CUDA
+            device only; benchmarks/README.md has the CPU figures).
         model: the PEFT model; the fused decoder reads a transformers Llama (``why_not_fusable``).
         args: the ``GRPOConfig``: the fused decoder applies temperature, top_k and top_p, not ``min_p``,
             ``repetition_penalty``, ``generation_kwargs`` or vLLM.
