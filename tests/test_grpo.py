@@ -355,7 +355,7 @@ def _prompts(n: int):
     return grpo_prompts(check_prompt_rows(train)[0], dataset_format="messages")
 
 
-def _tiny_grpo(tmp_path, *, from_adapter=False, reward_funcs=None, **fields):
+def _tiny_grpo(tmp_path, *, from_adapter=False, rewards=None, **fields):
     from chat_fixtures import smollm2_tokenizer, tiny_model
 
     from tinyllama_ft.machine.hardware import Hardware
@@ -372,7 +372,7 @@ def _tiny_grpo(tmp_path, *, from_adapter=False, reward_funcs=None, **fields):
         train_dataset=_prompts(8),
         cfg=cfg,
         plan=plan_run(cfg, Hardware()),
-        reward_funcs=reward_funcs,
+        reward_funcs=rewards,
         from_adapter=from_adapter,
         progress=False,
     )

@@ -70,7 +70,7 @@ def _fused_trainer(tmp_path, reward):
         max_steps=3,
         learning_rate=5e-2,
         max_completion_length=16,
-        reward_funcs=[reward],
+        rewards=[reward],
     )
 
 
