@@ -53,22 +53,20 @@ class Sampling(NamedTuple):
 
 
 def pick_tokens(logits, sampling: Sampling | None):
-    """One token per row of ``logits`` ``(B, V)``: the argmax, or a draw under ``sampling`` from torch's default
-    generator (an exponential race: ``argmax(p / E)``, ``E ~ Exp(1)``, draws from ``p`` with no host sync, so a CUDA
-    graph can hold it). Returns ``(B, 1)`` token ids."""
+    """One token per row of ``logits`` ``(B, V)``: the argmax, or a draw under ``sampling``: transformers' own
+    temperature / top-k / top-p warpers (no host sync in them), then an exponential race from torch's default
+    generator (``argmax(p / E)``, ``E ~ Exp(1)``, draws from ``p`` with no host sync, so a CUDA graph can hold it).
+    Returns ``(B, 1)`` token ids."""
     import torch
+    from transformers import TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
     if sampling is None:
         return logits.argmax(-1, keepdim=True)
-    scores = logits.float() / sampling.temperature
+    scores = TemperatureLogitsWarper(sampling.temperature)(None, logits.float())
     if sampling.top_k:
-        kth = scores.topk(min(sampling.top_k, scores.shape[-1]), dim=-1).values[:, -1:]
-        scores = scores.masked_fill(scores < kth, float("-inf"))
-    if sampling.top_p < 1.0:  # transformers' TopPLogitsWarper: drop the low tail holding 1 - top_p, keep the top
-        ascending, order = scores.sort(dim=-1)
-        tail = ascending.softmax(-1).cumsum(-1) <= 1 - sampling.top_p
-        tail[:, -1] = False
-        scores = scores.masked_fill(tail.scatter(1, order, tail), float("-inf"))
+        scores = TopKLogitsWarper(sampling.top_k)(None, scores)
+    if sampling.top_p < 1.0:
+        scores = TopPLogitsWarper(sampling.top_p)(None, scores)
     probs = scores.softmax(-1)
     return (probs / torch.empty_like(probs).exponential_()).argmax(-1, keepdim=True)
 
