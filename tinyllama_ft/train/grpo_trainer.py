@@ -97,8 +97,8 @@ def build_grpo_trainer(
             ``families.prepare_family`` sets it).
         train_dataset: ``grpo_prompts.grpo_prompts`` output: ``prompt`` (text or messages) and ``answer``; every
             column reaches the rewards by name.
-        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo"; ``cfg.rollout_decoder`` picks TRL's ``generate`` or
-            ``grpo_rollout.fused_rollout`` (``why_not_fused``).
+        cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo"; ``cfg.rollout_decoder`` picks TRL's
+            ``generate`` or ``grpo_rollout.fused_rollout`` (``why_not_fused``).
         reward_funcs: built-in names, ``module:function`` strings or callables (``rewards.resolve_rewards``); None:
             ``cfg.reward_funcs``. Resolve them before loading the model, so a bad one stops the run first.
         from_adapter: the model holds a saved adapter the run continues: with ``beta`` > 0 the reference is TRL's
