@@ -164,7 +164,7 @@ def child(spec: dict) -> dict:
     train_s = time.perf_counter() - t0 - sum(c["seconds"] for c in checks[1:])
     check(cfg.max_steps)
     history = reward_history(trainer.state.log_history, trainer.reward_func_names)
-    zero = [h["frac_reward_zero_std"] for h in history if h["frac_reward_zero_std"] is not None]
+    zero = [h["zero_std_groups"] for h in history if h["zero_std_groups"] is not None]
     before, after = checks[0], checks[-1]
     return dict(
         name=spec["name"],

@@ -242,9 +242,9 @@ def test_prompt_rows_bad_rows_are_dropped_and_counted_and_strict_names_row_and_f
     ]
     clean, report, form = check_prompt_rows(rows, source="q.jsonl")
     assert form == "text" and (report.total, report.kept) == (9, 2)
-    assert clean == [
-        {"prompt": "What is 2 + 3?", "answer": "5"},
-        {"prompt": "What is 2 * 3?\n", "answer": "2 * 3 = 6\n#### 6"},
+    assert clean == [  # every column as read; the prompt as "prompt", the reference as "answer"
+        {"question": "What is 2 + 3?", "prompt": "What is 2 + 3?", "answer": 5},
+        {"question": "What is 2 * 3?\n", "prompt": "What is 2 * 3?\n", "answer": "2 * 3 = 6\n#### 6", "extra": 1},
     ]
     assert report.by_reason == {
         "duplicate": 1,
@@ -271,7 +271,7 @@ def test_chat_prompts_must_end_with_a_user_turn():
         {"prompt": "text", "solution": 6},
     ]
     clean, report, form = check_prompt_rows(rows, prompt_column="prompt", answer_column="solution")
-    assert form == "conversation" and [r["answer"] for r in clean] == ["1", "2"]
+    assert form == "conversation" and [(r["answer"], r["solution"]) for r in clean] == [(1, 1), (2, 2)]
     assert [str(b) for b in report.bad] == [
         "row 2: field 'prompt' does not end with a user turn (the completion answers it)",
         "row 3: field 'prompt[0]' is a 'assistant' turn where a 'user' one belongs",
@@ -291,12 +291,11 @@ def test_grpo_prompts_ask_for_the_layout_in_the_runs_form():
     ]
     asked = f"What is 2 + 3?\n{LAYOUT_INSTRUCTION}"
     assert grpo_prompts(text)[0] == {"prompt": format_prompt(asked, "", ""), "answer": "5"}
+    assert grpo_prompts(chat)["answer"] == [5]  # a number stays a number
     assert grpo_prompts(text, dataset_format="messages")["prompt"] == [[{"role": "user", "content": asked}]]
     assert grpo_prompts(chat)["prompt"][0][1] == {"role": "user", "content": asked}
     assert chat[0]["prompt"][1]["content"] == "What is 2 + 3?"  # the caller's rows are left as they were
-    assert (
-        grpo_prompts(text, instruction="", template="alpaca_no_input")["prompt"][0].count("What is 2 + 3?\n\n###") == 1
-    )
+    assert grpo_prompts(text, suffix="", template="alpaca_no_input")["prompt"][0].count("What is 2 + 3?\n\n###") == 1
     with pytest.raises(ValueError, match="row 0: the prompt is chat messages, and dataset_format='alpaca'"):
         grpo_prompts(chat, dataset_format="alpaca")
 
@@ -355,7 +354,7 @@ def _prompts(n: int):
     return grpo_prompts(check_prompt_rows(train)[0], dataset_format="messages")
 
 
-def _tiny_grpo(tmp_path, *, from_adapter=False, rewards=None, **fields):
+def _tiny_grpo(tmp_path, *, from_adapter=False, rewards=None, train_dataset=None, progress=False, **fields):
     from chat_fixtures import smollm2_tokenizer, tiny_model
 
     from tinyllama_ft.machine.hardware import Hardware
@@ -369,12 +368,12 @@ def _tiny_grpo(tmp_path, *, from_adapter=False, rewards=None, **fields):
     trainer = build_grpo_trainer(
         model=model,
         tokenizer=tokenizer,
-        train_dataset=_prompts(8),
+        train_dataset=_prompts(8) if train_dataset is None else train_dataset,
         cfg=cfg,
         plan=plan_run(cfg, Hardware()),
         reward_funcs=rewards,
         from_adapter=from_adapter,
-        progress=False,
+        progress=progress,
     )
     return trainer, model
 
@@ -389,7 +388,7 @@ def test_the_grpo_trainer_takes_the_configs_values_on_both_library_sets(tmp_path
     assert (args.loss_type, args.generation_batch_size, args.learning_rate) == ("dapo", 4, 1e-4)  # TRL's loss
     assert list(trainer.reward_func_names) == ["correct_number", "answer_format", "soft_overlong_punishment"]
     assert trainer.ref_model is None and grpo_reference(trainer) == "none (beta 0)"
-    assert trainer.train_dataset.column_names == ["prompt", "answer"]
+    assert trainer.train_dataset.column_names == ["prompt", "question", "answer", "kind", "operands"]
 
     assert (args.reward_weights, args.scale_rewards, args.mask_truncated_completions) == (None, "group", False)
     fresh, model = _tiny_grpo(
@@ -569,3 +568,205 @@ def test_held_out_checks_answer_as_trls_rollouts_prompt_and_score_as_the_rewards
     assert scores.rewards["answer_format"] == scores.format_compliance
     assert scores.rewards["correct_number"] == scores.accuracy
     assert -1 <= scores.rewards["soft_overlong_punishment"] <= 0
+
+
+# --- what a reward receives (issue 40, items 2 and 3) ----------------------------------------------------------------
+
+
+def _recording(calls: list):
+    """A reward that keeps the columns TRL passes it (its extras left out) and scores 0."""
+
+    def seen(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+        calls.append({k: v for k, v in kwargs.items() if k not in ("log_extra", "log_metric", "environments")})
+        return [0.0] * len(completions)
+
+    return seen
+
+
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_every_column_reaches_the_rewards_by_name_with_its_values_as_read(tmp_path):
+    """A third column (``level``) and the answer column under its own name (``solution``) reach a reward, in TRL's
+    own call and in the held-out checks; numbers stay numbers (the arithmetic problems' ``answer`` too); the built-ins
+    read ``answer`` as a number or as text. At the starting commit a reward got ``answer`` only, as text."""
+    import json
+
+    from tinyllama_ft.data.grpo_prompts import grpo_prompts, load_prompt_rows
+    from tinyllama_ft.evaluate.grpo_checks import grpo_scores
+    from tinyllama_ft.train.rewards import correct_number
+
+    problems = [
+        {"question": "What is 2 + 3?", "solution": 5, "level": 1},
+        {"question": "What is 2 * 3?", "solution": "2 * 3 = 6\n#### 6", "level": 2},
+        {"question": "What is 67 + 67?", "solution": 134, "level": None},
+        {"question": "What is 3 + 4?", "solution": 7, "level": 3},
+    ]
+    path = tmp_path / "problems.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in problems), encoding="utf-8")
+    rows, _, _ = load_prompt_rows(str(path), answer_column="solution")
+    dataset = grpo_prompts(rows, dataset_format="messages")
+    calls = []
+    trainer, model = _tiny_grpo(tmp_path, rewards=["correct_number", _recording(calls)], train_dataset=dataset)
+    inputs = [trainer.train_dataset[i] for i in range(4)]  # what TRL's sampler hands its generation step
+    completions = [[{"role": "assistant", "content": f"#### {n}"}] for n in (5, 6, 7, 7)]
+    rewards = trainer._calculate_rewards(inputs, [x["prompt"] for x in inputs], completions, [[1]] * 4)
+    assert rewards[:, 0].tolist() == [1.0, 1.0, 0.0, 1.0]  # correct_number: 5 (a number), "... #### 6" (text), ...
+    [kwargs] = calls
+    references = [5, "2 * 3 = 6\n#### 6", 134, 7]
+    assert kwargs["solution"] == kwargs["answer"] == references and type(kwargs["answer"][2]) is int
+    assert kwargs["level"] == [1, 2, None, 3] and kwargs["question"] == [p["question"] for p in problems]
+
+    scores = grpo_scores(
+        model, tokenizer=trainer.processing_class, rows=dataset, reward_funcs=[_recording(calls)], max_new_tokens=2
+    )
+    assert scores.prompts == 4 and {k: calls[1][k] for k in kwargs} == kwargs  # the checks pass the same columns
+
+    arithmetic = _prompts(4)  # the package's own problems: 'answer': 134 reaches the rewards as 134
+    assert all(type(a) is int for a in arithmetic["answer"]) and set(arithmetic.column_names) >= {"kind", "operands"}
+    assert correct_number(None, ["#### 134", "134"], answer=[134, "134"]) == [1.0, 1.0]
+
+
+def test_columns_of_mixed_kinds_reach_the_rewards_as_read():
+    """Arrow holds one type per column: a column mixing numbers and text, ints and floats, bools and numbers, or
+    holding dicts is stored as JSON and read back as it was (a text "134" stays text, 5 stays an int); a column of one
+    kind keeps Arrow's type; None stays None; a column some rows lack is None there. The held-out split (a
+    ``train_test_split``) and ``to_list`` read the same values."""
+    from datasets.features import Json
+
+    from tinyllama_ft.data.grpo_prompts import grpo_prompts
+
+    rows = [
+        {"prompt": "a", "answer": 5, "weight": 1, "flag": True, "tags": ["x"], "meta": {"k": 1}, "level": 1},
+        {"prompt": "b", "answer": "134", "weight": 2.5, "flag": 1, "meta": {"j": [1, "y"]}, "level": 2},
+        {"prompt": "c", "answer": None, "weight": None, "flag": None, "tags": None, "meta": None, "level": None},
+        {"prompt": "d", "answer": 2.5, "weight": 3, "flag": False, "tags": [], "meta": {}, "level": 4},
+    ]
+    dataset = grpo_prompts(rows, suffix="")
+    expected = {name: [row.get(name) for row in rows] for name in ("answer", "weight", "flag", "meta", "level")}
+    for name, values in expected.items():
+        assert [type(v) for v in dataset[name]] == [type(v) for v in values] and list(dataset[name]) == values
+    assert list(dataset["tags"]) == [["x"], None, None, []]
+    assert isinstance(dataset.features["answer"], Json) and not isinstance(dataset.features["level"], Json)
+    split = dataset.train_test_split(test_size=2, seed=0)
+    read = [*split["test"]["answer"], *split["train"]["answer"]]
+    assert sorted(map(repr, read)) == sorted(map(repr, expected["answer"]))
+    assert dataset.to_list()[1]["answer"] == "134" and dataset[0]["answer"] == 5
+
+
+def test_a_column_the_rewards_could_not_receive_by_its_name_is_refused_naming_it():
+    from tinyllama_ft.data.grpo_prompts import check_prompt_rows
+
+    with pytest.raises(ValueError, match="q.jsonl: column 'completions': TRL passes every reward an argument of"):
+        check_prompt_rows([{"question": "q", "answer": 1, "completions": 2}], source="q.jsonl")
+    with pytest.raises(ValueError, match="a column 'answer' besides answer_column='solution'"):
+        check_prompt_rows([{"question": "q", "solution": 1, "answer": 2}], answer_column="solution")
+    with pytest.raises(ValueError, match="a column 'prompt' besides prompt_column='question'"):
+        check_prompt_rows([{"question": "q", "answer": 1, "prompt": "p"}])
+
+
+# --- zero-std groups (issue 40, item 5) ------------------------------------------------------------------------------
+
+
+def test_zero_std_groups_counts_equal_summed_rewards_within_a_relative_tolerance():
+    """Eight completions each scoring 1 and 1, weighted 1 and 0.2: every sum is 1.2, and the float32 spread TRL
+    tests for exactly 0 is 1.3e-7, so TRL's figure says 0%; ours says 100%."""
+    import torch
+    from trl.trainer.utils import nanstd
+
+    from tinyllama_ft.train.grpo_trainer import zero_std_share
+
+    weights = torch.tensor([1.0, 0.2])
+    same = torch.ones(8, 2)
+    summed = (same * weights).nansum(dim=1).view(-1, 8)
+    assert not torch.isclose(nanstd(summed, dim=1), torch.zeros(1)).item()  # TRL's test misses this group
+    assert zero_std_share(same, weights, 8) == 1.0
+    assert zero_std_share(torch.full((8, 1), 3.0), torch.ones(1), 8) == 1.0  # a constant reward
+    mixed = torch.cat([same, torch.tensor([[1.0, 1.0]] * 7 + [[0.0, 1.0]])])  # a second group with one differing
+    assert zero_std_share(mixed, weights, 8) == 0.5
+    large = torch.full((4, 1), 1e6) + torch.tensor([[0.0], [5.0], [0.0], [0.0]])  # std 2.2 > 1e-6 x 1e6: not equal
+    assert zero_std_share(large, torch.ones(1), 4) == 0.0
+    unscored = torch.tensor([[float("nan")] * 2] * 4 + [[1.0, float("nan")], [1.0, 0.0], [0.0, 0.0], [0.0, 1.0]])
+    assert zero_std_share(unscored, weights, 4) == 0.5  # a group no reward scored has nothing to learn
+    with pytest.raises(ValueError, match="7 completions are not whole groups of 4"):
+        zero_std_share(torch.ones(7, 1), torch.ones(1), 4)
+
+
+def _one(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+    return [1.0] * len(completions)
+
+
+def _also_one(prompts, completions, completion_ids=None, trainer_state=None, **kwargs):
+    return [1.0] * len(completions)
+
+
+@pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
+def test_a_step_whose_completions_all_score_the_same_logs_100_percent_zero_std_groups(tmp_path, capsys):
+    """The demo's weights 1 / 0.2 on rewards every completion scores 1: the step line, the log history and
+    ``reward_history`` say 100% (at the starting commit the line showed TRL's 0%)."""
+    from chat_fixtures import cpu_trl_cannot_train
+
+    from tinyllama_ft.train.grpo_trainer import reward_history
+
+    if cpu_trl_cannot_train():
+        pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
+    trainer, _ = _tiny_grpo(
+        tmp_path,
+        rewards=[_one, _also_one],
+        reward_weights="1,0.2",
+        num_generations=8,
+        per_device_train_batch_size=8,
+        max_completion_length=8,
+        max_steps=1,
+        logging_steps=1,
+        progress=True,
+    )
+    trainer.train()
+    [step] = reward_history(trainer.state.log_history, ["_one", "_also_one"])
+    assert step["zero_std_groups"] == 1.0 and step["reward"] == pytest.approx(1.2)
+    assert "zero-std groups 100%" in capsys.readouterr().out
+
+
+# --- a GRPO adapter's prompt after the run (issue 40, item 4; the whole run: tests/test_grpo_run.py) -----------------
+
+
+def test_the_recorded_suffix_reaches_chat_answers_and_both_ollama_templates():
+    """A model ``load_adapter`` returns carries its ``RecordedPrompt``: chat answers ask as the run asked (the same
+    greedy ids as the suffixed question on a model without it); the Alpaca ``TEMPLATE`` and a chat model's one-turn
+    ``TEMPLATE`` (rendered from its suffixed chat template) give the run's prompt."""
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.data.alpaca_prompts import format_prompt
+    from tinyllama_ft.data.grpo_prompts import LAYOUT_SUFFIX, with_suffix
+    from tinyllama_ft.export.ollama import chat_ollama_template, modelfile_text
+    from tinyllama_ft.infer.chat_generation import chat_generate
+    from tinyllama_ft.models.chat_templates import chat_prompt, suffixed_chat_template
+    from tinyllama_ft.models.run_record import PROMPT_ATTRIBUTE, adapter_record, recorded_prompt
+
+    question = "Ana has 3 apples and gets 4 more. How many apples does Ana have now?"
+    tokenizer = smollm2_tokenizer()
+    model = tiny_model("llama", tokenizer, seed=1)
+    expected = chat_generate(model, tokenizer, with_suffix(question, LAYOUT_SUFFIX), max_new_tokens=6, return_ids=True)
+    record = {"dataset_format": "messages", "prompt_suffix": LAYOUT_SUFFIX}
+    setattr(model, PROMPT_ATTRIBUTE, recorded_prompt(record))
+    assert chat_generate(model, tokenizer, question, max_new_tokens=6, return_ids=True) == expected
+
+    class Grpo:  # what adapter_record reads of a GRPO run's format
+        name, prompt_suffix = "messages", LAYOUT_SUFFIX
+
+    assert adapter_record(FinetuneConfig(method="grpo"), data_format=Grpo())["prompt_suffix"] == LAYOUT_SUFFIX
+    assert "prompt_suffix" not in adapter_record(FinetuneConfig())
+    assert recorded_prompt({}).question([{"role": "user", "content": "q"}]) == [{"role": "user", "content": "q"}]
+
+    alpaca = modelfile_text(gguf_name="m.gguf", eos_token="</s>", template="alpaca", prompt_suffix=LAYOUT_SUFFIX)
+    body = alpaca.split('TEMPLATE """')[1].split('"""')[0]
+    assert body.replace("{{ .Prompt }}", question).replace("{{ .Response }}", "") == format_prompt(
+        question + LAYOUT_SUFFIX, "", ""
+    )
+    run_prompt = chat_prompt(tokenizer, with_suffix(question, LAYOUT_SUFFIX))
+    tokenizer.chat_template = suffixed_chat_template(tokenizer.chat_template, LAYOUT_SUFFIX)
+    assert chat_prompt(tokenizer, question) == run_prompt  # what the exported model's chat template renders
+    chat = modelfile_text(
+        gguf_name="m.gguf", eos_token="<|im_end|>", template=None, chat_body=chat_ollama_template(tokenizer)
+    )
+    body = chat.split('TEMPLATE """')[1].split('"""')[0]
+    assert body.replace("{{ .Prompt }}", question).replace("{{ .Response }}", "") == run_prompt
+    assert 'PARAMETER stop "<|im_end|>"' in chat

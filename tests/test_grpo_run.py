@@ -152,7 +152,9 @@ def test_the_runs_cells_build_the_grpo_trainer_and_check_100_held_out_prompts(st
     trainer = build_trainer(
         model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=held, cfg=cfg, plan=plan, progress=False
     )
-    assert type(trainer).__name__ == "GRPOTrainer" and trainer.eval_dataset is None
+    from trl import GRPOTrainer
+
+    assert isinstance(trainer, GRPOTrainer) and trainer.eval_dataset is None
     work = training_plan(trainer)
     assert work["sequences"] == 2 * len(train) and work["steps_per_epoch"] == len(train) // 2
     assert work["planned_steps"] == 2
@@ -197,7 +199,7 @@ def test_conversational_prompts_take_the_chat_template_and_the_layout_line(tmp_p
     tokenizer = smollm2_tokenizer()
     fmt.prepare(tiny_model("llama", tokenizer), tokenizer, cfg)
     [row] = fmt.tokenize(kept, tokenizer, cfg).to_list()
-    assert row["prompt"][-1]["content"].endswith("#### <number>") and row["answer"] == "5"
+    assert row["prompt"][-1]["content"].endswith("#### <number>") and row["answer"] == 5  # a number stays one
     assert fmt.row_prompt(tokenizer, row).endswith("<|im_start|>assistant\n")
     assert fmt.prompt(tokenizer, "What is 1 + 1?").count("#### <number>") == 1  # the answers after training ask too
     assert fmt.instruction(row)[0].startswith("What is 2 + 3?")
@@ -300,6 +302,60 @@ def test_the_whole_grpo_run_logs_each_reward_per_step_and_summarises_the_checks(
     assert [row["train/global_step"] for row in logged] == [1, 2]
     for row, step in zip(logged, block["reward_history"]):
         assert {n: row[f"train/rewards/{n}/mean"] for n in names} == pytest.approx(step["rewards"])
+        assert row["train/zero_std_groups"] == pytest.approx(step["zero_std_groups"])
+
+
+def _spy_on_prompts(monkeypatch) -> list[list[str]]:
+    """The prompts each answering call of ``infer.generation`` builds (the real generation runs)."""
+    from tinyllama_ft.infer import generation
+
+    seen = []
+    for name in ("generate_answers", "stream_answers"):
+
+        def spy(model, tokenizer, prompts, *args, _real=getattr(generation, name), **kwargs):
+            seen.append(list(prompts))
+            return _real(model, tokenizer, prompts, *args, **kwargs)
+
+        monkeypatch.setattr(generation, name, spy)
+    return seen
+
+
+@newest_trl
+def test_a_grpo_adapter_answers_through_generate_load_adapter_and_export_as_its_run_did(
+    stories_dir, tmp_path, monkeypatch
+):
+    """The run asks each question with the layout line after it, and its record keeps that suffix: the run's own
+    reload check, ``tinyllama-ft generate``, ``load_adapter`` + ``generate`` and the exported chat template build the
+    same prompt, and the three greedy answers are the same. At the starting commit ``generate`` and ``load_adapter``
+    prompted without the line, and the record did not keep it."""
+    from transformers import AutoTokenizer
+
+    from tinyllama_ft.cli import run
+    from tinyllama_ft.data.answers import LAYOUT_INSTRUCTION
+    from tinyllama_ft.infer.generation import generate
+    from tinyllama_ft.models.adapters import load_adapter
+    from tinyllama_ft.pipeline import run_training
+
+    seen = _spy_on_prompts(monkeypatch)
+    cfg = _arithmetic_run(stories_dir, tmp_path)
+    [question] = cfg.prompts
+    summary = run_training(cfg)
+    adapter = summary["adapter_dir"]
+    record = json.loads((tmp_path / "out" / "lora_model" / "tinyllama_ft.json").read_text(encoding="utf-8"))
+    assert record["prompt_suffix"] == f"\n{LAYOUT_INSTRUCTION}"
+    run_prompts = [p for p in seen if p == [p[0]] and question in p[0]]  # the reload check's generate and stream
+    assert len(run_prompts) == 2 and run_prompts[0] == run_prompts[1] and LAYOUT_INSTRUCTION in run_prompts[0][0]
+    seen.clear()
+    answers = run(["generate", "--adapter", adapter, "--prompt", question, "--max_new_tokens", "8"])
+    model, tokenizer = load_adapter(adapter)
+    loaded = generate(model, tokenizer, question, max_new_tokens=8)
+    assert seen == [run_prompts[0], run_prompts[0]]  # the command line's, then load_adapter's
+    assert answers == loaded == [summary["samples"][0]["response"]]
+
+    run(["export", "--adapter", adapter, "--format", "merged_16bit", "--output_dir", str(tmp_path / "exported")])
+    merged = AutoTokenizer.from_pretrained(tmp_path / "exported" / "export" / "merged_16bit")
+    rendered = merged.apply_chat_template([{"role": "user", "content": question}], tokenize=False)
+    assert rendered == (merged.bos_token or "") + run_prompts[0][0]
 
 
 # --- slow: the GRPO notebook on the real SmolLM2-135M-Instruct, newest TRL only --------------------------------------
@@ -369,5 +425,13 @@ def test_a_grpo_runs_adapter_reloads_answers_and_exports_as_an_sft_runs(grpo_not
     assert (record["dataset_format"], record["method"], record["end_of_turn"]) == ("messages", "grpo", "<|im_end|>")
     exported = run(["export", "--adapter", adapter, "--format", "merged_16bit", "--output_dir", str(tmp_path)])
     assert exported["merged_16bit"].path and (tmp_path / "export" / "merged_16bit" / "config.json").is_file()
+    from transformers import AutoTokenizer
+
+    from tinyllama_ft.data.answers import LAYOUT_INSTRUCTION
+
+    assert record["prompt_suffix"] == f"\n{LAYOUT_INSTRUCTION}"  # the exported chat template asks as the run did
+    merged = AutoTokenizer.from_pretrained(tmp_path / "export" / "merged_16bit")
+    asked = merged.apply_chat_template([{"role": "user", "content": "Q?"}], tokenize=False, add_generation_prompt=True)
+    assert f"Q?\n{LAYOUT_INSTRUCTION}<|im_end|>" in asked
     answers = run(["generate", "--adapter", adapter, "--prompt", "What is 2 + 2?", "--max_new_tokens", "8"])
     assert len(answers) == 1 and answers[0].strip()

@@ -8,6 +8,8 @@ exactly ``alpaca_prompts.format_prompt`` after ``bos_token``; any conversation o
 
 from __future__ import annotations
 
+import json
+
 from .alpaca_prompts import ALPACA_PROMPT, ALPACA_PROMPT_NO_INPUT, format_prompt
 
 #: Stop strings beyond EOS: Alpaca starts every new turn with this header; a model that goes on past its
@@ -32,13 +34,20 @@ def _fill(prompt: str, instruction: str, input: str = "", output: str = "") -> s
     return prompt.replace("{instruction}", instruction).replace("{input}", input).replace("{output}", output)
 
 
-def jinja_chat_template(template: str = "alpaca") -> str:
+def jinja_string(text: str) -> str:
+    """``text`` as a Jinja string literal (Jinja reads Python's backslash escapes in it)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
+def jinja_chat_template(template: str = "alpaca", suffix: str = "") -> str:
     """The Jinja chat template that renders ``alpaca_prompts.format_prompt`` for the given prompt template.
 
     Args:
         template: the prompt template the model was trained with: ``"alpaca"`` (the article's: the Input
             block always, empty when the message has no ``input``) or ``"alpaca_no_input"`` (the no-input
             variant when ``input`` is empty or absent).
+        suffix: text the run added after each instruction (a record's ``prompt_suffix``): rendered after the
+            message's content, as the run's prompts had it.
 
     Returns:
         The template text, for ``tokenizer.chat_template`` (written by ``save_pretrained`` as
@@ -48,7 +57,8 @@ def jinja_chat_template(template: str = "alpaca") -> str:
         ValueError: unknown ``template``.
     """
     format_prompt("", template=template)  # raises on an unknown template
-    with_input = _fill(ALPACA_PROMPT, _INSTRUCTION, _INPUT, _OUTPUT)
+    instruction = f"{{{{ messages[0]['content'] + {jinja_string(suffix)} }}}}" if suffix else _INSTRUCTION
+    with_input = _fill(ALPACA_PROMPT, instruction, _INPUT, _OUTPUT)
     if template == "alpaca":
         body = with_input
     else:
@@ -56,13 +66,13 @@ def jinja_chat_template(template: str = "alpaca") -> str:
             "{% if messages[0]['input'] | default('', true) %}"
             + with_input
             + "{% else %}"
-            + _fill(ALPACA_PROMPT_NO_INPUT, _INSTRUCTION, output=_OUTPUT)
+            + _fill(ALPACA_PROMPT_NO_INPUT, instruction, output=_OUTPUT)
             + "{% endif %}"
         )
     return "{{ bos_token }}" + _CHECK + body
 
 
-def ollama_template(template: str = "alpaca") -> str:
+def ollama_template(template: str = "alpaca", suffix: str = "") -> str:
     """The prompt format as an Ollama Modelfile ``TEMPLATE`` (Go template; ``.Prompt``/``.Response``).
 
     Ollama passes a user message only, no Alpaca Input: ``"alpaca"`` renders the empty Input block (what
@@ -70,17 +80,21 @@ def ollama_template(template: str = "alpaca") -> str:
 
     Args:
         template: as ``jinja_chat_template``.
+        suffix: text the run added after each instruction (a record's ``prompt_suffix``), after ``{{ .Prompt }}``.
 
     Returns:
         The TEMPLATE text; with ``{{ .Prompt }}`` = instruction and ``{{ .Response }}`` = "" it is exactly
-        ``format_prompt(instruction, template=template)``.
+        ``format_prompt(instruction + suffix, template=template)``.
 
     Raises:
-        ValueError: unknown ``template``.
+        ValueError: unknown ``template``; a ``suffix`` holding ``{{`` (Go template code, which a TEMPLATE cannot
+            hold as text).
     """
     format_prompt("", template=template)
+    if "{{" in suffix:
+        raise ValueError(f"the prompt suffix {suffix!r} holds '{{{{', which an Ollama TEMPLATE would read as code")
     prompt = ALPACA_PROMPT if template == "alpaca" else ALPACA_PROMPT_NO_INPUT
-    return _fill(prompt, "{{ .Prompt }}", "", "{{ .Response }}")
+    return _fill(prompt, "{{ .Prompt }}" + suffix, "", "{{ .Response }}")
 
 
 def stop_strings(eos_token: str, template: str = "alpaca") -> list[str]:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .answers import LAYOUT_INSTRUCTION
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
 from .fingerprint import data_fingerprint
 from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
+from .grpo_prompts import LAYOUT_SUFFIX, with_suffix
 
 #: Held-out prompts the GRPO checks answer at least (``instructions.split_train_eval``'s ``min_test_rows``): 100, the
 #: arithmetic demo's measure (docs/grpo.md).
@@ -40,6 +40,9 @@ class GrpoFormat(WrappedFormat):
     rollouts = True
     dataset_formats = ("alpaca", "messages", "auto")
     rows_are = "GRPO prompts are 'alpaca', 'messages' or 'auto'"
+    #: What each question gets after it, in training and in answers (``grpo_prompts.with_suffix``); the adapter's
+    #: record keeps it (``run_record.adapter_record``), so ``generate``, ``export`` and ``load_adapter`` add it too.
+    prompt_suffix = LAYOUT_SUFFIX
     prompts_dropped: list[int] | None = None  # by tokenize
     reward_funcs: list | None = None  # by check_first_batch
 
@@ -96,7 +99,7 @@ class GrpoFormat(WrappedFormat):
         return rows, report
 
     def fingerprint(self, rows) -> str:
-        """``fingerprint.data_fingerprint`` over the prompt and the reference answer."""
+        """``fingerprint.data_fingerprint`` over the prompt and the reference answer (as read)."""
         return data_fingerprint(rows, fields=("prompt", "answer"))
 
     # the model
@@ -112,14 +115,16 @@ class GrpoFormat(WrappedFormat):
         (``grpo_prompts.drop_long_prompts``; their indices kept in ``prompts_dropped``), one line printed.
 
         Returns:
-            A ``datasets.Dataset`` with ``prompt`` and ``answer``.
+            A ``datasets.Dataset`` with ``prompt``, ``answer`` and the rows' other columns.
 
         Raises:
             ValueError: every prompt is too long (as ``drop_long_prompts``).
         """
         from .grpo_prompts import drop_long_prompts, grpo_prompts
 
-        prompts = grpo_prompts(rows, dataset_format=self.prompt_format, template=self.template)
+        prompts = grpo_prompts(
+            rows, dataset_format=self.prompt_format, template=self.template, suffix=self.prompt_suffix
+        )
         kept, self.prompts_dropped = drop_long_prompts(
             prompts, tokenizer, max_prompt_tokens=cfg.max_seq_length - cfg.max_completion_length
         )
@@ -164,8 +169,9 @@ class GrpoFormat(WrappedFormat):
 
     # generation
     def prompt(self, tokenizer, text) -> str:
-        """A user's question as training prompted it: the layout line added, in the wrapped format's prompt."""
-        return self._inner().prompt(tokenizer, f"{text}\n{LAYOUT_INSTRUCTION}")
+        """A user's question (or a conversation's turns) as training prompted it: ``prompt_suffix`` added
+        (``grpo_prompts.with_suffix``), in the wrapped format's prompt."""
+        return self._inner().prompt(tokenizer, with_suffix(text, self.prompt_suffix))
 
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out row's prompt, as TRL renders it (text as it is; messages through the chat template)."""

@@ -1,9 +1,10 @@
 """GRPO's prompt rows: a prompt and its reference answer, read (``row_files``) and checked as instruction rows are.
 
 A prompt is text or chat messages ending with a user turn (``prompt_column``); the reference is a number or text
-(``answer_column``, kept as text in the ``answer`` column every reward receives). ``grpo_prompts`` puts the prompts in
-the run's form, each asking for the answer layout (``answers.LAYOUT_INSTRUCTION``): the Alpaca template's text, or
-messages that TRL renders with the chat template; ``drop_long_prompts`` drops those TRL could not fit.
+(``answer_column``, also kept as ``answer``, the column the built-in rewards read). Every column reaches the rewards
+by name with its values as read. ``grpo_prompts`` puts the prompts in the run's form, each asking for the answer layout
+(``with_suffix``, ``LAYOUT_SUFFIX``): the Alpaca template's text, or messages that TRL renders with the chat template;
+``drop_long_prompts`` drops those TRL could not fit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,19 @@ from .tokenization import without_rows
 ANSWER = "answer"
 #: A prompt's forms: a string, or a list of chat messages.
 FORMS = ("text", "conversation")
+#: What every GRPO prompt gets after its question (``with_suffix``): a line asking for the layout the rewards check.
+LAYOUT_SUFFIX = f"\n{LAYOUT_INSTRUCTION}"
+#: The names TRL passes a reward besides the rows' columns (``prompts``, ``completions``, ...) or leaves out of them
+#: (``completion``, ``completion_ids``): a column under one of them would be lost or clash.
+REWARD_ARGUMENTS = (
+    "prompts",
+    "completions",
+    "completion",
+    "completion_ids",
+    "trainer_state",
+    "log_extra",
+    "log_metric",
+)
 
 
 def _messages_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, list | None]:
@@ -45,11 +59,11 @@ def _messages_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | No
     return None, messages
 
 
-def _answer_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, str | None]:
-    """The reference as text: a string as it is, a number written out (``42``, ``2.5``)."""
+def _answer_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, Any]:
+    """The reference as read: a number (``42``, ``2.5``) or a non-blank string."""
     value = row.get(column)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return None, str(value)
+        return None, value
     problem = _field_problem(row, column, True)
     return (problem, None) if problem else (None, value)
 
@@ -66,7 +80,25 @@ def _row_problem(row: dict, prompt_column: str, answer_column: str, form: str | 
         problem = prompt_column, f"is {kind}, but the first rows' prompts are {form}", "wrong type"
     if problem is None:
         problem, answer = _answer_problem(row, answer_column)
-    return (problem, None, None) if problem else (None, kind, {"prompt": prompt, ANSWER: answer})
+    return (problem, None, None) if problem else (None, kind, {**row, "prompt": prompt, ANSWER: answer})
+
+
+def _check_column_names(row: dict, prompt_column: str, answer_column: str, source: str) -> None:
+    """Raise ValueError for a column the rewards could not receive by its name (``REWARD_ARGUMENTS``), or a ``prompt``
+    / ``answer`` column that the prompt or the reference would replace."""
+    for name, column in (("prompt", prompt_column), (ANSWER, answer_column)):
+        if column != name and name in row:
+            raise ValueError(
+                f"{source}: the rows have a column {name!r} besides {name}_column={column!r}, and the run's {name} "
+                f"(what TRL and the built-in rewards read as {name!r}) would replace it: rename that column, or set "
+                f"{name}_column={name!r}"
+            )
+    clash = [c for c in row if c in REWARD_ARGUMENTS]
+    if clash:
+        raise ValueError(
+            f"{source}: column {clash[0]!r}: TRL passes every reward an argument of that name, so the column could "
+            f"not reach the rewards: rename it"
+        )
 
 
 def check_prompt_rows(
@@ -87,24 +119,33 @@ def check_prompt_rows(
         source: the file or dataset id, for messages.
 
     Returns:
-        ``(clean, report, form)``: rows ``{"prompt": str | messages, "answer": str}``; the ``DataReport`` (kinds:
+        ``(clean, report, form)``: each kept row with every column as read, ``prompt`` (str | messages, the
+        ``prompt_column``'s) and ``answer`` (the ``answer_column``'s value as read: a number or a string; the column
+        keeps its own name too); the ``DataReport`` (kinds:
         ``"missing"``, ``"null"``, ``"wrong type"``, ``"empty"``, ``"out of order"``, ``"duplicate"``, ...); the form
         of the first good row's prompt (``FORMS``; a row of the other form is a ``"wrong type"``), None if none.
 
     Raises:
-        ValueError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the field.
+        ValueError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the field; a
+            row with a column named as an argument TRL passes every reward (``REWARD_ARGUMENTS``), or a ``prompt`` /
+            ``answer`` column besides another ``prompt_column`` / ``answer_column`` (naming the column).
     """
     form = None
 
     def check(row):  # the first good row's form is the rows' form
         nonlocal form
+        _check_column_names(row, prompt_column, answer_column, source)
         problem, kind, item = _row_problem(row, prompt_column, answer_column, form)
         form = form or kind
         return problem, item
 
     report = DataReport(source=source)
-    same = " (same prompt and answer)"
-    clean = report.keep_each(rows, check, lambda item: json.dumps([item["prompt"], item[ANSWER]]), same, strict=strict)
+    same = " (same prompt and answer)"  # 5 and "5" are the same answer
+
+    def key(item):
+        return json.dumps([item["prompt"], str(item[ANSWER])])
+
+    clean = report.keep_each(rows, check, key, same, strict=strict)
     return clean, report, form
 
 
@@ -132,8 +173,56 @@ def load_prompt_rows(
     return clean, report, form
 
 
-def _asking(text: str, instruction: str) -> str:
-    return f"{text}\n{instruction}" if instruction else text
+def with_suffix(prompt, suffix: str):
+    """``prompt`` with ``suffix`` added as a GRPO run adds it to its questions: after a text prompt, after the content
+    of a chat prompt's last turn (a new list; the caller's messages are left as they were). ``""`` changes nothing.
+
+    Args:
+        prompt: a string, or a list of ``{"role", "content"}`` messages (the last the user's question).
+        suffix: the text added (``LAYOUT_SUFFIX`` in a GRPO run; a record's ``prompt_suffix``).
+    """
+    if not suffix:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + suffix
+    messages = [dict(m) for m in prompt]
+    messages[-1]["content"] = messages[-1]["content"] + suffix
+    return messages
+
+
+def _kind(value) -> str:
+    """A value's kind for Arrow: its type's name (``int``, ``str``, ``datetime``, ...), ``list[<kind>]`` (a list of one
+    scalar kind), or ``nested`` (a dict, a list of mixed or nested values)."""
+    if isinstance(value, list):
+        inner = {_kind(v) for v in value if v is not None}
+        if len(inner) <= 1 and not any(k == "nested" or k.startswith("list") for k in inner):
+            return f"list[{''.join(inner)}]"
+    return "nested" if isinstance(value, (dict, list, tuple)) else type(value).__name__
+
+
+def _needs_json(values: list) -> bool:
+    kinds = {_kind(v) for v in values if v is not None}
+    return len(kinds) > 1 or "nested" in kinds
+
+
+def prompt_dataset(rows: list[dict[str, Any]]):
+    """Rows -> a ``datasets.Dataset`` whose every value reads back as it was read (a number stays a number, an int an
+    int). A column whose values (None aside) share one scalar kind, or are lists of one, is stored in Arrow's type for
+    it; any other (numbers and text mixed, ints and floats, dicts, nested lists) is stored as JSON (``datasets``'
+    ``Json`` feature), which gives back each value exactly. A column some rows lack is None there. ``prompt`` (text or
+    chat messages) keeps Arrow's type, as TRL reads it. In a JSON column a value JSON cannot write (a date beside
+    numbers) is its ``str``."""
+    import datasets
+    from datasets.features import Json
+
+    names = list(dict.fromkeys(name for row in rows for name in row))
+    columns = {name: [row.get(name) for row in rows] for name in names}
+    as_json = [name for name, values in columns.items() if name != "prompt" and _needs_json(values)]
+    native = datasets.Dataset.from_dict({n: v for n, v in columns.items() if n not in as_json}).features
+    features = datasets.Features({n: Json() if n in as_json else native[n] for n in names})
+    for name in as_json:  # encoded here, so a string that reads as JSON ("134") stays a string
+        columns[name] = [None if v is None else json.dumps(v, ensure_ascii=False, default=str) for v in columns[name]]
+    return datasets.Dataset.from_dict(columns, features=features)
 
 
 def grpo_prompts(
@@ -141,9 +230,10 @@ def grpo_prompts(
     *,
     dataset_format: str = "auto",
     template: str = DEFAULTS.template,
-    instruction: str = LAYOUT_INSTRUCTION,
+    suffix: str = LAYOUT_SUFFIX,
 ):
-    """The prompt rows TRL's ``GRPOTrainer`` samples from: ``prompt`` (text or messages) and ``answer``.
+    """The prompt rows TRL's ``GRPOTrainer`` samples from: ``prompt`` (text or messages), ``answer`` and every other
+    column of the rows, which TRL passes each reward by name.
 
     Args:
         rows: ``check_prompt_rows``' clean rows (one form), or any rows with ``prompt`` and ``answer``.
@@ -152,37 +242,35 @@ def grpo_prompts(
             one user turn, and TRL renders the messages with the tokenizer's chat template; ``"auto"``: text prompts
             as ``"alpaca"``, chat prompts as ``"messages"``.
         template: the Alpaca template (``alpaca_prompts.format_prompt``).
-        instruction: a line added after each question (a chat prompt: to its last user turn) asking for the answer
-            layout the rewards check; ``""`` adds none.
+        suffix: added after each question (``with_suffix``; a chat prompt: to its last user turn), asking for the
+            answer layout the rewards check: ``LAYOUT_SUFFIX``; ``""`` adds none. The adapter's record keeps it.
 
     Returns:
-        A ``datasets.Dataset`` with ``prompt`` (strings, or lists of ``{"role", "content"}``) and ``answer`` (strings).
+        A ``datasets.Dataset`` with ``prompt`` (strings, or lists of ``{"role", "content"}``), ``answer`` and the rows'
+        other columns, each value as read (``prompt_dataset``: a number stays a number).
 
     Raises:
         ValueError: ``dataset_format="alpaca"`` with chat prompts (naming the first row), or an unknown
             ``dataset_format``.
     """
-    import datasets
-
     if dataset_format not in ("auto", "alpaca", "messages"):
         raise ValueError(f"dataset_format={dataset_format!r}: GRPO prompts are 'alpaca', 'messages' or 'auto'")
     out = []
     for index, row in enumerate(rows):
         prompt = row["prompt"]
         if isinstance(prompt, str) and dataset_format == "messages":
-            prompt = [{"role": "user", "content": _asking(prompt, instruction)}]
+            prompt = [{"role": "user", "content": with_suffix(prompt, suffix)}]
         elif isinstance(prompt, str):
-            prompt = format_prompt(_asking(prompt, instruction), "", "", template)
+            prompt = format_prompt(with_suffix(prompt, suffix), "", "", template)
         elif dataset_format == "alpaca":
             raise ValueError(
                 f"row {index}: the prompt is chat messages, and dataset_format='alpaca' fills text into the Alpaca "
                 "template: use dataset_format='messages' or 'auto'"
             )
         else:
-            prompt = [dict(m) for m in prompt]
-            prompt[-1]["content"] = _asking(prompt[-1]["content"], instruction)
-        out.append({"prompt": prompt, ANSWER: str(row[ANSWER])})
-    return datasets.Dataset.from_list(out)
+            prompt = with_suffix(prompt, suffix)
+        out.append({"prompt": prompt, **{k: v for k, v in row.items() if k != "prompt"}})
+    return prompt_dataset(out)
 
 
 def prompt_token_ids(tokenizer, prompt) -> list[int]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config.finetune import DEFAULTS, EXPORT_FORMATS
 from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, replace_folder, stale_temporaries
 from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
-from .ollama import write_modelfile
+from .ollama import chat_ollama_template, write_modelfile
 
 #: GGUF file names inside each format folder.
 GGUF_NAMES = {
@@ -67,6 +67,7 @@ def save_merged(
     template: str | None,
     dtype: str | None = None,
     base_dir: str | None = None,
+    prompt_suffix: str = "",
 ) -> Path:
     """Save a merged model as a plain transformers folder with the trained prompt format as chat template.
 
@@ -78,6 +79,9 @@ def save_merged(
         template: the Alpaca prompt template the adapter was trained with, or None for a chat adapter.
         dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, or None to keep the model's.
         base_dir: the base model's local folder, whose ``TOKENIZER_SOURCES`` are copied when the save lacks them.
+        prompt_suffix: the text the run added after each question (``run_record.recorded_prompt``): the saved chat
+            template adds it (``jinja_chat_template``'s ``suffix``; a chat adapter's:
+            ``chat_templates.suffixed_chat_template``, set on ``tokenizer``).
 
     Returns:
         ``target_dir`` as a Path (safetensors, configs, tokenizer files, ``chat_template.jinja``).
@@ -88,6 +92,7 @@ def save_merged(
     import torch
 
     from ..data.alpaca_chat_template import jinja_chat_template
+    from ..models.chat_templates import suffixed_chat_template
 
     if getattr(model, "hf_quantizer", None) is not None:
         raise ValueError(
@@ -96,9 +101,11 @@ def save_merged(
     if dtype is not None:
         model.to(getattr(torch, dtype))
     if template is not None:
-        tokenizer.chat_template = jinja_chat_template(template)
+        tokenizer.chat_template = jinja_chat_template(template, prompt_suffix)
     elif not tokenizer.chat_template:
         raise ValueError("save_merged(template=None) keeps the tokenizer's own chat template, and it has none")
+    elif prompt_suffix and not tokenizer.chat_template.startswith(suffixed_chat_template("", prompt_suffix)):
+        tokenizer.chat_template = suffixed_chat_template(tokenizer.chat_template, prompt_suffix)
     if tokenizer.eos_token_id is not None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
     if tokenizer.pad_token_id is not None:
@@ -218,9 +225,10 @@ def export_adapter(
     check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
-    from ..models.run_record import read_record, recorded_format, resolve_settings
+    from ..models.run_record import read_record, recorded_format, recorded_prompt, resolve_settings
 
     record = read_record(adapter_dir)
+    suffix = recorded_prompt(record).suffix  # what the run added after each question: the exports add it too
     settings = resolve_settings(
         record,
         {"template": template, "max_seq_length": max_seq_length},
@@ -273,7 +281,12 @@ def export_adapter(
             check_free_space(path=str(root), needed_bytes=needed)
             base_dir = _local_base_dir(base, required=False)
             save = functools.partial(
-                save_merged, model=model, tokenizer=tokenizer, template=template, base_dir=base_dir
+                save_merged,
+                model=model,
+                tokenizer=tokenizer,
+                template=template,
+                base_dir=base_dir,
+                prompt_suffix=suffix,
             )
             if any(f in OUTTYPES_OR_Q4 for f in formats):
                 full = save(target_dir=staging / "merged-full")
@@ -296,6 +309,8 @@ def export_adapter(
                         eos_token=tokenizer.eos_token,
                         template=template,
                         stop_tokens=_chat_stop_tokens(tokenizer, record) if template is None else (),
+                        prompt_suffix=suffix,
+                        chat_body=chat_ollama_template(tokenizer) if template is None and suffix else None,
                     )
                 done(fmt, folder, time.perf_counter() - start)
         if "gguf_lora" in formats:

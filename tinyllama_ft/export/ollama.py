@@ -2,7 +2,8 @@
 
 Without one, Ollama prompts the model in a template it never saw. An Alpaca model's Modelfile pins its ``TEMPLATE``
 and stop strings (``alpaca_chat_template``); a chat model's has no ``TEMPLATE`` (Ollama reads the chat template the
-GGUF carries) and stops on its end-of-turn token and EOS. ``ollama create my-model -f <folder>/Modelfile`` uses it.
+GGUF carries), unless its run added text after each question (``chat_ollama_template``), and stops on its end-of-turn
+token and EOS. ``ollama create my-model -f <folder>/Modelfile`` uses it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def modelfile_text(
     template: str | None = "alpaca",
     temperature: float | None = None,
     stop_tokens: Sequence[str] = (),
+    prompt_suffix: str = "",
+    chat_body: str | None = None,
 ) -> str:
     """The Modelfile for a GGUF in the same folder.
 
@@ -40,6 +43,9 @@ def modelfile_text(
             (no ``TEMPLATE`` line: Ollama takes the GGUF's chat template).
         temperature: ``PARAMETER temperature`` when given; None leaves Ollama's default.
         stop_tokens: a chat model's stop strings (end-of-turn token first); ``eos_token`` is added when missing.
+        prompt_suffix: an Alpaca model's text after each instruction (a record's ``prompt_suffix``;
+            ``alpaca_chat_template.ollama_template``).
+        chat_body: a chat model's ``TEMPLATE`` (``chat_ollama_template``), or None for the GGUF's own.
 
     Returns:
         The Modelfile's text (``FROM``, an Alpaca ``TEMPLATE`` in triple quotes, one ``PARAMETER stop`` each).
@@ -51,27 +57,62 @@ def modelfile_text(
     if template is None:
         if not eos_token:
             raise ValueError("eos_token is empty: a chat model's answers end with its end-of-turn token and EOS")
-        stops = list(dict.fromkeys([*stop_tokens, eos_token]))
+        body, stops = chat_body, list(dict.fromkeys([*stop_tokens, eos_token]))
     else:
-        body = ollama_template(template)
+        body, stops = ollama_template(template, prompt_suffix), stop_strings(eos_token, template)
+    if body is not None:
         if '"""' in body:
             raise ValueError('the prompt template holds """, which an Ollama TEMPLATE cannot quote')
         lines.append(f'TEMPLATE """{body}"""')
-        stops = stop_strings(eos_token, template)
     lines += [f"PARAMETER stop {_quote(stop)}" for stop in stops]
     if temperature is not None:
         lines.append(f"PARAMETER temperature {temperature}")
     return "\n".join(lines) + "\n"
 
 
+def chat_ollama_template(tokenizer) -> str:
+    """A one-turn Ollama ``TEMPLATE`` rendered from ``tokenizer``'s chat template (``chat_templates.chat_prompt`` of
+    one user message), for a chat model whose exported template adds text after each question
+    (``chat_templates.suffixed_chat_template``), which Ollama's own reading of the GGUF's template would lose.
+    ``{{ .Prompt }}`` takes the message and ``{{ .Response }}`` follows the assistant's header; a leading BOS that the
+    tokenizer adds itself is left to the GGUF's tokenizer, as the Alpaca ``TEMPLATE`` leaves it.
+
+    Raises:
+        ValueError: the rendered prompt holds ``{{`` (which Go would read as template code).
+    """
+    from ..models.chat_templates import chat_prompt
+
+    mark = "\x00PROMPT\x00"
+    before, _, after = chat_prompt(tokenizer, mark).partition(mark)
+    adds_bos = tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
+    if adds_bos and before.startswith(tokenizer.bos_token):  # the GGUF's tokenizer adds it, as this one does
+        before = before[len(tokenizer.bos_token) :]
+    if "{{" in before + after:
+        raise ValueError("the chat template's prompt holds '{{', which an Ollama TEMPLATE would read as code")
+    return f"{before}{{{{ .Prompt }}}}{after}{{{{ .Response }}}}"
+
+
 def write_modelfile(
-    *, gguf_path: str | os.PathLike, eos_token: str, template: str | None = "alpaca", stop_tokens: Sequence[str] = ()
+    *,
+    gguf_path: str | os.PathLike,
+    eos_token: str,
+    template: str | None = "alpaca",
+    stop_tokens: Sequence[str] = (),
+    prompt_suffix: str = "",
+    chat_body: str | None = None,
 ) -> Path:
     """Write ``Modelfile`` beside the exported ``gguf_path`` (a temporary name, then a rename) and return its path;
-    ``eos_token``, ``template``, ``stop_tokens`` and the ValueError as ``modelfile_text``."""
+    the other arguments and the ValueError as ``modelfile_text``."""
     gguf_path = Path(gguf_path)
     target = gguf_path.parent / MODELFILE
-    text = modelfile_text(gguf_name=gguf_path.name, eos_token=eos_token, template=template, stop_tokens=stop_tokens)
+    text = modelfile_text(
+        gguf_name=gguf_path.name,
+        eos_token=eos_token,
+        template=template,
+        stop_tokens=stop_tokens,
+        prompt_suffix=prompt_suffix,
+        chat_body=chat_body,
+    )
     tmp = target.with_name(f".{MODELFILE}.partial")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, target)

@@ -9,6 +9,7 @@ from typing import Sequence
 
 from ..models.chat_templates import chat_prompt
 from ..models.chat_templates import stop_token_ids as template_stop_ids
+from ..models.run_record import recorded_questions
 from .core import decode_answers, generate_answers, stream_answers
 
 #: How chat prompts are tokenized: as ``apply_chat_template`` does (the template writes its own BOS).
@@ -25,7 +26,8 @@ def _conversations(conversations) -> list:
 
 
 def _chat_answers(core_fn, model, tokenizer, conversations, stop_token_ids, **options):
-    prompts = [chat_prompt(tokenizer, c) for c in _conversations(conversations)]
+    asked = recorded_questions(model, _conversations(conversations))  # a load_adapter model: as its run asked
+    prompts = [chat_prompt(tokenizer, c) for c in asked]
     stops = list(stop_token_ids or template_stop_ids(tokenizer, model))
     return core_fn(model, tokenizer, prompts, stop_token_ids=stops, encode_kwargs=CHAT_ENCODING, **options)
 

@@ -11,6 +11,7 @@ from typing import Sequence
 from ..config.finetune import DEFAULTS
 from ..data.alpaca_prompts import format_prompt
 from ..data.formats import AlpacaFormat
+from ..models.run_record import recorded_questions
 from .core import decode_answers, generate_answers, stream_answers
 
 
@@ -42,6 +43,8 @@ def answer_with(core_fn, model, tokenizer, instructions, inputs, template, data_
     """
     fmt = data_format or AlpacaFormat(template)
     instructions = [instructions] if isinstance(instructions, str) else list(instructions)
+    if data_format is None:  # a model from load_adapter: each question as its run asked it
+        instructions = recorded_questions(model, instructions)
     if inputs is None:
         prompts = [fmt.prompt(tokenizer, i) for i in instructions]
     elif not isinstance(fmt, AlpacaFormat):
@@ -72,7 +75,8 @@ def generate(
         template: prompt template, as ``alpaca_prompts.format_prompt``.
         data_format: the run's format object (``formats.data_format(cfg)``): a conversation format renders each
             instruction as a user message through the chat template and stops at its end-of-turn token; None:
-            ``AlpacaFormat(template)``.
+            ``AlpacaFormat(template)``, each instruction with the text its run added after a question when the
+            model comes from ``adapters.load_adapter`` (``run_record.recorded_questions``).
         **options: ``core.GenerationOptions`` fields (``max_new_tokens``: the article's 64, ``do_sample``,
             ``temperature``, ``top_p``, ``repetition_penalty``, ``logits_processor``, ``decode``, ``ignore_eos``).
 

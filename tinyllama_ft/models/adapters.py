@@ -138,6 +138,9 @@ def load_adapter(
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode (train mode with ``trainable``) and the adapter's tokenizer.
+        The model carries how its run prompted (``run_record.PROMPT_ATTRIBUTE``: a ``RecordedPrompt``), so
+        ``generation.generate`` / ``stream`` (no ``data_format``) and ``chat_generation`` add the text the run added
+        after each question (a GRPO run's layout line).
 
     Raises:
         locations.PathArgumentError / HubUnreachableError: as ``adapter_base``.
@@ -152,7 +155,7 @@ def load_adapter(
     from ..machine.hardware import detect_hardware, is_importable
     from .loading import choose_backend, ensure_pad_token, load_model
     from .precision import resolve_dtype, torch_dtype
-    from .run_record import read_record, resolve_settings
+    from .run_record import PROMPT_ATTRIBUTE, read_record, recorded_prompt, resolve_settings
 
     hardware = hardware or detect_hardware()
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
@@ -162,8 +165,9 @@ def load_adapter(
             f"adapter_dir={adapter_dir!r} has no {ADAPTER_FILES[1]}: adapter weights are "
             f"loaded as safetensors only (re-save it with save_adapter)"
         )
+    record = read_record(adapter_dir)
     settings = resolve_settings(
-        read_record(adapter_dir),
+        record,
         {"max_seq_length": max_seq_length, "dtype": dtype, "load_in_4bit": load_in_4bit},
         defaults={"max_seq_length": None, "dtype": None, "load_in_4bit": DEFAULTS.load_in_4bit},
     )
@@ -211,6 +215,7 @@ def load_adapter(
         )
         ensure_pad_token(tokenizer)
     model.train(trainable)
+    setattr(model, PROMPT_ATTRIBUTE, recorded_prompt(record))  # the answering helpers prompt as the run did
     return model, tokenizer
 
 

@@ -270,3 +270,24 @@ def chat_prompt(tokenizer, messages) -> str:
     if isinstance(messages, str):
         messages = [{"role": "user", "content": messages}]
     return render(tokenizer, messages, add_generation_prompt=True)
+
+
+def suffixed_chat_template(chat_template: str, suffix: str) -> str:
+    """``chat_template`` that adds ``suffix`` after the content of a conversation's last turn when it is the user's
+    (a GRPO run's prompts: ``grpo_prompts.with_suffix``), so an exported model is prompted as its run was; ``""``:
+    ``chat_template`` as it is.
+
+    Args:
+        chat_template: a Jinja chat template (``tokenizer.chat_template``).
+        suffix: the text the run added (a record's ``prompt_suffix``).
+    """
+    if not suffix:
+        return chat_template
+    from ..data.alpaca_chat_template import jinja_string
+
+    last = "messages[-1]"
+    return (
+        f"{{%- if messages and {last}['role'] == 'user' and {last}['content'] is string -%}}"
+        f"{{%- set messages = messages[:-1] + [{{'role': 'user', 'content': {last}['content'] + "
+        f"{jinja_string(suffix)}}}] -%}}{{%- endif -%}}" + chat_template
+    )

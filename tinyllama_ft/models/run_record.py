@@ -1,7 +1,7 @@
 """What a run recorded beside its adapter (``tinyllama_ft.json``: the prompt format and how the base was loaded;
 older adapters: the run's ``run_config.json``), and how later commands take it: ``resolve_settings`` refuses a
 caller's value that contradicts the record where it would change the answers, and uses it with a notice where it is
-only another precision.
+only another precision. ``recorded_prompt`` says how the run built a prompt from a question.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -23,6 +24,11 @@ RUN_CONFIG = "run_config.json"
 MUST_MATCH = ("dataset_format", "template", "chat_template", "max_seq_length")
 #: Recorded settings that only change the precision the base runs in: a different explicit value is used, said once.
 MAY_DIFFER = ("dtype", "load_in_4bit")
+#: The record's key for what the run added after each question (a GRPO run's layout line); absent: nothing.
+PROMPT_SUFFIX = "prompt_suffix"
+#: The attribute ``adapters.load_adapter`` sets on the model it returns: its ``RecordedPrompt``, which the answering
+#: helpers (``generation.generate`` / ``stream`` without a ``data_format``, ``chat_generation``) prompt with.
+PROMPT_ATTRIBUTE = "tinyllama_ft_prompt"
 
 
 def read_run_config(output_dir: str) -> dict[str, Any] | None:
@@ -45,8 +51,9 @@ def adapter_record(cfg, plan=None, *, data_format=None) -> dict[str, Any]:
 
     Returns:
         ``{"model_name", "dataset_format", "template", "chat_template", "max_seq_length", "dtype", "load_in_4bit",
-        "method"}``, plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run and ``"adapter_name_or_path"``
-        for a run that continued an adapter. JSON-ready.
+        "method"}``, plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run, ``"adapter_name_or_path"``
+        for a run that continued an adapter and ``"prompt_suffix"`` for a format that adds text after each question
+        (``data_format.prompt_suffix``: GRPO's layout line). JSON-ready.
     """
     family = getattr(data_format, "family", None)
     record = {
@@ -63,7 +70,44 @@ def adapter_record(cfg, plan=None, *, data_format=None) -> dict[str, Any]:
         record["adapter_name_or_path"] = cfg.adapter_name_or_path
     if family is not None:
         record.update(end_of_turn=family.end_of_turn, stop_token_ids=list(family.stop_token_ids))
+    if getattr(data_format, "prompt_suffix", ""):
+        record[PROMPT_SUFFIX] = data_format.prompt_suffix
     return record
+
+
+@dataclass(frozen=True)
+class RecordedPrompt:
+    """How the run that saved an adapter built a prompt from a user's question (``recorded_prompt``).
+
+    Attributes:
+        chat: through the adapter's chat template (else the Alpaca template).
+        suffix: the text the run added after each question (``""``: none).
+    """
+
+    chat: bool
+    suffix: str = ""
+
+    def question(self, prompt):
+        """``prompt`` (a question, or chat messages ending with one) with ``suffix`` added, as the run's prompts had
+        it (``grpo_prompts.with_suffix``)."""
+        from ..data.grpo_prompts import with_suffix
+
+        return with_suffix(prompt, self.suffix)
+
+
+def recorded_prompt(record: Mapping[str, Any]) -> RecordedPrompt:
+    """How to prompt the adapter ``record`` (``read_record``) describes: its template kind (``recorded_format``) and
+    the suffix its run added to each question (``PROMPT_SUFFIX``; none recorded: ``""``). Every command that prompts a
+    saved adapter (``generate``, ``export``, ``load_adapter``'s model) asks here."""
+    return RecordedPrompt(chat=recorded_format(record) != "alpaca", suffix=record.get(PROMPT_SUFFIX) or "")
+
+
+def recorded_questions(model, questions: list) -> list:
+    """``questions`` (strings, or conversations ending with one) as the run that trained ``model`` asked them: a
+    model from ``adapters.load_adapter`` carries its ``RecordedPrompt`` (``PROMPT_ATTRIBUTE``); any other model's
+    questions come back as they are."""
+    asked = getattr(model, PROMPT_ATTRIBUTE, None)
+    return list(questions) if asked is None else [asked.question(q) for q in questions]
 
 
 def write_record(folder: str, record: Mapping[str, Any]) -> str:
@@ -115,6 +159,8 @@ def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
     from ..config.finetune import FinetuneConfig
 
     values = {k: record[k] for k in (*MUST_MATCH, *MAY_DIFFER) if k in record}
+    if not isinstance(record.get(PROMPT_SUFFIX, ""), str):
+        raise ConfigError(f"{path}: {PROMPT_SUFFIX} is not a string (the record of the run that trained this adapter)")
     try:
         FinetuneConfig.from_mapping(values, where=path)
     except ConfigError as err:

@@ -4,10 +4,12 @@ The GRPO fields give the group, completion length, temperature, beta and loss; t
 (``sft_trainer.trainer_config_kwargs``). Each optimizer step's completions must hold whole groups. With beta > 0 the
 reference is TRL's frozen copy of a saved adapter the run continues, else the base with adapters disabled. TRL logs
 each reward's mean per step (``rewards/<name>/mean``): ``RewardProgress`` prints them, ``reward_history`` collects them.
+The trainer is TRL's, subclassed only to log ``zero_std_groups`` from the rewards TRL computes (``zero_std_share``).
 """
 
 from __future__ import annotations
 
+import functools
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -23,6 +25,69 @@ from .sft_trainer import spelled_kwargs, trainer_config_kwargs
 REWARD = "reward"
 ZERO_STD = "frac_reward_zero_std"
 LENGTH = "completions/mean_length"
+#: The share of groups whose summed rewards are all equal within ``EQUAL_REWARDS_RTOL`` (``zero_std_share``), logged
+#: beside TRL's ``frac_reward_zero_std``, which tests the float32 spread for 0 and misses equal sums of weighted rewards.
+ZERO_STD_GROUPS = "zero_std_groups"
+#: A group's summed rewards are "all the same" when their standard deviation is at most this times max(1, |mean|).
+EQUAL_REWARDS_RTOL = 1e-6
+
+
+def zero_std_share(rewards_per_func, reward_weights, num_generations: int) -> float:
+    """The share of groups whose completions all scored the same: summed rewards whose (population) standard deviation
+    is at most ``EQUAL_REWARDS_RTOL`` x max(1, |their mean|). Such a group has no advantage to learn from.
+
+    Args:
+        rewards_per_func: a tensor ``(completions, rewards)``, NaN where a reward returned None (TRL's
+            ``_calculate_rewards``: every process's completions, whole groups of ``num_generations`` in order).
+        reward_weights: a tensor ``(rewards,)`` (TRL's ``reward_weights``).
+        num_generations: the group size.
+
+    Returns:
+        A share in [0, 1]; a group no reward scored counts as equal (nothing to learn); 0.0 for no completions.
+
+    Raises:
+        ValueError: the completions are not whole groups.
+    """
+    import torch
+
+    if rewards_per_func.shape[0] % num_generations:
+        raise ValueError(f"{rewards_per_func.shape[0]} completions are not whole groups of {num_generations}")
+    if rewards_per_func.shape[0] == 0:
+        return 0.0
+    values = rewards_per_func.double()
+    summed = (values * reward_weights.to(values.device, torch.float64)).nansum(dim=1)
+    summed[torch.isnan(values).all(dim=1)] = torch.nan  # unscored by every reward: out of its group, as TRL does
+    groups = summed.view(-1, num_generations)
+    mean = torch.nanmean(groups, dim=1, keepdim=True)
+    std = torch.nanmean((groups - mean) ** 2, dim=1).sqrt()
+    scale = mean.squeeze(1).abs().clamp(min=1.0)
+    equal = torch.isnan(std) | (std <= EQUAL_REWARDS_RTOL * scale)
+    return equal.double().mean().item()
+
+
+@functools.cache
+def grpo_trainer_class():
+    """TRL's ``GRPOTrainer`` with ``zero_std_groups`` added to each training log: ``zero_std_share`` of the rewards
+    its ``_calculate_rewards`` returns (gathered from every process), averaged over the logging window as TRL averages
+    its own metrics. Nothing of TRL's is replaced: both methods call TRL's."""
+    from trl import GRPOTrainer
+
+    class GroupedRewardsGRPOTrainer(GRPOTrainer):
+        def _calculate_rewards(self, *args, **kwargs):
+            rewards_per_func = super()._calculate_rewards(*args, **kwargs)
+            if self.model.training:
+                pending = self.__dict__.setdefault("_zero_std_groups", [])
+                pending.append(zero_std_share(rewards_per_func, self.reward_weights, self.num_generations))
+            return rewards_per_func
+
+        def log(self, logs, *args, **kwargs):
+            pending = self.__dict__.get("_zero_std_groups")
+            if pending and "loss" in logs:
+                logs = {**logs, ZERO_STD_GROUPS: sum(pending) / len(pending)}
+                pending.clear()
+            return super().log(logs, *args, **kwargs)
+
+    return GroupedRewardsGRPOTrainer
 
 
 def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -> dict[str, Any]:
@@ -108,7 +173,7 @@ def build_grpo_trainer(
         progress: add ``RewardProgress`` (a line per logging step; ``sft_trainer.quiet_progress``).
 
     Returns:
-        The trainer.
+        The trainer (``grpo_trainer_class``: TRL's, logging ``zero_std_groups`` too).
 
     Raises:
         ValueError: ``cfg.method`` is not "grpo"; the model is not a PEFT model; the dataset has no ``prompt``
@@ -116,7 +181,7 @@ def build_grpo_trainer(
         rewards.RewardError: as ``rewards.resolve_rewards``.
     """
     from peft import PeftModel
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     if cfg.method != "grpo":
         raise ValueError(f"build_grpo_trainer: method={cfg.method!r}; set method='grpo'")
@@ -139,7 +204,7 @@ def build_grpo_trainer(
     callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
     with warnings.catch_warnings():  # TRL calls rollout_func experimental; this package pins how it calls it
         warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)
-        trainer = GRPOTrainer(
+        trainer = grpo_trainer_class()(
             model=model,
             reward_funcs=rewards,
             args=args,
@@ -179,13 +244,14 @@ def grpo_reference(trainer) -> str:
 def reward_history(log_history: Sequence[dict], names: Sequence[str]) -> list[dict[str, Any]]:
     """One dict per logged training step of ``log_history`` (``trainer.state.log_history``), in order: ``step``,
     ``reward`` (the mean summed reward), ``rewards`` (each of ``names`` -> its mean; None where TRL logged none),
-    ``frac_reward_zero_std`` (the share of groups whose completions all scored the same) and ``completion_length``
-    (mean tokens)."""
+    ``zero_std_groups`` (the share of groups whose completions all scored the same, ``zero_std_share``),
+    ``frac_reward_zero_std`` (TRL's: float32 spread exactly 0) and ``completion_length`` (mean tokens)."""
     return [
         {
             "step": entry.get("step"),
             REWARD: entry.get(REWARD),
             "rewards": {name: entry.get(f"rewards/{name}/mean") for name in names},
+            ZERO_STD_GROUPS: entry.get(ZERO_STD_GROUPS),
             ZERO_STD: entry.get(ZERO_STD),
             "completion_length": entry.get(LENGTH),
         }
@@ -200,8 +266,9 @@ def _number(value, spec: str) -> str:
 
 class RewardProgress(ProgressPrinter):
     """Prints ``step N/M  loss X  reward R (name a, name b)  zero-std groups Z  length L  lr Y  tokens/s T`` at every
-    logging step: the mean summed reward, each reward's mean, the share of groups with no reward variance, the mean
-    completion length, and prompt + completion tokens per second (TRL's count) since the previous line."""
+    logging step: the mean summed reward, each reward's mean, the share of groups with no reward variance
+    (``zero_std_groups``), the mean completion length, and prompt + completion tokens per second (TRL's count) since
+    the previous line."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         logs = logs or {}
@@ -211,7 +278,7 @@ class RewardProgress(ProgressPrinter):
         each = ", ".join(f"{n} {_number(logs[f'rewards/{n}/mean'], '.3f')}" for n in names)
         print(
             f"step {state.global_step}/{state.max_steps}  loss {logs['loss']:.4f}  reward "
-            f"{_number(logs[REWARD], '.3f')} ({each})  zero-std groups {_number(logs.get(ZERO_STD), '.0%')}  length "
+            f"{_number(logs[REWARD], '.3f')} ({each})  zero-std groups {_number(logs.get(ZERO_STD_GROUPS), '.0%')}  length "
             f"{_number(logs.get(LENGTH), '.1f')}  lr {logs.get('learning_rate', 0.0):.3g}  tokens/s "
             f"{self.tokens_per_second(state):,.0f}",
             flush=True,
