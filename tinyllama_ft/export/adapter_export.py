@@ -225,17 +225,18 @@ def export_adapter(
     check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
-    from ..models.run_record import read_record, recorded_format, recorded_prompt, resolve_settings
+    from ..models.run_record import read_record, recorded_prompt, resolve_settings
 
     record = read_record(adapter_dir)
-    suffix = recorded_prompt(record).suffix  # what the run added after each question: the exports add it too
+    prompted = recorded_prompt(record)  # the template kind, and what the run added after each question
     settings = resolve_settings(
         record,
         {"template": template, "max_seq_length": max_seq_length},
         defaults={"template": DEFAULTS.template},
         where="export",
     )  # load_adapter: the rest
-    template = settings["template"] if recorded_format(record) == "alpaca" else None  # None: the chat adapter's own
+    template = None if prompted.chat else settings["template"]  # None: the chat adapter's own
+    suffix = prompted.suffix  # the exports add it too
     converter = None
     if any(f.startswith("gguf_") for f in formats):
         converter = (
