@@ -69,7 +69,7 @@ def test_trained_adapter_changes_logits_and_reload_keeps_them(trained, tmp_path,
     reloaded, tok2 = load_adapter(
         path, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
     )
-    torch.testing.assert_close(_logits(reloaded, tok2), after, atol=1e-5, rtol=0)
+    torch.testing.assert_close(_logits(reloaded, tok2), after, atol=1e-5, rtol=1e-5)
 
 
 def test_plain_peft_loads_the_adapter_in_a_fresh_process(trained, tmp_path):
@@ -89,7 +89,7 @@ with torch.no_grad():
 assert not any(k.startswith("tinyllama_ft") for k in sys.modules)
 """
     subprocess.run([sys.executable, "-c", script], check=True, cwd=tmp_path, timeout=300)
-    torch.testing.assert_close(torch.load(out), _logits(model, tokenizer), atol=1e-5, rtol=0)
+    torch.testing.assert_close(torch.load(out), _logits(model, tokenizer), atol=1e-5, rtol=1e-5)
 
 
 def test_failed_save_leaves_no_folder_and_keeps_the_old_adapter(trained, tmp_path):
@@ -158,7 +158,7 @@ def test_an_adapter_folder_without_tokenizer_files_uses_the_bases_or_says_what_t
         f"adapter_dir={path!r} has no tokenizer files: using the base's tokenizer ({stories_dir})"
         in capsys.readouterr().out
     )
-    torch.testing.assert_close(_logits(reloaded, tok), _logits(model, tokenizer), atol=1e-5, rtol=0)
+    torch.testing.assert_close(_logits(reloaded, tok), _logits(model, tokenizer), atol=1e-5, rtol=1e-5)
     with pytest.raises(FileNotFoundError, match=rf"adapter_dir={path!r} has no tokenizer files .*copy the tokenizer"):
         adapter_tokenizer_source(path, str(stories_dir), resized=True)
 

@@ -97,7 +97,7 @@ def test_resume_falls_back_past_a_garbled_optimizer_and_trains_the_same_losses(
     again = {e["step"]: e["loss"] for e in result["logged"] if "loss" in e}
     assert sorted(again) == [5, 6, 7, 8]
     for step, loss in again.items():
-        assert loss == pytest.approx(full[step], abs=1e-3), (step, loss, full[step])
+        assert loss == pytest.approx(full[step], rel=3e-4), (step, loss, full[step])  # ~3.5 nats: 1e-3
 
 
 def test_no_sound_checkpoint_left_is_an_error_naming_the_files(run, stories_dir, alpaca_jsonl, tmp_path):

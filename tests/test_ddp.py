@@ -151,7 +151,7 @@ def test_per_step_losses_and_gradients_equal_the_single_process_run(runs):
     single, ddp = _steps(tmp / "one"), _steps(tmp / "two")
     assert [s for s, _, _ in ddp] == [1, 2, 3, 4] == [s for s, _, _ in single]
     for (step, loss1, grad1), (_, loss2, grad2) in zip(single, ddp):
-        assert loss2 == pytest.approx(loss1, abs=1e-4), step
+        assert loss2 == pytest.approx(loss1, rel=3e-5), step  # 1e-4 of ~3.5 nats, summed in another order
         # step 1 runs at learning rate 0 with LoRA B = 0: only the gradient shows whether DDP averaged it
         assert grad2 == pytest.approx(grad1, rel=1e-4), step
 
@@ -171,8 +171,8 @@ def test_the_eval_before_training_runs_inside_train_and_the_training_after_it_is
     single, ddp = _summary(tmp / "one"), _summary(tmp / "two")
     first = next(h for h in ddp["log_history"] if "eval_loss" in h)
     assert first["step"] == 0 and first["eval_loss"] == ddp["eval_loss_before"]
-    assert ddp["eval_loss_before"] == pytest.approx(single["eval_loss_before"], abs=0.15)
-    assert ddp["eval_loss_after"] == pytest.approx(single["eval_loss_after"], abs=0.15)
+    assert ddp["eval_loss_before"] == pytest.approx(single["eval_loss_before"], rel=0.03)  # 0.15 of ~4.9
+    assert ddp["eval_loss_after"] == pytest.approx(single["eval_loss_after"], rel=0.03)
     assert ddp["eval_in_train_s"] >= first["eval_runtime"]  # its time is left out of tokens/s
 
 
@@ -196,7 +196,7 @@ def test_a_killed_two_process_run_resumes_and_ends_as_the_uninterrupted_one(runs
     with open(tmp / "killed" / "run_summary.json", encoding="utf-8") as f:
         assert json.load(f)["resumed_from"].endswith("checkpoint-2")
     for (step, loss1, grad1), (_, loss2, grad2) in zip(_steps(tmp / "two")[2:], _steps(tmp / "killed")[2:]):
-        assert loss2 == pytest.approx(loss1, abs=1e-4) and grad2 == pytest.approx(grad1, rel=1e-4), step
+        assert loss2 == pytest.approx(loss1, rel=3e-5) and grad2 == pytest.approx(grad1, rel=1e-4), step
 
 
 def test_when_the_main_process_refuses_the_folder_every_process_stops_with_its_error(runs, stories_dir):

@@ -157,6 +157,7 @@ def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows,
         if len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids) <= evaluation.SHORT_ANSWER_TOKENS
     ]
     assert check.stopping.total == len(short) == sum(n <= evaluation.SHORT_ANSWER_TOKENS for n in lengths)
+    # exact: the check runs held_out_scores itself, with the same batches through the same kernels
     assert check.scores == evaluation.held_out_scores(model, tokenizer, held, max_seq_length=512, data_format=ALPACA)
     assert str(check).startswith("response loss ") and "answers ended with a stop token within 4 new tokens" in str(
         check

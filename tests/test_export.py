@@ -118,7 +118,7 @@ def test_merged_model_loads_plainly_and_keeps_the_adapter_logits(merged_only, ru
     )
     batches = _held_out_batches(alpaca_jsonl, tokenizer)
     for want, got in zip(_logits(adapter_model, batches), _logits(merged, batches)):
-        torch.testing.assert_close(got, want, atol=1e-4, rtol=0)
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)  # W + BA merged vs Wx + B(Ax): other sums
     with adapter_model.disable_adapter():
         base = _logits(adapter_model, batches[:1])[0]
     assert (base - _logits(merged, batches[:1])[0]).abs().max().item() > 1e-3  # the adapter is really in there

@@ -118,10 +118,10 @@ def test_merged_reload_is_a_plain_model_computing_what_the_adapter_computes(merg
     ids = tokenizer([format_prompt("Tell me a story about a dog.")], return_tensors="pt").input_ids
     with torch.no_grad():
         a, b = merged(ids).logits, on_top(ids).logits
-    assert torch.allclose(a, b, atol=1e-4), (a - b).abs().max()
+    assert torch.allclose(a, b, rtol=1e-5, atol=1e-4), (a - b).abs().max()
     base_logits = on_top.get_base_model()
     with on_top.disable_adapter(), torch.no_grad():
-        assert not torch.allclose(base_logits(ids).logits, a, atol=1e-3)  # the adapter does change the output
+        assert not torch.allclose(base_logits(ids).logits, a, rtol=1e-5, atol=1e-3)  # the adapter changes the output
 
 
 @pytest.mark.parametrize("ignore_eos", [False, True])

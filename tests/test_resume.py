@@ -124,9 +124,9 @@ def test_resumed_losses_match_the_uninterrupted_run(runs):
     full, resumed = _train_losses(runs["full"]["logged"]), _train_losses(runs["resumed"]["logged"])
     assert set(full) == set(range(1, MAX_STEPS + 1))
     for step, loss in resumed.items():
-        assert loss == pytest.approx(full[step], abs=1e-3), (step, loss, full[step])
+        assert loss == pytest.approx(full[step], rel=3e-4), (step, loss, full[step])  # ~3.5 nats: 1e-3
     assert runs["resumed"]["results"]["eval_loss_after"] == pytest.approx(
-        runs["full"]["results"]["eval_loss_after"], abs=1e-3
+        runs["full"]["results"]["eval_loss_after"], rel=3e-4
     )
 
 
