@@ -242,3 +242,59 @@ def test_float_comparisons_in_the_tests_are_relative_to_the_values_size():
         "with a small abs floor beside it for values near 0, or compare exactly where both sides run the same kernel "
         "on the same inputs (say so in a comment):\n" + "\n".join(sorted(found))
     )
+
+
+def _test_sh_in(root, *, quick: bool, slow: bool, lint: bool = True) -> None:
+    """A repository for scripts/test.sh to run as it runs this one: its own copy of the script, this interpreter's
+    virtual environment as .venv (the real pytest and ruff), one quick and one slow test that pass or fail as told,
+    and a lint error unless ``lint``."""
+    import shutil
+
+    (root / "scripts").mkdir(parents=True)
+    (root / "tests").mkdir()
+    shutil.copy(REPO / "scripts" / "test.sh", root / "scripts" / "test.sh")
+    (root / ".venv").symlink_to(sys.prefix, target_is_directory=True)
+    (root / "pytest.ini").write_text("[pytest]\ntestpaths = tests\nmarkers = slow: the slow tier\n", encoding="utf-8")
+    (root / "tests" / "test_quick.py").write_text(f"def test_quick():\n    assert {quick}\n", encoding="utf-8")
+    slow_test = f"import pytest\n\n\n@pytest.mark.slow\ndef test_slow():\n    assert {slow}\n"
+    (root / "tests" / "test_slow.py").write_text(slow_test, encoding="utf-8")
+    if not lint:
+        (root / "unused.py").write_text("import os\n", encoding="utf-8")  # ruff: F401
+
+
+def test_test_sh_runs_lint_and_both_tiers_whatever_fails_and_exits_1_if_any_failed(tmp_path):
+    """Issue 40: a failing quick tier no longer hides the slow one; the last lines say how each step ended, and the
+    exit status (what .ci/run's ``set -e`` stops on) is 1 if any failed."""
+    import os
+
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    assert "set -euo pipefail" in ci and re.search(r"^bash scripts/test\.sh$", ci, re.M)  # its failure fails CI
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    env.update(TEST_SETUP="0", TEST_WORKERS="0", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")  # no xdist: ~0.2 s a pytest
+
+    def test_sh(name, *args, **outcomes):
+        _test_sh_in(tmp_path / name, **outcomes)
+        done = subprocess.run(
+            ["bash", "scripts/test.sh", *args],
+            cwd=tmp_path / name,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        summary = done.stdout.split("== test.sh summary ==\n")[-1]
+        return done.returncode, done.stdout, [line.split(" (")[0] for line in summary.splitlines()]
+
+    code, out, summary = test_sh("quick_fails", quick=False, slow=True)
+    assert code == 1 and summary == ["lint: passed", "quick tier: FAILED", "slow tier: passed"], out
+    assert "1 failed" in out.split("== slow tier")[0] and "1 passed" in out.split("== slow tier")[1]  # both ran
+    code, out, summary = test_sh("slow_fails", quick=True, slow=False, lint=False)
+    assert code == 1 and summary == ["lint: FAILED", "quick tier: passed", "slow tier: FAILED"], out
+    assert "F401" in out
+    # all passing: 0; arguments that select no slow test leave that tier with nothing to run, not failed
+    code, out, summary = test_sh("passes", "-k", "quick", quick=True, slow=True)
+    assert code == 0 and summary == [
+        "lint: passed",
+        "quick tier: passed",
+        "slow tier: no tests selected by the arguments",
+    ]
