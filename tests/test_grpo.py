@@ -735,7 +735,8 @@ def test_the_recorded_suffix_reaches_chat_answers_and_both_ollama_templates():
     from chat_fixtures import smollm2_tokenizer, tiny_model
 
     from tinyllama_ft.data.alpaca_prompts import format_prompt
-    from tinyllama_ft.data.grpo_prompts import LAYOUT_SUFFIX, with_suffix
+    from tinyllama_ft.data.grpo_prompts import LAYOUT_SUFFIX
+    from tinyllama_ft.models.run_record import with_suffix
     from tinyllama_ft.export.ollama import chat_ollama_template, modelfile_text
     from tinyllama_ft.infer.chat_generation import chat_generate
     from tinyllama_ft.models.chat_templates import chat_prompt, suffixed_chat_template

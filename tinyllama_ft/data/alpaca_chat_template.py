@@ -8,8 +8,8 @@ exactly ``alpaca_prompts.format_prompt`` after ``bos_token``; any conversation o
 
 from __future__ import annotations
 
-import json
 
+from ..models.chat_templates import jinja_string
 from .alpaca_prompts import ALPACA_PROMPT, ALPACA_PROMPT_NO_INPUT, format_prompt
 
 #: Stop strings beyond EOS: Alpaca starts every new turn with this header; a model that goes on past its
@@ -32,11 +32,6 @@ def _fill(prompt: str, instruction: str, input: str = "", output: str = "") -> s
     """``prompt`` with its ``{instruction}``/``{input}``/``{output}`` fields replaced by template code."""
     # str.replace, not str.format: the template code holds braces of its own.
     return prompt.replace("{instruction}", instruction).replace("{input}", input).replace("{output}", output)
-
-
-def jinja_string(text: str) -> str:
-    """``text`` as a Jinja string literal (Jinja reads Python's backslash escapes in it)."""
-    return json.dumps(text, ensure_ascii=False)
 
 
 def jinja_chat_template(template: str = "alpaca", suffix: str = "") -> str:

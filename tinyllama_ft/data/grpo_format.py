@@ -13,7 +13,8 @@ from typing import Any
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
 from .fingerprint import data_fingerprint
 from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
-from .grpo_prompts import LAYOUT_SUFFIX, with_suffix
+from ..models.run_record import with_suffix
+from .grpo_prompts import LAYOUT_SUFFIX
 
 #: Held-out prompts the GRPO checks answer at least (``instructions.split_train_eval``'s ``min_test_rows``): 100, the
 #: arithmetic demo's measure (docs/grpo.md).

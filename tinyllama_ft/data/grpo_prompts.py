@@ -13,6 +13,7 @@ import json
 from typing import Any, Iterable
 
 from ..config.finetune import DEFAULTS
+from ..models.run_record import with_suffix
 from .alpaca_prompts import format_prompt
 from .answers import LAYOUT_INSTRUCTION
 from .conversations import turns_problem
@@ -171,23 +172,6 @@ def load_prompt_rows(
     )
     report.print_and_require(clean)
     return clean, report, form
-
-
-def with_suffix(prompt, suffix: str):
-    """``prompt`` with ``suffix`` added as a GRPO run adds it to its questions: after a text prompt, after the content
-    of a chat prompt's last turn (a new list; the caller's messages are left as they were). ``""`` changes nothing.
-
-    Args:
-        prompt: a string, or a list of ``{"role", "content"}`` messages (the last the user's question).
-        suffix: the text added (``LAYOUT_SUFFIX`` in a GRPO run; a record's ``prompt_suffix``).
-    """
-    if not suffix:
-        return prompt
-    if isinstance(prompt, str):
-        return prompt + suffix
-    messages = [dict(m) for m in prompt]
-    messages[-1]["content"] = messages[-1]["content"] + suffix
-    return messages
 
 
 def _kind(value) -> str:

@@ -8,6 +8,7 @@ offline (tests/test_chat_templates.py).
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from ..config.finetune import DEFAULTS
@@ -272,9 +273,14 @@ def chat_prompt(tokenizer, messages) -> str:
     return render(tokenizer, messages, add_generation_prompt=True)
 
 
+def jinja_string(text: str) -> str:
+    """``text`` as a Jinja string literal (Jinja reads Python's backslash escapes in it)."""
+    return json.dumps(text, ensure_ascii=False)
+
+
 def suffixed_chat_template(chat_template: str, suffix: str) -> str:
     """``chat_template`` that adds ``suffix`` after the content of a conversation's last turn when it is the user's
-    (a GRPO run's prompts: ``grpo_prompts.with_suffix``), so an exported model is prompted as its run was; ``""``:
+    (a GRPO run's prompts: ``run_record.with_suffix``), so an exported model is prompted as its run was; ``""``:
     ``chat_template`` as it is.
 
     Args:
@@ -283,8 +289,6 @@ def suffixed_chat_template(chat_template: str, suffix: str) -> str:
     """
     if not suffix:
         return chat_template
-    from ..data.alpaca_chat_template import jinja_string
-
     last = "messages[-1]"
     return (
         f"{{%- if messages and {last}['role'] == 'user' and {last}['content'] is string -%}}"

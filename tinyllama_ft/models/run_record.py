@@ -75,6 +75,23 @@ def adapter_record(cfg, plan=None, *, data_format=None) -> dict[str, Any]:
     return record
 
 
+def with_suffix(prompt, suffix: str):
+    """``prompt`` with ``suffix`` added as a GRPO run adds it (``grpo_prompts``) to its questions: after a text prompt, after the content
+    of a chat prompt's last turn (a new list; the caller's messages are left as they were). ``""`` changes nothing.
+
+    Args:
+        prompt: a string, or a list of ``{"role", "content"}`` messages (the last the user's question).
+        suffix: the text added (``LAYOUT_SUFFIX`` in a GRPO run; a record's ``prompt_suffix``).
+    """
+    if not suffix:
+        return prompt
+    if isinstance(prompt, str):
+        return prompt + suffix
+    messages = [dict(m) for m in prompt]
+    messages[-1]["content"] = messages[-1]["content"] + suffix
+    return messages
+
+
 @dataclass(frozen=True)
 class RecordedPrompt:
     """How the run that saved an adapter built a prompt from a user's question (``recorded_prompt``).
@@ -89,9 +106,7 @@ class RecordedPrompt:
 
     def question(self, prompt):
         """``prompt`` (a question, or chat messages ending with one) with ``suffix`` added, as the run's prompts had
-        it (``grpo_prompts.with_suffix``)."""
-        from ..data.grpo_prompts import with_suffix
-
+        it (``with_suffix``)."""
         return with_suffix(prompt, self.suffix)
 
 
