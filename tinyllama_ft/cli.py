@@ -271,15 +271,21 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     return set(given) - {"help"}
 
 
-def _plain_choice_error(text: str) -> str:
-    """jsonargparse's refusal of a value outside a choice field's ``Literal``, as "expected one of ..., got ..."."""
-    text = re.sub(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (\S*)", r"expected one of \1, got \2", text)
-    return re.sub(
-        r"Does not validate against any of the Union subtypes Subtypes: \[typing\.Literal\[(.*?)\], "
-        r"<class 'NoneType'>\] Errors: .*? Given value: (\S*)",
-        r"expected one of \1 or null, got \2",
-        text,
-    )
+def refused_value(argv: Sequence[str]) -> str | None:
+    """The configuration's refusal of the first ``--FIELD VALUE`` (or ``--FIELD=VALUE``) in ``argv`` whose value the
+    field does not take (``finetune.parse_field``: the same typing as the flags', naming the flag, the value and what
+    the field takes), or None when every configuration field's value is one it takes."""
+    from .config.finetune import parse_field
+
+    for i, arg in enumerate(argv):
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name not in FIELD_TYPES or not (eq or i + 1 < len(argv)):
+            continue
+        try:
+            parse_field(name, value if eq else argv[i + 1], flag=f"--{name}")
+        except ConfigError as refusal:
+            return str(refusal)
+    return None
 
 
 def run(argv: Sequence[str]) -> Any:
@@ -303,10 +309,11 @@ def run(argv: Sequence[str]) -> Any:
         parsed = build_parser().parse_args(argv)
     except ArgumentError as err:  # a wrong type, a missing required flag, no command: one line naming it
         name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
-        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
-        text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
-        text = _plain_choice_error(text)
+        text = refused_value(argv[1:])  # a field's value: the configuration's words, as a recipe's value gets
+        if text is None:
+            text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+            text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
+            text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
         raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     command = parsed.command
     quiet_library_bars()
