@@ -263,6 +263,60 @@ def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, cap
         run(argv)
 
 
+#: A bad data file for each loader: name -> (file name, its text, flags, what the one error line says).
+BAD_DATA = {
+    "alpaca rows with other column names": (
+        "q.csv",
+        "question,context,answer\nWhat is 2+2?,,4\nName a color.,,Red\n",
+        [],
+        "q.csv: no usable rows: all 2 rows lack 'instruction'; row 0: field 'instruction' is missing (the row's "
+        "columns: 'question', 'context', 'answer'): set instruction_column (--instruction_column on the command line)",
+    ),
+    "a .json file that does not parse": ("rows.json", "not json\n", [], "rows.json: line 1, column 1: not valid JSON"),
+    "conversations without their column": (
+        "c.jsonl",
+        '{"turns": [{"role": "user", "content": "hi"}]}\n',
+        ["--dataset_format", "messages"],
+        "c.jsonl: no usable rows: all 1 rows lack 'messages'; row 0: field 'messages' is missing (the row's columns: "
+        "'turns'): set dataset_format (--dataset_format on the command line)",
+    ),
+    "pairs under other column names": (
+        "p.jsonl",
+        '{"prompt": "a", "good": "b", "bad": "c"}\n',
+        ["--method", "dpo"],
+        "p.jsonl: preference rows: row 0 has the columns ['bad', 'good', 'prompt']: preference rows take TRL's column "
+        "names",
+    ),
+    "a bad pair under --strict": (
+        "p.jsonl",
+        '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"question": "a", "chosen": "b", "rejected": "d"}\n',
+        ["--method", "dpo", "--strict", "true"],
+        "p.jsonl: row 1: field 'prompt' is missing (the row's columns: 'question', 'chosen', 'rejected')",
+    ),
+    "GRPO prompts without the answer column": (
+        "g.jsonl",
+        '{"question": "What is 2+2?", "solution": "4"}\n',
+        ["--method", "grpo", "--max_completion_length", "16", "--num_generations", "2"],
+        "g.jsonl: no usable rows: all 1 rows lack 'answer'; row 0: field 'answer' is missing (the row's columns: "
+        "'question', 'solution'): set answer_column (--answer_column on the command line)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DATA))
+def test_each_loaders_bad_file_exits_2_naming_the_file_row_columns_and_flag(case, tmp_path, stories_dir, capsys):
+    """A data file the loader refuses is the person's input at fault, as a bad flag is: exit status 2 for every
+    loader (row_files.DataError), one line naming the file, the row, its columns and the parameter that maps them."""
+    name, text, flags, expected = BAD_DATA[case]
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    base = ["train", "--model_name", str(stories_dir), "--dataset", str(tmp_path / name), "--report_to", "none"]
+    sizes = ["--max_seq_length", "256", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
+    assert main([*base, *sizes, "--output_dir", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"tinyllama-ft train: error: {tmp_path}/{expected}"), err[-1]
+    assert "--debug" not in err[-1] and not (tmp_path / "out").exists()  # refused before output_dir is touched
+
+
 @pytest.mark.slow
 def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(
     notebook_run, stories_dir, alpaca_jsonl, tmp_path

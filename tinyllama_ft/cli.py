@@ -5,7 +5,7 @@
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
 
 Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
-usage or configuration error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
+usage, configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
 put on one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
 """
 
@@ -19,6 +19,7 @@ from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
+from .data.row_files import DataError
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
 GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
@@ -365,8 +366,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success (also ``train --resume true`` of a finished run: nothing trained or written); 2 on a
-        ``ConfigError`` (a misspelt flag, a bad value, a contradiction with the recipe or the run's record); 1 on any
-        other failure; 130 on Ctrl-C. An error ends as one line ``tinyllama-ft <command>: error: <message>`` on
+        ``ConfigError`` (a misspelt flag, a bad value, a contradiction with the recipe or the run's record) or a
+        ``row_files.DataError`` (a data file every loader refuses alike: unreadable, a bad row under ``--strict``, no
+        usable row); 1 on any other failure; 130 on Ctrl-C. An error ends as one line ``tinyllama-ft <command>: error: <message>`` on
         stderr; a failure's says that ``--debug`` shows the traceback.
 
     Raises:
@@ -388,7 +390,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        usage = isinstance(err, ConfigError)
+        usage = isinstance(err, (ConfigError, DataError))  # the person's input: a flag, a value, a data file
         hint = "" if usage or debug else " (--debug shows the traceback)"
         print(f"{name}: error: {_one_line(err, name)}{hint}", file=sys.stderr)
         return 2 if usage else 1

@@ -15,7 +15,7 @@ from ..config.finetune import DEFAULTS
 from .alpaca_prompts import format_prompt
 from .answers import LAYOUT_INSTRUCTION
 from .conversations import turns_problem
-from .instructions import DataReport, _field_problem
+from .instructions import DataReport, _field_problem, mapped_by
 from .row_files import read_rows
 from .tokenization import without_rows
 
@@ -92,7 +92,8 @@ def check_prompt_rows(
         of the first good row's prompt (``FORMS``; a row of the other form is a ``"wrong type"``), None if none.
 
     Raises:
-        ValueError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the field.
+        row_files.DataError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the
+            field (a missing one with the row's columns and the parameter that names it).
     """
     form = None
 
@@ -102,7 +103,8 @@ def check_prompt_rows(
         form = form or kind
         return problem, item
 
-    report = DataReport(source=source)
+    columns = {prompt_column: mapped_by("prompt_column"), answer_column: mapped_by("answer_column")}
+    report = DataReport(source=source, columns=columns)
     same = " (same prompt and answer)"
     clean = report.keep_each(rows, check, lambda item: json.dumps([item["prompt"], item[ANSWER]]), same, strict=strict)
     return clean, report, form
@@ -121,7 +123,7 @@ def load_prompt_rows(
     ``openai/gsm8k`` with ``config="main"``) and checked (``check_prompt_rows``); the report is printed.
 
     Raises:
-        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
+        row_files.DataError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
             ``read_rows`` / ``check_prompt_rows``.
     """
     rows = read_rows(source, split=split, config=config)
