@@ -429,6 +429,24 @@ def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(alpaca_jsonl, tmp
     assert cli["samples"] == notebook["samples"]
 
 
+def test_generate_answers_each_repeated_prompt_in_order(stories_dir, tmp_path, cpu):
+    """Issue 40: ``generate --prompt A --prompt B`` answered B alone; each is answered, in order, as a JSON list of
+    them is, and a repeated ``--input`` gives each prompt its own context."""
+    from helpers import trained_stories_adapter
+    from tinyllama_ft.infer.generation import stream
+    from tinyllama_ft.models.adapters import load_adapter
+
+    adapter = trained_stories_adapter(stories_dir, tmp_path, cpu)
+    prompts, context = ["Name a color.", "Once upon a time"], "The sky was blue."
+    common = ["generate", "--adapter", adapter, "--max_new_tokens", "8"]
+    answers = run([*common, "--prompt", prompts[0], "--prompt", prompts[1]])
+    model, tokenizer = load_adapter(adapter, hardware=cpu, merged=True)
+    assert answers == stream(model, tokenizer, prompts, max_new_tokens=8) and answers[0] != answers[1]
+    assert run([*common, "--prompt", json.dumps(prompts)]) == answers
+    each = run([*common, "--prompt", prompts[0], "--input", context, "--prompt", prompts[1], "--input", ""])
+    assert each == stream(model, tokenizer, prompts, inputs=[context, ""], max_new_tokens=8)
+
+
 def test_generate_takes_an_alpaca_input_as_the_helper_does(stories_dir, tmp_path, cpu, capsys):
     """Issue 28: ``--input`` is the Alpaca row's second field (one for every prompt, or one each), rendered into the
     prompt as ``stream(..., inputs=)`` renders it; a list of the wrong length is a usage error before anything loads."""

@@ -11,11 +11,12 @@ put on one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_a
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
@@ -102,19 +103,41 @@ def _add_generate_arguments(parser) -> None:
     _add_adapter_arguments(parser, "base model to load instead of the one recorded in the adapter (e.g. a local copy)")
     parser.add_argument(
         "--prompt",
-        type=Union[List[str], str],
+        type=str,
         required=True,
-        help='an instruction, or a list of them (\'["first", "second"]\')',
+        action="append",
+        help='an instruction, repeatable (each answered, in order), or a JSON list of them (\'["first", "second"]\')',
     )
     parser.add_argument(
         "--input",
-        type=Optional[Union[List[str], str]],
+        type=str,
         default=None,
-        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or a "
-        "list as long as --prompt; Alpaca adapters only (a chat adapter takes the context inside --prompt)",
+        action="append",
+        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or "
+        "one each (repeated, or a JSON list as long as --prompt); Alpaca adapters only (a chat adapter takes the "
+        "context inside --prompt)",
     )
     add_field_arguments(parser, GENERATE_FIELDS)
     _add_recorded_arguments(parser)
+
+
+def repeated_values(values: list[str] | None) -> list[str] | str | None:
+    """A repeatable flag's values (``--prompt A --prompt B``; jsonargparse's ``action="append"``), each a string or a
+    JSON list of strings, as one list in order; one plain string stays a string (one ``--input`` for every prompt),
+    None stays None (not given)."""
+    if values is None:
+        return None
+    out: list[str] = []
+    for value in values:
+        try:
+            listed = json.loads(value) if value.lstrip().startswith("[") else None
+        except ValueError:
+            listed = None
+        is_list = isinstance(listed, list) and all(isinstance(item, str) for item in listed)
+        out.extend(listed if is_list else [value])
+        if len(values) == 1 and not is_list:
+            return value
+    return out
 
 
 def _recorded_flags(values: dict, given: set, where: str) -> dict:
@@ -134,12 +157,13 @@ def _run_generate(values: dict, given: set) -> list[str]:
     where = "tinyllama-ft generate"
     base = _adapter_base(values)
     cfg = FinetuneConfig.from_mapping(
-        {"model_name": base, "prompts": values["prompt"], **{k: values[k] for k in GENERATE_FIELDS}}, where=where
+        {"model_name": base, "prompts": repeated_values(values["prompt"]), **{k: values[k] for k in GENERATE_FIELDS}},
+        where=where,
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
     chat = recorded_format(record) != "alpaca"
-    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=chat)
+    inputs = _generate_inputs(repeated_values(values["input"]), len(cfg.prompts), chat=chat)
     template = resolve_settings(
         record,
         {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
