@@ -238,9 +238,12 @@ def test_help_documents_every_field(capsys):
         (["train", "--lora_rank", "8"], "did you mean lora_r?"),
         (["train", "--config", "offline_cpu", "--max_step=3"], "did you mean max_steps?"),
         (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_token", "3"], "did you mean max_new_tokens?"),
-        (["train", "--max_steps", "ten"], "max_steps"),
-        (["train", "--backend", "vllm"], "--backend: expected one of 'auto', 'unsloth', 'transformers', got vllm"),
-        (["train", "--dtype", "int8"], "--dtype: expected one of 'bfloat16', 'float16', 'float32' or null, got int8"),
+        (["train", "--max_steps", "ten"], "--max_steps: 'ten' is not allowed: expected an integer"),
+        (["train", "--lora_dropout=x"], "--lora_dropout: 'x' is not allowed: expected a number"),
+        (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_tokens", "1.5"], "--max_new_tokens: '1.5' is not"),
+        (["export", "--adapter", "x", "--format", "gguf_f16", "--max_seq_length", "ten"], "--max_seq_length: 'ten' is"),
+        (["train", "--backend", "vllm"], "--backend: 'vllm' is not allowed: one of ('auto', 'unsloth'"),
+        (["train", "--dtype", "int8"], "--dtype: 'int8' is not allowed: one of (None, 'bfloat16'"),
         (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
         (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not allowed"),
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
@@ -258,6 +261,60 @@ def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, cap
     assert err.startswith(f"tinyllama-ft {argv[0]}: error: ")
     with pytest.raises(ConfigError):  # in-process, run() raises what main() reports
         run(argv)
+
+
+#: A bad data file for each loader: name -> (file name, its text, flags, what the one error line says).
+BAD_DATA = {
+    "alpaca rows with other column names": (
+        "q.csv",
+        "question,context,answer\nWhat is 2+2?,,4\nName a color.,,Red\n",
+        [],
+        "q.csv: no usable rows: all 2 rows lack 'instruction'; row 0: field 'instruction' is missing (the row's "
+        "columns: 'question', 'context', 'answer'): set instruction_column (--instruction_column on the command line)",
+    ),
+    "a .json file that does not parse": ("rows.json", "not json\n", [], "rows.json: line 1, column 1: not valid JSON"),
+    "conversations without their column": (
+        "c.jsonl",
+        '{"turns": [{"role": "user", "content": "hi"}]}\n',
+        ["--dataset_format", "messages"],
+        "c.jsonl: no usable rows: all 1 rows lack 'messages'; row 0: field 'messages' is missing (the row's columns: "
+        "'turns'): set dataset_format (--dataset_format on the command line)",
+    ),
+    "pairs under other column names": (
+        "p.jsonl",
+        '{"prompt": "a", "good": "b", "bad": "c"}\n',
+        ["--method", "dpo"],
+        "p.jsonl: preference rows: row 0 has the columns ['bad', 'good', 'prompt']: preference rows take TRL's column "
+        "names",
+    ),
+    "a bad pair under --strict": (
+        "p.jsonl",
+        '{"prompt": "a", "chosen": "b", "rejected": "c"}\n{"question": "a", "chosen": "b", "rejected": "d"}\n',
+        ["--method", "dpo", "--strict", "true"],
+        "p.jsonl: row 1: field 'prompt' is missing (the row's columns: 'question', 'chosen', 'rejected')",
+    ),
+    "GRPO prompts without the answer column": (
+        "g.jsonl",
+        '{"question": "What is 2+2?", "solution": "4"}\n',
+        ["--method", "grpo", "--max_completion_length", "16", "--num_generations", "2"],
+        "g.jsonl: no usable rows: all 1 rows lack 'answer'; row 0: field 'answer' is missing (the row's columns: "
+        "'question', 'solution'): set answer_column (--answer_column on the command line)",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DATA))
+def test_each_loaders_bad_file_exits_2_naming_the_file_row_columns_and_flag(case, tmp_path, stories_dir, capsys):
+    """A data file the loader refuses is the person's input at fault, as a bad flag is: exit status 2 for every
+    loader (row_files.DataError), one line naming the file, the row, its columns and the parameter that maps them."""
+    name, text, flags, expected = BAD_DATA[case]
+    (tmp_path / name).write_text(text, encoding="utf-8")
+    base = ["train", "--model_name", str(stories_dir), "--dataset", str(tmp_path / name), "--report_to", "none"]
+    sizes = ["--max_seq_length", "256", "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
+    assert main([*base, *sizes, "--output_dir", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"tinyllama-ft train: error: {tmp_path}/{expected}"), err[-1]
+    assert "--debug" not in err[-1] and not (tmp_path / "out").exists()  # refused before output_dir is touched
 
 
 @pytest.mark.slow
@@ -370,6 +427,24 @@ def test_train_gives_the_chat_notebooks_run_on_the_same_inputs(alpaca_jsonl, tmp
         assert cli[key]["response_loss"] == pytest.approx(notebook[key]["response_loss"], rel=1e-5), key
     assert [r["tuned"] for r in cli["side_by_side"]] == [r["tuned"] for r in notebook["side_by_side"]]
     assert cli["samples"] == notebook["samples"]
+
+
+def test_generate_answers_each_repeated_prompt_in_order(stories_dir, tmp_path, cpu):
+    """Issue 40: ``generate --prompt A --prompt B`` answered B alone; each is answered, in order, as a JSON list of
+    them is, and a repeated ``--input`` gives each prompt its own context."""
+    from helpers import trained_stories_adapter
+    from tinyllama_ft.infer.generation import stream
+    from tinyllama_ft.models.adapters import load_adapter
+
+    adapter = trained_stories_adapter(stories_dir, tmp_path, cpu)
+    prompts, context = ["Name a color.", "Once upon a time"], "The sky was blue."
+    common = ["generate", "--adapter", adapter, "--max_new_tokens", "8"]
+    answers = run([*common, "--prompt", prompts[0], "--prompt", prompts[1]])
+    model, tokenizer = load_adapter(adapter, hardware=cpu, merged=True)
+    assert answers == stream(model, tokenizer, prompts, max_new_tokens=8) and answers[0] != answers[1]
+    assert run([*common, "--prompt", json.dumps(prompts)]) == answers
+    each = run([*common, "--prompt", prompts[0], "--input", context, "--prompt", prompts[1], "--input", ""])
+    assert each == stream(model, tokenizer, prompts, inputs=[context, ""], max_new_tokens=8)
 
 
 def test_generate_takes_an_alpaca_input_as_the_helper_does(stories_dir, tmp_path, cpu, capsys):

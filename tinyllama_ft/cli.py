@@ -5,20 +5,22 @@
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
 
 Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
-usage or configuration error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
+usage, configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
 put on one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence
 
 from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
+from .data.row_files import DataError
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
 GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
@@ -101,19 +103,41 @@ def _add_generate_arguments(parser) -> None:
     _add_adapter_arguments(parser, "base model to load instead of the one recorded in the adapter (e.g. a local copy)")
     parser.add_argument(
         "--prompt",
-        type=Union[List[str], str],
+        type=str,
         required=True,
-        help='an instruction, or a list of them (\'["first", "second"]\')',
+        action="append",
+        help='an instruction, repeatable (each answered, in order), or a JSON list of them (\'["first", "second"]\')',
     )
     parser.add_argument(
         "--input",
-        type=Optional[Union[List[str], str]],
+        type=str,
         default=None,
-        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or a "
-        "list as long as --prompt; Alpaca adapters only (a chat adapter takes the context inside --prompt)",
+        action="append",
+        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or "
+        "one each (repeated, or a JSON list as long as --prompt); Alpaca adapters only (a chat adapter takes the "
+        "context inside --prompt)",
     )
     add_field_arguments(parser, GENERATE_FIELDS)
     _add_recorded_arguments(parser)
+
+
+def repeated_values(values: list[str] | None) -> list[str] | str | None:
+    """A repeatable flag's values (``--prompt A --prompt B``; jsonargparse's ``action="append"``), each a string or a
+    JSON list of strings, as one list in order; one plain string stays a string (one ``--input`` for every prompt),
+    None stays None (not given)."""
+    if values is None:
+        return None
+    out: list[str] = []
+    for value in values:
+        try:
+            listed = json.loads(value) if value.lstrip().startswith("[") else None
+        except ValueError:
+            listed = None
+        is_list = isinstance(listed, list) and all(isinstance(item, str) for item in listed)
+        out.extend(listed if is_list else [value])
+        if len(values) == 1 and not is_list:
+            return value
+    return out
 
 
 def _recorded_flags(values: dict, given: set, where: str) -> dict:
@@ -133,12 +157,13 @@ def _run_generate(values: dict, given: set) -> list[str]:
     where = "tinyllama-ft generate"
     base = _adapter_base(values)
     cfg = FinetuneConfig.from_mapping(
-        {"model_name": base, "prompts": values["prompt"], **{k: values[k] for k in GENERATE_FIELDS}}, where=where
+        {"model_name": base, "prompts": repeated_values(values["prompt"]), **{k: values[k] for k in GENERATE_FIELDS}},
+        where=where,
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
     chat = recorded_format(record) != "alpaca"
-    inputs = _generate_inputs(values["input"], len(cfg.prompts), chat=chat)
+    inputs = _generate_inputs(repeated_values(values["input"]), len(cfg.prompts), chat=chat)
     template = resolve_settings(
         record,
         {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
@@ -271,15 +296,21 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
     return set(given) - {"help"}
 
 
-def _plain_choice_error(text: str) -> str:
-    """jsonargparse's refusal of a value outside a choice field's ``Literal``, as "expected one of ..., got ..."."""
-    text = re.sub(r"Expected a typing\.Literal\[(.*?)\]\. Got value: (\S*)", r"expected one of \1, got \2", text)
-    return re.sub(
-        r"Does not validate against any of the Union subtypes Subtypes: \[typing\.Literal\[(.*?)\], "
-        r"<class 'NoneType'>\] Errors: .*? Given value: (\S*)",
-        r"expected one of \1 or null, got \2",
-        text,
-    )
+def refused_value(argv: Sequence[str]) -> str | None:
+    """The configuration's refusal of the first ``--FIELD VALUE`` (or ``--FIELD=VALUE``) in ``argv`` whose value the
+    field does not take (``finetune.parse_field``: the same typing as the flags', naming the flag, the value and what
+    the field takes), or None when every configuration field's value is one it takes."""
+    from .config.finetune import parse_field
+
+    for i, arg in enumerate(argv):
+        name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
+        if name not in FIELD_TYPES or not (eq or i + 1 < len(argv)):
+            continue
+        try:
+            parse_field(name, value if eq else argv[i + 1], flag=f"--{name}")
+        except ConfigError as refusal:
+            return str(refusal)
+    return None
 
 
 def run(argv: Sequence[str]) -> Any:
@@ -303,10 +334,11 @@ def run(argv: Sequence[str]) -> Any:
         parsed = build_parser().parse_args(argv)
     except ArgumentError as err:  # a wrong type, a missing required flag, no command: one line naming it
         name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
-        text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-        text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
-        text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
-        text = _plain_choice_error(text)
+        text = refused_value(argv[1:])  # a field's value: the configuration's words, as a recipe's value gets
+        if text is None:
+            text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
+            text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
+            text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
         raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     command = parsed.command
     quiet_library_bars()
@@ -358,8 +390,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Returns:
         0 on success (also ``train --resume true`` of a finished run: nothing trained or written); 2 on a
-        ``ConfigError`` (a misspelt flag, a bad value, a contradiction with the recipe or the run's record); 1 on any
-        other failure; 130 on Ctrl-C. An error ends as one line ``tinyllama-ft <command>: error: <message>`` on
+        ``ConfigError`` (a misspelt flag, a bad value, a contradiction with the recipe or the run's record) or a
+        ``row_files.DataError`` (a data file every loader refuses alike: unreadable, a bad row under ``--strict``, no
+        usable row); 1 on any other failure; 130 on Ctrl-C. An error ends as one line ``tinyllama-ft <command>: error: <message>`` on
         stderr; a failure's says that ``--debug`` shows the traceback.
 
     Raises:
@@ -381,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        usage = isinstance(err, ConfigError)
+        usage = isinstance(err, (ConfigError, DataError))  # the person's input: a flag, a value, a data file
         hint = "" if usage or debug else " (--debug shows the traceback)"
         print(f"{name}: error: {_one_line(err, name)}{hint}", file=sys.stderr)
         return 2 if usage else 1

@@ -728,13 +728,15 @@ def _check_allowed(f: dataclasses.Field, value: Any) -> None:
         raise ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: {allowed[1]}")
 
 
-def parse_field(name: str, value: Any) -> Any:
+def parse_field(name: str, value: Any, *, flag: str | None = None) -> Any:
     """A field's value as jsonargparse types it (the flags' parser: ``add_field_arguments``), after the source
     spellings it reads otherwise (``coercion.source_spelling``).
 
     Args:
         name: a field name (``FIELD_NAMES``).
         value: what a recipe, a flag, the notebook or a caller gave.
+        flag: how messages name the field (the command line's ``"--max_steps"``: ``"--max_steps: 'ten' is not
+            allowed: ..."``); None: ``"FinetuneConfig.max_steps='ten' is not allowed: ..."``.
 
     Returns:
         The value in the field's type (a tuple for a tuple field).
@@ -762,13 +764,18 @@ def parse_field(name: str, value: Any) -> Any:
             except ArgumentError:
                 if choices(name):
                     raise ConfigError(
-                        f"FinetuneConfig.{name}: {item!r} is not allowed; each item is one of {list(choices(name))}"
+                        f"{flag or f'FinetuneConfig.{name}'}: {item!r} is not allowed; each item is one of "
+                        f"{list(choices(name))}"
                     ) from None
                 value, base, optional = item, typing.get_args(base)[0], False
                 break
     expected = f"expected {_EXPECTED.get(base) or inspect.formatannotation(base)}{' or None' if optional else ''}"
     what = f"one of {choices(name)}" if choices(name) else expected
-    raise ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: {what}")
+    raise ConfigError(
+        f"{flag}: {value!r} is not allowed: {what}"
+        if flag
+        else f"FinetuneConfig.{name}={value!r} is not allowed: {what}"
+    )
 
 
 _EXPECTED = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}

@@ -17,6 +17,9 @@ from .coercion import ConfigError
 
 #: Seconds the Hub gets to answer the one metadata request before it is deemed unreachable.
 HUB_TIMEOUT_S = 5.0
+#: The ``dataset`` value of a GRPO run that names the arithmetic problems the package generates (``data.arithmetic``):
+#: neither a path nor a Hub id; nothing is read.
+GENERATED_DATASET = "arithmetic"
 
 
 class PathArgumentError(ConfigError, FileNotFoundError):

@@ -11,6 +11,8 @@ import math
 import random
 from itertools import combinations_with_replacement
 
+from ..config.locations import GENERATED_DATASET
+
 #: The kinds of problem: name -> (number of operands, smallest and largest operand, the operation).
 KINDS: dict[str, tuple[int, int, int, str]] = {
     "sum2": (2, 2, 99, "+"),
@@ -21,7 +23,7 @@ KINDS: dict[str, tuple[int, int, int, str]] = {
 #: Held-out problems by default: 100 (25 of each kind).
 HELD_OUT = 100
 #: The ``dataset`` value that names these problems in a GRPO run (``grpo_format.GrpoFormat.load``): nothing is read.
-SOURCE = "arithmetic"
+SOURCE = GENERATED_DATASET
 #: Training problems such a run generates (with ``HELD_OUT`` more, seeded by the run's ``seed``).
 TRAIN = 1000
 

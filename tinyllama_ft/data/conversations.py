@@ -15,8 +15,15 @@ from ..config.finetune import (  # dataset_format values; "auto" reads the first
     DEFAULTS,
 )
 from .instructions import BadRow, DataReport, check_rows
-from .row_files import read_rows
+from .row_files import DataError, read_rows
 
+#: The turns' column of each conversation layout (``dataset_format``).
+DEFAULT_COLUMN = {"messages": "messages", "sharegpt": "conversations"}
+#: What a row lacking its layout's column is told.
+LAYOUT_HINT = (
+    "set dataset_format (--dataset_format on the command line): 'messages' reads a messages column, 'sharegpt' a "
+    "conversations column, 'alpaca' instruction / input / output"
+)
 #: Roles of the normalised ``messages``.
 ROLES = ("system", "user", "assistant")
 #: ShareGPT ``from`` values and the role each becomes (TRL's ``maybe_convert_to_chatml`` maps the first three).
@@ -30,10 +37,11 @@ def alpaca_to_messages(instruction: str, input: str = "", output: str = "") -> l
     return [{"role": "user", "content": user}, {"role": "assistant", "content": output}]
 
 
-def detect_format(rows: Iterable[Any]) -> str:
-    """``"messages"``, ``"sharegpt"`` or ``"alpaca"``: the layout of the first row that is an object. Raises ValueError:
-    no row is an object holding ``messages``, ``conversations`` or ``instruction``."""
-    for row in rows:
+def detect_format(rows: Iterable[Any], source: str = "rows") -> str:
+    """``"messages"``, ``"sharegpt"`` or ``"alpaca"``: the layout of the first row that is an object. Raises
+    row_files.DataError: no row is an object holding ``messages``, ``conversations`` or ``instruction`` (naming
+    ``source``, the file or dataset id, and the row's columns)."""
+    for index, row in enumerate(rows):
         if isinstance(row, dict):
             if "messages" in row:
                 return "messages"
@@ -41,11 +49,11 @@ def detect_format(rows: Iterable[Any]) -> str:
                 return "sharegpt"
             if "instruction" in row:
                 return "alpaca"
-            raise ValueError(
-                f"dataset_format='auto': the first row has columns {sorted(row)}; expected 'messages', "
-                "'conversations' (ShareGPT) or 'instruction' (Alpaca); set dataset_format"
+            raise DataError(
+                f"{source}: dataset_format='auto': row {index} has the columns {sorted(row)}; expected 'messages', "
+                f"'conversations' (ShareGPT) or 'instruction' (Alpaca): {LAYOUT_HINT}"
             )
-    raise ValueError("dataset_format='auto': no row is an object, so the layout cannot be read")
+    raise DataError(f"{source}: dataset_format='auto': no row is an object, so the layout cannot be read")
 
 
 def _turn_problem(turn: Any, j: int, column: str, sharegpt: bool) -> tuple[tuple[str, str, str] | None, dict | None]:
@@ -93,7 +101,7 @@ def conversation_problem(
     turns in ``column`` (default ``"messages"`` / ``"conversations"``): ``problem`` the first fault as
     ``(field, reason, kind)`` and ``messages`` None, or ``problem`` None and ``messages`` the normalised turns."""
     sharegpt = dataset_format == "sharegpt"
-    column = column or ("conversations" if sharegpt else "messages")
+    column = column or DEFAULT_COLUMN[dataset_format]
     problem, messages = turns_problem(row, column, sharegpt=sharegpt)
     if problem:
         return problem, None
@@ -154,18 +162,19 @@ def check_conversations(
         ``"unparseable"``).
 
     Raises:
-        ValueError: unknown ``dataset_format``; the layout cannot be detected (``auto``); with ``strict=True``, at
-            the first bad row, naming ``source``, the 0-based row index and the field (e.g. ``messages[2].role``).
+        ValueError: unknown ``dataset_format``. row_files.DataError: the layout cannot be detected (``auto``); with
+            ``strict=True``, at the first bad row, naming ``source``, the 0-based row index and the field (e.g.
+            ``messages[2].role``; a missing column with the row's columns and ``dataset_format``).
     """
     if dataset_format not in DATASET_FORMATS:
         raise ValueError(f"dataset_format={dataset_format!r} is not one of {DATASET_FORMATS}")
     rows = list(rows)
     if dataset_format == "auto":
-        dataset_format = detect_format(rows)
+        dataset_format = detect_format(rows, source)
     if dataset_format == "alpaca":
         clean, report = check_rows(rows, strict=strict, source=source)
         return [{"messages": alpaca_to_messages(r["instruction"], r["input"], r["output"])} for r in clean], report
-    report = DataReport(source=source)
+    report = DataReport(source=source, columns={column or DEFAULT_COLUMN[dataset_format]: LAYOUT_HINT})
     messages = report.keep_each(
         rows,
         lambda row: conversation_problem(row, dataset_format=dataset_format, column=column),
@@ -203,8 +212,8 @@ def load_conversations(
         ``(dataset, report)``: a ``datasets.Dataset`` with one column ``messages`` and the ``DataReport`` (printed).
 
     Raises:
-        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped (the message
-            gives the first reasons); or as ``row_files.read_rows`` / ``check_conversations``.
+        row_files.DataError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped (the
+            message gives the first reasons); or as ``row_files.read_rows`` / ``check_conversations``.
     """
     import datasets
 

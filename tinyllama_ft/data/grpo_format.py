@@ -73,8 +73,9 @@ class GrpoFormat(WrappedFormat):
         (``arithmetic.arithmetic_problems``: ``arithmetic.TRAIN`` training and ``MIN_HELD_OUT_PROMPTS`` held-out
         problems, seeded with ``cfg.seed``, no operand set twice, checked as any rows; the held-out ones first, and
         ``held_out_first`` says how many, so the checks read 25 of each kind); sets the form and the wrapped SFT format.
-        Raises ValueError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``."""
+        Raises row_files.DataError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``."""
         from .grpo_prompts import check_prompt_rows, load_prompt_rows
+        from .row_files import DataError
 
         if cfg.dataset == ARITHMETIC:
             train, held = arithmetic_problems(ARITHMETIC_TRAIN, held_out=MIN_HELD_OUT_PROMPTS, seed=cfg.seed)
@@ -91,7 +92,7 @@ class GrpoFormat(WrappedFormat):
                 strict=cfg.strict,
             )
         if self.form == "conversation" and self.dataset_format == "alpaca":
-            raise ValueError(
+            raise DataError(
                 f"{cfg.dataset}: the prompts are chat messages, and dataset_format='alpaca' fills text into the Alpaca "
                 "template: use dataset_format='messages' or 'auto'"
             )

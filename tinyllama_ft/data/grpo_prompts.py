@@ -17,8 +17,8 @@ from ..models.run_record import with_suffix
 from .alpaca_prompts import format_prompt
 from .answers import LAYOUT_INSTRUCTION
 from .conversations import turns_problem
-from .instructions import DataReport, _field_problem
-from .row_files import read_rows
+from .instructions import DataReport, _field_problem, mapped_by
+from .row_files import DataError, read_rows
 from .tokenization import without_rows
 
 #: The reference answer's column in the rows TRL gets (the keyword every reward receives it by).
@@ -85,18 +85,18 @@ def _row_problem(row: dict, prompt_column: str, answer_column: str, form: str | 
 
 
 def _check_column_names(row: dict, prompt_column: str, answer_column: str, source: str) -> None:
-    """Raise ValueError for a column the rewards could not receive by its name (``REWARD_ARGUMENTS``), or a ``prompt``
+    """Raise ``DataError`` for a column the rewards could not receive by its name (``REWARD_ARGUMENTS``), or a ``prompt``
     / ``answer`` column that the prompt or the reference would replace."""
     for name, column in (("prompt", prompt_column), (ANSWER, answer_column)):
         if column != name and name in row:
-            raise ValueError(
+            raise DataError(
                 f"{source}: the rows have a column {name!r} besides {name}_column={column!r}, and the run's {name} "
                 f"(what TRL and the built-in rewards read as {name!r}) would replace it: rename that column, or set "
                 f"{name}_column={name!r}"
             )
     clash = [c for c in row if c in REWARD_ARGUMENTS]
     if clash:
-        raise ValueError(
+        raise DataError(
             f"{source}: column {clash[0]!r}: TRL passes every reward an argument of that name, so the column could "
             f"not reach the rewards: rename it"
         )
@@ -127,9 +127,10 @@ def check_prompt_rows(
         of the first good row's prompt (``FORMS``; a row of the other form is a ``"wrong type"``), None if none.
 
     Raises:
-        ValueError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the field; a
-            row with a column named as an argument TRL passes every reward (``REWARD_ARGUMENTS``), or a ``prompt`` /
-            ``answer`` column besides another ``prompt_column`` / ``answer_column`` (naming the column).
+        row_files.DataError: with ``strict=True``, at the first bad row, naming ``source``, its 0-based index and the
+            field (a missing one with the row's columns and the parameter that names it); a row with a column named
+            as an argument TRL passes every reward (``REWARD_ARGUMENTS``), or a ``prompt`` / ``answer`` column
+            besides another ``prompt_column`` / ``answer_column`` (naming the column).
     """
     form = None
 
@@ -140,7 +141,8 @@ def check_prompt_rows(
         form = form or kind
         return problem, item
 
-    report = DataReport(source=source)
+    columns = {prompt_column: mapped_by("prompt_column"), answer_column: mapped_by("answer_column")}
+    report = DataReport(source=source, columns=columns)
     same = " (same prompt and answer)"  # 5 and "5" are the same answer
 
     def key(item):
@@ -163,7 +165,7 @@ def load_prompt_rows(
     ``openai/gsm8k`` with ``config="main"``) and checked (``check_prompt_rows``); the report is printed.
 
     Raises:
-        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
+        row_files.DataError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
             ``read_rows`` / ``check_prompt_rows``.
     """
     rows = read_rows(source, split=split, config=config)

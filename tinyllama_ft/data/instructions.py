@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from ..config.finetune import DEFAULTS
-from .row_files import UnreadableRow, read_rows
+from .row_files import DataError, UnreadableRow, read_rows
 
 #: How many bad rows a report names.
 SHOW_BAD_ROWS = 5
@@ -37,21 +37,28 @@ class BadRow:
         return f"row {self.index}: field {self.field!r} {self.reason}"
 
 
+def mapped_by(parameter: str) -> str:
+    """What a missing column's reason says to do when the configuration field ``parameter`` names that column."""
+    return f"set {parameter} (--{parameter} on the command line) to the column that holds it"
+
+
 @dataclass
 class DataReport:
     """What a loader kept and dropped of ``source`` (the dataset id or path read): ``total`` rows read, ``kept``
-    rows that passed the checks, ``bad`` every rejected row."""
+    rows that passed the checks, ``bad`` every rejected row. ``columns``: column -> what to do when a row lacks it
+    (``mapped_by``: the parameter naming it), said with the row's own columns."""
 
     source: str
     total: int = 0
     kept: int = 0
     bad: list[BadRow] = field(default_factory=list)
+    columns: dict[str, str] = field(default_factory=dict)
 
     def reject(self, bad: BadRow, *, strict: bool) -> None:
-        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once. Raises ValueError: ``strict`` is
+        """Count ``bad`` among the dropped rows, or with ``strict`` raise it at once. Raises DataError: ``strict`` is
         True; the message names ``source``, the 0-based row index and the field."""
         if strict:
-            raise ValueError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
+            raise DataError(f"{self.source}: {bad} (row index is 0-based; strict=True)")
         self.bad.append(bad)
 
     def keep_each(
@@ -69,7 +76,7 @@ class DataReport:
             strict: as ``reject``.
 
         Raises:
-            ValueError: as ``reject``.
+            DataError: as ``reject``.
         """
         clean, first_index = [], {}
         for index, row in enumerate(rows):
@@ -80,6 +87,13 @@ class DataReport:
                 problem, item = ("<row>", f"is of type {type(row).__name__}, not an object", "not an object"), None
             else:
                 problem, item = check(row)
+                if problem is not None and problem[0] in self.columns and problem[0] not in row:  # another name?
+                    has = ", ".join(repr(str(c)) for c in row) or "none"
+                    problem = (
+                        problem[0],
+                        f"is missing (the row's columns: {has}): {self.columns[problem[0]]}",
+                        "missing",
+                    )
             if problem is None and key is not None and first_index.setdefault(key(item), index) != index:
                 problem = "<row>", f"duplicates row {first_index[key(item)]}{same}", "duplicate"
             if problem is None:
@@ -111,12 +125,20 @@ class DataReport:
         return line
 
     def print_and_require(self, clean: list) -> None:
-        """Print ``summary``; raise ValueError ``"<source>: no usable rows"`` when ``clean`` (the rows a loader kept)
-        is empty: the source had none, or every row was dropped."""
+        """Print ``summary``; raise DataError ``"<source>: no usable rows"`` when ``clean`` (the rows a loader kept)
+        is empty: the source had none, or every row was dropped (all for one missing column: that row's reason alone,
+        which names the row's columns and the parameter that maps them)."""
         print(self.summary())
         if not clean:
+            first = self.bad[0] if self.bad else None
+            if (
+                first
+                and first.kind == "missing"
+                and all((b.kind, b.field) == ("missing", first.field) for b in self.bad)
+            ):
+                raise DataError(f"{self.source}: no usable rows: all {self.total} rows lack {first.field!r}; {first}")
             why = f"all {self.total} rows were dropped" if self.total else "it has no rows"
-            raise ValueError(f"{self.source}: no usable rows ({why}): nothing to train on\n{self.summary()}")
+            raise DataError(f"{self.source}: no usable rows ({why}): nothing to train on\n{self.summary()}")
 
 
 def check_rows(
@@ -142,8 +164,9 @@ def check_rows(
         an earlier kept row's is dropped as a ``"duplicate"`` naming that row. ``report`` has the counts.
 
     Raises:
-        ValueError: with ``strict=True``, at the first bad row (duplicates and unparseable lines
-            included), naming ``source``, the row's 0-based index and the field.
+        DataError: (a ValueError) with ``strict=True``, at the first bad row (duplicates and unparseable lines
+            included), naming ``source``, the row's 0-based index and the field (a missing one with the row's columns
+            and the parameter that names it).
     """
 
     def check(row):
@@ -161,7 +184,8 @@ def check_rows(
             "output": row[output_column],
         }
 
-    report = DataReport(source=source)
+    fields = {instruction_column: "instruction_column", output_column: "output_column"}
+    report = DataReport(source=source, columns={column: mapped_by(name) for column, name in fields.items()})
     same = " (same instruction, input and output)"
     clean = report.keep_each(rows, check, lambda item: tuple(item.values()), same, strict=strict)
     return clean, report
@@ -195,7 +219,7 @@ def load_instruction_data(
     string columns ``instruction``, ``input``, ``output``, and the printed ``DataReport``.
 
     Raises:
-        ValueError: ``"<source>: no usable rows"`` when the source is empty (0 bytes, only blank lines, a
+        DataError: ``"<source>: no usable rows"`` when the source is empty (0 bytes, only blank lines, a
             CSV header alone, ``[]``) or every row was dropped (the message gives the first reasons), so
             nothing trains zero steps; or as ``read_rows`` / ``check_rows``.
     """

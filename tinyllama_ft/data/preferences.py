@@ -13,30 +13,32 @@ from typing import Any, Iterable
 from ..config.finetune import DEFAULTS
 from .conversations import _order_problem, conversation_problem, turns_problem
 from .instructions import DataReport, _field_problem
-from .row_files import read_rows
+from .row_files import DataError, read_rows
 
 #: The columns of a paired row and of an unpaired one (TRL's names).
 PAIRED = ("prompt", "chosen", "rejected")
 UNPAIRED = ("prompt", "completion", "label")
+#: What a row lacking one of them is told (no parameter renames them; ``input_column`` names the optional context).
+TRL_COLUMNS = (
+    "preference rows take TRL's column names, prompt / chosen / rejected (pairs) or prompt / completion / label (KTO): "
+    "rename the file's columns"
+)
 #: ``form`` values: the response columns hold text, or turns; "auto" reads which from the first object row.
 FORMS = ("text", "conversation", "auto")
 
 
-def detect_layout(rows: Iterable[Any]) -> tuple[str, str]:
+def detect_layout(rows: Iterable[Any], source: str = "rows") -> tuple[str, str]:
     """``(layout, form)`` of the first row that is an object: ``"paired"`` when it has ``chosen``, ``"unpaired"`` when
-    it has ``completion``; ``"text"`` when that column holds a string, else ``"conversation"``. Raises ValueError: the
-    first object has neither column, or no row is an object."""
-    for row in rows:
+    it has ``completion``; ``"text"`` when that column holds a string, else ``"conversation"``. Raises
+    row_files.DataError: the first object has neither column, or no row is an object (naming ``source``)."""
+    for index, row in enumerate(rows):
         if isinstance(row, dict):
             column = "chosen" if "chosen" in row else "completion" if "completion" in row else None
             if column is None:
-                raise ValueError(
-                    f"preference rows: the first row has columns {sorted(row)}; expected prompt/chosen/rejected "
-                    "(pairs) or prompt/completion/label (KTO)"
-                )
+                raise DataError(f"{source}: preference rows: row {index} has the columns {sorted(row)}: {TRL_COLUMNS}")
             form = "text" if isinstance(row[column], str) else "conversation"
             return ("paired" if column == "chosen" else "unpaired"), form
-    raise ValueError("preference rows: no row is an object")
+    raise DataError(f"{source}: preference rows: no row is an object")
 
 
 def _label(row: dict) -> tuple[tuple[str, str, str] | None, bool | None]:
@@ -124,13 +126,13 @@ def check_preference_rows(
         ``"prompt mismatch"``, ``"not one assistant turn"``).
 
     Raises:
-        ValueError: unknown ``form``; the layout cannot be read (``detect_layout``); with ``strict``, at the first
-            bad row, naming ``source``, the 0-based row index and the field.
+        ValueError: unknown ``form``. row_files.DataError: the layout cannot be read (``detect_layout``); with
+            ``strict``, at the first bad row, naming ``source``, the 0-based row index and the field.
     """
     if form not in FORMS:
         raise ValueError(f"form={form!r} is not one of {FORMS}")
     rows = list(rows)
-    layout, found = detect_layout(rows)
+    layout, found = detect_layout(rows, source)
     form = found if form == "auto" else form
     responses = PAIRED[1:] if layout == "paired" else UNPAIRED[1:2]
 
@@ -149,7 +151,7 @@ def check_preference_rows(
             problem = "rejected", "is the same as chosen (the pair prefers nothing)", "identical pair"
         return problem, item
 
-    report = DataReport(source=source)
+    report = DataReport(source=source, columns=dict.fromkeys((*PAIRED, *UNPAIRED), TRL_COLUMNS))
     clean = report.keep_each(rows, check, lambda item: repr(sorted(item.items())), "", strict=strict)
     return clean, report, layout, form
 
@@ -191,7 +193,7 @@ def load_preference_data(
         ``"paired"`` / ``"unpaired"`` and ``"text"`` / ``"conversation"``.
 
     Raises:
-        ValueError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
+        row_files.DataError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
             ``read_rows`` / ``check_preference_rows``.
     """
     import datasets

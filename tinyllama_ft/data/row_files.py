@@ -21,6 +21,13 @@ from ..config.locations import check_source
 LOCAL_SUFFIXES = (".json", ".jsonl", ".csv", ".parquet")
 
 
+class DataError(ValueError):
+    """Rows that a loader refuses: a file it cannot read, a bad row under ``strict``, no usable row, a layout it
+    cannot read. The message names the file (or Hub id), and the row, field and columns where there are some. Every
+    loader (Alpaca rows, conversations, preference pairs, GRPO prompts) raises it; the command line exits 2 on it, as
+    on a configuration error: the person's input is at fault (docs/command-line.md, "Exit status")."""
+
+
 @dataclass
 class UnreadableRow:
     """Stands in for a source row the reader could not parse, so ``instructions.check_rows`` (or
@@ -32,21 +39,21 @@ class UnreadableRow:
 
 
 def _read_text(path: str) -> str:
-    """The whole file decoded as UTF-8 (a leading byte-order mark dropped); not UTF-8 or a NUL byte: ValueError."""
+    """The whole file decoded as UTF-8 (a leading byte-order mark dropped); not UTF-8 or a NUL byte: DataError."""
     with open(path, "rb") as f:  # bytes, decoded below with an explicit encoding: exact offsets on error
         data = f.read()
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         line = data.count(b"\n", 0, e.start) + 1
-        raise ValueError(
+        raise DataError(
             f"{path}: line {line}, byte {e.start}: not UTF-8 text ({e.reason}: "
             f"{data[e.start : e.end]!r}); save the file as UTF-8"
         ) from e
     nul = data.find(b"\0")
     if nul >= 0:
         line = data.count(b"\n", 0, nul) + 1
-        raise ValueError(f"{path}: line {line}, byte {nul}: NUL byte, a binary (or UTF-16) file, not UTF-8 text")
+        raise DataError(f"{path}: line {line}, byte {nul}: NUL byte, a binary (or UTF-16) file, not UTF-8 text")
     return text.removeprefix("\ufeff")
 
 
@@ -70,14 +77,14 @@ def _read_json(path: str) -> list[Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from e
+        raise DataError(f"{path}: line {e.lineno}, column {e.colno}: not valid JSON ({e.msg})") from e
     if isinstance(data, dict):
         lists = [v for v in data.values() if isinstance(v, list)]
         if len(lists) != 1:
-            raise ValueError(f"{path}: expected a JSON list of rows (or an object holding one list)")
+            raise DataError(f"{path}: expected a JSON list of rows (or an object holding one list)")
         data = lists[0]
     if not isinstance(data, list):
-        raise ValueError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
+        raise DataError(f"{path}: expected a JSON list of rows, got {type(data).__name__}")
     return data
 
 
@@ -111,7 +118,7 @@ def _read_parquet(path: str) -> list[Any]:
     try:
         return pyarrow.parquet.read_table(path).to_pylist()
     except pyarrow.ArrowException as e:
-        raise ValueError(f"{path}: not a readable parquet file ({e})") from e
+        raise DataError(f"{path}: not a readable parquet file ({e})") from e
 
 
 def read_rows(source: str, split: str = "train", config: str | None = None, *, flag: str = "dataset") -> list[Any]:
@@ -133,8 +140,8 @@ def read_rows(source: str, split: str = "train", config: str | None = None, *, f
     Raises:
         locations.PathArgumentError: (a FileNotFoundError) ``source`` is a local path (``paths.is_local_path``) that
             does not exist; locations.HubUnreachableError: a Hub id the Hub does not answer for and the cache lacks.
-        ValueError: a local file with an unsupported suffix, or one that cannot be read at all: not UTF-8
-            or binary (naming the line and byte), a ``.json`` that does not parse (naming line and column),
+        DataError: (a ValueError) a local file with an unsupported suffix, or one that cannot be read at all: not
+            UTF-8 or binary (naming the line and byte), a ``.json`` that does not parse (naming line and column),
             a ``.parquet`` that is not parquet.
     """
     source = check_source(source, flag, repo_type="dataset")  # "~/data.jsonl", "$DATA/x.jsonl" are local files
@@ -142,7 +149,7 @@ def read_rows(source: str, split: str = "train", config: str | None = None, *, f
         suffix = os.path.splitext(source)[1].lower()
         readers = {".jsonl": _read_jsonl, ".json": _read_json, ".csv": _read_csv, ".parquet": _read_parquet}
         if suffix not in readers:
-            raise ValueError(f"dataset={source!r}: unsupported file type {suffix!r}; use one of {LOCAL_SUFFIXES}")
+            raise DataError(f"{flag}={source!r}: unsupported file type {suffix!r}; use one of {LOCAL_SUFFIXES}")
         return readers[suffix](source) if os.path.getsize(source) else []
     import datasets
 

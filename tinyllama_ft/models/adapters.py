@@ -29,7 +29,8 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
         adapter_dir: destination folder (the article's ``"lora_model"``).
         overwrite: replace an existing adapter there (the old one is removed once the new one is complete).
         record: ``run_record.adapter_record(...)``, written as ``tinyllama_ft.json``: how later commands prompt and
-            load it; None writes none.
+            load it; its base, data set and method go into the model card, ``README.md`` (``model_card.adapter_card``).
+            None writes none, and PEFT's card as PEFT writes it.
 
     Returns:
         The absolute path of the adapter folder.
@@ -44,11 +45,15 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
         raise FileExistsError(f"adapter_dir={adapter_dir!r} exists; pass overwrite=True to replace it")
     parent = os.path.dirname(target)
     os.makedirs(parent, exist_ok=True)
+    from .model_card import adapter_card, card_facts
+
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.saving-", dir=parent)
     try:
         # the trained adapter only: a preference trainer's frozen reference copy (TRL's "ref") is not the run's
         extra = {"selected_adapters": [model.active_adapter]} if len(getattr(model, "peft_config", {})) > 1 else {}
-        model.save_pretrained(staging, safe_serialization=True, **extra)
+        facts = card_facts(record) if record and "dataset" in record else None
+        with adapter_card(staging, facts, name=os.path.basename(target)):
+            model.save_pretrained(staging, safe_serialization=True, **extra)
         tokenizer.save_pretrained(staging)
         if record is not None:
             from .run_record import write_record

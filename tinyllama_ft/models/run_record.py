@@ -50,14 +50,16 @@ def adapter_record(cfg, plan=None, *, data_format=None) -> dict[str, Any]:
             (a chat run's ``families.FamilySetup``) the end-of-turn token and stop ids. None: ``cfg.dataset_format``.
 
     Returns:
-        ``{"model_name", "dataset_format", "template", "chat_template", "max_seq_length", "dtype", "load_in_4bit",
-        "method"}``, plus ``"end_of_turn"`` and ``"stop_token_ids"`` for a chat run, ``"adapter_name_or_path"``
-        for a run that continued an adapter and ``"prompt_suffix"`` for a format that adds text after each question
-        (``data_format.prompt_suffix``: GRPO's layout line). JSON-ready.
+        ``{"model_name", "dataset", "dataset_format", "template", "chat_template", "max_seq_length", "dtype",
+        "load_in_4bit", "method"}``, plus ``"extra_datasets"`` when given, ``"end_of_turn"`` and ``"stop_token_ids"``
+        for a chat run, ``"adapter_name_or_path"`` for a run that continued an adapter and ``"prompt_suffix"`` for a
+        format that adds text after each question (``data_format.prompt_suffix``: GRPO's layout line). JSON-ready; the
+        adapter's model card is written from it (``model_card.card_facts``).
     """
     family = getattr(data_format, "family", None)
     record = {
         "model_name": cfg.model_name,
+        "dataset": cfg.dataset,
         "dataset_format": data_format.name if data_format is not None else cfg.dataset_format,
         "template": cfg.template,
         "chat_template": cfg.chat_template,
@@ -66,6 +68,8 @@ def adapter_record(cfg, plan=None, *, data_format=None) -> dict[str, Any]:
         "load_in_4bit": plan.load_in_4bit if plan is not None else cfg.load_in_4bit,
         "method": cfg.method,
     }
+    if cfg.extra_datasets:
+        record["extra_datasets"] = list(cfg.extra_datasets)
     if cfg.adapter_name_or_path:
         record["adapter_name_or_path"] = cfg.adapter_name_or_path
     if family is not None:

@@ -18,6 +18,7 @@ from ..data.tokenization import prepare_training_rows
 from ..machine.kernel import in_interactive_kernel
 from ..machine.paths import expand_path
 from ..models.attention import sdpa_outside_training
+from ..models.model_card import SettledCard, card_facts
 from ..models.precision import trainer_precision_flags
 from .plan import RunPlan
 
@@ -148,7 +149,8 @@ def build_trainer(
             (``tokenization.prepare_training_rows``). A preference method: ``preference_tokens.tokenize_preferences``
             output (the reference is a frozen copy of the adapter when ``cfg.adapter_name_or_path`` is set).
         cfg, plan: as ``sft_config_kwargs``.
-        callbacks: extra ``transformers.TrainerCallback`` objects.
+        callbacks: extra ``transformers.TrainerCallback`` objects (``model_card.SettledCard`` is always added: TRL's
+            card in ``output_dir`` names the base's Hub id, the data set and the method).
         progress: add ``progress.ProgressPrinter`` (a line per logging step and per evaluation); outside an
             interactive notebook it replaces transformers' progress bar and printed log dicts (``quiet_progress``).
 
@@ -158,6 +160,7 @@ def build_trainer(
     Raises:
         ValueError: no row of a dataset has a token to train on.
     """
+    callbacks = [*(callbacks or []), SettledCard(card_facts(cfg.to_dict()))]
     if cfg.method != "sft":  # GRPO: prompt rows, no eval_dataset (grpo_checks score held-out answers); else: pairs
         from .grpo_trainer import build_grpo_trainer
         from .preference_trainer import build_preference_trainer
