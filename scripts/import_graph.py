@@ -1,5 +1,6 @@
 """Print the package's internal import graph (module -> the tinyllama_ft modules it imports, at the top or inside
-functions) and every import that goes up the package's layer order; exit status 1 when there is one.
+functions), every import that goes up the package's layer order (exit status 1 when there is one) and every import
+cycle (``tests/test_package.py`` holds the known ones: issue 41).
 
     python scripts/import_graph.py
 
@@ -79,12 +80,29 @@ def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
     return sorted((m, t) for m, edges in graph.items() for t in edges if rank[layer_of(t)] > rank[layer_of(m)])
 
 
+def import_cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
+    """The modules that import each other, directly or through others: each set of two or more modules every one of
+    which reaches every other (a strongly connected component), as a sorted tuple; the list sorted."""
+    reach = {}
+    for start in graph:
+        seen, todo = set(), [start]
+        while todo:
+            for target in graph.get(todo.pop(), ()):
+                if target not in seen:
+                    seen.add(target)
+                    todo.append(target)
+        reach[start] = seen
+    cycles = {tuple(sorted({m} | {n for n in reach[m] if m in reach.get(n, ())})) for m in graph}
+    return sorted(c for c in cycles if len(c) > 1)
+
+
 def main() -> int:
     graph = import_graph()
     for module, edges in sorted(graph.items(), key=lambda kv: (LAYERS.index(layer_of(kv[0])), kv[0])):
         print(f"{module:28s} -> {', '.join(sorted(edges)) or '-'}")
     up = upward_imports(graph)
     print("imports up the layer order", " < ".join(LAYERS) + ":", up or "none")
+    print("import cycles:", [" <-> ".join(c) for c in import_cycles(graph)] or "none")
     return 1 if up else 0
 
 

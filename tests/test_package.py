@@ -116,6 +116,28 @@ def test_no_module_imports_from_a_layer_above_it():
         assert init.read_text(encoding="utf-8").startswith('"""'), init
 
 
+#: Import cycles not yet broken (issue 41: one method table, so no trainer module builds another method's trainer,
+#: and one format record). The list may only shrink: a cycle broken must leave it, a new one fails the test.
+KNOWN_IMPORT_CYCLES = [
+    ("config.coercion", "config.secrets"),
+    ("data.formats", "data.grpo_format", "data.preference_format"),
+    ("train.grpo_trainer", "train.preference_trainer", "train.sft_trainer"),
+]
+
+
+def test_no_import_cycle_but_the_known_ones():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import import_graph
+
+    # the check itself: a cycle through a third module is one cycle; a chain into it is not part of it
+    assert import_graph.import_cycles(
+        {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}, "f": {"f"}}
+    ) == [("a", "b", "c")]
+    cycles = import_graph.import_cycles(import_graph.import_graph())
+    assert [c for c in cycles if c not in KNOWN_IMPORT_CYCLES] == [], "a new import cycle"
+    assert [c for c in KNOWN_IMPORT_CYCLES if c not in cycles] == [], "broken: take it off KNOWN_IMPORT_CYCLES"
+
+
 def test_test_only_code_is_not_in_the_package():
     assert not (REPO / "tinyllama_ft" / "wandb_runfile.py").exists()
     # test- and benchmark-only helpers live with their users (issue 21, item 7), dead code is gone

@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 from ..data.answers import extract_number, follows_layout, reference_number
 from ..infer.core import check_batch_size, decode_answers, generate_answers
 from ..models.chat_templates import chat_prompt
-from .held_out import eval_mode
+from .scoring import eval_mode
 
 
 @dataclass(frozen=True)

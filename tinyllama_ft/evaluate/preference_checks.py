@@ -1,7 +1,7 @@
 """Held-out preference checks: does the model give a pair's chosen response more probability than its rejected one.
 
 On tokenized pairs (``data.preference_tokens.tokenize_preferences``): each response's summed log-probability given
-the prompt (its end token included), scored by ``held_out.token_nlls`` as the other held-out checks are. Preference
+the prompt (its end token included), scored by ``scoring.token_nlls`` as the other held-out checks are. Preference
 accuracy counts ties as wrong; the margin is given summed and per token; the two log-probabilities are kept apart
 because DPO can lower both while widening the margin.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from .held_out import token_nlls
+from .scoring import token_nlls
 
 
 @dataclass(frozen=True)
@@ -51,14 +51,14 @@ class PreferenceScores:
 
 
 def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
-    """``(chosen, rejected)``: ``held_out.token_nlls`` of each pair's prompt + chosen and prompt + rejected, in row
+    """``(chosen, rejected)``: ``scoring.token_nlls`` of each pair's prompt + chosen and prompt + rejected, in row
     order, one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen
     ones for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
 
     Args:
-        model, tokenizer: a causal LM (a PEFT model too) and its tokenizer, as ``held_out.token_nlls``.
+        model, tokenizer: a causal LM (a PEFT model too) and its tokenizer, as ``scoring.token_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
-        batch_size, max_batch_tokens: as ``held_out.token_nlls``.
+        batch_size, max_batch_tokens: as ``scoring.token_nlls``.
 
     Returns:
         One float32 tensor per sequence: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
@@ -82,7 +82,7 @@ def preference_scores(
         model, tokenizer: as ``pair_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids`` (a ``datasets.Dataset`` from
             ``preference_tokens.tokenize_preferences``, or a list of dicts).
-        batch_size, max_batch_tokens: as ``held_out.token_nlls`` (each pair is two rows).
+        batch_size, max_batch_tokens: as ``scoring.token_nlls`` (each pair is two rows).
         nlls: ``pair_nlls(model, tokenizer, pairs)`` computed already; None: computed here.
 
     Returns:

@@ -159,6 +159,7 @@ def load_adapter(
         raise ValueError("load_adapter: trainable=True with merged=True: a merged model has no adapter to train")
     from ..machine.hardware import detect_hardware, is_importable
     from .loading import choose_backend, ensure_pad_token, load_model
+    from .lora import attach_adapter
     from .precision import resolve_dtype, torch_dtype
     from .run_record import PROMPT_ATTRIBUTE, read_record, recorded_prompt, resolve_settings
 
@@ -222,39 +223,6 @@ def load_adapter(
     model.train(trainable)
     setattr(model, PROMPT_ATTRIBUTE, recorded_prompt(record))  # the answering helpers prompt as the run did
     return model, tokenizer
-
-
-def attach_adapter(base_model, adapter_dir: str, *, base_name: str | None = None, trainable: bool = False):
-    """A saved adapter on a loaded base (``peft.PeftModel.from_pretrained``), for ``load_adapter`` and
-    ``lora.add_lora(adapter_name_or_path=...)``.
-
-    Args:
-        base_model: a transformers model (``loading.load_model``), not yet a PEFT model.
-        adapter_dir: a PEFT LoRA folder (``adapter_config.json``, ``adapter_model.safetensors``).
-        base_name: the base's name for messages (default: the model's ``name_or_path``).
-        trainable: the adapter's weights (and any whole module it saved) require gradients.
-
-    Returns:
-        ``(peft_model, rows)``: ``rows`` is the embedding rows the adapter saved (a chat template's added tokens:
-        the base was resized to them first; ``adapter_fit.saved_embedding_rows``), or None.
-
-    Raises:
-        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base, naming each
-            difference.
-    """
-    from peft import PeftModel
-
-    from .adapter_fit import check_adapter_fits, saved_embedding_rows
-    from .lora import peft_wrapping
-
-    rows = saved_embedding_rows(adapter_dir, base_model)
-    if rows and rows > base_model.get_input_embeddings().num_embeddings:  # a chat template's added tokens
-        base_model.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
-    base_name = base_name or getattr(base_model, "name_or_path", None)
-    check_adapter_fits(adapter_dir, base_model, base_name=base_name)  # another base fails only at generation
-    with peft_wrapping():  # peft reads transformers' deprecated checkpointing alias (lora.peft_wrapping)
-        model = PeftModel.from_pretrained(base_model, adapter_dir, is_trainable=trainable)
-    return model, rows
 
 
 def saves_whole_modules(adapter_dir: str) -> bool:

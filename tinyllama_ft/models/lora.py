@@ -1,4 +1,5 @@
-"""Attach LoRA adapters: the article's cell 3 (its values are ``config.DEFAULTS``), on either backend.
+"""Attach LoRA adapters: the article's cell 3 (its values are ``config.DEFAULTS``), on either backend, or a saved
+adapter (``attach_adapter``: continuing one, and ``adapters.load_adapter``).
 
 Either backend writes the same ``adapter_config.json`` fields and trains the same parameters (TinyLlama-1.1B:
 25,231,360).
@@ -149,8 +150,6 @@ def add_lora(
                 model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
         if adapter_name_or_path:
-            from .adapters import attach_adapter
-
             print(
                 f"continuing the adapter in {adapter_name_or_path} (its own rank, scaling and target modules; "
                 "lora_r, lora_alpha, lora_dropout, lora_bias, target_modules, use_rslora are not read)"
@@ -171,6 +170,38 @@ def add_lora(
         with peft_wrapping():
             peft_model = get_peft_model(model, config)
     return peft_model
+
+
+def attach_adapter(base_model, adapter_dir: str, *, base_name: str | None = None, trainable: bool = False):
+    """A saved adapter on a loaded base (``peft.PeftModel.from_pretrained``), for ``adapters.load_adapter`` and
+    ``add_lora(adapter_name_or_path=...)``.
+
+    Args:
+        base_model: a transformers model (``loading.load_model``), not yet a PEFT model.
+        adapter_dir: a PEFT LoRA folder (``adapter_config.json``, ``adapter_model.safetensors``).
+        base_name: the base's name for messages (default: the model's ``name_or_path``).
+        trainable: the adapter's weights (and any whole module it saved) require gradients.
+
+    Returns:
+        ``(peft_model, rows)``: ``rows`` is the embedding rows the adapter saved (a chat template's added tokens:
+        the base was resized to them first; ``adapter_fit.saved_embedding_rows``), or None.
+
+    Raises:
+        adapter_fit.AdapterMismatchError: (a ``ValueError``) the adapter does not fit the base, naming each
+            difference.
+    """
+    from peft import PeftModel
+
+    from .adapter_fit import check_adapter_fits, saved_embedding_rows
+
+    rows = saved_embedding_rows(adapter_dir, base_model)
+    if rows and rows > base_model.get_input_embeddings().num_embeddings:  # a chat template's added tokens
+        base_model.resize_token_embeddings(rows, mean_resizing=False)  # the adapter's rows replace them
+    base_name = base_name or getattr(base_model, "name_or_path", None)
+    check_adapter_fits(adapter_dir, base_model, base_name=base_name)  # another base fails only at generation
+    with peft_wrapping():  # peft reads transformers' deprecated checkpointing alias (peft_wrapping)
+        model = PeftModel.from_pretrained(base_model, adapter_dir, is_trainable=trainable)
+    return model, rows
 
 
 def trainable_parameters(model) -> tuple[int, int]:
