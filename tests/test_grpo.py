@@ -125,6 +125,11 @@ def test_builtin_rewards_score_text_and_chat_completions(completions):
 
 
 def test_soft_overlong_punishment_is_trls_under_the_builtin_name():
+    import inspect
+
+    from trl.rewards import get_soft_overlong_punishment
+    from trl.trainer.utils import get_callable_name
+
     from tinyllama_ft.train.rewards import SoftOverlongPunishment, resolve_rewards
 
     [penalty] = resolve_rewards(["soft_overlong_punishment"], max_completion_length=10)  # ramps over the last 2 tokens
@@ -133,6 +138,39 @@ def test_soft_overlong_punishment_is_trls_under_the_builtin_name():
     assert SoftOverlongPunishment(100, soft_punish_cache=50)(completion_ids=[[1] * 75]) == [-0.5]
     with pytest.raises(ValueError, match="needs completion_ids"):
         penalty(["q"], ["a"])
+    # TRL's own gives the same penalties on the same completions (the default cache: 20% of the limit, at least 1) ...
+    ids = [[1] * n for n in range(0, 70)]
+    for limit, cache in ((10, None), (10, 2), (64, None), (64, 30), (3, None)):
+        trls = get_soft_overlong_punishment(
+            max_completion_len=limit, soft_punish_cache=cache or max(1, round(0.2 * limit))
+        )
+        assert SoftOverlongPunishment(limit, cache)(completion_ids=ids) == trls(ids), (limit, cache)
+    # ... but logs under another name and takes no completions (check_reward refuses it): why ours wraps it
+    assert get_callable_name(trls) != "soft_overlong_punishment"
+    assert "completions" not in inspect.signature(trls).parameters
+
+
+def test_reward_name_is_trls_get_callable_name():
+    import functools
+
+    from trl.trainer.utils import get_callable_name
+
+    from tinyllama_ft.train.rewards import SoftOverlongPunishment, answer_format, correct_number, reward_name
+
+    class Scorer:
+        def __call__(self, completions, **kwargs):
+            return [1.0] * len(completions)
+
+    funcs = [correct_number, functools.partial(functools.partial(answer_format)), SoftOverlongPunishment(8), Scorer()]
+    funcs.append(lambda completions, **kwargs: [])
+    assert [reward_name(f) for f in funcs] == [get_callable_name(f) for f in funcs]
+    assert [reward_name(f) for f in funcs] == [
+        "correct_number",
+        "answer_format",
+        "soft_overlong_punishment",
+        "Scorer",
+        "<lambda>",
+    ]
 
 
 REWARDS_MODULE = """
@@ -176,6 +214,7 @@ def test_user_rewards_resolve_from_module_file_and_callable(rewards_module):
     assert funcs[0] is correct_number and funcs[3] is mine and funcs[4] is answer_format
     assert funcs[1](prompts=["q"], completions=["abc"], trainer_state=None, answer=["1"]) == [3.0]
     assert funcs[2](prompts=["q"], completions=["abc"], completion_ids=[[1]], log_metric=None) == [1.0]
+    assert resolve_rewards(["my_rewards.score"]) == [funcs[1]]  # a dotted path, as pkgutil.resolve_name reads it
 
 
 def test_rewards_trl_could_not_call_are_refused_naming_them(rewards_module):
@@ -184,7 +223,7 @@ def test_rewards_trl_could_not_call_are_refused_naming_them(rewards_module):
     refused = {
         "reward_funcs\\[0\\]='nope_rewards:score': no module named 'nope_rewards'": ["nope_rewards:score"],
         "no module named 'not_installed_anywhere' \\(importing 'broken_rewards'\\)": ["broken_rewards:f"],
-        "reward_funcs\\[1\\]='my_rewards:missing': 'my_rewards' has no 'missing'": [
+        "reward_funcs\\[1\\]='my_rewards:missing': module 'my_rewards' has no attribute 'missing'": [
             "answer_format",
             "my_rewards:missing",
         ],

@@ -3,17 +3,18 @@
 Each reward has TRL's signature, ``f(prompts, completions, completion_ids=None, trainer_state=None, **kwargs)``
 returning one float (or None: not scored) per completion; completions are strings for text prompts and lists of
 messages for chat prompts; ``kwargs`` holds the rows' columns (the reference as ``answer``) and TRL's extras
-(``log_extra``, ``log_metric``). ``resolve_rewards`` turns names, ``module:function`` / ``file.py:function`` strings
-and callables into that list, refusing what TRL could not call, naming it. ``reward_name`` is ours, not TRL's
-``get_callable_name``: importing TRL imports torch (test_a_bad_reward_is_refused_before_torch_is_even_imported).
+(``log_extra``, ``log_metric``). ``resolve_rewards`` turns names, ``module:function`` / ``module.function`` /
+``file.py:function`` strings (``pkgutil.resolve_name``) and callables into that list, refusing what TRL could not
+call, naming it. ``reward_name`` is ours, not TRL's ``get_callable_name`` (the same rule): importing TRL imports torch
+(test_a_bad_reward_is_refused_before_torch_is_even_imported).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import inspect
 import os
+import pkgutil
 import sys
 from typing import Any, Callable, Sequence
 
@@ -90,7 +91,8 @@ class SoftOverlongPunishment:
 
     0 for a completion of at most ``max_completion_length - soft_punish_cache`` tokens, then falling linearly to -1
     at ``max_completion_length``: a completion cut at the limit (no answer) costs the most. A class, not a closure,
-    so it pickles as TRL's does.
+    so it pickles as TRL's does. Ours around TRL's: TRL's logs as ``soft_overlong_punishment_reward``, not the
+    built-in's name, and has no ``completions`` parameter (test_soft_overlong_punishment_is_trls_under_the_builtin_name).
 
     Args:
         max_completion_length: the run's ``max_completion_length`` (tokens).
@@ -166,40 +168,35 @@ def check_reward(func: Any, where: str) -> None:
         )
 
 
-def _module(name: str, where: str):
-    if name.endswith(".py"):
-        path = os.path.abspath(os.path.expanduser(name))
-        if not os.path.isfile(path):
-            raise RewardError(f"{where}: no such file {path!r}")
-        module_name = f"tinyllama_ft_rewards_{os.path.splitext(os.path.basename(path))[0]}"
-        spec = importlib.util.spec_from_file_location(module_name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[module_name] = module  # so the reward pickles by reference, as an imported one does
-        spec.loader.exec_module(module)
-        return module
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as err:
-        if err.name != name.split(".")[0] or os.getcwd() in sys.path:
-            raise
-    sys.path.append(os.getcwd())  # the working folder, as `python -m` would search it (console scripts do not)
-    return importlib.import_module(name)
+def _load_file(path: str, where: str) -> str:
+    """Import ``path`` (a ``.py`` file) under a module name of its own, registered in ``sys.modules`` so its rewards
+    pickle by reference as an imported module's do; returns that name. Raises RewardError: no such file."""
+    path = os.path.abspath(os.path.expanduser(path))
+    if not os.path.isfile(path):
+        raise RewardError(f"{where}: no such file {path!r}")
+    name = f"tinyllama_ft_rewards_{os.path.splitext(os.path.basename(path))[0]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return name
 
 
 def import_reward(spec: str, where: str = "reward") -> Callable:
-    """The callable ``spec`` names: ``"package.module:function"``, ``"path/to/file.py:function"``, or a bare name of a
-    function defined in ``__main__`` (a notebook's cells: the GRPO notebook's rewards cell; the script being run).
+    """The callable ``spec`` names (``pkgutil.resolve_name``): ``"package.module:function"``,
+    ``"package.module.function"``, ``"path/to/file.py:function"``, or a bare name of a function defined in
+    ``__main__`` (a notebook's cells: the GRPO notebook's rewards cell; the script being run). A module not found is
+    looked for in the working folder too, as ``python -m`` would (console scripts do not search it).
 
     Args:
-        spec: the string; the part after the last ``:`` may be dotted (``"module:Class.method"``).
+        spec: the string; the part after the ``:`` may be dotted (``"module:Class.method"``).
         where: how to name it in messages.
 
     Raises:
-        RewardError: no ``:`` and no function of that name in ``__main__``, a module or file that is missing or
+        RewardError: a bare name and no function of that name in ``__main__``, a module or file that is missing or
             fails to import (its error quoted), or no such attribute in it.
     """
-    module_name, _, attr = spec.rpartition(":")
-    if not module_name or not attr:
+    module_name, colon, attr = spec.rpartition(":")
+    if not colon and "." not in spec:
         found = getattr(sys.modules.get("__main__"), spec, None)
         if getattr(found, "__module__", None) == "__main__":  # defined in a notebook's rewards cell, or the script
             return found
@@ -208,19 +205,23 @@ def import_reward(spec: str, where: str = "reward") -> Callable:
             "function of that name is defined in __main__ (a notebook's rewards cell)"
             + did_you_mean(spec, BUILTIN_REWARDS)
         )
+    if module_name.endswith(".py"):
+        spec = f"{_load_file(module_name, where)}:{attr}"
+    module_name = module_name or spec
     try:
-        obj = _module(module_name, where)
-    except RewardError:
-        raise
+        try:
+            return pkgutil.resolve_name(spec)
+        except ModuleNotFoundError as err:
+            if err.name != spec.partition(":")[0].split(".")[0] or os.getcwd() in sys.path:
+                raise
+        sys.path.append(os.getcwd())
+        return pkgutil.resolve_name(spec)
     except ModuleNotFoundError as err:
         raise RewardError(f"{where}: no module named {err.name!r} (importing {module_name!r})") from err
+    except AttributeError as err:  # pkgutil's: "module 'my_rewards' has no attribute 'score'"
+        raise RewardError(f"{where}: {err}") from err
     except Exception as err:  # noqa: BLE001  the user's module failed while importing: say so, with its error
         raise RewardError(f"{where}: importing {module_name!r} failed: {type(err).__name__}: {err}") from err
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise RewardError(f"{where}: {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
-    return obj
 
 
 def resolve_rewards(
