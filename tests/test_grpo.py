@@ -98,6 +98,9 @@ def test_grpo_fields_defaults_and_checks():
         "reward_funcs=\\(\\) is not allowed: at least one reward function": dict(reward_funcs=""),
         "beta=-0.1 is not allowed": dict(beta=-0.1),
         "temperature=0.0 is not allowed": dict(temperature=0),
+        "prompt_column and answer_column are both 'question': the reference answer would be the question": dict(
+            answer_column="question"
+        ),
         "reward_weights=\\[1.0\\] has 1 weight\\(s\\) for 2 reward_funcs": dict(reward_weights="1"),
         "scale_rewards='std' is not allowed": dict(scale_rewards="std"),
     }

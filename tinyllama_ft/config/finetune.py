@@ -564,6 +564,11 @@ class FinetuneConfig(
                 "method='grpo' reads prompt rows from dataset alone: text prompts in the Alpaca template ('alpaca'), "
                 "chat prompts ('messages'), or as the rows hold them ('auto'), and no extra_datasets"
             )
+        if self.prompt_column == self.answer_column:
+            raise ConfigError(
+                f"FinetuneConfig.prompt_column and answer_column are both {self.prompt_column!r}: the reference answer "
+                "would be the question itself; set answer_column to the column that holds the answers"
+            )
         if self.reward_weights and len(self.reward_weights) != len(self.reward_funcs):
             raise ConfigError(
                 f"FinetuneConfig.reward_weights={list(self.reward_weights)!r} has {len(self.reward_weights)} weight(s) "
