@@ -70,3 +70,36 @@ def test_wrapping_and_reloading_print_no_checkpointing_alias_warning(stories_dir
         load_adapter(trained_stories_adapter(stories_dir, tmp_path, cpu), hardware=cpu, merged=False)
     said = [str(w.message) for w in caught]
     assert not [m for m in said if "is_gradient_checkpointing" in m], said
+
+
+def test_a_misspelt_target_module_beside_a_right_one_is_refused_naming_it(stories_dir, cpu):
+    """peft refuses only when no name matches: ``q_proj,v_prj`` adapted q_proj alone without a word (issue 40
+    adversarial test). Every name must be a module's; the error lists the model's projections and exits 2 (a
+    ConfigError)."""
+    from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.models.loading import load_model
+
+    model, _ = load_model(
+        str(stories_dir), max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
+    )
+    with pytest.raises(ConfigError, match=r"'v_prj' is no module of LlamaForCausalLM \(its projections are q_proj, k_"):
+        add_lora(model, target_modules=["q_proj", "v_prj"], gradient_checkpointing=False)
+    peft_model = add_lora(model, target_modules=["q_proj", "self_attn.v_proj"], gradient_checkpointing=False)
+    adapted = {n.split(".")[-1] for n, m in peft_model.named_modules() if hasattr(m, "lora_A")}
+    assert adapted == {"q_proj", "v_proj"}  # a name's last dotted parts match, as peft matches them
+
+
+def test_a_chat_run_adapts_the_target_modules_it_is_given(tmp_path):
+    """A conversation run reads the LoRA targets from the model's layers only for the default (the Llama names):
+    ``target_modules: [q_proj, v_proj]`` was replaced by all seven projections (issue 40 adversarial test)."""
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.data.formats import ConversationFormat
+
+    tokenizer = smollm2_tokenizer()
+    model = tiny_model("llama", tokenizer)
+    chosen = FinetuneConfig(dataset_format="messages", target_modules="q_proj,v_proj", output_dir=str(tmp_path))
+    assert ConversationFormat("messages").prepare(model, tokenizer, chosen) == ("q_proj", "v_proj")
+    default = FinetuneConfig(dataset_format="messages", output_dir=str(tmp_path))
+    assert ConversationFormat("messages").prepare(model, tokenizer, default) == LLAMA_TARGET_MODULES

@@ -227,16 +227,16 @@ class ConversationFormat(_Format):
 
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...]:
-        """``families.prepare_family`` in place (printed, kept in ``self.family``); returns the LoRA target modules: the
-        model's own projections (``cfg.target_modules`` is the Llama names). Raises ValueError: as
-        ``families.prepare_family``."""
+        """``families.prepare_family`` in place (printed, kept in ``self.family``); returns the LoRA target modules:
+        ``cfg.target_modules`` when set, else (the default, the Llama names) the model's own projections. Raises
+        ValueError: as ``families.prepare_family``."""
         from ..models.families import prepare_family
 
         self.family = prepare_family(
             model, tokenizer, chat_template=self.chat_template, max_seq_length=cfg.max_seq_length
         )
         print(self.family)
-        return self.family.target_modules
+        return self.family.target_modules if cfg.target_modules == DEFAULTS.target_modules else cfg.target_modules
 
     # ids and masks
     def tokenize(self, rows, tokenizer, cfg, data_report=None):

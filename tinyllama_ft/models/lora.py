@@ -12,6 +12,7 @@ import sys
 import warnings
 from typing import Iterator, Sequence
 
+from ..config.coercion import ConfigError
 from ..config.finetune import DEFAULTS
 
 #: transformers' warning on a read of ``is_gradient_checkpointing`` (renamed ``is_activation_checkpointing``), which
@@ -69,6 +70,27 @@ def embedding_modules(model) -> tuple[list[str], bool]:
     return [names[id(inputs)], names[id(outputs)]], outputs.weight is inputs.weight
 
 
+def check_target_modules(model, target_modules: Sequence[str]) -> None:
+    """Refuse (a ``ConfigError``, exit status 2 on the command line) a ``target_modules`` name that no module of
+    ``model`` has, as peft matches a name in a list: the module's full name, or its last dotted parts. peft itself
+    refuses only when no name matches, so a misspelt one beside a right one (``q_proj,v_prj``) would adapt less than
+    asked without a word. The message lists the model's LoRA targets (``families.lora_target_modules``)."""
+    from .families import lora_target_modules
+
+    names = [name for name, _ in model.named_modules()]
+    missing = [t for t in target_modules if not any(n == t or n.endswith(f".{t}") for n in names)]
+    if not missing:
+        return
+    try:
+        have = f"its projections are {', '.join(lora_target_modules(model))}"
+    except ValueError as e:
+        have = str(e)
+    raise ConfigError(
+        f"target_modules={list(target_modules)!r}: {', '.join(map(repr, missing))} is no module of "
+        f"{type(model).__name__} ({have}): set target_modules (--target_modules on the command line) to those to adapt"
+    )
+
+
 def add_lora(
     model,
     *,
@@ -106,7 +128,9 @@ def add_lora(
         the saved adapter holds them) trainable.
 
     Raises:
-        ValueError: none of ``target_modules`` exists in the model (from peft); ``train_embeddings`` with the
+        ConfigError: (a ValueError) a fresh adapter's ``target_modules`` names a module the model lacks
+            (``check_target_modules``).
+        ValueError: ``train_embeddings`` with the
             Unsloth backend (not done there: use the transformers backend); ``adapter_name_or_path`` with the
             Unsloth backend (``plan.plan_run`` picks transformers for it).
         adapter_fit.AdapterMismatchError: the saved adapter does not fit ``model``.
@@ -123,6 +147,8 @@ def add_lora(
             "not done on the Unsloth backend: set backend='transformers', or use a model with its own "
             "chat template (chat_template='auto')"
         )
+    if not adapter_name_or_path:
+        check_target_modules(model, target_modules)
     if backend == "unsloth":
         from unsloth import FastLanguageModel  # GPU extra
 
