@@ -667,6 +667,29 @@ def test_every_column_reaches_the_rewards_by_name_with_its_values_as_read(tmp_pa
     assert correct_number(None, ["#### 134", "134"], answer=[134, "134"]) == [1.0, 1.0]
 
 
+def test_a_csvs_numeric_columns_reach_the_rewards_as_numbers(tmp_path):
+    """A CSV holds text only: its numeric answer column reached the rewards as "4", so a reward comparing with the
+    number scored 0 (issue 40 adversarial test). A column whose every non-empty cell is a JSON number is read as
+    numbers, as a JSON file holds them; a column with any other cell, and the prompt column, stay text."""
+    from tinyllama_ft.data.grpo_prompts import grpo_prompts, load_prompt_rows
+
+    path = tmp_path / "q.csv"
+    lines = [
+        "question,solution,level,code,ratio",
+        "1,4,1,007,3/4",
+        "What is 2.5 * 2?,5.0,,12,2",
+        "What is 10 - 3?,-7e0,3,5,1",
+    ]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    rows, _, _ = load_prompt_rows(str(path), answer_column="solution")
+    assert [r["solution"] for r in rows] == [4, 5.0, -7.0] and type(rows[0]["answer"]) is int
+    assert [r["level"] for r in rows] == [1, None, 3]
+    assert [r["code"] for r in rows] == ["007", "12", "5"] and [r["ratio"] for r in rows] == ["3/4", "2", "1"]
+    assert rows[0]["question"] == "1"  # the prompt stays text
+    dataset = grpo_prompts(rows, suffix="")
+    assert dataset["answer"] == [4, 5.0, -7.0] and dataset["solution"] == [4, 5.0, -7.0]
+
+
 def test_columns_of_mixed_kinds_reach_the_rewards_as_read():
     """Arrow holds one type per column: a column mixing numbers and text, ints and floats, bools and numbers, or
     holding dicts is stored as JSON and read back as it was (a text "134" stays text, 5 stays an int); a column of one

@@ -10,6 +10,7 @@ by name with its values as read. ``grpo_prompts`` puts the prompts in the run's 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Iterable
 
 from ..config.finetune import DEFAULTS
@@ -152,6 +153,32 @@ def check_prompt_rows(
     return clean, report, form
 
 
+#: A JSON number literal (no leading zeros, no NaN / Infinity): what a CSV cell must be to be read as a number.
+_NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][+-]?\d+)?")
+
+
+def csv_numbers(rows: list[Any], *, keep: Iterable[str] = ()) -> list[Any]:
+    """CSV rows (every value text) with each column whose every non-empty cell is a JSON number literal read as numbers
+    (``"134"`` -> 134, ``"2.5"`` -> 2.5; an empty cell there -> None), as a JSON file holds them and as ``datasets``
+    reads a CSV's numeric column, so a reward comparing ``answer`` with a number sees one. A column with any other
+    cell (``"3/4"``, ``"007"``, ``"1,000"``) stays text, as do the ``keep`` columns (the prompt's); unreadable rows
+    (``row_files.UnreadableRow``) pass as they are."""
+    dicts = [row for row in rows if isinstance(row, dict)]
+    columns = dict.fromkeys(name for row in dicts for name in row)
+    numeric = [
+        name
+        for name in columns
+        if name not in set(keep)
+        and any(row.get(name) for row in dicts)
+        and all(_NUMBER.fullmatch(row[name]) for row in dicts if row.get(name))
+    ]
+    for row in dicts:
+        for name in numeric:
+            if name in row:
+                row[name] = json.loads(row[name]) if row[name] else None
+    return rows
+
+
 def load_prompt_rows(
     source: str,
     *,
@@ -162,13 +189,16 @@ def load_prompt_rows(
     strict: bool = DEFAULTS.strict,
 ) -> tuple[list[dict[str, Any]], DataReport, str]:
     """``(clean, report, form)`` of GRPO prompt rows read (``row_files.read_rows``: a local file or a Hub id such as
-    ``openai/gsm8k`` with ``config="main"``) and checked (``check_prompt_rows``); the report is printed.
+    ``openai/gsm8k`` with ``config="main"``; a CSV's numeric columns as numbers, ``csv_numbers``) and checked
+    (``check_prompt_rows``); the report is printed.
 
     Raises:
         row_files.DataError: ``"<source>: no usable rows"`` when the source is empty or every row was dropped; or as
             ``read_rows`` / ``check_prompt_rows``.
     """
     rows = read_rows(source, split=split, config=config)
+    if str(source).lower().endswith(".csv"):  # text cells: a numeric column is read as numbers, as JSON holds them
+        rows = csv_numbers(rows, keep=[prompt_column])
     clean, report, form = check_prompt_rows(
         rows, prompt_column=prompt_column, answer_column=answer_column, strict=strict, source=source
     )
