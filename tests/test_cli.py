@@ -244,7 +244,12 @@ def test_help_documents_every_field(capsys):
         (["export", "--adapter", "x", "--format", "gguf_f16", "--max_seq_length", "ten"], "--max_seq_length: 'ten' is"),
         (["train", "--backend", "vllm"], "--backend: 'vllm' is not allowed: one of ('auto', 'unsloth'"),
         (["train", "--dtype", "int8"], "--dtype: 'int8' is not allowed: one of (None, 'bfloat16'"),
-        (["train", "--config", "offline_cpu", "--test_size", "2.0"], "FinetuneConfig.test_size=2.0"),
+        (["train", "--config", "offline_cpu", "--test_size", "2.0"], "--test_size: 2.0 is not allowed"),
+        # out of the field's range, named by the flag too (issue 40 adversarial test: "FinetuneConfig.max_steps=-3")
+        (["train", "--max_steps", "-3"], "--max_steps: -3 is not allowed: -1 (full epochs) or a positive number"),
+        (["train", "--learning_rate", "nan"], "--learning_rate: nan is not allowed: a finite number"),  # not "<class"
+        (["train", "--method", "grpo", "--reward_weights", "1,a"], "--reward_weights: 'a' is not allowed: expected a"),
+        (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_tokens", "0"], "--max_new_tokens: 0 is not allo"),
         (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not allowed"),
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
         (["train", "--wandb_api_key=0123abcd"], "'wandb_api_key' looks like a secret"),  # not "did you mean ..."

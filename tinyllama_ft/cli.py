@@ -298,16 +298,16 @@ def check_flags(command: str, argv: Sequence[str]) -> set[str]:
 
 def refused_value(argv: Sequence[str]) -> str | None:
     """The configuration's refusal of the first ``--FIELD VALUE`` (or ``--FIELD=VALUE``) in ``argv`` whose value the
-    field does not take (``finetune.parse_field``: the same typing as the flags', naming the flag, the value and what
-    the field takes), or None when every configuration field's value is one it takes."""
-    from .config.finetune import parse_field
+    field does not take (``finetune.check_flag``: the same typing as the flags' and the field's range, naming the flag,
+    the value and what the field takes), or None when every configuration field's value is one it takes."""
+    from .config.finetune import check_flag
 
     for i, arg in enumerate(argv):
         name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
         if name not in FIELD_TYPES or not (eq or i + 1 < len(argv)):
             continue
         try:
-            parse_field(name, value if eq else argv[i + 1], flag=f"--{name}")
+            check_flag(name, value if eq else argv[i + 1], flag=f"--{name}")
         except ConfigError as refusal:
             return str(refusal)
     return None
@@ -340,6 +340,9 @@ def run(argv: Sequence[str]) -> Any:
             text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
             text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
         raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
+    text = refused_value(argv[1:])  # a value of the right type out of its field's range, named by its flag too
+    if text is not None:
+        raise ConfigError(f"tinyllama-ft {argv[0]}: {text}")
     command = parsed.command
     quiet_library_bars()
     return COMMANDS[command].run(parsed[command].as_dict(), given)

@@ -721,16 +721,24 @@ def choices(name: str) -> tuple[Any, ...]:
     return ((None,) if without_none(FIELD_TYPES[name])[1] else ()) + typing.get_args(literal)
 
 
-def _check_allowed(f: dataclasses.Field, value: Any) -> None:
-    """Refuse (a ConfigError) a field's parsed value that its type takes but its range does not."""
+def _check_allowed(f: dataclasses.Field, value: Any, *, flag: str | None = None) -> None:
+    """Refuse (a ConfigError) a field's parsed value that its type takes but its range does not; ``flag`` names it
+    as ``parse_field``'s does."""
     name, allowed = f.name, f.metadata["allowed"]
+    what = f"{flag}: {value!r}" if flag else f"FinetuneConfig.{name}={value!r}"
     if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(
-            f"FinetuneConfig.{name}={value!r} is not allowed: a finite number "
-            f"({allowed[1] if allowed else 'not inf or nan'})"
-        )
+        raise ConfigError(f"{what} is not allowed: a finite number ({allowed[1] if allowed else 'not inf or nan'})")
     if allowed and not allowed[0](value):
-        raise ConfigError(f"FinetuneConfig.{name}={value!r} is not allowed: {allowed[1]}")
+        raise ConfigError(f"{what} is not allowed: {allowed[1]}")
+
+
+def check_flag(name: str, value: Any, *, flag: str) -> Any:
+    """``parse_field`` then the field's range (what ``FinetuneConfig`` checks of each value alone), both refusals
+    naming ``flag`` (``"--max_steps: -3 is not allowed: -1 (full epochs) or ..."``). Returns the parsed value.
+    Raises ConfigError: either refuses it."""
+    parsed = parse_field(name, value, flag=flag)
+    _check_allowed(_FIELDS[name], parsed, flag=flag)
+    return parsed
 
 
 def parse_field(name: str, value: Any, *, flag: str | None = None) -> Any:
