@@ -7,6 +7,9 @@ Random weights never sample the end token, so every completion runs to ``max_com
 
     python3 benchmarks/grpo_rollout_gpu.py --model /tmp/tinyllama-shaped --out /tmp/out/grpo_rollout.json \\
         [--variants generate,static,continuous,unsloth,t4] [--prompts 1,16] [--steps 8]
+
+``t4_generate``, ``t4`` and ``t4_transformers`` (issue 44) are the T4 plan with TRL's/Unsloth's ``generate``, with
+``rollout_decoder="auto"`` (the fused decoder on Unsloth's 4-bit model), and on transformers + bitsandbytes 4-bit.
 """
 
 from __future__ import annotations
@@ -34,7 +37,11 @@ VARIANTS = {
     "static_compile": ("transformers", {"cache_implementation": "static"}),  # + TRL's disable_compile lifted
     "t4": ("auto", {}),
     "fused": ("transformers", {}),  # rollout_decoder="fused": the package's decoder as TRL's rollout_func
+    "t4_generate": ("auto", {}),  # the T4 plan with rollout_decoder="generate": its rollouts before issue 44
+    "t4_transformers": ("transformers", {}),  # the T4 plan on transformers + bitsandbytes 4-bit, rollouts "auto"
 }
+#: The T4 stand-in's variants: the package's plan on a capped fp16 GPU (``--t4-cap-gib``); run once, not per prompts.
+T4_VARIANTS = ("t4", "t4_generate", "t4_transformers")
 #: What each variant does besides the field it sets, read in TRL 1.15's and 1.16's GRPOTrainer.
 VARIANT_NOTES = {
     "generate": "model.generate, dynamic cache, padded batch (TRL's GenerationConfig has disable_compile=True)",
@@ -43,7 +50,10 @@ VARIANT_NOTES = {
     "training dtype before each rollout",
     "unsloth": "FastLanguageModel + get_peft_model; Unsloth's patched GRPOTrainer, its generate, no vLLM",
     "static_compile": "static cache with TRL's disable_compile lifted: transformers compiles the decoding step",
-    "t4": "the package's GRPO defaults, plan_run on a 15 GiB fp16 GPU (backend, 4-bit, split, checkpointing)",
+    "t4": "the package's GRPO defaults, plan_run on a 15 GiB fp16 GPU (backend, 4-bit, split, checkpointing), "
+    "rollout_decoder='auto'",
+    "t4_generate": "as t4 with rollout_decoder='generate': Unsloth's generate, the T4 plan's rollouts before issue 44",
+    "t4_transformers": "as t4 on backend='transformers' (bitsandbytes 4-bit, PEFT, SDPA), rollout_decoder='auto'",
     "fused": "rollout_decoder='fused': train.grpo_rollout.fused_rollout (the fused CUDA-graph decoder, the adapter merged in "
     "place each step, sampled in the graph) as TRL's rollout_func",
 }
@@ -175,9 +185,15 @@ def child(spec: dict) -> dict:
         warmup_ratio=0.0,
         logging_steps=1,
     )
-    if variant == "t4":  # the package's GRPO defaults on a 15 GiB fp16 GPU: the plan picks backend, split, 4-bit
+    if variant in T4_VARIANTS:  # the package's GRPO defaults on a 15 GiB fp16 GPU: the plan picks split, 4-bit
         cap_gpu_memory(spec["t4_cap_gib"], hardware)
-        cfg = FinetuneConfig(**common, dtype="float16", gpu_memory_cap_gib=spec["t4_cap_gib"])
+        cfg = FinetuneConfig(
+            **common,
+            dtype="float16",
+            gpu_memory_cap_gib=spec["t4_cap_gib"],
+            backend=backend,
+            rollout_decoder="generate" if variant == "t4_generate" else "auto",
+        )
     else:  # the configured split as it is (recipe "article"), bf16 weights, no checkpointing
         completions = spec["prompts"] * spec["num_generations"]
         cfg = FinetuneConfig(
@@ -246,6 +262,7 @@ def child(spec: dict) -> dict:
         trainer = build_grpo_trainer(model=model, tokenizer=tokenizer, train_dataset=dataset, cfg=cfg, plan=plan)
     if variant == "static_compile":  # TRL builds its GenerationConfig with disable_compile=True
         trainer.generation_config.disable_compile = False
+    rollout_path = "rollout_func" if getattr(trainer, "rollout_func", None) is not None else "generate"
     clock = RolloutClock(trainer, sync)
     trainer.add_callback(clock.callback())
     if cuda:
@@ -262,6 +279,7 @@ def child(spec: dict) -> dict:
         rollout_fields=fields,
         how=VARIANT_NOTES[variant],
         trainer_class=type(trainer).__name__,
+        rollout_path=rollout_path,
         backend=plan.backend,
         dtype=plan.dtype,
         load_in_4bit=plan.load_in_4bit,
@@ -280,7 +298,8 @@ def child(spec: dict) -> dict:
         else None,
         peak_gib=round(torch.cuda.max_memory_allocated() / gib, 3) if cuda else None,
         peak_reserved_gib=round(torch.cuda.max_memory_reserved() / gib, 3) if cuda else None,
-        memory_cap_gib=spec["t4_cap_gib"] if variant == "t4" else None,
+        memory_cap_gib=spec["t4_cap_gib"] if variant in T4_VARIANTS else None,
+        rollout_gib=plan.rollout_gib,
         train_wall_s=round(wall, 1),
         plan=plan.summary(),
     )
@@ -352,33 +371,41 @@ def main(argv=None) -> None:
         dtype=args.dtype,
         t4_cap_gib=args.t4_cap_gib,
     )
+    from tinyllama_ft.train.summary import library_versions
+
+    out = Path(args.out)
+    earlier = json.loads(out.read_text(encoding="utf-8"))["rows"] if out.is_file() else []
     rows = []
+
+    def write() -> list[dict]:
+        """The file with this call's rows so far (an earlier call's other rows kept): a timeout keeps what finished."""
+        names = {r["name"] for r in rows}
+        kept = [r for r in earlier if r["name"] not in names] + rows  # several calls, one file
+        record = dict(
+            date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            gpu=gpu_name(),
+            versions=library_versions(
+                ("torch", "transformers", "trl", "peft", "accelerate", "unsloth", "liger-kernel", "bitsandbytes")
+            ),
+            settings=settings,
+            note=NOTE,
+            rows=kept,
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+        return kept
+
     for variant in variants:
-        for count in [None] if variant == "t4" else prompts:
+        for count in [None] if variant in T4_VARIANTS else prompts:
             name = variant if count is None else f"{variant}@{count}x{args.num_generations}"
             spec = dict(settings, variant=variant, prompts=count, name=name)
             row = run_configuration(
                 name, Path(__file__).name, ["--child", json.dumps(spec)], tempfile.gettempdir(), timeout_s=args.timeout
             )
             rows.append(row)
+            write()
             print(table([row]), flush=True)
-    from tinyllama_ft.train.summary import library_versions
-
-    out = Path(args.out)
-    earlier = json.loads(out.read_text(encoding="utf-8"))["rows"] if out.is_file() else []
-    names = {r["name"] for r in rows}
-    rows = [r for r in earlier if r["name"] not in names] + rows  # several calls, one file
-    record = dict(
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        gpu=gpu_name(),
-        versions=library_versions(("torch", "transformers", "trl", "peft", "accelerate", "unsloth", "liger-kernel")),
-        settings=settings,
-        note=NOTE,
-        rows=rows,
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    print(f"\n{NOTE}\n\n{table(rows)}\n\nwrote {args.out}")
+    print(f"\n{NOTE}\n\n{table(write())}\n\nwrote {args.out}")
 
 
 if __name__ == "__main__":

@@ -368,8 +368,9 @@ class GrpoSection:
     completion cannot end in the answer layout: masked, a long worked answer is not punished for it."""
     rollout_decoder: RolloutDecoder = _field("auto", identity=True)
     """How completions are sampled: "fused" (the package's CUDA-graph decoder with the step's adapter merged in:
-    train.grpo_rollout), "generate" (TRL's transformers generate), "auto" (fused on a CUDA GPU for a transformers
-    Llama and temperature / top_k / top_p sampling, else generate); why: benchmarks/README.md (this package)."""
+    train.grpo_rollout), "generate" (TRL's transformers generate), "auto" (fused on a CUDA GPU for a Llama,
+    transformers' or Unsloth's, 16-bit or 4-bit base, with temperature / top_k / top_p sampling, where the plan finds
+    memory for its merged copy; else generate); why: benchmarks/README.md (this package)."""
     prompt_column: str = _field("question", identity=True)
     """GRPO: the column holding each prompt (a string, or a list of chat messages ending with a user turn); GSM8K's
     and the arithmetic demo's "question" (this package)."""

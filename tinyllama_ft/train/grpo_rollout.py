@@ -3,7 +3,8 @@
 Each call samples one completion per prompt with the current step's weights (the adapter merged into the decoder's
 copy in place), temperature, top_k and top_p as ``GRPOConfig`` sets them, from torch's seeded generator. Why ours:
 benchmarks/README.md ("GRPO rollouts on the H200") has it against TRL's and Unsloth's rollouts;
-tests/test_grpo_rollout.py shows its greedy rollouts equal ``generate``'s after three optimizer steps.
+tests/test_grpo_rollout.py shows its greedy rollouts equal ``generate``'s after three optimizer steps, and on a
+bitsandbytes 4-bit base. Unsloth's model is read the same way (its patched GRPOTrainer keeps TRL's ``rollout_func``).
 """
 
 from __future__ import annotations
@@ -12,25 +13,28 @@ from transformers import TrainerCallback
 
 from ..infer.core import forget
 from ..infer.fast.graph_decoder import Sampling, fused_decoder_for
-from ..infer.fast.llama_ops import fused_weights, why_not_fusable
+from ..infer.fast.llama_ops import fused_weights, why_not_readable
 
 
-def why_not_fused(rollout_decoder: str, model, args) -> str | None:
+def why_not_fused(rollout_decoder: str, model, args, plan=None) -> str | None:
     """None when the run samples with ``fused_rollout``, else why it uses TRL's ``generate``.
 
     Args:
         rollout_decoder: ``FinetuneConfig.rollout_decoder``: "generate", "fused", or "auto" (fused on a CUDA
-            device only; benchmarks/README.md has the CPU figures).
-        model: the PEFT model; the fused decoder reads a transformers Llama (``why_not_fusable``).
+            device where the plan's memory estimate allows; benchmarks/README.md has the CPU figures).
+        model: the PEFT model; the fused decoder reads a Llama's weights (``why_not_readable``: transformers' or
+            Unsloth's, 16-bit or a bitsandbytes 4-bit base).
         args: the ``GRPOConfig``: the fused decoder applies temperature, top_k and top_p, not ``min_p``,
             ``repetition_penalty``, ``generation_kwargs`` or vLLM.
+        plan: the run's ``RunPlan``; with ``rollouts_fit`` False (the merged copy and cache would pass the memory
+            budget) "auto" keeps ``generate`` and "fused" goes ahead. None: no memory check.
 
     Raises:
         ValueError: ``rollout_decoder="fused"`` where the model or a generation setting rules it out, naming which.
     """
     if rollout_decoder == "generate":
         return "rollout_decoder='generate'"
-    why = why_not_fusable(model)
+    why = why_not_readable(model)
     for name, plain in (("min_p", None), ("repetition_penalty", 1.0), ("generation_kwargs", None), ("use_vllm", False)):
         if why is None and getattr(args, name, plain) not in (plain, {}):
             why = f"{name}={getattr(args, name)!r} (the fused decoder applies temperature, top_k and top_p)"
@@ -38,6 +42,11 @@ def why_not_fused(rollout_decoder: str, model, args) -> str | None:
         raise ValueError(f"rollout_decoder='fused' cannot sample this run: {why}; use 'auto' or 'generate'")
     if why is None and rollout_decoder == "auto" and model.device.type != "cuda":
         why = "no CUDA device"
+    if why is None and rollout_decoder == "auto" and plan is not None and not plan.rollouts_fit:
+        why = (
+            f"the merged copy and cache ({plan.rollout_gib} GiB) beside training's estimated "
+            f"{plan.estimated_peak_gib} GiB would pass the {plan.budget_gib} GiB budget"
+        )
     return why
 
 

@@ -200,7 +200,7 @@ def build_grpo_trainer(
         cfg.reward_funcs if reward_funcs is None else reward_funcs, max_completion_length=cfg.max_completion_length
     )
     args = GRPOConfig(**grpo_config_kwargs(cfg, plan, config_cls=GRPOConfig))
-    why_not = why_not_fused(cfg.rollout_decoder, model, args)
+    why_not = why_not_fused(cfg.rollout_decoder, model, args, plan)
     callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
     with warnings.catch_warnings():  # TRL calls rollout_func experimental; this package pins how it calls it
         warnings.filterwarnings("ignore", "You are using 'rollout_func'", UserWarning)

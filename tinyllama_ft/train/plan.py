@@ -56,6 +56,9 @@ class RunPlan:
         reference: what a preference method compares the model with (``reference_of``); None for SFT.
         rewards: GRPO's reward functions, by the names TRL logs them under (``rewards.resolve_rewards``: each one
             checked when the plan is made, before any model loads); () for the other methods.
+        rollout_gib: GRPO on a CUDA GPU: GiB the fused rollouts add (``fused_rollout_gib``); None otherwise.
+        rollouts_fit: False when that memory beside training's estimate passes the budget: ``rollout_decoder="auto"``
+            then samples with TRL's ``generate`` (``grpo_rollout.why_not_fused`` reads it).
     """
 
     recipe: str
@@ -77,6 +80,8 @@ class RunPlan:
     world_size: int = 1
     reference: str | None = None
     rewards: tuple[str, ...] = ()
+    rollout_gib: float | None = None
+    rollouts_fit: bool = True
 
     @property
     def effective_batch_size(self) -> int:
@@ -346,6 +351,10 @@ def plan_run(
         f"batch {micro} x accumulation {effective // micro} = the configured {split[0]} x {split[1]}; "
         f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)"
     )
+    rollouts = {}
+    if cfg.method == "grpo" and cfg.rollout_decoder != "generate":
+        rollouts = fused_rollout_memory(cfg, dims, effective, peak, budget, backend, common["load_in_4bit"], dtype)
+        reasons.append(rollouts.pop("reason"))
     if backend == "transformers":
         reasons.append(
             f"held-out checks and side-by-side answers: the CUDA-graph decoder, 16 prompts per batch, on a merged "
@@ -358,7 +367,51 @@ def plan_run(
         estimated_peak_gib=round(peak, 2),
         budget_gib=round(budget, 2),
         **execution,
+        **rollouts,
     )
+
+
+def fused_rollout_gib(cfg: FinetuneConfig, dims: dict[str, int], completions: int, dtype: str) -> dict[str, float]:
+    """GiB GRPO's fused rollouts (``train.grpo_rollout``) hold on the GPU for the whole run: ``copy``, the merged
+    16-bit projections (``merged_copy_gib``); ``cache``, the decoder's key/value cache for the ``completions`` sampled
+    in one call (TRL's generation batch: one optimizer step's per process), each up to ``max_seq_length`` tokens
+    (prompts are cut to leave ``max_completion_length``) rounded up to ``graph_decoder.CACHE_BLOCK``, in ``dtype``;
+    ``logits``, the sampling step's float32 scores (three ``completions x vocab`` tensors)."""
+    from ..infer.fast.graph_decoder import CACHE_BLOCK
+
+    tokens = -(-cfg.max_seq_length // CACHE_BLOCK) * CACHE_BLOCK
+    width = 4 if dtype == "float32" else 2
+    cache = dims["layers"] * 2 * completions * tokens * dims["kv_dim"] * width
+    logits = 3 * completions * dims["vocab"] * 4
+    return {"copy": merged_copy_gib(dims), "cache": cache / 2**30, "logits": logits / 2**30}
+
+
+def fused_rollout_memory(cfg, dims, completions, peak, budget, backend, four_bit, dtype) -> dict[str, Any]:
+    """``{"rollout_gib", "rollouts_fit", "reason"}``: whether the fused rollouts' memory (``fused_rollout_gib``) fits
+    beside training's estimated ``peak`` within ``budget`` GiB (the budget itself, not the planner's headroom: the
+    estimate counts every sequence at ``max_seq_length``, far above a GRPO step's prompt + completion), and the plan's
+    line saying which rollouts run and why."""
+    parts = fused_rollout_gib(cfg, dims, completions, dtype)
+    extra = sum(parts.values())
+    fit = peak + extra <= budget
+    what = (
+        f"a merged 16-bit copy of the projections ({parts['copy']:.1f} GiB"
+        f"{', the 4-bit base dequantized into it' if four_bit else ''}, the adapter merged again in place before each "
+        f"step's rollouts) and a cache for {completions} completions ({parts['cache'] + parts['logits']:.1f} GiB)"
+    )
+    if fit:
+        on = "Unsloth's model, read as weights" if backend == "unsloth" else "the model"
+        reason = (
+            f"rollouts: the fused CUDA-graph decoder on {on} (rollout_decoder={cfg.rollout_decoder!r}): {what}, "
+            f"{peak + extra:.1f} of {budget:.1f} GiB with training's estimate; "
+            "3.6x Unsloth's generate on the T4 stand-in (benchmarks/README.md)"
+        )
+    else:
+        reason = (
+            f"rollouts: generate: the fused decoder's {what} with training's estimated {peak:.1f} GiB would pass the "
+            f"{budget:.1f} GiB budget (rollout_decoder='fused' forces it)"
+        )
+    return {"rollout_gib": round(extra, 2), "rollouts_fit": fit, "reason": reason}
 
 
 def merged_copy_gib(dims: dict[str, int]) -> float:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import weakref
 from typing import Callable, NamedTuple, Sequence
 
-from .llama_ops import fused_weights, liger_ops, llama_model, rms_norm, rope, silu_mul, why_not_fusable
+from .llama_ops import fused_weights, liger_ops, llama_model, rms_norm, rope, silu_mul, why_not_readable
 
 #: SDPA kernels tried for the decode step, each captured and timed, the fastest kept (None: PyTorch's choice).
 ATTENTION_BACKENDS = (None, "EFFICIENT_ATTENTION")
@@ -75,8 +75,8 @@ class FusedLlamaDecoder:
     """Greedy (or sampled) decoding for ``batch_size`` prompts with a cache of ``max_cache_len`` tokens.
 
     Args:
-        model: a transformers Llama causal LM (``why_not_fusable`` is None: 16/32 bits, or 4/8 bits and PEFT
-            LoRA adapters, read as a merged 16-bit copy), on its device.
+        model: a Llama causal LM (``why_not_readable`` is None: 16/32 bits, or 4/8 bits and PEFT LoRA adapters,
+            read as a merged 16-bit copy; Unsloth's too), on its device.
         max_cache_len: prompt (padded) + answer tokens the cache holds.
         batch_size: prompts decoded together.
         graph: capture the step as a CUDA graph (None: on a CUDA device).
@@ -101,7 +101,7 @@ class FusedLlamaDecoder:
     ):
         import torch
 
-        why = why_not_fusable(model)
+        why = why_not_readable(model)
         if why is not None:
             raise ValueError(f"the fused decoder cannot run this model: {why}")
         llama = llama_model(model)  # a PEFT model's base: fused_weights merges its adapters into a copy

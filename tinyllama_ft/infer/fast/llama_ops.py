@@ -20,12 +20,19 @@ def llama_model(model):
 
 
 def why_not_fusable(model) -> str | None:
-    """None when the fused decoder reproduces ``model`` (a transformers Llama, 16/32-bit or bitsandbytes 4/8-bit,
-    plain or with LoRA adapters on its projections, not Unsloth's); else why not."""
+    """None when answers (``infer.core``) decode ``model`` on the fused decoder: ``why_not_readable`` accepts it and
+    it is not Unsloth's (Unsloth answers with its own inference path); else why not."""
     from ...models.loading import loaded_backend
 
     if loaded_backend(model) == "unsloth":
         return "an Unsloth model (Unsloth answers with its own inference path)"
+    return why_not_readable(model)
+
+
+def why_not_readable(model) -> str | None:
+    """None when the fused decoder reproduces ``model`` from its weights alone (a Llama with transformers' layer
+    layout, 16/32-bit or bitsandbytes 4/8-bit, plain or with LoRA adapters on its projections; Unsloth's too: the
+    decoder never calls the patched forward, only the model's own RoPE module); else why not."""
     config = getattr(model, "config", None)
     if getattr(config, "model_type", None) not in MODEL_TYPES:
         return f"model type {getattr(config, 'model_type', None)!r} is not one of {MODEL_TYPES}"
@@ -76,7 +83,7 @@ def projection_weight(module, dtype):
 
 
 def fused_weights(model, refresh: bool = False) -> dict:
-    """The weights of ``model`` (one ``why_not_fusable`` accepts) as the fused decoder reads them, kept in
+    """The weights of ``model`` (one ``why_not_readable`` accepts) as the fused decoder reads them, kept in
     ``FUSED_WEIGHTS`` (a snapshot: call ``core.forget(model)`` after changing its weights or adapters, or pass
     ``refresh``).
 
