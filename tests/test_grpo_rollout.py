@@ -159,3 +159,93 @@ def test_answers_after_an_interrupted_fused_run_use_the_adapter_as_it_stopped(tm
     plain = grpo_scores(model, trainer.processing_class, rows, max_new_tokens=12, batch_size=4, decode="plain")
     assert graph.answers == plain.answers
     assert model not in FUSED_WEIGHTS  # and the copy is freed
+
+
+def _quantize_projections(model):
+    """The projections of a transformers Llama replaced by bitsandbytes NF4 ``Linear4bit`` layers (quantized on the
+    CPU), as ``load_in_4bit`` loads them on a GPU; the embeddings, norms and LM head stay 16/32-bit."""
+    import bitsandbytes as bnb
+    import torch
+
+    from tinyllama_ft.infer.fast.llama_ops import PROJECTIONS
+
+    for name, module in list(model.named_modules()):
+        if not name.endswith(PROJECTIONS):
+            continue
+        parent, _, child = name.rpartition(".")
+        layer = bnb.nn.Linear4bit(
+            module.in_features, module.out_features, bias=False, compute_dtype=torch.float32, quant_type="nf4"
+        )
+        layer.weight = bnb.nn.Params4bit(module.weight.data, requires_grad=False, quant_type="nf4")
+        setattr(model.get_submodule(parent), child, layer.to("cpu"))  # .to quantizes
+    model.is_loaded_in_4bit = True  # as transformers marks a 4-bit load; peft then wraps with its lora.Linear4bit
+    return model
+
+
+def test_fused_rollouts_on_a_4bit_base_merge_each_steps_adapter_and_equal_generate():
+    """The T4 plan's model: a bitsandbytes 4-bit base with LoRA adapters (the Unsloth and transformers backends load
+    the same layers). The rollouts' 16-bit copy is the base dequantized plus the adapter's delta, re-merged in place
+    when the adapter moves, and its greedy rollouts equal ``generate`` on the 4-bit PEFT model token for token."""
+    bnb = pytest.importorskip("bitsandbytes")
+    import torch
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+    from peft.utils.integrations import dequantize_module_weight
+
+    from tinyllama_ft.infer.fast.llama_ops import FUSED_WEIGHTS, projection_weight, why_not_fusable
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.train.grpo_rollout import fused_rollout, why_not_fused
+
+    tokenizer = smollm2_tokenizer()
+    base = _quantize_projections(tiny_model("llama", tokenizer))
+    model = add_lora(base, gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    q_proj = model.get_base_model().model.layers[0].self_attn.q_proj
+    assert isinstance(q_proj.get_base_layer(), bnb.nn.Linear4bit) and type(q_proj).__name__ == "Linear4bit"
+    assert why_not_fusable(model) is None and why_not_fused("fused", model, SimpleNamespace()) is None
+
+    def step(seed):  # an optimizer step's worth of change in every adapter
+        torch.manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.add_(torch.randn_like(p) * 0.3)
+
+    step(1)
+    deq = dequantize_module_weight(q_proj.get_base_layer()).float()
+    delta = (q_proj.lora_B["default"].weight @ q_proj.lora_A["default"].weight) * q_proj.scaling["default"]
+    merged = projection_weight(q_proj, torch.float32)
+    assert torch.linalg.norm(merged - (deq + delta)) <= 1e-6 * torch.linalg.norm(deq + delta)
+    assert torch.linalg.norm(delta) > 0.1 * torch.linalg.norm(deq)  # the adapter moves the weight measurably
+
+    rows = list(_prompts(6)["prompt"])
+    args = SimpleNamespace(temperature=1.0, top_k=1, top_p=1.0)  # top_k 1: greedy draws
+    trainer = SimpleNamespace(
+        model=model, processing_class=tokenizer, args=args, max_completion_length=12, eos_token_ids=[-1]
+    )
+    # train mode, as TRL samples (and lora_dropout 0): in eval mode on a CPU with AVX512-BF16, bitsandbytes repacks a
+    # 4-bit weight for its CPU kernel (bf16 arithmetic), which dequantize_module_weight does not read back; a GPU
+    # never repacks (bitsandbytes.nn.Linear4bit.forward)
+    first = fused_rollout(rows, trainer)
+    copies = [t for layer in FUSED_WEIGHTS[model]["layers"] for t in layer]
+    assert first["completion_ids"] == _generate_greedy(model, tokenizer, first["prompt_ids"], 12, [-1])
+    step(2)
+    second = fused_rollout(rows, trainer)
+    assert all(a is b for a, b in zip(copies, (t for layer in FUSED_WEIGHTS[model]["layers"] for t in layer)))
+    assert second["completion_ids"] == _generate_greedy(model, tokenizer, second["prompt_ids"], 12, [-1])
+    assert second["completion_ids"] != first["completion_ids"]  # the new adapter, not the first step's copy
+
+
+def test_unsloth_models_roll_out_on_the_fused_decoder_but_answer_with_unsloths_own_path():
+    """Unsloth's patched GRPOTrainer keeps TRL's ``rollout_func`` and the decoder reads only the weights and the
+    model's RoPE module, so the rollouts take an Unsloth model; answers (``infer.core``) keep Unsloth's own path."""
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.infer.fast.llama_ops import why_not_fusable, why_not_readable
+    from tinyllama_ft.models import loading
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.train.grpo_rollout import why_not_fused
+
+    model = add_lora(tiny_model("llama", smollm2_tokenizer()), gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    loading._LOADED_BY[model.get_base_model()] = "unsloth"  # as load_model(backend="unsloth") records it
+    assert why_not_fusable(model).startswith("an Unsloth model") and why_not_readable(model) is None
+    assert why_not_fused("fused", model, SimpleNamespace()) is None
+    assert why_not_fused("auto", model, SimpleNamespace()) == "no CUDA device"

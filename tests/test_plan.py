@@ -271,3 +271,42 @@ def test_names_the_trainer_refuses_late_are_refused_by_the_plan(field, value, na
         cpu,
         model_config={},
     )
+
+
+def test_the_t4_grpo_plan_rolls_out_on_the_fused_decoder_when_its_copy_fits_and_says_why_not_when_not(
+    tinyllama_config, t4
+):
+    """The T4 plan (Unsloth, 4-bit, fp16) samples GRPO's rollouts on the fused decoder, stating the merged copy's and
+    the cache's memory; where they would pass the budget beside training's estimate, ``auto`` keeps ``generate`` and
+    both the plan and the trainer's rollout line say why."""
+    from types import SimpleNamespace
+
+    from tinyllama_ft.train.grpo_rollout import why_not_fused
+    from tinyllama_ft.train.plan import fused_rollout_gib
+
+    cfg = FinetuneConfig(method="grpo", dataset_format="alpaca", dtype="float16", gpu_memory_cap_gib=15)
+    plan = plan_run(cfg, t4, tinyllama_config, budget_gib=15.0, importable=everything)
+    line = next(r for r in plan.reasons if r.startswith("rollouts:"))
+    assert plan.backend == "unsloth" and plan.load_in_4bit and plan.rollouts_fit
+    assert "the fused CUDA-graph decoder on Unsloth's model" in line and "4-bit base dequantized" in line
+    parts = fused_rollout_gib(cfg, model_dims(tinyllama_config), plan.effective_batch_size, "float16")
+    assert abs(parts["copy"] - 22 * (2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 5632) * 2 / 2**30) < 1e-9
+    # 22 layers x 2 (k, v) x 8 completions x 4096 tokens x 256 key/value columns x 2 bytes
+    assert abs(parts["cache"] - 22 * 2 * 8 * 4096 * 256 * 2 / 2**30) < 1e-9
+    assert plan.rollout_gib == round(sum(parts.values()), 2)
+
+    from tinyllama_ft.train.memory_estimate import HEADROOM
+
+    budget = plan.estimated_peak_gib / HEADROOM + 0.05  # the same split, no room for the copy beside it
+    tight = plan_run(cfg, t4, tinyllama_config, budget_gib=budget, importable=everything)
+    assert tight.estimated_peak_gib == plan.estimated_peak_gib and not tight.rollouts_fit
+    assert any(r.startswith("rollouts: generate: the fused decoder's") for r in tight.reasons)
+    cuda_model = SimpleNamespace(device=SimpleNamespace(type="cuda"))
+    with pytest.MonkeyPatch.context() as patch:  # the structural checks pass: only the memory decides here
+        patch.setattr("tinyllama_ft.train.grpo_rollout.why_not_readable", lambda model: None)
+        assert why_not_fused("auto", cuda_model, SimpleNamespace(), plan) is None
+        assert "would pass the" in why_not_fused("auto", cuda_model, SimpleNamespace(), tight)
+        assert why_not_fused("fused", cuda_model, SimpleNamespace(), tight) is None  # forced: the estimate yields
+    kept = FinetuneConfig(**{**cfg.__dict__, "rollout_decoder": "generate"})
+    generate = plan_run(kept, t4, tinyllama_config, budget_gib=15.0, importable=everything)
+    assert generate.rollout_gib is None and not any(r.startswith("rollouts:") for r in generate.reasons)
