@@ -404,7 +404,7 @@ def fused_rollout_memory(cfg, dims, completions, peak, budget, backend, four_bit
         reason = (
             f"rollouts: the fused CUDA-graph decoder on {on} (rollout_decoder={cfg.rollout_decoder!r}): {what}, "
             f"{peak + extra:.1f} of {budget:.1f} GiB with training's estimate; "
-            "3.6x Unsloth's generate on the T4 stand-in (benchmarks/README.md)"
+            "its rollouts against generate's: benchmarks/README.md"
         )
     else:
         reason = (
