@@ -31,8 +31,11 @@ def parent_is_papermill() -> bool:
 
 
 def in_interactive_kernel() -> bool:
-    """True in a Jupyter/Colab kernel a person can interact with (not in a terminal IPython or under papermill)."""
-    return jupyter_kernel() is not None and not parent_is_papermill()
+    """True in a Jupyter/Colab kernel a person can interact with: not a terminal IPython, not a kernel the papermill
+    command started, nor one that runs cells with stdin disabled (nbclient's, as papermill's library runs a notebook
+    from another program); a kernel that does not say is taken as interactive."""
+    kernel = jupyter_kernel()
+    return kernel is not None and not parent_is_papermill() and getattr(kernel, "_allow_stdin", True)
 
 
 def can_prompt() -> bool:
