@@ -187,11 +187,12 @@ def test_the_notebooks_outputs_read_as_lines(notebook_run):
     [curve] = [o for o in outputs if "image/png" in o.get("data", {})]
     assert curve.data["text/plain"].startswith(f"loss curve: {NOTEBOOK_STEPS} training steps, "), curve.data
     assert "run summary: outputs/run_summary.json\n" in everything
+    said = r"^held-out check: losses on \d+ rows, then greedy answers to \d+ short-answer prompts "
     [checks] = [t for t in texts if "\nbefore: " in t and "\nafter:  " not in t]
-    assert re.match(r"held-out check: losses on \d+ rows, then greedy answers to \d+ short-answer prompts ", checks)
+    assert re.search(said, checks, re.M).start() < checks.index("\nbefore: "), checks
     [after] = [t for t in texts if "\nafter:  " in t]
     side = after.index("\nside-by-side answers: ")
-    assert after.startswith("held-out check: ") and after.index("\nafter:  ") < side < after.index("| instruction")
+    assert re.search(said, after, re.M).start() < after.index("\nafter:  ") < side < after.index("| instruction")
     [training] = [t.splitlines() for t in texts if f"step {NOTEBOOK_STEPS}/{NOTEBOOK_STEPS}  loss" in t]
     steps = [i for i, line in enumerate(training) if line.startswith("step ")]
     assert steps == list(range(steps[0], steps[0] + len(steps))), training  # one after another, nothing between
