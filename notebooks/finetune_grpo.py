@@ -153,11 +153,13 @@ print(fmt)
 from tinyllama_ft.config.secrets import export_secrets
 from tinyllama_ft.machine.hardware import detect_hardware
 from tinyllama_ft.machine.install import install
+from tinyllama_ft.machine.kernel import quiet_library_bars
 
+quiet_library_bars()  # under papermill: no library progress bar (stuck at 0% there); a notebook in use keeps them
 print("secrets:", export_secrets())
 hardware = detect_hardware()
 print(hardware)
-install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
+install_plan = install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 
 # %% [markdown]
 # ## 2. How it will run
@@ -258,8 +260,7 @@ from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,
-                          output_dir=cfg.output_dir, config=cfg.to_dict())
-print(tracking)
+                          output_dir=cfg.output_dir, config=cfg.to_dict())  # one line: how the run logs
 trainer = build_trainer(model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset,
                         cfg=cfg, plan=plan)
 work = training_plan(trainer)
@@ -330,8 +331,8 @@ print(describe_exports(exports))
 #
 # Greedy answers to `prompts`, each asking for the answer layout as the training prompts did, stopping on the stop
 # tokens.
-#
-# The same answers streamed token by token (a `TextStreamer`); on a GPU the first answer needs no compilation.
+# Each answer is printed as it is generated, token by token (a `TextStreamer`); on a GPU the first needs no
+# compilation.
 #
 # In an interactive notebook, a box to type your own prompt and watch the answer stream (skipped under papermill).
 
@@ -343,12 +344,6 @@ from tinyllama_ft.models.adapters import load_adapter
 trainer, model = release_memory(trainer, model)
 model, tokenizer = load_adapter(adapter_dir, backend=plan.backend, hardware=hardware,
                                 trust_remote_code=cfg.trust_remote_code, merged=cfg.reload_merged)
-
-# %%
-from tinyllama_ft.infer.generation import format_answers, generate
-
-answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
-print(format_answers(cfg.prompts, answers))
 
 # %%
 from tinyllama_ft.infer.generation import stream
@@ -378,11 +373,11 @@ from tinyllama_ft.train.summary import build_run_summary, write_run_summary
 summary = build_run_summary(cfg=cfg, plan=plan, hardware=hardware, results=results, work=work, data_report=data_report,
                             trainable=trainable, adapter_dir=adapter_dir, samples=as_samples(cfg.prompts, streamed),
                             heldout=heldout_summary(before, after, side_by_side), **fmt.summary_fields())
-print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
+print("run summary:", write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
 
 # %%
 from tinyllama_ft.machine.lock import release_run_lock
 from tinyllama_ft.train.plotting import loss_curve
 
 figure = loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
-release_run_lock(cfg.output_dir)  # the run is over: another run may now use output_dir
+released = release_run_lock(cfg.output_dir)  # the run is over: another run may now use output_dir

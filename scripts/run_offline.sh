@@ -8,7 +8,8 @@
 # The run's values are those of tinyllama_ft/recipes/offline_cpu.yaml (tinyllama-ft train --config offline_cpu
 # runs the same). Each run starts over in $OUT (overwrite_output_dir True) unless the arguments set resume
 # or overwrite_output_dir:  bash scripts/run_offline.sh -p resume True -p max_steps 120
-# --log-output: what the notebook prints (one line per training step) reaches this terminal as it happens.
+# --log-output: what the notebook prints (one line per training step) reaches this terminal as it happens, through
+# scripts/papermill_log.py (papermill's command line, each printed line logged without an empty line after it).
 # The output notebook is finetune_tinyllama.out.ipynb only once the run succeeds (beside its
 # outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb.
 # SETUP=0 (or SKIP_SETUP=1) skips the install and VENV=dir uses another environment (tests/test_readme.py runs it that way).
@@ -38,7 +39,7 @@ for ((i = 0; i + 1 < ${#args[@]}; i++)); do
 done
 NB="$OUT/finetune_tinyllama.out.ipynb"
 rm -f "$OUT/finetune_tinyllama.failed.ipynb"
-if ! "$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.running.ipynb" --cwd "$OUT" \
+if ! "$VENV/bin/python" scripts/papermill_log.py notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.running.ipynb" --cwd "$OUT" \
   --log-output --no-progress-bar \
   -p model_name "$MODEL" -p dataset "$DATASET" \
   -p max_seq_length 256 -p per_device_train_batch_size 4 -p gradient_accumulation_steps 1 -p learning_rate 2e-4 \
@@ -51,6 +52,7 @@ if ! "$VENV/bin/papermill" notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tin
   exit 1
 fi
 mv -f "$OUT/finetune_tinyllama.running.ipynb" "$NB"
-echo "run summary: $OUT/outputs/run_summary.json"
-# the summary's figures as printed everywhere (losses 4 decimals, tokens/s an integer; the file keeps full precision)
-"$VENV/bin/python" -c "import json,sys; from tinyllama_ft.train.summary import format_results; s=json.load(open(sys.argv[1], encoding='utf-8')); print(f\"{format_results(s)}; stopped {s.get('stopped_before')} -> {s.get('stopped_after')} of {s.get('stop_total')}; adapter in {s.get('adapter_dir')}\"); print('sample:', s['samples'][0])" "$OUT/outputs/run_summary.json"
+echo "run summary: $OUT/outputs/run_summary.json (every cell's output: $NB)"
+# the summary's figures as printed everywhere (losses 4 decimals, tokens/s an integer; the file keeps full precision);
+# the answers were streamed above
+"$VENV/bin/python" -c "import json,sys; from tinyllama_ft.train.summary import format_results; s=json.load(open(sys.argv[1], encoding='utf-8')); print(f\"{format_results(s)}; answers ending with a stop token within {s.get('stop_max_new_tokens')} tokens {s.get('stopped_before')} -> {s.get('stopped_after')} of {s.get('stop_total')}; adapter in {s.get('adapter_dir')}\")" "$OUT/outputs/run_summary.json"

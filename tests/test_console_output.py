@@ -1,11 +1,13 @@
-"""What a headless user sees, and a finished run resumed (issue 28, items 1, 5 and 6).
+"""What a headless user sees, and a finished run resumed (issue 28, items 1, 5 and 6; issue 40, items 7 and 8).
 
 One real 4-step run of the console script on stories260K with its stdout piped (evaluations at steps 2 and 4, a
 checkpoint at 4): the terminal shows one line per step and one per evaluation, no tqdm bar, no ``\\r``, no raw
-trainer dict, losses with 4 decimals, perplexity with 2, tokens/s as an integer. That run, resumed with the same
-``max_steps``, trains nothing and changes no file (exit 0); with a smaller one it is refused (exit 2). Its adapter
-refuses a prompt past the model's 512 positions (exit 2). A notebook under ``papermill --log-output`` shows the
-side-by-side table as text and a streamed answer in whole lines.
+trainer dict or dataclass repr, losses with 4 decimals, perplexity with 2, tokens/s as an integer, a line before each
+long phase, each answer once. That run, resumed with the same ``max_steps``, trains nothing and changes no file (exit
+0); with a smaller one it is refused (exit 2). Its adapter refuses a prompt past the model's 512 positions (exit 2). A
+notebook under run_offline.sh's papermill (scripts/papermill_log.py) shows the side-by-side table as text and printed
+lines as they are, without an empty line after each; the session's notebook run (conftest.notebook_run) holds no repr,
+no stuck bar and no echoed value in its outputs.
 """
 
 from __future__ import annotations
@@ -90,11 +92,33 @@ def test_piped_stdout_is_one_line_per_step_and_per_evaluation(finished):
 
 def test_piped_stderr_has_no_library_progress_bars(finished):
     """datasets' ``Map`` / ``Packing train dataset`` and transformers' ``Loading weights`` bars stay off in a
-    command's output (cli.quiet_library_bars): the run's own lines say what they would."""
+    command's output (kernel.quiet_library_bars): the run's own lines say what they would. Nor does transformers warn
+    of "indexing errors" for rows past ``max_seq_length``: the length report counts them, and they are dropped."""
     _, done = finished
     err = done.stderr
     assert "\r" not in err and not re.search(r"\d+%\|", err), err[-3000:]
     assert not re.search(r"^(Map|Packing|Building labels|Loading weights|Filter)\b", err, re.M), err[-3000:]
+    assert "indexing errors" not in err, err[-3000:]
+
+
+#: What printed a raw repr where a person reads a line (issue 40, item 7).
+RAW_REPRS = ("Hardware(", "InstallPlan(", "Tracking(", "AlpacaFormat(", "secrets: {", "<Figure", "object at 0x")
+
+
+def test_piped_stdout_reads_as_lines_says_what_takes_long_and_answers_once(finished):
+    out_dir, done = finished
+    out, lines = done.stdout, done.stdout.splitlines()
+    assert not [r for r in RAW_REPRS if r in out], out[:3000]
+    assert "secrets: WANDB_API_KEY " in out and "machine: CPU, no CUDA GPU (" in out, out[:3000]
+    summary = json.loads((out_dir / "run_summary.json").read_text(encoding="utf-8"))
+    [sample] = summary["samples"]
+    assert out.count(f"### Instruction: {sample['instruction']}") == 1, out[-3000:]  # streamed, not printed first
+    # the held-out checks and the side-by-side answers (minutes on a CPU) each say what they do before they start
+    said = [i for i, line in enumerate(lines) if re.match(r"held-out check: losses on \d+ rows, then greedy ", line)]
+    before, after = (lines.index(next(x for x in lines if x.startswith(p))) for p in ("before: ", "after:  "))
+    assert len(said) == 2 and said[0] < before < said[1] < after, said
+    side = next(i for i, line in enumerate(lines) if re.match(r"side-by-side answers: \d+ held-out prompts", line))
+    assert after < side < lines.index("| instruction | base | tuned |")
 
 
 def test_resuming_a_finished_run_trains_nothing_and_changes_no_file(finished, stories_dir, alpaca_jsonl, tmp_path):
@@ -133,6 +157,47 @@ def test_generate_refuses_a_prompt_past_the_models_positions(finished, tmp_path)
     assert "Traceback" not in done.stderr
 
 
+def test_the_notebooks_outputs_read_as_lines(notebook_run):
+    """The main job's notebook (the session's papermill run): no cell echoes a value (``True``, ``InstallPlan(...)``),
+    no line is a repr, no library bar is kept at 0%, the loss curve's text form names its file, each answer is printed
+    once, and the held-out checks and side-by-side answers say what they do before the minutes they take."""
+    import nbformat
+
+    from conftest import NOTEBOOK_PROMPTS, NOTEBOOK_STEPS
+
+    _, out, _ = notebook_run
+    cells = [c for c in nbformat.read(out, as_version=4).cells if c.cell_type == "code"]
+    outputs = [o for c in cells for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "execute_result"], "a cell echoed its last value"
+    bars = [o for o in outputs if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert not bars, bars[0]["data"]["text/plain"]  # under papermill a bar widget stays at 0%
+
+    def text(cell) -> str:
+        return "".join(
+            o.text if o.output_type == "stream" else o.data.get("text/plain", "") + "\n" for o in cell.outputs
+        )
+
+    texts = [text(c) for c in cells]
+    everything = "".join(texts)
+    assert not [r for r in RAW_REPRS if r in everything] and not re.search(r"\d+%\|", everything)
+    assert "secrets: WANDB_API_KEY from the environment, HF_TOKEN from the environment\n" in everything
+    assert "machine: CPU, no CUDA GPU (" in everything and "data format: Alpaca rows (" in everything
+    for prompt in NOTEBOOK_PROMPTS:
+        assert everything.count(f"### Instruction: {prompt}\n") == 1, prompt
+    [curve] = [o for o in outputs if "image/png" in o.get("data", {})]
+    assert curve.data["text/plain"].startswith(f"loss curve: {NOTEBOOK_STEPS} training steps, "), curve.data
+    assert "run summary: outputs/run_summary.json\n" in everything
+    said = r"^held-out check: losses on \d+ rows, then greedy answers to \d+ short-answer prompts "
+    [checks] = [t for t in texts if "\nbefore: " in t and "\nafter:  " not in t]
+    assert re.search(said, checks, re.M).start() < checks.index("\nbefore: "), checks
+    [after] = [t for t in texts if "\nafter:  " in t]
+    side = after.index("\nside-by-side answers: ")
+    assert re.search(said, after, re.M).start() < after.index("\nafter:  ") < side < after.index("| instruction")
+    [training] = [t.splitlines() for t in texts if f"step {NOTEBOOK_STEPS}/{NOTEBOOK_STEPS}  loss" in t]
+    steps = [i for i, line in enumerate(training) if line.startswith("step ")]
+    assert steps == list(range(steps[0], steps[0] + len(steps))), training  # one after another, nothing between
+
+
 NOTEBOOK = [
     """\
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -149,18 +214,29 @@ print("EXPECTED " + json.dumps(expected))""",
     """\
 stream(model, tokenizer, ["Tell me a story."], max_new_tokens=40)
 print("END OF ANSWER")""",
+    """\
+import time
+
+for step in range(1, 4):  # each line its own message, as the step lines are
+    print(f"step {step}/3", flush=True)
+    time.sleep(0.3)""",
 ]
 
 
 def test_papermill_log_shows_the_table_as_text_and_the_answer_in_lines(stories_dir, tmp_path):
+    """As run_offline.sh runs papermill (scripts/papermill_log.py): the printed lines, a streamed answer and the
+    step lines, each line once, with no empty line papermill's log would add after each."""
     import nbformat
+
+    from conftest import REPO
 
     cells = [nbformat.v4.new_code_cell(f"import json\nMODEL = {str(stories_dir)!r}")] + [
         nbformat.v4.new_code_cell(source) for source in NOTEBOOK
     ]
     nbformat.write(nbformat.v4.new_notebook(cells=cells), tmp_path / "in.ipynb")
+    command = [sys.executable, str(REPO / "scripts" / "papermill_log.py"), "in.ipynb", "out.ipynb", "--log-output"]
     done = subprocess.run(
-        [str(BIN / "papermill"), "in.ipynb", "out.ipynb", "--log-output", "--no-progress-bar", "-k", "python3"],
+        [*command, "--no-progress-bar", "-k", "python3"],
         cwd=tmp_path,
         env=ENV,
         capture_output=True,
@@ -173,8 +249,12 @@ def test_papermill_log_shows_the_table_as_text_and_the_answer_in_lines(stories_d
     lines = log.splitlines()
     start = next(i for i, line in enumerate(lines) if line.endswith("### Instruction: Tell me a story."))
     end = next(i for i, line in enumerate(lines) if line.endswith("END OF ANSWER"))
-    # papermill logs each output message with its own line end: a printed line is followed by an empty one
-    streamed = [line for line in lines[start + 1 : end] if line.strip()]
-    assert streamed == [line for line in expected.splitlines() if line.strip()], streamed  # not one word per line
+    streamed = lines[start + 1 : end]
+    while streamed and not streamed[-1]:  # the empty line after the answer, as the notebook shows it
+        streamed.pop()
+    # in whole lines (not one word per line), and without the empty line papermill's own log adds after each
+    assert streamed == expected.rstrip("\n").splitlines(), streamed
     assert "<IPython.core.display.HTML object>" not in log
     assert "| Name a colour. | Blue, I think. | Red. [no EOS] |" in log, log[-3000:]
+    first = lines.index("step 1/3")
+    assert lines[first : first + 3] == ["step 1/3", "step 2/3", "step 3/3"], lines[first - 2 : first + 8]

@@ -460,3 +460,25 @@ def test_report_counts_by_reason_and_stays_compatible(tmp_path):
 def test_check_rows_strict_names_the_source(tmp_path):
     with pytest.raises(ValueError, match=r"^rows: row 0: field 'output' is None \(row index is 0-based"):
         check_rows([NONE_OUTPUT], strict=True)
+
+
+@pytest.mark.parametrize(
+    "values, line",
+    [
+        ({}, "data format: Alpaca rows (instruction, input, output), the 'alpaca' prompt, answers ending in EOS"),
+        (
+            {"dataset_format": "auto"},
+            "data format: conversations (messages or ShareGPT rows, read from each source) through the chat template "
+            "'auto', loss on the assistant turns",
+        ),
+        ({"method": "dpo", "dataset_format": "auto"}, "data format: preference pairs for DPO (text or conversations)"),
+        ({"method": "kto", "dataset_format": "messages"}, "data format: preference rows for KTO (conversations)"),
+        ({"method": "grpo"}, "data format: GRPO prompts with reference answers (text rows)"),
+    ],
+)
+def test_each_data_format_prints_as_one_line_a_person_reads(values, line):
+    """Issue 40, item 7: the notebooks' ``print(fmt)`` showed ``AlpacaFormat(template='alpaca')``."""
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.data.formats import data_format
+
+    assert str(data_format(FinetuneConfig(**values))) == line

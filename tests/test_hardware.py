@@ -42,6 +42,15 @@ def test_bf16_capable_from_capability(cpu, t4, a100):
     assert (cpu.bf16_capable, t4.bf16_capable, a100.bf16_capable, h100.bf16_capable) == (False, False, True, True)
 
 
+def test_the_machine_prints_as_one_line_a_person_reads(cpu, t4, a100):
+    """Issue 40, item 7: the notebook and ``tinyllama-ft train`` print the machine, not ``Hardware(cuda=False, ...)``."""
+    assert str(t4) == "machine: Tesla T4 (CUDA capability 7.5, 14.74 GiB, no bf16), Colab"
+    assert str(a100) == "machine: NVIDIA A100-SXM4-40GB (CUDA capability 8.0, 39.39 GiB, bf16)"
+    assert str(cpu) == "machine: CPU, no CUDA GPU (no native bf16)"
+    assert str(Hardware(cpu_bf16=True)) == "machine: CPU, no CUDA GPU (bf16 computed natively)"
+    assert repr(cpu).startswith("Hardware(cuda=False")  # the repr stays the dataclass's, for code
+
+
 def test_cap_gpu_memory_is_none_on_cpu_or_zero(cpu, t4):
     assert cap_gpu_memory(15, hardware=cpu) is None
     assert cap_gpu_memory(0, hardware=t4) is None

@@ -54,6 +54,8 @@ def test_a_notebook_kernel_is_interactive_unless_papermill_started_it(monkeypatc
     assert not kernel.in_interactive_kernel()
     _ipython(monkeypatch, _kernel_shell(allow_stdin=False))  # papermill's kernels run with stdin disabled
     assert kernel.jupyter_kernel() is not None and not kernel.can_prompt()
+    monkeypatch.setattr(kernel, "parent_is_papermill", lambda: False)  # papermill's library, in another program
+    assert not kernel.in_interactive_kernel()  # issue 40: its library bars stayed on, widgets kept at 0%
 
 
 def test_a_terminal_can_always_prompt(monkeypatch):

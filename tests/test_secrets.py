@@ -104,6 +104,15 @@ def test_colab_secrets_reach_the_environment_silently_and_the_hub_uses_the_token
     assert FAKE_HF_TOKEN not in captured.out + captured.err and FAKE_WANDB_KEY not in captured.out + captured.err
 
 
+def test_the_secrets_print_as_one_line_naming_each_source_never_a_value(colab, monkeypatch):
+    """Issue 40, item 7: the notebook's ``print("secrets:", export_secrets())`` reads as a sentence, not a dict."""
+    monkeypatch.setenv("HF_TOKEN", FAKE_HF_TOKEN)
+    found = export_secrets()
+    assert str(found) == "WANDB_API_KEY from Colab's secrets, HF_TOKEN from the environment"
+    assert str(export_secrets(env={}, secret=lambda name: None)) == "WANDB_API_KEY not set, HF_TOKEN not set"
+    assert FAKE_HF_TOKEN not in str(found) + repr(found) and FAKE_WANDB_KEY not in str(found) + repr(found)
+
+
 # --- trust_remote_code off unless asked; safetensors only --------------------------------------------
 
 CUSTOM_CODE = """import pathlib
@@ -239,7 +248,7 @@ def keyed_run(notebook_run):
 def test_the_run_had_the_key_and_went_offline_in_one_line(keyed_run):
     _, out, _ = keyed_run
     text = out.read_text()
-    assert "key_source='environment'" in text  # the kernel had the key: the search below is not vacuous
+    assert "secrets: WANDB_API_KEY from the environment" in text  # the kernel had the key: the search is not vacuous
     lines = [line for line in text.splitlines() if "W&B: logging offline" in line]
     assert len(lines) == 1 and "not reachable" in lines[0], lines
 

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional, Sequence
 from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
 from .data.row_files import DataError
+from .machine.kernel import quiet_library_bars
 
 #: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
 GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
@@ -344,30 +345,8 @@ def run(argv: Sequence[str]) -> Any:
     if text is not None:
         raise ConfigError(f"tinyllama-ft {argv[0]}: {text}")
     command = parsed.command
-    quiet_library_bars()
+    quiet_library_bars()  # a command prints its own lines: bars off outside a person's notebook
     return COMMANDS[command].run(parsed[command].as_dict(), given)
-
-
-def quiet_library_bars() -> None:
-    """Turn off datasets' bars (``Map``, ``Packing train dataset``) and transformers' (``Loading weights``) in this
-    process, outside an interactive notebook: a command prints its own lines (rows kept and dropped, one line per
-    step), and a bar's ``\\r`` redraws garble a pipe or a log. Hub downloads keep their bars, and
-    ``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps datasets' (datasets gives that variable the last word).
-    """
-    from .machine.kernel import in_interactive_kernel
-
-    if in_interactive_kernel():
-        return
-    import datasets
-    import huggingface_hub.utils
-    from transformers.utils import logging
-
-    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
-    logging.disable_progress_bar()  # transformers' own bars; it turns off the Hub's too
-    if hub_bars:
-        huggingface_hub.utils.enable_progress_bars()
-    if os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS", "").strip() != "0":
-        datasets.disable_progress_bars()
 
 
 #: Environment variable that makes ``main`` show the traceback of an error (as ``--debug`` does).

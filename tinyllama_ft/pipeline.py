@@ -49,7 +49,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .evaluate.held_out import held_out_check, heldout_summary
     from .evaluate.side_by_side import answers_table, compare_answers
     from .export.adapter_export import check_export_tools, describe_exports, export_adapter
-    from .infer.generation import as_samples, format_answers, generate, stream
+    from .infer.generation import as_samples, stream
     from .machine.distributed import is_main_process, main_process_first, same_on_all_processes
     from .machine.hardware import cap_gpu_memory, detect_hardware
     from .machine.install import install
@@ -131,8 +131,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             wandb_run_name=cfg.wandb_run_name,
             output_dir=cfg.output_dir,
             config=cfg.to_dict(),
-        )
-        print(tracking)
+        )  # one line: how the run logs
         trainer = build_trainer(
             model=model, tokenizer=tokenizer, train_dataset=train_dataset, eval_dataset=eval_dataset, cfg=cfg, plan=plan
         )
@@ -177,8 +176,6 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             trust_remote_code=cfg.trust_remote_code,
             merged=cfg.reload_merged,
         )
-        answers = generate(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
-        print(format_answers(cfg.prompts, answers))
         streamed = stream(model, tokenizer, cfg.prompts, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
         summary = build_run_summary(
             cfg=cfg,
@@ -193,7 +190,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
             heldout=heldout_summary(before, after, side_by_side),
             **fmt.summary_fields(),
         )
-        print(write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
+        print("run summary:", write_run_summary(os.path.join(cfg.output_dir, "run_summary.json"), **summary))
         loss_curve(results["log_history"], os.path.join(cfg.output_dir, "loss_curve.png"))
     finally:
         release_run_lock(cfg.output_dir)

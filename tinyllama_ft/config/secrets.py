@@ -47,9 +47,18 @@ def find_secret(
     return None, None
 
 
+class SecretSources(dict):
+    """``{name: source}`` of the secrets (``export_secrets``' result); printed, one line without the values:
+    ``WANDB_API_KEY from the environment, HF_TOKEN not set``."""
+
+    def __str__(self) -> str:
+        where = {"environment": "from the environment", "colab-secrets": "from Colab's secrets", None: "not set"}
+        return ", ".join(f"{name} {where.get(source, source)}" for name, source in self.items())
+
+
 def export_secrets(
     names=SECRET_ENV_VARS, env=os.environ, secret: Callable[[str], str | None] = colab_secret
-) -> dict[str, str | None]:
+) -> SecretSources:
     """Copy secrets found only in Colab's secrets into ``env`` (default ``os.environ``), where W&B and
     ``huggingface_hub`` read them; values are never printed or returned.
 
@@ -58,9 +67,10 @@ def export_secrets(
         env, secret: as ``find_secret``.
 
     Returns:
-        ``{name: source}``, source ``"environment"``, ``"colab-secrets"`` or None (not set anywhere).
+        ``SecretSources``: ``{name: source}``, source ``"environment"``, ``"colab-secrets"`` or None (not set
+        anywhere); printed, one line naming each source.
     """
-    sources = {}
+    sources = SecretSources()
     for name in names:
         value, sources[name] = find_secret(name, env, secret)
         if sources[name] == "colab-secrets":

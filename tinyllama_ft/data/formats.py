@@ -62,6 +62,10 @@ class AlpacaFormat(_Format):
     def __repr__(self) -> str:
         return f"AlpacaFormat(template={self.template!r})"
 
+    def __str__(self) -> str:
+        rows = "Alpaca rows (instruction, input, output)"
+        return f"data format: {rows}, the {self.template!r} prompt, answers ending in EOS"
+
     # reading
     def load(self, cfg):
         """``(rows, data_report)``: ``instructions.load_instruction_data`` with ``cfg``'s columns and ``strict``."""
@@ -196,6 +200,11 @@ class ConversationFormat(_Format):
 
     def __repr__(self) -> str:
         return f"ConversationFormat({self.name!r}, chat_template={self.chat_template!r})"
+
+    def __str__(self) -> str:
+        rows = "messages or ShareGPT rows, read from each source" if self.name == "auto" else f"{self.name} rows"
+        loss = "the assistant turns" if self.assistant_only_loss else "every token"
+        return f"data format: conversations ({rows}) through the chat template {self.chat_template!r}, loss on {loss}"
 
     @property
     def trains_embeddings(self) -> bool:
@@ -337,6 +346,8 @@ class WrappedFormat(_Format):
     #: The ``dataset_format`` values the rows can be read with, and the error's words for another one.
     dataset_formats: tuple[str, ...] = ()
     rows_are = ""
+    #: What the rows are, as printed (``str``).
+    rows_read = ""
 
     def __init__(
         self,
@@ -353,6 +364,11 @@ class WrappedFormat(_Format):
         self.template, self.chat_template = template, chat_template
         self.adapter_name_or_path = adapter_name_or_path
         self.form = None
+
+    def __str__(self) -> str:
+        rows = {"alpaca": "text rows", "messages": "conversations"}.get(self.dataset_format, "text or conversations")
+        continuing = f", continuing the adapter {self.adapter_name_or_path!r}" if self.adapter_name_or_path else ""
+        return f"data format: {self.rows_read} ({rows}{continuing})"
 
     def _wrap(self, text: bool) -> None:
         """Wrap an ``AlpacaFormat`` (``text``: the run's ``template``) or a ``ConversationFormat`` (the run's

@@ -44,6 +44,7 @@ class GrpoFormat(WrappedFormat):
     #: What each question gets after it, in training and in answers (``grpo_prompts.with_suffix``); the adapter's
     #: record keeps it (``run_record.adapter_record``), so ``generate``, ``export`` and ``load_adapter`` add it too.
     prompt_suffix = LAYOUT_SUFFIX
+    rows_read = "GRPO prompts with reference answers"
     prompts_dropped: list[int] | None = None  # by tokenize
     reward_funcs: list | None = None  # by check_first_batch
 

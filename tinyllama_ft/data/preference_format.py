@@ -47,6 +47,10 @@ class PreferenceFormat(WrappedFormat):
     rows_are = f"preference rows are one of {sorted(FORM_OF)}"
     layout = token_report = None  # by load and tokenize
 
+    @property
+    def rows_read(self) -> str:
+        return f"preference {'rows' if self.method == 'kto' else 'pairs'} for {self.method.upper()}"
+
     def __repr__(self) -> str:
         return (
             f"PreferenceFormat({self.method!r}, dataset_format={self.dataset_format!r}, rows {self.layout or '?'} "

@@ -312,6 +312,9 @@ def held_out_check(
         pair_nlls: on pairs, ``preference_checks.pair_nlls`` of ``rows`` by this model state, computed already (DPO's
             evaluation after the last step: ``trainer.policy_nlls``); None: computed here.
 
+    Prints one line before it starts (what it scores, on how many rows and prompts): the greedy answers can take
+    minutes on a CPU.
+
     Returns:
         ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
         ``preference`` holds ``preference_checks.preference_scores`` of the rows (accuracy, margins, log-probabilities);
@@ -329,6 +332,16 @@ def held_out_check(
         return None
     if data_format.rollouts:  # GRPO: greedy answers to every held-out prompt, scored; their stops are the count
         return _grpo_check(model, tokenizer, rows, data_format=data_format)
+    fitting = rows_within_positions(
+        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, what="stopping count"
+    )
+    short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
+    scored = "preference scores and losses" if data_format.pairs else "losses"
+    print(
+        f"held-out check: {scored} on {len(rows)} rows, then greedy answers to {len(short)} short-answer prompts "
+        f"({max_new_tokens} new tokens at most)...",
+        flush=True,  # said before the minutes it can take, also where stdout is a pipe
+    )
     preference, chosen = None, None
     if data_format.pairs:  # prompt + chosen: the rows held_out_scores reads, scored once for both
         from . import preference_checks as checks
@@ -338,10 +351,6 @@ def held_out_check(
     scores = held_out_scores(
         model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length, nlls=chosen
     )
-    fitting = rows_within_positions(
-        model, tokenizer, rows, max_new_tokens=max_new_tokens, data_format=data_format, what="stopping count"
-    )
-    short = short_rows(fitting, tokenizer, n=stop_rows, data_format=data_format)
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
     return HeldOutCheck(scores, stopping, preference)
 
@@ -354,6 +363,9 @@ def _grpo_check(model, tokenizer, rows: Sequence[dict], *, data_format) -> HeldO
         raise RuntimeError("call fmt.check_first_batch(trainer) first: the held-out checks score with its rewards")
     budget = data_format.first_batch["max_completion_length"]
     fitting = rows_within_positions(model, tokenizer, rows, max_new_tokens=budget, data_format=data_format)
+    print(
+        f"held-out check: greedy answers to {len(fitting)} prompts ({budget} new tokens at most), scored...", flush=True
+    )
     scores = grpo_scores(model, tokenizer, fitting, reward_funcs=data_format.reward_funcs, max_new_tokens=budget)
     stopping = StoppingReport(scores.stopped, scores.prompts, budget, scores.answers, scores.new_tokens, scores.ended)
     return HeldOutCheck(None, stopping, grpo=scores)

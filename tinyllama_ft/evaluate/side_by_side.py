@@ -22,7 +22,7 @@ def compare_answers(
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
     batch_size: int | None = None,
 ) -> list[dict]:
-    """Answer each held-out row's prompt with the adapter off (base) and on (fine-tuned).
+    """Answer each held-out row's prompt with the adapter off (base) and on (fine-tuned); one printed line first.
 
     Args:
         model: a PEFT model (``lora.add_lora`` output, trained or not), not merged.
@@ -41,6 +41,11 @@ def compare_answers(
         raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
     fmt, options = data_format, dict(max_new_tokens=max_new_tokens, data_format=data_format)
     rows = rows_within_positions(model, tokenizer, rows, what="side-by-side answers", **options)
+    print(
+        f"side-by-side answers: {len(rows)} held-out prompts, base (adapter off) then fine-tuned, "
+        f"{max_new_tokens} new tokens at most...",
+        flush=True,  # said before the minutes it can take on a CPU
+    )
     options["batch_size"] = batch_size
     with model.disable_adapter():
         base = stopping_count(model, tokenizer, rows, **options)

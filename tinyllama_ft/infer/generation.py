@@ -131,10 +131,3 @@ def as_samples(instructions: Sequence[str], answers: Sequence[str]) -> list[dict
     if len(instructions) != len(answers):
         raise ValueError(f"as_samples: {len(instructions)} instructions but {len(answers)} answers")
     return [{"instruction": i, "response": a} for i, a in zip(instructions, answers)]
-
-
-def format_answers(instructions: Sequence[str], answers: Sequence[str]) -> str:
-    """The answers under their instructions, Alpaca-style (``### Instruction: ...`` then the answer)."""
-    return "\n".join(
-        f"### Instruction: {s['instruction']}\n{s['response']}\n" for s in as_samples(instructions, answers)
-    )

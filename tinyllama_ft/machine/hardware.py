@@ -46,6 +46,18 @@ class Hardware:
             return self.cuda_bf16
         return self.capability is not None and self.capability >= (8, 0)
 
+    def __str__(self) -> str:
+        """One line a person reads, e.g. ``machine: Tesla T4 (CUDA capability 7.5, 14.74 GiB, no bf16), Colab`` or
+        ``machine: CPU, no CUDA GPU (bf16 computed natively)``."""
+        if self.cuda:
+            facts = [f"CUDA capability {'.'.join(map(str, self.capability))}" if self.capability else None]
+            facts += [f"{self.total_memory_gib} GiB" if self.total_memory_gib is not None else None]
+            facts += ["bf16" if self.bf16_capable else "no bf16"]
+            where = f"{self.gpu_name or 'CUDA GPU'} ({', '.join(f for f in facts if f)})"
+        else:
+            where = f"CPU, no CUDA GPU ({'bf16 computed natively' if self.cpu_bf16 else 'no native bf16'})"
+        return f"machine: {where}{', Colab' if self.colab else ''}"
+
 
 def in_colab() -> bool:
     """True inside Google Colab: its ``google.colab`` module is importable and ``COLAB_*`` variables are set."""

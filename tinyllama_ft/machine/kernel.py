@@ -1,7 +1,8 @@
 """Which front end runs this process: a Jupyter/Colab kernel (a person at it, or papermill), or a terminal.
 
 It answers whether the try-out box is shown (``in_interactive_kernel``), a W&B key may be asked for
-(``can_prompt``) and HTML is displayed (``jupyter_kernel``). IPython is imported when installed, never required.
+(``can_prompt``), HTML is displayed (``jupyter_kernel``) and the libraries' progress bars are shown
+(``quiet_library_bars``). IPython is imported when installed, never required.
 """
 
 from __future__ import annotations
@@ -30,8 +31,11 @@ def parent_is_papermill() -> bool:
 
 
 def in_interactive_kernel() -> bool:
-    """True in a Jupyter/Colab kernel a person can interact with (not in a terminal IPython or under papermill)."""
-    return jupyter_kernel() is not None and not parent_is_papermill()
+    """True in a Jupyter/Colab kernel a person can interact with: not a terminal IPython, not a kernel the papermill
+    command started, nor one that runs cells with stdin disabled (nbclient's, as papermill's library runs a notebook
+    from another program); a kernel that does not say is taken as interactive."""
+    kernel = jupyter_kernel()
+    return kernel is not None and not parent_is_papermill() and getattr(kernel, "_allow_stdin", True)
 
 
 def can_prompt() -> bool:
@@ -41,3 +45,24 @@ def can_prompt() -> bool:
         return True
     kernel = jupyter_kernel()
     return bool(kernel is not None and getattr(kernel, "_allow_stdin", False))
+
+
+def quiet_library_bars() -> None:
+    """Turn off datasets' bars (``Map``, ``Packing train dataset``) and transformers' (``Loading weights``) in this
+    process, outside an interactive notebook: a command or a papermill run prints its own lines (rows kept and
+    dropped, one line per step), and there a bar's ``\\r`` redraws garble a pipe or a log, or, under papermill, a
+    widget bar is kept stuck at 0%. A person's notebook keeps them; Hub downloads keep their bars, and
+    ``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps datasets' (datasets gives that variable the last word).
+    """
+    if in_interactive_kernel():
+        return
+    import datasets
+    import huggingface_hub.utils
+    from transformers.utils import logging
+
+    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
+    logging.disable_progress_bar()  # transformers' own bars; it turns off the Hub's too
+    if hub_bars:
+        huggingface_hub.utils.enable_progress_bars()
+    if os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS", "").strip() != "0":
+        datasets.disable_progress_bars()

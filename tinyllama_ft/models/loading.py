@@ -181,6 +181,9 @@ def _load_transformers(model_name, max_seq_length, dtype_name, load_in_4bit, tru
     )
     tokenizer = AutoTokenizer.from_pretrained(model_name, trust_remote_code=trust_remote_code)
     tokenizer.model_max_length = max_seq_length
+    # rows past max_seq_length are measured, counted and dropped, truncated or split by the length report
+    # (data/lengths.py): transformers' one-time "will result in indexing errors" warning about them is not ours to give
+    getattr(tokenizer, "deprecation_warnings", {})["sequence-length-is-longer-than-the-specified-maximum"] = True
     return model, tokenizer, factor
 
 

@@ -14,6 +14,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from ..models.attention import eager_block_masks
+from ..models.lora import peft_wrapping
 from .checkpoints import check_continuation, checkpoint_state, last_checkpoint
 
 
@@ -108,7 +109,8 @@ def train_and_evaluate(trainer, *, resume: bool = False) -> dict[str, Any]:
         trainer.add_callback(continuing)
     start = time.perf_counter()
     try:
-        output = trainer.train(resume_from_checkpoint=checkpoint)
+        with peft_wrapping():  # TRL's GRPO rollouts read transformers' deprecated checkpointing alias
+            output = trainer.train(resume_from_checkpoint=checkpoint)
     except torch.OutOfMemoryError as e:
         raise torch.OutOfMemoryError(out_of_memory_advice(trainer)) from e
     finally:

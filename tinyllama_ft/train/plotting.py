@@ -1,4 +1,5 @@
-"""Loss curve from the trainer's own log history: no account needed."""
+"""Loss curve from the trainer's own log history: no account needed. In a notebook it is shown as an image whose
+text form (what papermill's log and a terminal show) is one line naming the file, not ``<Figure size ...>``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ def loss_curve(log_history: list[dict], path: str | None = None):
         log_history: ``state..log_history`` (a list of dicts with ``step`` and ``loss`` or
             ``eval_loss``).
         path: also save the figure there (PNG) when given.
+
+    In a Jupyter or Colab kernel (papermill's too) the figure is displayed here, once, as a PNG whose text form is
+    ``loss curve: N training steps, M evaluations (path)``; pyplot no longer holds it (it is not shown again).
 
     Returns:
         The matplotlib ``Figure``.
@@ -38,4 +42,21 @@ def loss_curve(log_history: list[dict], path: str | None = None):
         from ..machine.paths import expand_path
 
         fig.savefig(expand_path(path), dpi=100)
+    from ..machine.kernel import jupyter_kernel
+
+    if jupyter_kernel() is not None:
+        import base64
+        import io
+
+        from IPython.display import display
+
+        png = io.BytesIO()
+        fig.savefig(png, format="png", dpi=100)
+        where = f" ({path})" if path is not None else ""
+        counts = [
+            f"{n} {what}{'s' * (n != 1)}" for n, what in ((len(train), "training step"), (len(evals), "evaluation"))
+        ]
+        text = f"loss curve: {', '.join(counts)}{where}"
+        display({"image/png": base64.b64encode(png.getvalue()).decode("ascii"), "text/plain": text}, raw=True)
+        plt.close(fig)  # the inline backend would show it again at the cell's end, as <Figure size 700x400 ...>
     return fig

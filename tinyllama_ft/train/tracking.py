@@ -110,7 +110,8 @@ def start_tracking(
 
     Online needs a key (environment, Colab secret, or a prompt when a person can answer) and a server
     that answers within ``probe_timeout`` and starts the run within ``init_timeout``; otherwise the run
-    logs offline under ``<output_dir>/wandb`` and one printed line says why and where.
+    logs offline under ``<output_dir>/wandb``. One printed line says how the run logs: online, with the run's
+    page; offline, why and where (nothing with ``report_to="none"``).
 
     Args:
         report_to: ``"wandb"`` or ``"none"``.
@@ -174,6 +175,10 @@ def start_tracking(
     if tracking.mode == "offline":
         folder = os.path.dirname(run.dir)
         print(f"W&B: logging offline to {folder}: {reason or 'offline mode'}; upload later with `wandb sync {folder}`")
+    elif tracking.mode == "online":
+        print(f"W&B: logging online to {getattr(run, 'url', None) or url} (project {wandb_project!r})")
+    else:  # WANDB_MODE=disabled
+        print(f"W&B: mode {tracking.mode!r}: nothing is logged")
     return tracking
 
 
