@@ -63,6 +63,7 @@ gradient_checkpointing = True  # @param {type:"boolean"}
 dataset = 'mlabonne/FineTome-100k'  # @param {type:"string"}
 dataset_split = 'train'  # @param {type:"string"}
 test_size = 0.01  # @param {type:"number"}
+eval_split = None  # @param [None, 'validation', 'test'] {type:"raw"}
 long_rows = 'drop'  # @param ['drop', 'truncate']
 strict = False  # @param {type:"boolean"}
 # chat (conversations)
@@ -200,7 +201,8 @@ from tinyllama_ft.data.instructions import split_train_eval
 
 rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
 train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed,
-                                               min_test_rows=fmt.min_test_rows)
+                                               min_test_rows=fmt.min_test_rows, first=fmt.held_out_first,
+                                               eval_split=cfg.eval_split)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
 print(fmt.example(tokenizer, train_dataset[0]))
 

@@ -71,6 +71,7 @@ dataset_split = 'train'  # @param {type:"string"}
 dataset_config = 'main'  # @param {type:"raw"}
 template = 'alpaca'  # @param ['alpaca', 'alpaca_no_input']
 test_size = 0.004  # @param {type:"number"}
+eval_split = None  # @param [None, 'validation', 'test'] {type:"raw"}
 strict = False  # @param {type:"boolean"}
 # chat (conversations)
 dataset_format = 'messages'  # @param ['messages', 'alpaca', 'auto']
@@ -239,7 +240,8 @@ from tinyllama_ft.data.instructions import split_train_eval
 
 rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
 train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed,
-                                               min_test_rows=fmt.min_test_rows)
+                                               min_test_rows=fmt.min_test_rows, first=fmt.held_out_first,
+                                               eval_split=cfg.eval_split)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
 print(fmt.example(tokenizer, train_dataset[0]))
 

@@ -75,6 +75,7 @@ input_column = 'input'  # @param {type:"string"}
 output_column = 'output'  # @param {type:"string"}
 template = 'alpaca'  # @param ['alpaca', 'alpaca_no_input']
 test_size = 0.004  # @param {type:"number"}
+eval_split = None  # @param [None, 'validation', 'test'] {type:"raw"}
 long_rows = 'drop'  # @param ['drop', 'truncate', 'split']
 strict = False  # @param {type:"boolean"}
 dataset_num_proc = 2  # @param {type:"raw"}
@@ -217,7 +218,8 @@ from tinyllama_ft.data.instructions import split_train_eval
 
 rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
 train_dataset, eval_dataset = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed,
-                                               min_test_rows=fmt.min_test_rows)
+                                               min_test_rows=fmt.min_test_rows, first=fmt.held_out_first,
+                                               eval_split=cfg.eval_split)
 print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
 print(fmt.example(tokenizer, train_dataset[0]))
 

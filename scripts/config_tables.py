@@ -93,7 +93,7 @@ ALPACA_NOTEBOOK = ParametersCell(
 _CHAT_SHOWN = (
     *("model_name", "max_seq_length", "dtype", "load_in_4bit", "backend"),
     *("lora_r", "lora_alpha", "lora_dropout", "gradient_checkpointing"),
-    *("dataset", "dataset_split", "test_size", "long_rows", "strict"),
+    *("dataset", "dataset_split", "test_size", "eval_split", "long_rows", "strict"),
     *section_fields("chat"),
     *("learning_rate", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps", "packing"),
     *("eval_steps", "save_steps", "seed"),
@@ -128,7 +128,7 @@ CHAT_NOTEBOOK = ParametersCell(
 _PREFERENCE_SHOWN = (
     *("model_name", "max_seq_length", "dtype", "load_in_4bit", "backend"),
     *("lora_r", "lora_alpha", "lora_dropout", "gradient_checkpointing"),
-    *("dataset", "dataset_split", "template", "test_size", "long_rows", "strict"),
+    *("dataset", "dataset_split", "template", "test_size", "eval_split", "long_rows", "strict"),
     *("dataset_format", "chat_template"),
     *("learning_rate", "warmup_ratio", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps"),
     *("eval_steps", "save_steps", "seed"),
@@ -165,7 +165,7 @@ PREFERENCE_NOTEBOOK = ParametersCell(
 _GRPO_SHOWN = (
     *("model_name", "max_seq_length", "dtype", "load_in_4bit", "backend"),
     *("lora_r", "lora_alpha", "lora_dropout", "gradient_checkpointing"),
-    *("dataset", "dataset_split", "dataset_config", "template", "test_size", "strict"),
+    *("dataset", "dataset_split", "dataset_config", "template", "test_size", "eval_split", "strict"),
     *("dataset_format", "chat_template"),
     *("learning_rate", "warmup_ratio", "per_device_train_batch_size", "gradient_accumulation_steps", "max_steps"),
     *("save_steps", "seed"),

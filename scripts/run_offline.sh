@@ -43,7 +43,7 @@ if ! "$VENV/bin/python" scripts/papermill_log.py notebooks/finetune_tinyllama.ip
   --log-output --no-progress-bar \
   -p model_name "$MODEL" -p dataset "$DATASET" \
   -p max_seq_length 256 -p per_device_train_batch_size 4 -p gradient_accumulation_steps 1 -p learning_rate 2e-4 \
-  -p max_steps 40 -p gradient_checkpointing False -p test_size 0.05 -p load_in_4bit False -p backend transformers \
+  -p max_steps 40 -p gradient_checkpointing False -p test_size 0.05 -p load_in_4bit False -p backend transformers -p dtype float32 \
   "${FRESH[@]}" "$@"; then
   mv -f "$OUT/finetune_tinyllama.running.ipynb" "$OUT/finetune_tinyllama.failed.ipynb" 2>/dev/null || true
   # the earlier run's notebook stays only beside its own, older summary (this run may have deleted it)

@@ -64,6 +64,7 @@ def test_every_choice_field_takes_its_values_from_its_literal_annotation():
         "loss_type",
         "scale_rewards",
         "rollout_decoder",
+        "eval_split",
     }
     assert not hasattr(finetune, "_ALLOWED")
     assert chosen["dtype"] == (None, "bfloat16", "float16", "float32")

@@ -482,3 +482,22 @@ def test_each_data_format_prints_as_one_line_a_person_reads(values, line):
     from tinyllama_ft.data.formats import data_format
 
     assert str(data_format(FinetuneConfig(**values))) == line
+
+
+def test_a_three_way_split_keeps_the_validation_rows_and_holds_out_a_disjoint_test_part():
+    # issue 40, item 6: values tuned on the held-out rows (now "validation") are reported on rows no tuning read
+    ds = datasets.Dataset.from_dict({"i": list(range(969))})
+    _, held = split_train_eval(ds, test_size=0.05, seed=3407, min_test_rows=50)
+    train_v, validation = split_train_eval(ds, test_size=0.05, seed=3407, min_test_rows=50, eval_split="validation")
+    train_t, test = split_train_eval(ds, test_size=0.05, seed=3407, min_test_rows=50, eval_split="test")
+    assert validation["i"] == held["i"] and len(test) == len(validation) == 50
+    assert train_v["i"] == train_t["i"] and len(train_t) == 969 - 100  # the same training rows, whichever is read
+    assert set(test["i"]).isdisjoint(validation["i"]) and set(train_t["i"]).isdisjoint([*test["i"], *validation["i"]])
+    # rows a source deals itself at the front: validation, then test
+    train, test = split_train_eval(ds, test_size=0.05, first=(100, 100), eval_split="test")
+    assert test["i"] == list(range(100, 200)) and train["i"] == list(range(200, 969))
+    assert split_train_eval(ds, test_size=0.05, first=(100, 100), eval_split="validation")[1]["i"] == list(range(100))
+    with pytest.raises(ValueError, match="eval_split='dev'"):
+        split_train_eval(ds, eval_split="dev")
+    with pytest.raises(ValueError, match="2 rows are too few"):
+        split_train_eval(ds.select(range(2)), eval_split="test")

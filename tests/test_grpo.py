@@ -11,7 +11,7 @@ import pytest
 from tinyllama_ft.config.coercion import ConfigError
 from tinyllama_ft.config.finetune import DEFAULTS, FinetuneConfig
 from tinyllama_ft.data.answers import extract_number, follows_layout, reference_number
-from tinyllama_ft.data.arithmetic import KINDS, answer_of, arithmetic_problems, problem_pool
+from tinyllama_ft.data.arithmetic import KINDS, answer_of, arithmetic_problems, arithmetic_splits, problem_pool
 
 
 def _key(row):
@@ -39,6 +39,44 @@ def test_arithmetic_problems_are_seeded_balanced_correct_and_held_out_apart():
     assert arithmetic_problems(400, seed=1)[1] != held
     assert arithmetic_problems(10)[1] == held  # the held-out problems do not depend on how many train
     assert answer_of("product3", (2, 3, 4)) == 24 and len(problem_pool("product3")) == 120  # C(8 + 2, 3) multisets
+
+
+def test_a_test_set_of_fresh_problems_beside_the_validation_problems_the_values_were_tuned_on():
+    # issue 40, item 6: the old held-out problems stay the validation set; the test set shares no arithmetic with them
+    # or with training
+    train, validation, test = arithmetic_splits(1000)
+    old_train, old_held = arithmetic_problems(1000)
+    assert validation == old_held and len(test) == 100 and len(train) == 1000
+    assert [sum(row["kind"] == kind for row in test) for kind in KINDS] == [25, 25, 25, 25]
+
+    def arithmetic(rows):
+        return {(row["kind"], tuple(sorted(row["operands"]))) for row in rows}
+
+    assert len(arithmetic(train + validation + test)) == 1200  # no operand set twice, in any part
+    assert arithmetic_splits(1000, test=0) == (old_train, old_held, [])  # no test set: arithmetic_problems' rows
+    assert arithmetic_splits(1000) == (train, validation, test)  # seeded
+    with pytest.raises(ValueError, match="more than the kinds hold"):
+        arithmetic_splits(0, validation=4 * 60, test=4 * 61)  # product3 has 120 operand sets
+
+
+def test_a_grpo_run_with_eval_split_checks_the_test_problems():
+    import datasets
+
+    from tinyllama_ft.data.formats import data_format
+    from tinyllama_ft.data.grpo_format import held_out_after_drops
+    from tinyllama_ft.data.instructions import split_train_eval
+
+    _, validation, test = arithmetic_splits(1000)
+    for split, expected in (("test", test), ("validation", validation)):
+        cfg = FinetuneConfig(method="grpo", dataset="arithmetic", dataset_format="messages", eval_split=split)
+        fmt = data_format(cfg)
+        rows, _ = fmt.load(cfg)
+        assert fmt.held_out_first == (100, 100) and len(rows) == 1200
+        rows = datasets.Dataset.from_list([{"answer": str(r["answer"])} for r in rows])  # as read, text or number
+        train, held = split_train_eval(rows, test_size=cfg.test_size, first=fmt.held_out_first, eval_split=split)
+        assert held["answer"] == [str(r["answer"]) for r in expected] and len(train) == 1000
+    assert held_out_after_drops((100, 100), [3, 99, 100, 250]) == (98, 99)
+    assert held_out_after_drops(100, [3, 150]) == 99
 
 
 def test_asking_for_more_problems_than_a_kind_has_is_refused():

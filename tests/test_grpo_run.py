@@ -80,6 +80,8 @@ def test_the_shipped_recipe_is_a_grpo_run_on_the_packages_own_arithmetic_problem
     assert cfg.mask_truncated_completions and cfg.scale_rewards == "none" and cfg.max_steps == 40
     # at TRL's 1.0 the 135M model's samples are almost never right, so only the layout is learnt (docs/grpo.md)
     assert cfg.temperature == 0.5
+    # issue 40, item 6: its figures come from test problems the tuning never read, in float32 on any CPU
+    assert cfg.eval_split == "test" and cfg.dtype == "float32"
 
 
 def _arithmetic_run(stories_dir, tmp_path, **fields) -> FinetuneConfig:
@@ -364,20 +366,23 @@ def test_a_grpo_adapter_answers_through_generate_load_adapter_and_export_as_its_
 @pytest.fixture(scope="session")
 def grpo_notebook_run(tmp_path_factory):
     """The GRPO notebook under papermill with the shipped recipe's values, cut to CI's size (the demo model from the
-    PyPI GGUF; 12 arithmetic problems from a local file, 6 of them held out; 2 steps of 2 prompts x 2 completions of
-    at most 32 tokens) and the notebook's own reward added: ``(workdir, executed notebook text, run_summary dict)``."""
+    PyPI GGUF; 24 arithmetic problems from a local file split as the recipe's eval_split says, a quarter each for
+    validation and test: the checks read the 6 test problems; 2 steps of 2 prompts x 2 completions of at most 32
+    tokens) and the notebook's own reward added: ``(workdir, executed notebook text, run_summary dict)``."""
     if cpu_trl_cannot_train():
         pytest.skip("TRL < 1.16 trains only on a GPU (fused Triton loss kernel)")
     from tinyllama_ft.data.arithmetic import arithmetic_problems
 
     workdir = tmp_path_factory.mktemp("grpo-notebook")
-    train, held = arithmetic_problems(8, held_out=4)
+    train, held = arithmetic_problems(16, held_out=8)
     (workdir / "problems.jsonl").write_text("".join(json.dumps(r) + "\n" for r in held + train), encoding="utf-8")
     recipe = load_recipe(RECIPE)
+    assert recipe["eval_split"] == "test"  # the checks read the test part, as the recipe's own run does
     parameters = {
         **recipe,
         "model_name": smollm2_dir(),
         "dataset": str(workdir / "problems.jsonl"),
+        "test_size": 0.25,
         "num_generations": 2,
         "max_completion_length": 32,
         "per_device_train_batch_size": 4,

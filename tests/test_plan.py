@@ -153,6 +153,44 @@ def test_dtype_and_backend_are_decided_once_here(tinyllama_config, cpu, t4):
         plan_run(FinetuneConfig(dtype="bfloat16"), t4, tinyllama_config, importable=everything)
 
 
+#: The shipped recipes that run on a CPU and whose figures the docs publish.
+OFFLINE_RECIPES = ("offline_cpu", "chat_offline_cpu", "dpo_offline_cpu", "grpo_offline_cpu")
+
+
+def test_the_offline_recipes_compute_in_float32_on_a_cpu_that_computes_bf16_natively(monkeypatch, tinyllama_config):
+    # issue 40, item 6: the same numerics on any x86 CPU; the run's summary says which it used
+    import torch
+
+    from tinyllama_ft.config.sources import config_from_recipe
+    from tinyllama_ft.machine.hardware import detect_hardware
+    from tinyllama_ft.models.precision import trainer_precision_flags
+    from tinyllama_ft.train.summary import build_run_summary
+
+    if torch.cuda.is_available():
+        pytest.skip("the CPU's bf16 probe is read only without CUDA")
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: True, raising=False)
+    native = detect_hardware()
+    assert native.cpu_bf16 and not native.cuda
+    assert plan_run(FinetuneConfig(), native, tinyllama_config).cpu_autocast_bf16  # dtype None: TRL's default stays
+    for recipe in OFFLINE_RECIPES:
+        cfg = config_from_recipe(recipe)
+        plan = plan_run(cfg, native, tinyllama_config)
+        assert (plan.dtype, plan.cpu_autocast_bf16) == ("float32", False), recipe
+        assert trainer_precision_flags(plan.dtype, plan.cpu_autocast_bf16) == {"fp16": False, "bf16": False}
+    numerics = build_run_summary(cfg=cfg, plan=plan, hardware=native, results={})["numerics"]
+    assert numerics == {
+        "device": "cpu",
+        "dtype": "float32",
+        "autocast": None,
+        "torch_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "cpu": numerics["cpu"],
+        "cpu_bf16": True,
+    }
+    autocast = plan_run(FinetuneConfig(), native, tinyllama_config)
+    assert build_run_summary(cfg=cfg, plan=autocast, hardware=native, results={})["numerics"]["autocast"] == "bfloat16"
+
+
 def test_the_plan_is_frozen_and_leaves_the_configuration_alone(tinyllama_config):
     import dataclasses
 
@@ -290,9 +328,11 @@ def test_the_t4_grpo_plan_rolls_out_on_the_fused_decoder_when_its_copy_fits_and_
     assert plan.backend == "unsloth" and plan.load_in_4bit and plan.rollouts_fit
     assert "the fused CUDA-graph decoder on Unsloth's model" in line and "4-bit base dequantized" in line
     parts = fused_rollout_gib(cfg, model_dims(tinyllama_config), plan.effective_batch_size, "float16")
-    assert abs(parts["copy"] - 22 * (2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 5632) * 2 / 2**30) < 1e-9
+    assert parts["copy"] == pytest.approx(
+        22 * (2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 5632) * 2 / 2**30, rel=1e-12
+    )
     # 22 layers x 2 (k, v) x 8 completions x 4096 tokens x 256 key/value columns x 2 bytes
-    assert abs(parts["cache"] - 22 * 2 * 8 * 4096 * 256 * 2 / 2**30) < 1e-9
+    assert parts["cache"] == pytest.approx(22 * 2 * 8 * 4096 * 256 * 2 / 2**30, rel=1e-12)
     assert plan.rollout_gib == round(sum(parts.values()), 2)
 
     from tinyllama_ft.train.memory_estimate import HEADROOM

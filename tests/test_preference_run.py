@@ -52,6 +52,9 @@ def test_the_shipped_recipe_is_a_dpo_run_on_the_committed_pairs():
     assert cfg.method == "dpo" and cfg.model_name == "HuggingFaceTB/SmolLM2-135M-Instruct"
     assert REPO / cfg.dataset == PAIRS and PAIRS.is_file() and (PAIRS.parent / "NOTICE").is_file()
     assert cfg.dataset_format == "alpaca" and not cfg.adapter_name_or_path and cfg.report_to == "none"
+    # issue 40, item 6: the figures come from 50 test pairs the tuning never read (it read the validation 50), in
+    # float32 on any CPU
+    assert (cfg.eval_split, cfg.test_size, cfg.dtype) == ("test", 0.05, "float32")
 
 
 def test_adapter_name_or_path_is_refused_for_sft_inside_output_dir_and_on_unsloth(tmp_path, t4):

@@ -121,9 +121,17 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(f"trainable parameters: {trainable[0]:,} of {trainable[1]:,}")
         rows = fmt.tokenize(rows, tokenizer, cfg, data_report)
         train_dataset, eval_dataset = split_train_eval(
-            rows, test_size=cfg.test_size, seed=cfg.seed, min_test_rows=fmt.min_test_rows, first=fmt.held_out_first
+            rows,
+            test_size=cfg.test_size,
+            seed=cfg.seed,
+            min_test_rows=fmt.min_test_rows,
+            first=fmt.held_out_first,
+            eval_split=cfg.eval_split,
         )
-        print(f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}")
+        print(
+            f"train rows: {len(train_dataset)}, eval rows: {len(eval_dataset) if eval_dataset else 0}"
+            + (f" (the {cfg.eval_split} split)" if cfg.eval_split and eval_dataset else "")
+        )
         print(fmt.example(tokenizer, train_dataset[0]))
         tracking = start_tracking(
             report_to=cfg.report_to if main else "none",

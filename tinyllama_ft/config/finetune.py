@@ -44,6 +44,8 @@ NamedChatTemplate = Literal["chatml", "zephyr", "llama-3"]
 ChatTemplateName = Literal["auto", NamedChatTemplate]
 PackingStrategy = Literal["bfd", "bfd_split", "wrapped"]
 ReportTo = Literal["wandb", "none"]
+#: ``eval_split``'s names: which held-out part of a three-way split the checks read.
+EvalSplit = Literal["validation", "test"]
 #: ``method``: supervised fine-tuning, a preference method on pairs (DPO, ORPO) or labelled completions (KTO), or
 #: reinforcement learning from reward functions (GRPO).
 Method = Literal["sft", "dpo", "orpo", "kto", "grpo"]
@@ -204,6 +206,11 @@ class DataSection:
     no-input variant for empty inputs)."""
     test_size: float = _field(0.004, identity=True, allowed=_FRACTION)
     """Fraction of rows held out for eval_loss; the article's 0.004."""
+    eval_split: EvalSplit | None = _field(None, identity=True)
+    """None: one held-out part (test_size of the rows; the article's); "validation" / "test": the rows split three
+    ways, validation (the rows None holds out), test (as many again, from the rest) and train (the rest, the same
+    for both), and eval_loss and the held-out checks read the part named: tune on "validation", report "test"
+    (this package)."""
     long_rows: LongRows = _field("drop", identity=True)
     """Rows longer than max_seq_length tokens (prompt + response + EOS), counted before training: "drop" them,
     "truncate" (the trainer cuts them, EOS lost) or "split" them over windows (bfd_split); a row whose prompt

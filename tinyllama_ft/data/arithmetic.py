@@ -1,8 +1,9 @@
 """Arithmetic word problems the package generates itself, so the GRPO demo downloads no data.
 
 Two- and three-number sums and products as short English word problems with integer answers, seeded. Every
-problem is one multiset of operands of one kind; the held-out problems are a fixed number of each kind drawn first,
-and no training problem repeats their arithmetic (the same numbers in another story or order count as the same).
+problem is one multiset of operands of one kind; the held-out problems (validation, and a test set if asked) are a
+fixed number of each kind drawn first, and no problem repeats another's arithmetic (the same numbers in another story
+or order count as the same).
 """
 
 from __future__ import annotations
@@ -77,35 +78,50 @@ def _problem(kind: str, operands: tuple[int, ...], rng: random.Random) -> dict:
 
 
 def arithmetic_problems(train: int, *, held_out: int = HELD_OUT, seed: int = 3407) -> tuple[list[dict], list[dict]]:
-    """Seeded word problems, split into ``train`` and ``held_out`` with no operand multiset in both.
+    """Seeded word problems, split into ``train`` and ``held_out`` with no operand multiset in both: ``(train_rows,
+    held_out_rows)`` of ``arithmetic_splits`` without a test set (the held-out rows are its validation rows). Raises
+    ValueError: as ``arithmetic_splits``."""
+    train_rows, held, _ = arithmetic_splits(train, validation=held_out, test=0, seed=seed)
+    return train_rows, held
+
+
+def arithmetic_splits(
+    train: int, *, validation: int = HELD_OUT, test: int = HELD_OUT, seed: int = 3407
+) -> tuple[list[dict], list[dict], list[dict]]:
+    """Seeded word problems in three parts, no operand multiset in two of them.
 
     Args:
         train: training problems wanted, the kinds taken in turn (sum2, sum3, product2, product3, sum2, ...); a
             kind whose operand sets are used up is passed over (``problem_pool``: product3 has 120).
-        held_out: held-out problems, the kinds in the same turn (100: 25 each); dealt first, so they do not depend
-            on ``train``.
+        validation: held-out problems for tuning, the kinds in the same turn (100: 25 each); dealt first, so they
+            depend on neither ``test`` nor ``train`` (``arithmetic_problems``' held-out rows).
+        test: held-out problems for the figures to report, dealt next in the same turn (0: none, and the training
+            problems are ``arithmetic_problems``').
         seed: the seed of every choice (operands, story, name, item, operand order); the same seed gives the same
             rows in the same order.
 
     Returns:
-        ``(train_rows, held_out_rows)``: dicts with ``question`` (str), ``answer`` (int), ``kind`` and
+        ``(train_rows, validation_rows, test_rows)``: dicts with ``question`` (str), ``answer`` (int), ``kind`` and
         ``operands`` (in the story's order).
 
     Raises:
         ValueError: a negative count; more held-out problems of a kind than it has operand sets, or more problems in
             all than the kinds hold (the message gives the counts).
     """
-    if train < 0 or held_out < 0:
-        raise ValueError(f"arithmetic_problems: train={train}, held_out={held_out}: counts must be >= 0")
+    if min(train, validation, test) < 0:
+        raise ValueError(
+            f"arithmetic_problems: train={train}, validation={validation}, test={test}: counts must be >= 0"
+        )
     rng = random.Random(seed)
     pools = {kind: problem_pool(kind) for kind in KINDS}
     for pool in pools.values():
         rng.shuffle(pool)
     sizes = {kind: len(pool) for kind, pool in pools.items()}
+    held_out = validation + test
     if held_out > len(KINDS) * min(sizes.values()) or train + held_out > sum(sizes.values()):
         raise ValueError(
-            f"arithmetic_problems: train={train}, held_out={held_out} is more than the kinds hold ({sizes} distinct "
-            f"operand sets; held-out problems are dealt evenly): ask for fewer"
+            f"arithmetic_problems: train={train}, held out {validation} + {test} is more than the kinds hold ({sizes} "
+            f"distinct operand sets; held-out problems are dealt evenly): ask for fewer"
         )
 
     def deal(n: int) -> list[dict]:
@@ -116,5 +132,6 @@ def arithmetic_problems(train: int, *, held_out: int = HELD_OUT, seed: int = 340
                     rows.append(_problem(kind, pool.pop(0), rng))
         return rows
 
-    held = deal(held_out)
-    return deal(train), held
+    held = deal(validation)
+    tested = deal(test)
+    return deal(train), held, tested

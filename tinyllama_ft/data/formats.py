@@ -32,9 +32,9 @@ class _Format:
 
     #: Rows ``split_train_eval`` holds out at least (``test_size`` > 0).
     min_test_rows = 1
-    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``); 0: a
-    #: seeded random split.
-    held_out_first = 0
+    #: Rows at the front that are the held-out set as dealt by the source (``split_train_eval``'s ``first``; a pair:
+    #: validation then test rows); 0: a seeded random split.
+    held_out_first: int | tuple[int, int] = 0
     pairs = False  # the rows are no preference pairs
     rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     first_batch = None  # what check_first_batch found

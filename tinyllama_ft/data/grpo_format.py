@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_problems
+from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_splits
 from .fingerprint import data_fingerprint
 from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
 from ..models.run_record import with_suffix
@@ -19,6 +19,17 @@ from .grpo_prompts import LAYOUT_SUFFIX
 #: Held-out prompts the GRPO checks answer at least (``instructions.split_train_eval``'s ``min_test_rows``): 100, the
 #: arithmetic demo's measure (docs/grpo.md).
 MIN_HELD_OUT_PROMPTS = 100
+
+
+def held_out_after_drops(first: int | tuple[int, ...], dropped: list[int]) -> int | tuple[int, ...]:
+    """``first`` (rows at the front that are held out: one count, or one per held-out part in order) less the rows of
+    each part whose indices are in ``dropped``."""
+    counts = (first,) if isinstance(first, int) else first
+    kept, start = [], 0
+    for count in counts:
+        kept.append(count - sum(start <= i < start + count for i in dropped))
+        start += count
+    return kept[0] if isinstance(first, int) else tuple(kept)
 
 
 class GrpoFormat(WrappedFormat):
@@ -71,17 +82,22 @@ class GrpoFormat(WrappedFormat):
     def load(self, cfg):
         """``(rows, data_report)``: the prompt rows of ``cfg.dataset`` (``grpo_prompts.load_prompt_rows`` with
         ``prompt_column``, ``answer_column``, ``strict``), or for ``dataset: arithmetic`` the package's own problems
-        (``arithmetic.arithmetic_problems``: ``arithmetic.TRAIN`` training and ``MIN_HELD_OUT_PROMPTS`` held-out
-        problems, seeded with ``cfg.seed``, no operand set twice, checked as any rows; the held-out ones first, and
-        ``held_out_first`` says how many, so the checks read 25 of each kind); sets the form and the wrapped SFT format.
+        (``arithmetic.arithmetic_splits``: ``arithmetic.TRAIN`` training and ``MIN_HELD_OUT_PROMPTS`` validation
+        problems, as many test problems with ``cfg.eval_split``, seeded with ``cfg.seed``, no operand set twice,
+        checked as any rows; the held-out ones first, and ``held_out_first`` says how many (a pair: validation,
+        test), so the checks read 25 of each kind); sets the form and the wrapped SFT format.
         Raises row_files.DataError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``."""
         from .grpo_prompts import check_prompt_rows, load_prompt_rows
         from .row_files import DataError
 
         if cfg.dataset == ARITHMETIC:
-            train, held = arithmetic_problems(ARITHMETIC_TRAIN, held_out=MIN_HELD_OUT_PROMPTS, seed=cfg.seed)
-            rows, report, self.form = check_prompt_rows(held + train, strict=True, source=ARITHMETIC)
-            self.held_out_first = len(held)  # the checks read these, 25 of each kind, whatever the seed's split
+            test = MIN_HELD_OUT_PROMPTS if cfg.eval_split else 0  # a three-way split deals a test set after validation
+            train, held, tested = arithmetic_splits(
+                ARITHMETIC_TRAIN, validation=MIN_HELD_OUT_PROMPTS, test=test, seed=cfg.seed
+            )
+            rows, report, self.form = check_prompt_rows(held + tested + train, strict=True, source=ARITHMETIC)
+            # the checks read these, 25 of each kind, whatever the seed's split
+            self.held_out_first = (len(held), len(tested)) if cfg.eval_split else len(held)
             print(report.summary())
         else:
             rows, report, self.form = load_prompt_rows(
@@ -131,7 +147,7 @@ class GrpoFormat(WrappedFormat):
         kept, self.prompts_dropped = drop_long_prompts(
             prompts, tokenizer, max_prompt_tokens=cfg.max_seq_length - cfg.max_completion_length
         )
-        self.held_out_first -= sum(i < self.held_out_first for i in self.prompts_dropped)
+        self.held_out_first = held_out_after_drops(self.held_out_first, self.prompts_dropped)
         print(
             f"prompts: {len(kept)} kept, {len(self.prompts_dropped)} dropped as longer than "
             f"{cfg.max_seq_length - cfg.max_completion_length} tokens (max_seq_length - max_completion_length)"

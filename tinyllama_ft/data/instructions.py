@@ -233,19 +233,47 @@ def load_instruction_data(
 
 
 def split_train_eval(
-    dataset, *, test_size: float = DEFAULTS.test_size, seed: int = DEFAULTS.seed, min_test_rows: int = 1, first: int = 0
+    dataset,
+    *,
+    test_size: float = DEFAULTS.test_size,
+    seed: int = DEFAULTS.seed,
+    min_test_rows: int = 1,
+    first: int | tuple[int, int] = 0,
+    eval_split: str | None = DEFAULTS.eval_split,
 ):
     """``(train, eval)``: ``test_size`` (a fraction, rounded up) of a ``datasets.Dataset`` held out for evaluation,
     shuffled with ``seed`` (the article's ``train_test_split``, 3407); at least ``min_test_rows`` (the format's: 1,
     or 50 pairs) but never more than half. With 2+ rows both are non-empty; with 1 row or ``test_size == 0`` eval
     is ``None``. ``first`` > 0: the first ``first`` rows are the eval set as they are (a source that deals its own
-    held-out rows: ``dataset: arithmetic``), and ``test_size`` only says whether to hold out."""
+    held-out rows: ``dataset: arithmetic``), and ``test_size`` only says whether to hold out.
+
+    ``eval_split`` ``"validation"`` or ``"test"``: a three-way split. Validation is the part ``eval_split=None`` holds
+    out (the same rows), test as many rows again drawn from the rest with ``seed`` (``first``: a pair ``(n_validation,
+    n_test)`` of rows at the front, validation first), train the rest whichever part is named; eval is the part named.
+    Raises ValueError: another ``eval_split``, or too few rows for three non-empty parts (names the counts)."""
     n = len(dataset)
+    if eval_split not in (None, "validation", "test"):
+        raise ValueError(f"eval_split={eval_split!r} is not one of None, 'validation', 'test'")
     if n < 2 or test_size <= 0:
         return dataset, None
+    if eval_split is not None and n < 3:
+        raise ValueError(f"eval_split={eval_split!r} splits the rows three ways: {n} rows are too few")
+    if isinstance(first, tuple):
+        n_val, n_test = first
+        if eval_split is None or n_val + n_test >= n:
+            raise ValueError(
+                f"held-out rows at the front {first} need eval_split 'validation' or 'test' and fewer than the {n} rows"
+            )
+        held = range(n_val) if eval_split == "validation" else range(n_val, n_val + n_test)
+        return dataset.select(range(n_val + n_test, n)), dataset.select(held)
     if first > 0:
         first = min(first, n - 1)
         return dataset.select(range(first, n)), dataset.select(range(first))
     n_test = min(max(1, int(-(-test_size * n // 1)), min(min_test_rows, n // 2)), n - 1)
+    if eval_split is not None:
+        n_test = min(n_test, (n - 1) // 2)  # validation, test and at least one training row
     parts = dataset.train_test_split(test_size=n_test, seed=seed)
-    return parts["train"], parts["test"]
+    if eval_split is None:
+        return parts["train"], parts["test"]
+    rest = parts["train"].train_test_split(test_size=n_test, seed=seed)
+    return rest["train"], parts["test"] if eval_split == "validation" else rest["test"]

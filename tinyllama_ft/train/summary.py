@@ -109,6 +109,47 @@ def git_commit(path: str | None = None) -> str | None:
     return out.stdout.strip() or None if out.returncode == 0 else None
 
 
+def cpu_name() -> str | None:
+    """The CPU's model name (``/proc/cpuinfo``'s first ``model name``; ``platform.processor()`` elsewhere), or None."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def run_numerics(plan, hardware) -> dict[str, Any]:
+    """How the run computed, recorded as ``run_summary.json``'s ``"numerics"``: what decides its figures on another
+    machine.
+
+    Args:
+        plan: the run's ``plan.RunPlan`` (``dtype``, ``cpu_autocast_bf16``, ``device``).
+        hardware: ``Hardware`` of the machine (``cpu_bf16``: the CPU computes bf16 natively).
+
+    Returns:
+        ``device``, ``dtype`` (the weights' and the computation's), ``autocast`` (the trainer's mixed-precision dtype,
+        ``precision.trainer_precision_flags``: ``"bfloat16"``, ``"float16"`` or None), ``torch_threads``
+        (``torch.get_num_threads()`` now), ``torch_version``, ``cpu`` (its model name) and ``cpu_bf16``.
+    """
+    import torch
+
+    from ..models.precision import trainer_precision_flags
+
+    flags = trainer_precision_flags(plan.dtype, plan.cpu_autocast_bf16)
+    return {
+        "device": plan.device,
+        "dtype": plan.dtype,
+        "autocast": "bfloat16" if flags["bf16"] else "float16" if flags["fp16"] else None,
+        "torch_threads": torch.get_num_threads(),
+        "torch_version": torch.__version__,
+        "cpu": cpu_name(),
+        "cpu_bf16": hardware.cpu_bf16,
+    }
+
+
 def build_run_summary(
     *,
     cfg,
@@ -132,7 +173,7 @@ def build_run_summary(
     Args:
         cfg: the run's ``FinetuneConfig`` (recorded whole under ``"config"``).
         plan: the run's ``plan.RunPlan`` (backend, dtype, 4-bit, RoPE factor; recorded whole under
-            ``"execution"``).
+            ``"execution"``, and how it computed under ``"numerics"``: ``run_numerics``).
         hardware: ``Hardware`` of the machine (``"gpu"``: its name, or None on a CPU).
         results: ``loop.train_and_evaluate`` output (eval losses, runtime in s, tokens, tokens/s,
             peak GiB).
@@ -177,6 +218,7 @@ def build_run_summary(
         total_parameters=trainable[1] if trainable else None,
         plan={**(work or {}), "eos_first_batch": eos},
         execution=plan.to_dict(),
+        numerics=run_numerics(plan, hardware),
         data={
             "source": data_report.source,
             "rows_read": data_report.total,
