@@ -235,3 +235,19 @@ def test_our_table_equals_lm_evals_own_command_line(loaded, adapter, stories_dir
                 mine = json.loads(json.dumps(ours.results[side]["samples"][task], default=str))
                 assert len(mine) == len(theirs) == 3
                 assert [s["filtered_resps"] for s in theirs] == [s["filtered_resps"] for s in mine], (side, task)
+
+
+def test_the_eval_command_prints_the_table_and_writes_beside_the_run_summary(adapter, capsys):
+    """`tinyllama-ft eval --adapter RUN --tasks ...`: the table on stdout, benchmarks.json in the adapter's parent
+    folder (the run's output_dir, where run_summary.json is); a task that is none: exit 2, one line."""
+    from tinyllama_ft.cli import main
+
+    assert main(["eval", "--adapter", adapter, "--tasks", "tinyllama_ft_mmlu_astronomy", "--limit", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "| tinyllama_ft_mmlu_astronomy | acc | 2 |" in out and "tinyllama-ft eval: done in" in out
+    written = json.loads((Path(adapter).parent / "benchmarks.json").read_text(encoding="utf-8"))
+    assert [r["task"] for r in written["rows"]] == ["tinyllama_ft_mmlu_astronomy"]
+    assert written["settings"]["limit"] == 2 and written["settings"]["generation_format"] == "alpaca"
+    assert main(["eval", "--adapter", adapter, "--tasks", "no_such_task.jsonl"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tinyllama-ft eval: error: --tasks: no such file") and "\n" not in err
