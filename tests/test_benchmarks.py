@@ -181,6 +181,11 @@ def test_unknown_tasks_and_tasks_without_data_are_refused_in_one_line(loaded, tm
     assert "tinyllama_ft_mmlu, tinyllama_ft_arithmetic" in message
 
 
+def _text(value):
+    """``value`` with every number and bool as its text (lm-eval's samples file writes them so)."""
+    return [_text(v) for v in value] if isinstance(value, (list, tuple)) else str(value)
+
+
 @pytest.mark.slow
 def test_our_table_equals_lm_evals_own_command_line(loaded, adapter, stories_dir, qa_file, tmp_path):
     """Issue 43's check: `lm_eval --model hf --model_args pretrained=...,peft=...` on the same tasks, limit and batch
@@ -233,8 +238,9 @@ def test_our_table_equals_lm_evals_own_command_line(loaded, adapter, stories_dir
                 theirs = [json.loads(line) for line in samples.read_text(encoding="utf-8").splitlines()]
                 task = samples.name.split("_20")[0].removeprefix("samples_")
                 mine = json.loads(json.dumps(ours.results[side]["samples"][task], default=str))
-                assert len(mine) == len(theirs) == 3
-                assert [s["filtered_resps"] for s in theirs] == [s["filtered_resps"] for s in mine], (side, task)
+                assert len(mine) == len(theirs) > 0
+                answers = lambda samples: [_text(s["filtered_resps"]) for s in samples]  # noqa: E731
+                assert answers(theirs) == answers(mine), (side, task)  # its file holds the values as text
 
 
 def test_the_eval_command_prints_the_table_and_writes_beside_the_run_summary(adapter, capsys):

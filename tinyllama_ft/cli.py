@@ -382,7 +382,7 @@ def run(argv: Sequence[str]) -> Any:
 
     Returns:
         What the command's ``run`` returns (the run summary for ``train``, the answers for ``generate``,
-        ``{format: export.ExportResult}`` for ``export``).
+        ``{format: export.ExportResult}`` for ``export``, ``benchmarks.Benchmarks`` for ``eval``).
 
     Raises:
         SystemExit: ``--help`` (status 0).
