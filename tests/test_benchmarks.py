@@ -152,7 +152,9 @@ def test_base_and_tuned_scores_batched_and_unbatched_agree_and_are_written(loade
         assert row.delta == pytest.approx(row.tuned - row.base)
     for a, b in zip(one.rows, four.rows):
         assert (a.task, a.metric) == (b.task, b.metric)
-        assert a.base == pytest.approx(b.base, abs=1e-9) and a.tuned == pytest.approx(b.tuned, abs=1e-9)
+        assert a.base == pytest.approx(b.base, rel=1e-9, abs=1e-12) and a.tuned == pytest.approx(
+            b.tuned, rel=1e-9, abs=1e-12
+        )
     written = json.loads((tmp_path / RESULTS_FILE).read_text(encoding="utf-8"))
     assert written["rows"][0]["task"] == one.rows[0].task and written["settings"]["limit"] == 2
     assert "| tinyllama_ft_mmlu | acc | 8 |" in one.table()

@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
