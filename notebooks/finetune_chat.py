@@ -244,7 +244,8 @@ trainer.reference_scores = before and before.preference  # DPO's evaluation read
 # Eval loss before and after, tokens, tokens/s and peak memory.
 #
 # The same held-out check after training, and base vs. fine-tuned answers side by side (the adapter switched off,
-# then on: one model in memory).
+# then on: one model in memory). With `benchmark_tasks` set (e.g. `['tinyllama_ft_mmlu']`, or `['mmlu', 'gsm8k']` where
+# the Hub answers), lm-evaluation-harness scores them with the adapter off and on (docs/evaluation.md).
 
 # %%
 from tinyllama_ft.train.loop import train_and_evaluate
@@ -255,13 +256,18 @@ print(format_results(results))
 
 # %%
 from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
-from tinyllama_ft.train.tracking import finish_tracking
 
 after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length,
                        pair_nlls=getattr(trainer, "policy_nlls", None))  # DPO: its last evaluation's pass, reused
 print(f"before: {before}\nafter:  {after}")
 side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
 show_answers(side_by_side)
+
+# %%
+from tinyllama_ft.evaluate.benchmarks import benchmarks_after_training
+from tinyllama_ft.train.tracking import finish_tracking
+
+benchmarks = benchmarks_after_training(model, tokenizer, cfg, data_format=fmt)  # benchmark_tasks: [] runs none
 finish_tracking(tracking)
 
 # %% [markdown]

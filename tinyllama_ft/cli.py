@@ -2,7 +2,7 @@
 
     tinyllama-ft train --config article [--NAME VALUE ...]    # a shipped recipe by name, or any YAML path
     tinyllama-ft generate --adapter DIR --prompt TEXT [--input CONTEXT] [--max_new_tokens N ...]
-    tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]
+    tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]  (and eval)
 
 Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
 usage, configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
@@ -16,7 +16,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, check_keys
 from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
@@ -254,6 +254,67 @@ def _run_export(values: dict, given: set) -> dict:
     return results
 
 
+def _add_eval_arguments(parser) -> None:
+    _add_adapter_arguments(parser, "base model to load instead of the one recorded in the adapter (a local copy)")
+    parser.add_argument(
+        "--tasks",
+        type=Union[List[str], str],
+        required=True,
+        help="lm-eval tasks, groups or tags (mmlu, gsm8k, hellaswag, arc_easy: data from the Hub), the shipped "
+        "offline ones (tinyllama_ft_mmlu, tinyllama_ft_arithmetic) or a .jsonl/.json/.csv of question/answer rows; "
+        "comma-separated or a list",
+    )
+    parser.add_argument("--limit", type=Optional[float], default=None, help="questions per task (lm-eval's --limit)")
+    parser.add_argument("--num_fewshot", type=Optional[int], default=None, help="examples in each prompt (lm-eval's)")
+    parser.add_argument("--batch_size", type=Union[int, str], default=1, help="a number or 'auto' (lm-eval's)")
+    parser.add_argument(
+        "--output_dir",
+        type=Optional[str],
+        default=None,
+        help="where benchmarks.json goes (default: the adapter's parent folder, the run's output_dir)",
+    )
+    _add_recorded_arguments(parser)
+    add_field_arguments(parser, ("backend", "trust_remote_code"))
+
+
+def _run_eval(values: dict, given: set):
+    from .evaluate.benchmarks import RESULTS_FILE, evaluate_benchmarks
+    from .machine.hardware import detect_hardware
+    from .models.adapters import load_adapter
+    from .models.run_record import read_record
+
+    flags = _recorded_flags(values, given, "tinyllama-ft eval")
+    _adapter_base(values)
+    limit = values["limit"]
+    model, tokenizer = load_adapter(
+        values["adapter"],
+        max_seq_length=flags["max_seq_length"],
+        dtype=flags["dtype"],
+        load_in_4bit=flags["load_in_4bit"],
+        backend=values["backend"],
+        hardware=detect_hardware(),
+        base_model=values["base_model"],
+        trust_remote_code=values["trust_remote_code"],
+    )
+    output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
+    results = evaluate_benchmarks(
+        model,
+        tokenizer,
+        values["tasks"],
+        record=read_record(values["adapter"]),
+        template=flags["template"],
+        limit=int(limit) if limit is not None and limit >= 1 else limit,
+        num_fewshot=values["num_fewshot"],
+        batch_size=values["batch_size"],
+        output_dir=output_dir,
+    )
+    print(results.table())
+    print(
+        f"tinyllama-ft eval: done in {results.settings['seconds']:.0f} s, in {os.path.join(output_dir, RESULTS_FILE)}"
+    )
+    return results
+
+
 COMMANDS: dict[str, Command] = {
     "train": Command("fine-tune with a recipe and overrides (the notebook's run)", _add_train_arguments, _run_train),
     "generate": Command("answer prompts with a saved adapter, streaming", _add_generate_arguments, _run_generate),
@@ -261,6 +322,9 @@ COMMANDS: dict[str, Command] = {
         "export a saved adapter: merged 16-bit, GGUF (+ Ollama Modelfile), GGUF LoRA",
         _add_export_arguments,
         _run_export,
+    ),
+    "eval": Command(
+        "benchmark a saved adapter against its base on lm-evaluation-harness tasks", _add_eval_arguments, _run_eval
     ),
 }
 
@@ -319,7 +383,7 @@ def run(argv: Sequence[str]) -> Any:
 
     Returns:
         What the command's ``run`` returns (the run summary for ``train``, the answers for ``generate``,
-        ``{format: export.ExportResult}`` for ``export``).
+        ``{format: export.ExportResult}`` for ``export``, ``benchmarks.Benchmarks`` for ``eval``).
 
     Raises:
         SystemExit: ``--help`` (status 0).

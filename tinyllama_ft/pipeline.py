@@ -46,6 +46,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .config.secrets import export_secrets
     from .data.formats import check_sources, data_format
     from .data.instructions import split_train_eval
+    from .evaluate.benchmarks import benchmarks_after_training
     from .evaluate.held_out import held_out_check, heldout_summary
     from .evaluate.side_by_side import answers_table, compare_answers
     from .export.adapter_export import check_export_tools, describe_exports, export_adapter
@@ -163,6 +164,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         print(f"after:  {after}")
         side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
         print(answers_table(side_by_side))
+        benchmarks_after_training(model, tokenizer, cfg, data_format=fmt)  # benchmark_tasks: [] runs none
         finish_tracking(tracking)
         adapter_dir = save_adapter(
             model, tokenizer, cfg.resolved_adapter_dir, record=adapter_record(cfg, plan, data_format=fmt)

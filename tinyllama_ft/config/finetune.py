@@ -413,6 +413,13 @@ class LoggingSection:
     output_dir (this package)."""
     mount_drive: bool = _field(False, identity=False)
     """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
+    benchmark_tasks: tuple[str, ...] = _field((), identity=False, comma_separated=True)
+    """lm-evaluation-harness tasks scored with the adapter off and on after the held-out checks (docs/evaluation.md):
+    lm-eval's names (mmlu, gsm8k, hellaswag: data from the Hub), the shipped tinyllama_ft_mmlu and
+    tinyllama_ft_arithmetic, or a .jsonl of question/answer rows; to <output_dir>/benchmarks.json and W&B; empty =
+    none (this package)."""
+    benchmark_limit: int | None = _field(None, identity=False)
+    """Questions per benchmark task (lm-eval's --limit); None = all (this package)."""
 
 
 @dataclass
