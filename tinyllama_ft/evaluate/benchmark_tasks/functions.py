@@ -55,7 +55,9 @@ def arithmetic_held_out(seed: int = 3407, held_out: int = 100, **_metadata):
 
     _, held = arithmetic_problems(0, held_out=held_out, seed=seed)
     asked = grpo_prompts([{"prompt": r["question"], "answer": r["answer"]} for r in held], dataset_format="messages")
-    rows = [dict(question=a["prompt"][-1]["content"], answer=a["answer"], kind=r["kind"]) for a, r in zip(asked, held)]
+    rows = [
+        dict(question=a["prompt"][-1]["content"], answer=str(a["answer"]), kind=r["kind"]) for a, r in zip(asked, held)
+    ]
     return datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)})
 
 
