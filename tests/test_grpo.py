@@ -832,25 +832,25 @@ def test_a_step_whose_completions_all_score_the_same_logs_100_percent_zero_std_g
 
 
 def test_the_recorded_suffix_reaches_chat_answers_and_both_ollama_templates():
-    """A model ``load_adapter`` returns carries its ``RecordedPrompt``: chat answers ask as the run asked (the same
-    greedy ids as the suffixed question on a model without it); the Alpaca ``TEMPLATE`` and a chat model's one-turn
-    ``TEMPLATE`` (rendered from its suffixed chat template) give the run's prompt."""
+    """A model ``load_adapter`` returns carries its record: chat answers ask as the run asked (the same greedy ids as
+    the suffixed question on a model without it); the Alpaca ``TEMPLATE`` and a chat model's one-turn ``TEMPLATE``
+    (rendered from its suffixed chat template) give the run's prompt."""
     from chat_fixtures import smollm2_tokenizer, tiny_model
 
     from tinyllama_ft.data.alpaca_prompts import format_prompt
+    from tinyllama_ft.data.formats import recorded_data_format
     from tinyllama_ft.data.grpo_prompts import LAYOUT_SUFFIX
-    from tinyllama_ft.models.run_record import with_suffix
-    from tinyllama_ft.export.ollama import chat_ollama_template, modelfile_text
+    from tinyllama_ft.export.ollama import modelfile_text
     from tinyllama_ft.infer.chat_generation import chat_generate
-    from tinyllama_ft.models.chat_templates import chat_prompt, suffixed_chat_template
-    from tinyllama_ft.models.run_record import PROMPT_ATTRIBUTE, adapter_record, recorded_prompt
+    from tinyllama_ft.models.chat_templates import chat_prompt
+    from tinyllama_ft.models.run_record import RECORD_ATTRIBUTE, adapter_record, with_suffix
 
     question = "Ana has 3 apples and gets 4 more. How many apples does Ana have now?"
     tokenizer = smollm2_tokenizer()
     model = tiny_model("llama", tokenizer, seed=1)
     expected = chat_generate(model, tokenizer, with_suffix(question, LAYOUT_SUFFIX), max_new_tokens=6, return_ids=True)
     record = {"dataset_format": "messages", "prompt_suffix": LAYOUT_SUFFIX}
-    setattr(model, PROMPT_ATTRIBUTE, recorded_prompt(record))
+    setattr(model, RECORD_ATTRIBUTE, record)
     assert chat_generate(model, tokenizer, question, max_new_tokens=6, return_ids=True) == expected
 
     class Grpo:  # what adapter_record reads of a GRPO run's format
@@ -858,19 +858,21 @@ def test_the_recorded_suffix_reaches_chat_answers_and_both_ollama_templates():
 
     assert adapter_record(FinetuneConfig(method="grpo"), data_format=Grpo())["prompt_suffix"] == LAYOUT_SUFFIX
     assert "prompt_suffix" not in adapter_record(FinetuneConfig())
-    assert recorded_prompt({}).question([{"role": "user", "content": "q"}]) == [{"role": "user", "content": "q"}]
+    assert recorded_data_format({}).prompt_suffix == ""
 
-    alpaca = modelfile_text(gguf_name="m.gguf", eos_token="</s>", template="alpaca", prompt_suffix=LAYOUT_SUFFIX)
+    body, stops = recorded_data_format({"prompt_suffix": LAYOUT_SUFFIX}).ollama_template(tokenizer)
+    alpaca = modelfile_text(gguf_name="m.gguf", template=body, stops=stops)
     body = alpaca.split('TEMPLATE """')[1].split('"""')[0]
     assert body.replace("{{ .Prompt }}", question).replace("{{ .Response }}", "") == format_prompt(
         question + LAYOUT_SUFFIX, "", ""
     )
     run_prompt = chat_prompt(tokenizer, with_suffix(question, LAYOUT_SUFFIX))
-    tokenizer.chat_template = suffixed_chat_template(tokenizer.chat_template, LAYOUT_SUFFIX)
+    chat_format = recorded_data_format({**record, "stop_token_ids": [tokenizer.convert_tokens_to_ids("<|im_end|>")]})
+    tokenizer.chat_template = chat_format.exported_chat_template(tokenizer)
     assert chat_prompt(tokenizer, question) == run_prompt  # what the exported model's chat template renders
-    chat = modelfile_text(
-        gguf_name="m.gguf", eos_token="<|im_end|>", template=None, chat_body=chat_ollama_template(tokenizer)
-    )
+    assert chat_format.exported_chat_template(tokenizer) == tokenizer.chat_template  # suffixed once only
+    body, stops = chat_format.ollama_template(tokenizer)
+    chat = modelfile_text(gguf_name="m.gguf", template=body, stops=stops)
     body = chat.split('TEMPLATE """')[1].split('"""')[0]
     assert body.replace("{{ .Prompt }}", question).replace("{{ .Response }}", "") == run_prompt
     assert 'PARAMETER stop "<|im_end|>"' in chat

@@ -169,7 +169,7 @@ def test_a_continued_adapter_is_checked_against_its_record_before_output_dir_is_
         "was trained with Alpaca prompts, and dataset_format='messages'": dict(
             adapter_name_or_path=alpaca, template="alpaca_no_input", dataset_format="messages"
         ),
-        "was trained with conversations .* continue it on conversational pairs": dict(adapter_name_or_path=chat),
+        "was trained with conversations.* continue it on conversational pairs": dict(adapter_name_or_path=chat),
         "max_seq_length=256 on a base of .* positions, and max_seq_length=4096 scales RoPE otherwise": dict(
             adapter_name_or_path=alpaca, template="alpaca_no_input", max_seq_length=4096
         ),
@@ -363,7 +363,7 @@ def test_an_adapter_that_trained_embeddings_continues_on_conversations_with_its_
     assert {n for n in saved if ".default." in n} == {n for n in saved if model.get_parameter(n).requires_grad}
     assert {n for n in saved if ".ref." in n}  # TRL's frozen copy holds the matrices too
     assert fmt.check_first_batch(trainer).startswith("first batch: 4 of 4 responses end in one supervised <|im_end|>")
-    with pytest.raises(ConfigError, match="was trained with conversations .* continue it on conversational pairs"):
+    with pytest.raises(ConfigError, match="was trained with conversations.* continue it on conversational pairs"):
         check_sources(_stories_run(stories_dir, tmp_path, adapter_name_or_path=folder, chat_template="chatml"))
     with pytest.raises(ConfigError, match="chat_template='chatml' .* set chat_template='chatml'"):
         check_sources(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, check_keys
-from .config.finetune import DEFAULTS, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
+from .config.finetune import FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
 from .data.row_files import DataError
 from .machine.kernel import quiet_library_bars
 
@@ -149,11 +149,11 @@ def _recorded_flags(values: dict, given: set, where: str) -> dict:
 
 
 def _run_generate(values: dict, given: set) -> list[str]:
-    from .infer.chat_generation import chat_stream
+    from .data.formats import recorded_data_format
     from .infer.generation import stream
     from .machine.hardware import detect_hardware
     from .models.adapters import load_adapter
-    from .models.run_record import read_record, recorded_format, resolve_settings
+    from .models.run_record import read_record
 
     where = "tinyllama-ft generate"
     base = _adapter_base(values)
@@ -163,14 +163,8 @@ def _run_generate(values: dict, given: set) -> list[str]:
     )
     flags = _recorded_flags(values, given, where)
     record = read_record(values["adapter"])
-    chat = recorded_format(record) != "alpaca"
-    inputs = _generate_inputs(repeated_values(values["input"]), len(cfg.prompts), chat=chat)
-    template = resolve_settings(
-        record,
-        {k: flags[k] for k in ("template", "max_seq_length")},  # refused here by flag
-        defaults={"template": DEFAULTS.template},
-        where=where,
-    )["template"]
+    fmt = recorded_data_format(record, template=flags["template"], where=where)  # refused here by flag
+    inputs = _generate_inputs(repeated_values(values["input"]), len(cfg.prompts), fmt)
     model, tokenizer = load_adapter(
         values["adapter"],
         max_seq_length=flags["max_seq_length"],
@@ -182,24 +176,16 @@ def _run_generate(values: dict, given: set) -> list[str]:
         trust_remote_code=cfg.trust_remote_code,
         merged=cfg.reload_merged,
     )
-    if chat:  # prompted through the adapter's own chat template, stopped on its recorded stop tokens
-        return chat_stream(
-            model,
-            tokenizer,
-            list(cfg.prompts),
-            max_new_tokens=cfg.max_new_tokens,
-            stop_token_ids=record.get("stop_token_ids"),
-        )
-    return stream(model, tokenizer, cfg.prompts, inputs=inputs, max_new_tokens=cfg.max_new_tokens, template=template)
+    return stream(model, tokenizer, cfg.prompts, inputs=inputs, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 
 
-def _generate_inputs(given, n_prompts: int, *, chat: bool) -> list[str] | None:
+def _generate_inputs(given, n_prompts: int, fmt) -> list[str] | None:
     """``--input`` as one string per prompt (None when not given), checked (ConfigError) before the model loads."""
     if given is None:
         return None
-    if chat:
+    if not fmt.takes_input:
         raise ConfigError(
-            "--input fills the Alpaca prompt's input, and this adapter was trained on conversations: put the "
+            f"--input fills the Alpaca prompt's input, and this adapter was trained on {fmt.trained_on}: put the "
             "context inside --prompt"
         )
     from .infer.generation import one_per_instruction

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..config.coercion import ConfigError
 from ..config.finetune import DEFAULTS
+from ..models.run_record import PROMPT_SUFFIX, recorded_format, resolve_settings, with_suffix
 from .alpaca_prompts import format_prompt
 from .arithmetic import SOURCE as ARITHMETIC
 from .fingerprint import FINGERPRINT_FIELDS, data_fingerprint
@@ -39,6 +41,9 @@ class _Format:
     rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
     first_batch = None  # what check_first_batch found
     family = None  # the chat setup (families.FamilySetup) of conversations, once prepared
+    #: What the run added after each question (a saved GRPO adapter's record: ``run_record.PROMPT_SUFFIX``).
+    prompt_suffix = ""
+    takes_input = False  # a prompt has an input besides the question (generate's ``inputs``)
 
 
 class AlpacaFormat(_Format):
@@ -49,6 +54,9 @@ class AlpacaFormat(_Format):
     """
 
     name = "alpaca"
+    takes_input = True
+    #: The rows' form (``preferences.FORMS``), the setting its prompt depends on, and what it is in messages.
+    form, setting, trained_on, rows = "text", "template", "Alpaca prompts", "text"
     #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
     #: special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
@@ -58,6 +66,11 @@ class AlpacaFormat(_Format):
 
     def __init__(self, template: str = DEFAULTS.template):
         self.template = template
+
+    @classmethod
+    def from_record(cls, record, template: str) -> AlpacaFormat:
+        """A saved adapter's format (``recorded_data_format``): ``template`` as resolved against its record."""
+        return cls(template)
 
     def __repr__(self) -> str:
         return f"AlpacaFormat(template={self.template!r})"
@@ -127,9 +140,23 @@ class AlpacaFormat(_Format):
         """``[EOS id]``: what every training sample ends with."""
         return [tokenizer.eos_token_id]
 
-    def prompt(self, tokenizer, text: str) -> str:
-        """A user's instruction (``cfg.prompts``) as the Alpaca prompt with an empty input and response."""
-        return format_prompt(text, "", "", self.template)
+    def prompt(self, tokenizer, text: str, context: str = "") -> str:
+        """A user's instruction (``cfg.prompts``, with ``prompt_suffix``) as the Alpaca prompt with ``context`` as its
+        input and an empty response."""
+        return format_prompt(with_suffix(text, self.prompt_suffix), context, "", self.template)
+
+    def exported_chat_template(self, tokenizer) -> str:
+        """The Jinja chat template an exported model (and lm-eval) renders prompts with: exactly ``prompt``'s
+        (``alpaca_chat_template.jinja_chat_template``)."""
+        from .alpaca_chat_template import jinja_chat_template
+
+        return jinja_chat_template(self.template, self.prompt_suffix)
+
+    def ollama_template(self, tokenizer) -> tuple[str | None, list[str]]:
+        """``(TEMPLATE, stop strings)`` of an Ollama Modelfile (``alpaca_chat_template.ollama_template``)."""
+        from .alpaca_chat_template import ollama_template, stop_strings
+
+        return ollama_template(self.template, self.prompt_suffix), stop_strings(tokenizer.eos_token, self.template)
 
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out row's prompt: its instruction and input, the response left empty."""
@@ -185,6 +212,8 @@ class ConversationFormat(_Format):
     """
 
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
+    form, setting, trained_on, rows = "conversation", "chat_template", "conversations", "conversational"
+    recorded_stop_ids = None  # a saved adapter's stop ids (``from_record``), the chat setup being its tokenizer's
 
     def __init__(
         self,
@@ -197,6 +226,13 @@ class ConversationFormat(_Format):
         self.chat_template = chat_template
         self.assistant_only_loss = assistant_only_loss
         self.token_report = None
+
+    @classmethod
+    def from_record(cls, record, template=None) -> ConversationFormat:
+        """A saved adapter's format (``recorded_data_format``): its layout, chat template and stop ids."""
+        fmt = cls(record["dataset_format"], chat_template=record.get("chat_template") or DEFAULTS.chat_template)
+        fmt.recorded_stop_ids = list(record.get("stop_token_ids") or ())
+        return fmt
 
     def __repr__(self) -> str:
         return f"ConversationFormat({self.name!r}, chat_template={self.chat_template!r})"
@@ -280,14 +316,42 @@ class ConversationFormat(_Format):
     # generation
     def stop_token_ids(self, tokenizer) -> list[int]:
         """The template's end-of-turn token, then EOS and the generation config's EOS ids
-        (``families.FamilySetup.stop_token_ids``)."""
+        (``families.FamilySetup.stop_token_ids``); a saved adapter's: the recorded ones, else its template's."""
+        from ..models.chat_templates import stop_token_ids
+
+        if self.family is None and self.recorded_stop_ids is not None:
+            return list(self.recorded_stop_ids) or stop_token_ids(tokenizer)
         return list(self._family().stop_token_ids)
 
     def prompt(self, tokenizer, text) -> str:
-        """A user message (or a conversation's turns) as the chat template's generation prompt."""
+        """A user message (or a conversation's turns; ``prompt_suffix`` added to the last) as the chat template's
+        generation prompt."""
         from ..models.chat_templates import chat_prompt
 
-        return chat_prompt(tokenizer, text)
+        return chat_prompt(tokenizer, with_suffix(text, self.prompt_suffix))
+
+    def exported_chat_template(self, tokenizer) -> str:
+        """The Jinja chat template an exported model renders prompts with: the tokenizer's own, adding
+        ``prompt_suffix`` (``chat_templates.suffixed_chat_template``, once). Raises ValueError: it has none."""
+        from ..models.chat_templates import suffixed_chat_template
+
+        if not tokenizer.chat_template:
+            raise ValueError("a chat adapter's export keeps the tokenizer's own chat template, and it has none")
+        if tokenizer.chat_template.startswith(suffixed_chat_template("", self.prompt_suffix)):
+            return tokenizer.chat_template
+        return suffixed_chat_template(tokenizer.chat_template, self.prompt_suffix)
+
+    def ollama_template(self, tokenizer) -> tuple[str | None, list[str]]:
+        """``(TEMPLATE, stop strings)`` of an Ollama Modelfile: no ``TEMPLATE`` (Ollama reads the GGUF's chat
+        template) unless a ``prompt_suffix`` is added (``chat_templates.chat_ollama_template`` of ``tokenizer``, its
+        chat template suffixed); the stop ids' tokens (end-of-turn first) and EOS. Raises ValueError: no EOS."""
+        from ..models.chat_templates import chat_ollama_template
+
+        if not tokenizer.eos_token:
+            raise ValueError("eos_token is empty: a chat model's answers end with its end-of-turn token and EOS")
+        stops = tokenizer.convert_ids_to_tokens(self.stop_token_ids(tokenizer))
+        body = chat_ollama_template(tokenizer) if self.prompt_suffix else None
+        return body, [t for t in dict.fromkeys([*stops, tokenizer.eos_token]) if t]
 
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out conversation's prompt: its turns before the last assistant turn, then the assistant header."""
@@ -335,6 +399,65 @@ class ConversationFormat(_Format):
                 "supervision": self.first_batch,
             }
         }
+
+
+#: The format class of a saved adapter's recorded ``dataset_format`` (``run_record.recorded_format``); any other name
+#: is a conversation layout. A new data form is one class here.
+RECORDED_FORMATS = {"alpaca": AlpacaFormat}
+
+
+def recorded_data_format(record, *, template: str | None = None, where: str = "load_adapter"):
+    """How a saved adapter is prompted, read from its record (``run_record.read_record``): the one place that reads
+    it for ``generate``, ``export`` (merged chat template, GGUF, Ollama), a run continuing it and ``load_adapter``.
+
+    Args:
+        record: the adapter's record (``{}``: a PEFT folder from elsewhere, prompted as Alpaca).
+        template: a ``template`` the caller gave (``--template``); None: the recorded one, else ``DEFAULTS``'.
+        where: the caller, for messages.
+
+    Returns:
+        An ``AlpacaFormat`` or ``ConversationFormat`` (``RECORDED_FORMATS``) with the recorded ``prompt_suffix``.
+
+    Raises:
+        ConfigError: ``template`` contradicts the record, or is given for an adapter whose prompt does not use one.
+    """
+    cls = RECORDED_FORMATS.get(recorded_format(record), ConversationFormat)
+    if template is not None and cls.setting != "template":
+        raise ConfigError(
+            f"{where}: template={template!r}, but the adapter was trained on {cls.trained_on} "
+            f"(dataset_format={record['dataset_format']!r}, chat_template={record.get('chat_template')!r}): "
+            f"it is prompted through its chat template; leave template out"
+        )
+    given = {"template": template}
+    fmt = cls.from_record(
+        record, resolve_settings(record, given, defaults={"template": DEFAULTS.template}, where=where)["template"]
+    )
+    fmt.prompt_suffix = record.get(PROMPT_SUFFIX) or ""
+    return fmt
+
+
+def check_continued(cfg, record, *, flag: str = "adapter_name_or_path") -> None:
+    """Check that a run continuing a saved adapter (``cfg.adapter_name_or_path``, ``record``: its record) prompts it
+    as it was trained: rows of its form (``cfg.dataset_format``) and its ``template`` or ``chat_template``.
+
+    Raises:
+        ConfigError: either differs: names the field, both values and the fix.
+    """
+    fmt = recorded_data_format(record, where=flag)
+    where = f"{flag}={cfg.adapter_name_or_path!r} was trained with"
+    reads = RECORDED_FORMATS.get(cfg.dataset_format, ConversationFormat)
+    if cfg.dataset_format != "auto" and reads.form != fmt.form:
+        raise ConfigError(
+            f"{where} {fmt.trained_on}, and dataset_format={cfg.dataset_format!r} reads {reads.trained_on} (its "
+            f"record: dataset_format={recorded_format(record)!r}): continue it on {fmt.rows} pairs (or "
+            f"dataset_format 'auto')"
+        )
+    name = fmt.setting
+    if name in record and record[name] != getattr(cfg, name):
+        raise ConfigError(
+            f"{where} {name}={record[name]!r} (recorded with it), and {name}={getattr(cfg, name)!r}: set "
+            f"{name}={record[name]!r} to prompt it as it was trained"
+        )
 
 
 class WrappedFormat(_Format):
@@ -433,8 +556,9 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
     Raises:
         config.locations.PathArgumentError: (a ConfigError) a local path that does not exist, or a value that is
             neither a path nor a Hub id; config.locations.HubUnreachableError: a Hub id the Hub does not answer for
-            and the cache lacks; ``adapters.check_start_adapter``'s errors for ``adapter_name_or_path`` (not a saved
-            adapter, or trained with another template, data form or RoPE scaling).
+            and the cache lacks; ``adapters.check_start_adapter``'s and ``check_continued``'s errors for
+            ``adapter_name_or_path`` (not a saved adapter, or trained with another template, data form or RoPE
+            scaling).
     """
     from ..config.locations import check_source
     from ..models.demo_model import check_model_source
@@ -447,4 +571,5 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
     if cfg.adapter_name_or_path:
         from ..models.adapters import check_start_adapter
 
-        check_start_adapter(cfg, flag=f"{flag_prefix}adapter_name_or_path")
+        if record := check_start_adapter(cfg, flag=f"{flag_prefix}adapter_name_or_path"):
+            check_continued(cfg, record, flag=f"{flag_prefix}adapter_name_or_path")

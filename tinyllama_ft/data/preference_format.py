@@ -99,15 +99,15 @@ class PreferenceFormat(WrappedFormat):
 
     def _check_adapter_form(self) -> None:
         from ..config.coercion import ConfigError
-        from ..models.run_record import read_record, recorded_format
+        from ..models.run_record import read_record
+        from .formats import recorded_data_format
 
         record = read_record(self.adapter_name_or_path)
-        chat = recorded_format(record) != "alpaca"
-        if record and chat != (self.form == "conversation"):
-            trained = "conversations" if chat else "Alpaca prompts"
+        trained = recorded_data_format(record)
+        if record and trained.form != self.form:
             raise ConfigError(
-                f"adapter_name_or_path={self.adapter_name_or_path!r} was trained on {trained}, and {self.form} rows "
-                f"would be prompted otherwise: continue it on {'conversational' if chat else 'text'} preference rows"
+                f"adapter_name_or_path={self.adapter_name_or_path!r} was trained on {trained.trained_on}, and "
+                f"{self.form} rows would be prompted otherwise: continue it on {trained.rows} preference rows"
             )
 
     def fingerprint(self, rows) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..config.finetune import DEFAULTS, EXPORT_FORMATS
 from ..machine.temporaries import clean_stale, discard_temporary, make_temporary, replace_folder, stale_temporaries
 from .disk_space import DISK_MARGIN_BYTES, OUTTYPES_OR_Q4, check_free_space, estimate_bytes
-from .ollama import chat_ollama_template, write_modelfile
+from .ollama import write_modelfile
 
 #: GGUF file names inside each format folder.
 GGUF_NAMES = {
@@ -64,35 +64,29 @@ def save_merged(
     model,
     tokenizer,
     target_dir: str | os.PathLike,
-    template: str | None,
+    chat_template: str,
     dtype: str | None = None,
     base_dir: str | None = None,
-    prompt_suffix: str = "",
 ) -> Path:
     """Save a merged model as a plain transformers folder with the trained prompt format as chat template.
 
     Args:
         model: the merged model (``load_adapter(..., merged=True)``), cast in place to ``dtype`` when given.
-        tokenizer: its tokenizer; its ``chat_template`` becomes ``alpaca_chat_template.jinja_chat_template(template)``
-            for an Alpaca ``template``, and stays its own for a chat adapter (``template=None``).
+        tokenizer: its tokenizer; its ``chat_template`` becomes ``chat_template``.
         target_dir: the folder to write (created; ``export_adapter`` stages it).
-        template: the Alpaca prompt template the adapter was trained with, or None for a chat adapter.
+        chat_template: the adapter's format's ``exported_chat_template(tokenizer)`` (``formats.recorded_data_format``:
+            an Alpaca adapter's prompt as Jinja, a chat adapter's own template, either adding the run's
+            ``prompt_suffix``).
         dtype: ``"bfloat16"``, ``"float16"``, ``"float32"``, or None to keep the model's.
         base_dir: the base model's local folder, whose ``TOKENIZER_SOURCES`` are copied when the save lacks them.
-        prompt_suffix: the text the run added after each question (``run_record.recorded_prompt``): the saved chat
-            template adds it (``jinja_chat_template``'s ``suffix``; a chat adapter's:
-            ``chat_templates.suffixed_chat_template``, set on ``tokenizer``).
 
     Returns:
         ``target_dir`` as a Path (safetensors, configs, tokenizer files, ``chat_template.jinja``).
 
     Raises:
-        ValueError: a 4-bit model; ``template=None`` and the tokenizer has no chat template.
+        ValueError: a 4-bit model.
     """
     import torch
-
-    from ..data.alpaca_chat_template import jinja_chat_template
-    from ..models.chat_templates import suffixed_chat_template
 
     if getattr(model, "hf_quantizer", None) is not None:
         raise ValueError(
@@ -100,12 +94,7 @@ def save_merged(
         )
     if dtype is not None:
         model.to(getattr(torch, dtype))
-    if template is not None:
-        tokenizer.chat_template = jinja_chat_template(template, prompt_suffix)
-    elif not tokenizer.chat_template:
-        raise ValueError("save_merged(template=None) keeps the tokenizer's own chat template, and it has none")
-    elif prompt_suffix and not tokenizer.chat_template.startswith(suffixed_chat_template("", prompt_suffix)):
-        tokenizer.chat_template = suffixed_chat_template(tokenizer.chat_template, prompt_suffix)
+    tokenizer.chat_template = chat_template
     if tokenizer.eos_token_id is not None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
     if tokenizer.pad_token_id is not None:
@@ -225,18 +214,12 @@ def export_adapter(
     check_export_tools(formats, whole_modules=saves_whole_modules(adapter_dir))
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
         raise NotADirectoryError(f"output_dir={output_dir!r} is a file, not a folder: pass another --output_dir")
-    from ..models.run_record import read_record, recorded_prompt, resolve_settings
+    from ..data.formats import recorded_data_format
+    from ..models.run_record import read_record, resolve_settings
 
     record = read_record(adapter_dir)
-    prompted = recorded_prompt(record)  # the template kind, and what the run added after each question
-    settings = resolve_settings(
-        record,
-        {"template": template, "max_seq_length": max_seq_length},
-        defaults={"template": DEFAULTS.template},
-        where="export",
-    )  # load_adapter: the rest
-    template = None if prompted.chat else settings["template"]  # None: the chat adapter's own
-    suffix = prompted.suffix  # the exports add it too
+    resolve_settings(record, {"max_seq_length": max_seq_length}, defaults={}, where="export")  # before loading
+    fmt = recorded_data_format(record, template=template, where="export")  # its prompt in every format
     converter = None
     if any(f.startswith("gguf_") for f in formats):
         converter = (
@@ -281,13 +264,9 @@ def export_adapter(
             needed = estimate_bytes(n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize)
             check_free_space(path=str(root), needed_bytes=needed)
             base_dir = _local_base_dir(base, required=False)
+            chat_template = fmt.exported_chat_template(tokenizer)
             save = functools.partial(
-                save_merged,
-                model=model,
-                tokenizer=tokenizer,
-                template=template,
-                base_dir=base_dir,
-                prompt_suffix=suffix,
+                save_merged, model=model, tokenizer=tokenizer, chat_template=chat_template, base_dir=base_dir
             )
             if any(f in OUTTYPES_OR_Q4 for f in formats):
                 full = save(target_dir=staging / "merged-full")
@@ -305,14 +284,8 @@ def export_adapter(
                     if q4:
                         gguf_export.quantize_gguf(source=f16, target=gguf)
                         f16.unlink()
-                    write_modelfile(
-                        gguf_path=gguf,
-                        eos_token=tokenizer.eos_token,
-                        template=template,
-                        stop_tokens=_chat_stop_tokens(tokenizer, record) if template is None else (),
-                        prompt_suffix=suffix,
-                        chat_body=chat_ollama_template(tokenizer) if template is None and suffix else None,
-                    )
+                    body, stops = fmt.ollama_template(tokenizer)
+                    write_modelfile(gguf_path=gguf, template=body, stops=stops)
                 done(fmt, folder, time.perf_counter() - start)
         if "gguf_lora" in formats:
             start, folder = time.perf_counter(), staging / "gguf_lora"
@@ -334,14 +307,6 @@ def export_adapter(
             if folder.is_dir() and not any(folder.iterdir()):
                 folder.rmdir()
     return {f: results[f] for f in formats}
-
-
-def _chat_stop_tokens(tokenizer, record) -> list[str]:
-    """A chat adapter's stop strings: the recorded stop ids' tokens (end-of-turn first), else the template's."""
-    from ..models.chat_templates import stop_token_ids
-
-    ids = record.get("stop_token_ids") or stop_token_ids(tokenizer)
-    return [t for t in dict.fromkeys(tokenizer.convert_ids_to_tokens(list(ids))) if t]
 
 
 def describe_exports(results: dict[str, ExportResult]) -> str:

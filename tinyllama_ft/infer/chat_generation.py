@@ -9,8 +9,9 @@ from typing import Sequence
 
 from ..models.chat_templates import chat_prompt
 from ..models.chat_templates import stop_token_ids as template_stop_ids
-from ..models.run_record import recorded_questions
+from ..models.run_record import with_suffix
 from .core import decode_answers, generate_answers, stream_answers
+from .generation import model_format
 
 #: How chat prompts are tokenized: as ``apply_chat_template`` does (the template writes its own BOS).
 CHAT_ENCODING = {"add_special_tokens": False}
@@ -26,8 +27,8 @@ def _conversations(conversations) -> list:
 
 
 def _chat_answers(core_fn, model, tokenizer, conversations, stop_token_ids, **options):
-    asked = recorded_questions(model, _conversations(conversations))  # a load_adapter model: as its run asked
-    prompts = [chat_prompt(tokenizer, c) for c in asked]
+    suffix = model_format(model).prompt_suffix  # a load_adapter model: as its run asked
+    prompts = [chat_prompt(tokenizer, with_suffix(c, suffix)) for c in _conversations(conversations)]
     stops = list(stop_token_ids or template_stop_ids(tokenizer, model))
     return core_fn(model, tokenizer, prompts, stop_token_ids=stops, encode_kwargs=CHAT_ENCODING, **options)
 

@@ -8,10 +8,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from ..config.finetune import DEFAULTS
-from ..data.alpaca_prompts import format_prompt
-from ..data.formats import AlpacaFormat
-from ..models.run_record import recorded_questions
+from ..data.formats import AlpacaFormat, recorded_data_format
+from ..models.run_record import RECORD_ATTRIBUTE
 from .core import decode_answers, generate_answers, stream_answers
 
 
@@ -28,9 +26,22 @@ def one_per_instruction(value, n: int, name: str) -> list[str]:
     return value
 
 
+def model_format(model, template: str | None = None):
+    """The format ``model`` is prompted in: a ``template`` given, an ``AlpacaFormat`` of it; else the format its
+    record says (``adapters.load_adapter``'s model: ``formats.recorded_data_format``), for any other model
+    ``AlpacaFormat(DEFAULTS.template)``. Either adds the text the record's run added after each question."""
+    recorded = recorded_data_format(getattr(model, RECORD_ATTRIBUTE, None) or {})
+    if template is None:
+        return recorded
+    fmt = AlpacaFormat(template)
+    fmt.prompt_suffix = recorded.prompt_suffix
+    return fmt
+
+
 def answer_with(core_fn, model, tokenizer, instructions, inputs, template, data_format, **options):
     """The answers of ``core_fn`` (``core.generate_answers`` or ``core.stream_answers``, given ``**options``) to the
-    instructions' prompts in ``data_format`` (None: ``AlpacaFormat(template)``), with its stop ids and tokenization.
+    instructions' prompts in ``data_format`` (None: ``model_format(model, template)``), with its stop ids and
+    tokenization.
 
     Args:
         model, tokenizer, instructions, inputs, template, data_format: as ``generate``.
@@ -39,19 +50,17 @@ def answer_with(core_fn, model, tokenizer, instructions, inputs, template, data_
         One ``core.Answer`` per instruction.
 
     Raises:
-        ValueError: ``inputs`` does not match ``instructions``, or is given for a conversation format.
+        ValueError: ``inputs`` does not match ``instructions``, or is given for a format without an input.
     """
-    fmt = data_format or AlpacaFormat(template)
+    fmt = data_format or model_format(model, template)
     instructions = [instructions] if isinstance(instructions, str) else list(instructions)
-    if data_format is None:  # a model from load_adapter: each question as its run asked it
-        instructions = recorded_questions(model, instructions)
     if inputs is None:
         prompts = [fmt.prompt(tokenizer, i) for i in instructions]
-    elif not isinstance(fmt, AlpacaFormat):
-        raise ValueError(f"inputs= fills the Alpaca prompt's input; {fmt!r} renders a chat template: leave it out")
+    elif not fmt.takes_input:
+        raise ValueError(f"inputs= fills the Alpaca prompt's input; {fmt!r} has none: leave it out")
     else:
         inputs = one_per_instruction(inputs, len(instructions), "inputs")
-        prompts = [format_prompt(i, x, "", fmt.template) for i, x in zip(instructions, inputs)]
+        prompts = [fmt.prompt(tokenizer, i, x) for i, x in zip(instructions, inputs)]
     stops, encode = fmt.stop_token_ids(tokenizer), fmt.encode_kwargs
     return core_fn(model, tokenizer, prompts, stop_token_ids=stops, encode_kwargs=encode, **options)
 
@@ -62,7 +71,7 @@ def generate(
     instructions: str | Sequence[str],
     *,
     inputs: str | Sequence[str] | None = None,
-    template: str = DEFAULTS.template,
+    template: str | None = None,
     data_format=None,
     **options,
 ) -> list[str]:
@@ -72,11 +81,11 @@ def generate(
         model, tokenizer: from ``load_model`` + ``add_lora``, or ``adapters.load_adapter``.
         instructions: one instruction or a list.
         inputs: matching context strings (one for all, or one each); ``None`` = empty input.
-        template: prompt template, as ``alpaca_prompts.format_prompt``.
+        template: an Alpaca prompt template (``alpaca_prompts.format_prompt``); None: the model's own format
+            (``model_format``: a ``load_adapter`` model's recorded one, else ``DEFAULTS.template``).
         data_format: the run's format object (``formats.data_format(cfg)``): a conversation format renders each
             instruction as a user message through the chat template and stops at its end-of-turn token; None:
-            ``AlpacaFormat(template)``, each instruction with the text its run added after a question when the
-            model comes from ``adapters.load_adapter`` (``run_record.recorded_questions``).
+            ``model_format(model, template)``, each instruction with the text its run added after a question.
         **options: ``core.GenerationOptions`` fields (``max_new_tokens``: the article's 64, ``do_sample``,
             ``temperature``, ``top_p``, ``repetition_penalty``, ``logits_processor``, ``decode``, ``ignore_eos``).
 
@@ -99,7 +108,7 @@ def stream(
     instructions: str | Sequence[str],
     *,
     inputs: str | Sequence[str] | None = None,
-    template: str = DEFAULTS.template,
+    template: str | None = None,
     data_format=None,
     return_ids: bool = False,
     **options,

@@ -143,9 +143,9 @@ def load_adapter(
 
     Returns:
         ``(model, tokenizer)``: the model in eval mode (train mode with ``trainable``) and the adapter's tokenizer.
-        The model carries how its run prompted (``run_record.PROMPT_ATTRIBUTE``: a ``RecordedPrompt``), so
-        ``generation.generate`` / ``stream`` (no ``data_format``) and ``chat_generation`` add the text the run added
-        after each question (a GRPO run's layout line).
+        The model carries its record (``run_record.RECORD_ATTRIBUTE``), so ``generation.generate`` / ``stream`` (no
+        ``data_format`` or ``template``) prompt in its format and ``chat_generation`` adds what the run added after
+        each question (a GRPO run's layout line): ``formats.recorded_data_format``.
 
     Raises:
         locations.PathArgumentError / HubUnreachableError: as ``adapter_base``.
@@ -161,7 +161,7 @@ def load_adapter(
     from .loading import choose_backend, ensure_pad_token, load_model
     from .lora import attach_adapter
     from .precision import resolve_dtype, torch_dtype
-    from .run_record import PROMPT_ATTRIBUTE, read_record, recorded_prompt, resolve_settings
+    from .run_record import RECORD_ATTRIBUTE, read_record, resolve_settings
 
     hardware = hardware or detect_hardware()
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
@@ -221,7 +221,7 @@ def load_adapter(
         )
         ensure_pad_token(tokenizer)
     model.train(trainable)
-    setattr(model, PROMPT_ATTRIBUTE, recorded_prompt(record))  # the answering helpers prompt as the run did
+    setattr(model, RECORD_ATTRIBUTE, record)  # the answering helpers prompt as the run did
     return model, tokenizer
 
 
@@ -270,13 +270,12 @@ def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote
 
 def check_start_adapter(cfg, *, flag: str = "adapter_name_or_path") -> dict:
     """Check, before anything is loaded or written, the adapter a preference run continues
-    (``cfg.adapter_name_or_path``): a saved adapter, prompted as it was trained (its record's data format,
-    ``template`` or ``chat_template``, and a ``max_seq_length`` with the same RoPE scaling); a PEFT folder from
-    elsewhere records nothing and is prompted as the configuration says.
+    (``cfg.adapter_name_or_path``): a saved adapter, with a ``max_seq_length`` of the same RoPE scaling (its data form
+    and template: ``formats.check_continued``); a PEFT folder from elsewhere records nothing.
 
     Args:
-        cfg: the run's ``FinetuneConfig`` (``adapter_name_or_path``, ``model_name``, ``dataset_format``,
-            ``template``, ``chat_template``, ``max_seq_length``, ``trust_remote_code``).
+        cfg: the run's ``FinetuneConfig`` (``adapter_name_or_path``, ``model_name``, ``max_seq_length``,
+            ``trust_remote_code``).
         flag: the field's name in messages (``"--adapter_name_or_path"`` on the command line).
 
     Returns:
@@ -290,7 +289,7 @@ def check_start_adapter(cfg, *, flag: str = "adapter_name_or_path") -> dict:
     from ..config.coercion import ConfigError
     from ..config.locations import PathArgumentError, require_folder
     from .loading import rope_scaling_factor
-    from .run_record import RECORD_FILE, read_record, recorded_format
+    from .run_record import read_record
 
     path = require_folder(cfg.adapter_name_or_path, flag, holding=ADAPTER_FILES[0], what="a saved adapter")
     if not os.path.isfile(os.path.join(path, ADAPTER_FILES[1])):
@@ -299,23 +298,6 @@ def check_start_adapter(cfg, *, flag: str = "adapter_name_or_path") -> dict:
     if not record:
         return record
     where = f"{flag}={path!r} was trained with"
-    chat = recorded_format(record) != "alpaca"
-    if chat and cfg.dataset_format == "alpaca":
-        raise ConfigError(
-            f"{where} conversations (dataset_format={record['dataset_format']!r}), and dataset_format='alpaca' reads "
-            f"text pairs: continue it on conversational pairs (dataset_format 'messages' or 'auto')"
-        )
-    if not chat and cfg.dataset_format == "messages":
-        raise ConfigError(
-            f"{where} Alpaca prompts, and dataset_format='messages' reads conversations: continue it on text pairs "
-            f"(dataset_format 'alpaca' or 'auto')"
-        )
-    for name in ("chat_template",) if chat else ("template",):
-        if name in record and record[name] != getattr(cfg, name):
-            raise ConfigError(
-                f"{where} {name}={record[name]!r} (recorded in its {RECORD_FILE}), and {name}="
-                f"{getattr(cfg, name)!r}: set {name}={record[name]!r} to prompt it as it was trained"
-            )
     trained = record.get("max_seq_length")
     if trained and trained != cfg.max_seq_length:
         positions = base_positions(cfg.model_name, trust_remote_code=cfg.trust_remote_code)

@@ -1,7 +1,7 @@
 """What a run recorded beside its adapter (``tinyllama_ft.json``: the prompt format and how the base was loaded;
 older adapters: the run's ``run_config.json``), and how later commands take it: ``resolve_settings`` refuses a
 caller's value that contradicts the record where it would change the answers, and uses it with a notice where it is
-only another precision. ``recorded_prompt`` says how the run built a prompt from a question.
+only another precision. ``formats.recorded_data_format`` turns a record into the format the adapter is prompted in.
 """
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -26,9 +25,9 @@ MUST_MATCH = ("dataset_format", "template", "chat_template", "max_seq_length")
 MAY_DIFFER = ("dtype", "load_in_4bit")
 #: The record's key for what the run added after each question (a GRPO run's layout line); absent: nothing.
 PROMPT_SUFFIX = "prompt_suffix"
-#: The attribute ``adapters.load_adapter`` sets on the model it returns: its ``RecordedPrompt``, which the answering
-#: helpers (``generation.generate`` / ``stream`` without a ``data_format``, ``chat_generation``) prompt with.
-PROMPT_ATTRIBUTE = "tinyllama_ft_prompt"
+#: The attribute ``adapters.load_adapter`` sets on the model it returns: its record, whose format
+#: (``formats.recorded_data_format``) the answering helpers (``generation``, ``chat_generation``) prompt with.
+RECORD_ATTRIBUTE = "tinyllama_ft_record"
 
 
 def read_run_config(output_dir: str) -> dict[str, Any] | None:
@@ -96,39 +95,6 @@ def with_suffix(prompt, suffix: str):
     return messages
 
 
-@dataclass(frozen=True)
-class RecordedPrompt:
-    """How the run that saved an adapter built a prompt from a user's question (``recorded_prompt``).
-
-    Attributes:
-        chat: through the adapter's chat template (else the Alpaca template).
-        suffix: the text the run added after each question (``""``: none).
-    """
-
-    chat: bool
-    suffix: str = ""
-
-    def question(self, prompt):
-        """``prompt`` (a question, or chat messages ending with one) with ``suffix`` added, as the run's prompts had
-        it (``with_suffix``)."""
-        return with_suffix(prompt, self.suffix)
-
-
-def recorded_prompt(record: Mapping[str, Any]) -> RecordedPrompt:
-    """How to prompt the adapter ``record`` (``read_record``) describes: its template kind (``recorded_format``) and
-    the suffix its run added to each question (``PROMPT_SUFFIX``; none recorded: ``""``). Every command that prompts a
-    saved adapter (``generate``, ``export``, ``load_adapter``'s model) asks here."""
-    return RecordedPrompt(chat=recorded_format(record) != "alpaca", suffix=record.get(PROMPT_SUFFIX) or "")
-
-
-def recorded_questions(model, questions: list) -> list:
-    """``questions`` (strings, or conversations ending with one) as the run that trained ``model`` asked them: a
-    model from ``adapters.load_adapter`` carries its ``RecordedPrompt`` (``PROMPT_ATTRIBUTE``); any other model's
-    questions come back as they are."""
-    asked = getattr(model, PROMPT_ATTRIBUTE, None)
-    return list(questions) if asked is None else [asked.question(q) for q in questions]
-
-
 def write_record(folder: str, record: Mapping[str, Any]) -> str:
     """Write ``record`` to ``<folder>/tinyllama_ft.json`` (``paths.write_json_atomically``); returns the path."""
     return write_json_atomically(os.path.join(folder, RECORD_FILE), dict(record), sort_keys=True)
@@ -191,8 +157,8 @@ def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
 
 def recorded_format(record: Mapping[str, Any]) -> str:
     """The data format the adapter was trained with (``formats.data_format(cfg).name``): ``"alpaca"`` or a
-    conversation layout (``"auto"``, ``"messages"``, ``"sharegpt"``); a record naming none was Alpaca (decided here
-    for every caller)."""
+    conversation layout (``"auto"``, ``"messages"``, ``"sharegpt"``); a record naming none was Alpaca. Only
+    ``formats.recorded_data_format`` reads it."""
     return record.get("dataset_format") or "alpaca"
 
 
@@ -210,8 +176,8 @@ def resolve_settings(
         ``{name: value}`` for every name in ``defaults``, and every name of ``given`` that is given or recorded.
 
     Raises:
-        ConfigError: a given value of ``MUST_MATCH`` differs from the recorded one, or a ``template`` is given for a
-            chat adapter: names the field, both values and how to fix it.
+        ConfigError: a given value of ``MUST_MATCH`` differs from the recorded one: names the field, both values and
+            how to fix it.
     """
     out = dict(defaults)
     out.update({k: v for k, v in record.items() if k in out or k in given})
@@ -219,12 +185,6 @@ def resolve_settings(
         if value is None:
             continue
         recorded = record.get(name)
-        if name == "template" and recorded_format(record) != "alpaca":
-            raise ConfigError(
-                f"{where}: template={value!r}, but the adapter was trained on conversations "
-                f"(dataset_format={record['dataset_format']!r}, chat_template={record.get('chat_template')!r}): "
-                f"it is prompted through its chat template; leave template out"
-            )
         if recorded is not None and recorded != value:
             if name in MUST_MATCH:
                 raise ConfigError(
