@@ -202,3 +202,66 @@ def test_the_recorded_format_is_read_back_by_one_function_old_records_included(t
         read_record(str(old / "lora_model"))
     ) == "alpaca"
     assert recorded_format({}) == "alpaca"
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        {"dataset_format": "alpaca", "template": "alpaca_no_input", "method": "sft"},
+        {"dataset_format": "messages", "chat_template": "auto", "method": "sft"},
+        {"dataset_format": "alpaca", "template": "alpaca", "method": "grpo", "prompt_suffix": "\nEnd with: #### n"},
+        {"dataset_format": "messages", "chat_template": "auto", "method": "grpo", "prompt_suffix": "\nEnd: #### n"},
+        {"dataset_format": "messages", "chat_template": "auto", "method": "dpo"},
+    ],
+    ids=["alpaca", "chat", "grpo-alpaca", "grpo-chat", "dpo-chat"],
+)
+def test_one_place_reads_a_records_prompt_for_generate_reload_export_and_continuing(record):
+    """``formats.recorded_data_format`` decides how a saved adapter is prompted: ``generate`` on a ``load_adapter``
+    model (its record attached) answers as ``generate`` with that format does, the exported chat template and the
+    Ollama ``TEMPLATE`` render the same prompt, and a run continuing it is refused on rows of the other form."""
+    from chat_fixtures import tiny_model, tinyllama_tokenizer
+
+    from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.data.formats import AlpacaFormat, check_continued, recorded_data_format
+    from tinyllama_ft.infer.chat_generation import chat_generate
+    from tinyllama_ft.infer.generation import generate, model_format
+    from tinyllama_ft.models.chat_templates import ZEPHYR_TEMPLATE
+    from tinyllama_ft.models.run_record import RECORD_ATTRIBUTE
+
+    question = "Name a color."
+    tokenizer = tinyllama_tokenizer()  # adds BOS itself, as the Alpaca export's template writes it
+    tokenizer.chat_template = ZEPHYR_TEMPLATE  # a chat adapter's tokenizer carries its template
+    model = tiny_model("llama", tokenizer, seed=2)
+    fmt = recorded_data_format(record)
+    chat = record["dataset_format"] != "alpaca"
+    prompt = fmt.prompt(tokenizer, question)
+    suffix = record.get("prompt_suffix", "")
+    assert (question + suffix) in prompt and ("<|user|>" in prompt) == chat
+    assert ("### Input:" in prompt) == (record.get("template") == "alpaca")
+
+    assert model_format(model).prompt(tokenizer, question) == AlpacaFormat().prompt(tokenizer, question)
+    setattr(model, RECORD_ATTRIBUTE, record)  # as load_adapter returns it
+    assert model_format(model).prompt(tokenizer, question) == prompt
+    reloaded = generate(model, tokenizer, question, max_new_tokens=5)
+    assert reloaded == generate(model, tokenizer, question, max_new_tokens=5, data_format=fmt)
+    if chat:
+        assert reloaded == chat_generate(model, tokenizer, question, max_new_tokens=5)
+
+    exported = fmt.exported_chat_template(tokenizer)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], chat_template=exported, tokenize=False, add_generation_prompt=True
+    )
+    assert rendered == ("" if chat else tokenizer.bos_token) + prompt
+    body, stops = fmt.ollama_template(tokenizer)
+    if body is not None or suffix:
+        assert body.replace("{{ .Prompt }}", question).replace("{{ .Response }}", "") == prompt
+    assert stops[0] == (
+        tokenizer.convert_ids_to_tokens(fmt.stop_token_ids(tokenizer))[0] if chat else tokenizer.eos_token
+    )
+
+    other = "alpaca" if chat else "messages"
+    with pytest.raises(ConfigError, match=f"was trained with {fmt.trained_on}, and dataset_format='{other}'"):
+        check_continued(FinetuneConfig(dataset_format=other, method="dpo"), record)
+    setting = "chat_template" if chat else "template"
+    check_continued(FinetuneConfig(dataset_format="auto", method="dpo", **{setting: record[setting]}), record)

@@ -343,14 +343,14 @@ class ConversationFormat(_Format):
 
     def ollama_template(self, tokenizer) -> tuple[str | None, list[str]]:
         """``(TEMPLATE, stop strings)`` of an Ollama Modelfile: no ``TEMPLATE`` (Ollama reads the GGUF's chat
-        template) unless a ``prompt_suffix`` is added (``chat_templates.chat_ollama_template`` of ``tokenizer``, its
-        chat template suffixed); the stop ids' tokens (end-of-turn first) and EOS. Raises ValueError: no EOS."""
+        template) unless a ``prompt_suffix`` is added (``chat_templates.chat_ollama_template`` of
+        ``exported_chat_template``); the stop ids' tokens (end-of-turn first) and EOS. Raises ValueError: no EOS."""
         from ..models.chat_templates import chat_ollama_template
 
         if not tokenizer.eos_token:
             raise ValueError("eos_token is empty: a chat model's answers end with its end-of-turn token and EOS")
         stops = tokenizer.convert_ids_to_tokens(self.stop_token_ids(tokenizer))
-        body = chat_ollama_template(tokenizer) if self.prompt_suffix else None
+        body = chat_ollama_template(tokenizer, self.exported_chat_template(tokenizer)) if self.prompt_suffix else None
         return body, [t for t in dict.fromkeys([*stops, tokenizer.eos_token]) if t]
 
     def row_prompt(self, tokenizer, row: dict) -> str:

@@ -297,10 +297,10 @@ def suffixed_chat_template(chat_template: str, suffix: str) -> str:
     )
 
 
-def chat_ollama_template(tokenizer) -> str:
-    """A one-turn Ollama ``TEMPLATE`` rendered from ``tokenizer``'s chat template (``chat_templates.chat_prompt`` of
-    one user message), for a chat model whose exported template adds text after each question
-    (``chat_templates.suffixed_chat_template``), which Ollama's own reading of the GGUF's template would lose.
+def chat_ollama_template(tokenizer, chat_template: str | None = None) -> str:
+    """A one-turn Ollama ``TEMPLATE`` rendered from ``chat_template`` (None: ``tokenizer``'s; ``render`` of one user
+    message), for a chat model whose exported template adds text after each question (``suffixed_chat_template``),
+    which Ollama's own reading of the GGUF's template would lose.
     ``{{ .Prompt }}`` takes the message and ``{{ .Response }}`` follows the assistant's header; a leading BOS that the
     tokenizer adds itself is left to the GGUF's tokenizer, as the Alpaca ``TEMPLATE`` leaves it.
 
@@ -308,7 +308,8 @@ def chat_ollama_template(tokenizer) -> str:
         ValueError: the rendered prompt holds ``{{`` (which Go would read as template code).
     """
     mark = "\x00PROMPT\x00"
-    before, _, after = chat_prompt(tokenizer, mark).partition(mark)
+    user = [{"role": "user", "content": mark}]
+    before, _, after = render(tokenizer, user, add_generation_prompt=True, chat_template=chat_template).partition(mark)
     adds_bos = tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
     if adds_bos and before.startswith(tokenizer.bos_token):  # the GGUF's tokenizer adds it, as this one does
         before = before[len(tokenizer.bos_token) :]
