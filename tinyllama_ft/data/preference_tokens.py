@@ -144,17 +144,18 @@ def tokenize_preferences(
 
 def unpair(dataset):
     """``tokenize_preferences``' pairs as KTO's unpaired rows (``prompt_ids``, ``completion_ids``, ``label``; twice the
-    rows): each pair's chosen (label True) then its rejected (False) completion, so each micro-batch of two or more
-    holds both kinds."""
+    rows): ``trl.unpair_preference_dataset`` one pair per batch, so each pair's chosen (label True) is followed by
+    its rejected (False) completion and each micro-batch of two or more holds both kinds (TRL's default batches put
+    a thousand chosen completions before their rejected ones)."""
     import datasets
+    from trl import unpair_preference_dataset
 
-    rows = []
-    for row in dataset:
-        rows.append({"prompt_ids": row["prompt_ids"], "completion_ids": row["chosen_ids"], "label": True})
-        rows.append({"prompt_ids": row["prompt_ids"], "completion_ids": row["rejected_ids"], "label": False})
     ids = datasets.Sequence(datasets.Value("int32"))
-    features = datasets.Features({"prompt_ids": ids, "completion_ids": ids, "label": datasets.Value("bool")})
-    return datasets.Dataset.from_list(rows, features=features)
+    unpaired = datasets.Features({"completion": ids, "label": datasets.Value("bool"), "prompt_ids": ids})
+    pairs = dataset.select_columns(["prompt_ids", "chosen_ids", "rejected_ids"])
+    pairs = pairs.rename_columns({"chosen_ids": "chosen", "rejected_ids": "rejected"})
+    rows = unpair_preference_dataset(pairs, batch_size=1, features=unpaired)
+    return rows.rename_column("completion", "completion_ids").select_columns(["prompt_ids", "completion_ids", "label"])
 
 
 def _batch_sequences(batch):
