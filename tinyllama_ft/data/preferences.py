@@ -62,11 +62,13 @@ def _conversation_row(row: dict, responses: tuple[str, ...]) -> tuple[tuple[str,
             problem, whole[column] = conversation_problem(row, column=column)
             if problem:
                 return problem, None
-        first, second = (whole[c] for c in responses)
-        if first[:-1] != second[:-1]:
+        from trl.data_utils import extract_prompt  # the turns both share; TRL 1.15 and 1.16 alike
+
+        split = extract_prompt(whole)
+        if any(len(split[c]) != 1 for c in responses):
             why = f"differs from {responses[0]} before its last turn (the implicit prompt)"
             return (responses[1], why, "prompt mismatch"), None
-        return None, {"prompt": first[:-1], **{c: whole[c][-1:] for c in responses}}
+        return None, split
     problem, prompt = turns_problem(row, "prompt")
     if problem:
         return problem, None
