@@ -108,7 +108,7 @@ def test_generation_tasks_are_prompted_as_generate_prompts_the_adapter(loaded, a
 
     model, tokenizer = loaded
     record = read_record(adapter)
-    template, stops, chat = generation_format(tokenizer, model, record=record)
+    template, stops, chat = generation_format(tokenizer, record=record)
     assert not chat and stops == [tokenizer.eos_token_id]
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Add 2 and 3."}],
@@ -120,11 +120,11 @@ def test_generation_tasks_are_prompted_as_generate_prompts_the_adapter(loaded, a
     no_input = {**record, "template": "alpaca_no_input"}
     assert "### Input:" not in tokenizer.apply_chat_template(
         [{"role": "user", "content": "x"}],
-        chat_template=generation_format(tokenizer, model, record=no_input)[0],
+        chat_template=generation_format(tokenizer, record=no_input)[0],
         tokenize=False,
     )
     with pytest.raises(ConfigError, match="template='alpaca_no_input', but the adapter was trained with"):
-        generation_format(tokenizer, model, record=record, template="alpaca_no_input")
+        generation_format(tokenizer, record=record, template="alpaca_no_input")
 
 
 def test_base_and_tuned_scores_batched_and_unbatched_agree_and_are_written(loaded, qa_file, tmp_path):

@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..config.coercion import ConfigError
-from ..config.finetune import DEFAULTS
 from ..config.locations import HubUnreachableError
 from .benchmark_tasks import SHIPPED_TASKS, TASKS_DIR
 
@@ -129,16 +128,15 @@ def own_task(path: str | os.PathLike, folder: str | os.PathLike) -> str:
     return name
 
 
-def generation_format(tokenizer, model, *, data_format=None, record=None, template=None, where="evaluate_benchmarks"):
+def generation_format(tokenizer, *, data_format=None, record=None, template=None, where="evaluate_benchmarks"):
     """How generation tasks prompt and stop: the adapter's format, read as ``generate`` reads it.
 
     Args:
-        tokenizer, model: the tokenizer (its chat template, a chat run's) and the model (a chat record without stop
-            ids: ``chat_templates.stop_token_ids``).
+        tokenizer: the tokenizer (its chat template, a chat run's).
         data_format: the run's format object (``formats.data_format(cfg)``, the notebook's ``fmt``): its name, its
             ``template`` and ``stop_token_ids``, as ``generation.generate`` uses them. Or None, and:
         record: an adapter's record (``run_record.read_record``), read as ``tinyllama-ft generate`` reads it
-            (``recorded_format``, ``resolve_settings``); None or ``{}``: Alpaca with ``DEFAULTS.template``.
+            (``formats.recorded_data_format``); None or ``{}``: Alpaca with ``DEFAULTS.template``.
         template: a ``template`` the caller gave (the command line's ``--template``), checked against the record.
         where: the caller, for messages.
 
@@ -148,28 +146,15 @@ def generation_format(tokenizer, model, *, data_format=None, record=None, templa
         tokenizer's), the ids generation stops on, and whether the format is a chat template's.
 
     Raises:
-        ConfigError: ``template`` contradicts the record, or is given for a chat adapter (``resolve_settings``).
+        ConfigError: ``template`` contradicts the record, or is given for a chat adapter (``recorded_data_format``).
     """
     from ..data.alpaca_chat_template import jinja_chat_template
-    from ..data.formats import AlpacaFormat
+    from ..data.formats import recorded_data_format
 
-    if data_format is not None:
-        chat = data_format.name != "alpaca"
-        template = getattr(data_format, "template", DEFAULTS.template)
-        stops = list(data_format.stop_token_ids(tokenizer))
-    else:
-        from ..models.chat_templates import stop_token_ids
-        from ..models.run_record import recorded_format, resolve_settings
-
-        record = record or {}
-        chat = recorded_format(record) != "alpaca"
-        given = {"template": template}
-        template = resolve_settings(record, given, defaults={"template": DEFAULTS.template}, where=where)["template"]
-        if chat:
-            stops = list(record.get("stop_token_ids") or stop_token_ids(tokenizer, model))
-        else:
-            stops = AlpacaFormat(template).stop_token_ids(tokenizer)
-    return (tokenizer.chat_template if chat else jinja_chat_template(template)), stops, chat
+    fmt = data_format or recorded_data_format(record or {}, template=template, where=where)
+    chat = fmt.name != "alpaca"
+    stops = list(fmt.stop_token_ids(tokenizer))
+    return (tokenizer.chat_template if chat else jinja_chat_template(fmt.template)), stops, chat
 
 
 def _manager(include_paths: Sequence[str], names: Sequence[str]):
@@ -304,7 +289,7 @@ def evaluate_benchmarks(
     from .held_out import eval_mode
 
     chat_template, stop_ids, chat = generation_format(
-        tokenizer, model, data_format=data_format, record=record, template=template
+        tokenizer, data_format=data_format, record=record, template=template
     )
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tinyllama-ft-tasks-") as own, _quiet_lm_eval():

@@ -219,7 +219,7 @@ def export_adapter(
 
     record = read_record(adapter_dir)
     resolve_settings(record, {"max_seq_length": max_seq_length}, defaults={}, where="export")  # before loading
-    fmt = recorded_data_format(record, template=template, where="export")  # its prompt in every format
+    prompted = recorded_data_format(record, template=template, where="export")  # its prompt in every format
     converter = None
     if any(f.startswith("gguf_") for f in formats):
         converter = (
@@ -264,7 +264,7 @@ def export_adapter(
             needed = estimate_bytes(n_params=n_params, formats=formats, staging_bytes_per_param=model.dtype.itemsize)
             check_free_space(path=str(root), needed_bytes=needed)
             base_dir = _local_base_dir(base, required=False)
-            chat_template = fmt.exported_chat_template(tokenizer)
+            chat_template = prompted.exported_chat_template(tokenizer)
             save = functools.partial(
                 save_merged, model=model, tokenizer=tokenizer, chat_template=chat_template, base_dir=base_dir
             )
@@ -284,7 +284,7 @@ def export_adapter(
                     if q4:
                         gguf_export.quantize_gguf(source=f16, target=gguf)
                         f16.unlink()
-                    body, stops = fmt.ollama_template(tokenizer)
+                    body, stops = prompted.ollama_template(tokenizer)
                     write_modelfile(gguf_path=gguf, template=body, stops=stops)
                 done(fmt, folder, time.perf_counter() - start)
         if "gguf_lora" in formats:
