@@ -3,7 +3,7 @@
 The rows are TRL's preference rows (``preferences``), tokenized by the package (``preference_tokens``); prompts,
 stop tokens and the held-out checks are those of the form the rows are in, through the SFT format it wraps: the
 Alpaca prompt for text, the chat template for conversations. A run continuing a saved adapter
-(``adapter_name_or_path``) takes the form and template it recorded (``adapters.check_start_adapter``).
+(``adapter_name_or_path``) takes the form and template it recorded (``formats.check_continued``).
 """
 
 from __future__ import annotations
