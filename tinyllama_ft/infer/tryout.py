@@ -7,7 +7,6 @@ runs (papermill, a script) get one printed line instead.
 
 from __future__ import annotations
 
-from ..config.finetune import DEFAULTS
 from ..machine.kernel import in_interactive_kernel
 
 #: Slider ranges: (min, max, step, default).
@@ -24,7 +23,7 @@ def answer_into(
     input: str = "",
     max_new_tokens: int = 128,
     temperature: float = 0.0,
-    template: str = DEFAULTS.template,
+    template: str | None = None,
     data_format=None,
 ) -> str:
     """Generate an answer, streaming it into ``output`` (an ipywidgets ``Output``), and return its text.
@@ -73,7 +72,7 @@ def answer_into(
     return decode_answers(tokenizer, answers)[0]
 
 
-def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template, data_format=None):
+def build_tryout(model, tokenizer, *, template: str | None = None, data_format=None):
     """The try-out form, built without displaying it (what ``tryout_box`` shows; tests call its handler).
 
     Returns:
@@ -135,9 +134,7 @@ def build_tryout(model, tokenizer, *, template: str = DEFAULTS.template, data_fo
     return box
 
 
-def tryout_box(
-    model, tokenizer, *, template: str = DEFAULTS.template, interactive: bool | None = None, data_format=None
-):
+def tryout_box(model, tokenizer, *, template: str | None = None, interactive: bool | None = None, data_format=None):
     """Show the try-out box in an interactive notebook; do nothing (one printed line) elsewhere.
 
     Args:
