@@ -248,13 +248,16 @@ def test_help_documents_every_field(capsys):
         # out of the field's range, named by the flag too (issue 40 adversarial test: "FinetuneConfig.max_steps=-3")
         (["train", "--max_steps", "-3"], "--max_steps: -3 is not allowed: -1 (full epochs) or a positive number"),
         (["train", "--learning_rate", "nan"], "--learning_rate: nan is not allowed: a finite number"),  # not "<class"
-        (["train", "--method", "grpo", "--reward_weights", "1,a"], "--reward_weights: 'a' is not allowed: expected a"),
+        (
+            ["train", "--method", "grpo", "--reward_weights", "1,a"],
+            "--reward_weights: 'a' is not allowed; each item is a",
+        ),
         (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_tokens", "0"], "--max_new_tokens: 0 is not allo"),
         (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not allowed"),
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
         (["train", "--wandb_api_key=0123abcd"], "'wandb_api_key' looks like a secret"),  # not "did you mean ..."
         (["generate", "--adapter", "x", "--prompt", "hi", "--hf_token", "0123abcd"], "set HF_TOKEN in the environment"),
-        (["generate", "--prompt", "hi"], "the following arguments are required: --adapter"),
+        (["generate", "--prompt", "hi"], "the following arguments are required: generate.adapter"),  # jsonargparse's
         (["train", "--config", "tinyllama_ft"], "'tinyllama_ft': is a folder, not a YAML file"),
     ],
 )
@@ -266,6 +269,23 @@ def test_bad_flags_stop_before_anything_runs_naming_the_flag(argv, expected, cap
     assert err.startswith(f"tinyllama-ft {argv[0]}: error: ")
     with pytest.raises(ConfigError):  # in-process, run() raises what main() reports
         run(argv)
+
+
+def test_the_refusals_ours_replace_are_unclear_in_jsonargparses_words():
+    """Why ``cli._refusal`` has words of its own (issue 41, item 4): jsonargparse names no near miss for a misspelt
+    flag, shows a secret-looking flag's value, and spreads a field's refused value over lines of Python types."""
+    from argparse import ArgumentError
+
+    from tinyllama_ft.cli import build_parser
+
+    said = {}
+    for argv in (["train", "--lora_rank", "8"], ["train", "--hf_token=0123abcd"], ["train", "--dtype", "int8"]):
+        with pytest.raises(ArgumentError) as refused:
+            build_parser().parse_args(argv)
+        said[argv[1]] = str(refused.value)
+    assert "lora_r " not in said["--lora_rank"] and "did you mean" not in said["--lora_rank"]
+    assert "0123abcd" in said["--hf_token=0123abcd"]
+    assert "<class 'NoneType'>" in said["--dtype"] and len(said["--dtype"].splitlines()) > 5
 
 
 #: A bad data file for each loader: name -> (file name, its text, flags, what the one error line says).

@@ -122,7 +122,7 @@ def test_the_command_line_examples_use_the_main_jobs_adapter():
 def test_the_docs_row_layouts_read_as_they_say(tmp_path):
     """Issue 28: the JSONL and CSV layouts that docs/command-line.md shows (and the conversation row) load with every
     row kept, and the command beside them is one the command line accepts."""
-    from tinyllama_ft.cli import check_flags
+    from tinyllama_ft.cli import build_parser
     from tinyllama_ft.config.sources import config_from_recipe
     from tinyllama_ft.data.conversations import load_conversations
     from tinyllama_ft.data.instructions import load_instruction_data
@@ -140,7 +140,5 @@ def test_the_docs_row_layouts_read_as_they_say(tmp_path):
     commands = [line for line in re.findall(r"```bash\n(.*?)```", COMMAND_LINE, re.S)[1].splitlines() if line]
     assert any("--dataset my_rows.csv" in c for c in commands) and any("--dataset my_rows.jsonl" in c for c in commands)
     for command in commands:
-        argv = command.split()[2:]
-        flags = check_flags("train", argv)
-        values = dict(zip(argv[::2], argv[1::2]))
-        config_from_recipe(values.pop("--config"), {f[2:]: v for f, v in values.items() if f[2:] in flags})
+        flags = build_parser().parse_args(command.split()[1:], defaults=False).train.as_dict()
+        config_from_recipe(flags.pop("config"), flags)

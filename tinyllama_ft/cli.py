@@ -5,21 +5,29 @@
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]  (and eval)
 
 Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
-usage, configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). jsonargparse's refusals are
-put on one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
+usage, configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). One jsonargparse parse per
+command; a refusal is one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from .config.coercion import ConfigError, check_keys
-from .config.finetune import FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs
+from .config.coercion import ConfigError, FieldError
+from .config.finetune import (
+    FIELD_NAMES,
+    FIELD_TYPES,
+    FinetuneConfig,
+    add_field_arguments,
+    field_docs,
+    parse_values,
+)
+from .config.secrets import check_keys
 from .data.row_files import DataError
 from .machine.kernel import quiet_library_bars
 
@@ -156,12 +164,11 @@ def _run_generate(values: dict, given: set) -> list[str]:
     from .models.run_record import read_record
 
     where = "tinyllama-ft generate"
-    base = _adapter_base(values)
     cfg = FinetuneConfig.from_mapping(
-        {"model_name": base, "prompts": repeated_values(values["prompt"]), **{k: values[k] for k in GENERATE_FIELDS}},
-        where=where,
+        {"prompts": repeated_values(values["prompt"]), **{k: values[k] for k in GENERATE_FIELDS}}, where=where
     )
     flags = _recorded_flags(values, given, where)
+    _adapter_base(values)
     record = read_record(values["adapter"])
     fmt = recorded_data_format(record, template=flags["template"], where=where)  # refused here by flag
     inputs = _generate_inputs(repeated_values(values["input"]), len(cfg.prompts), fmt)
@@ -315,52 +322,51 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def build_parser():
-    """The ``tinyllama-ft`` parser: one jsonargparse subcommand per ``COMMANDS`` entry."""
+@lru_cache(maxsize=None)
+def command_parser(name: str):
+    """The jsonargparse parser of one ``COMMANDS`` entry's flags."""
     from jsonargparse import ArgumentParser, set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)  # each field's help: its docstring
+    parser = ArgumentParser(description=COMMANDS[name].help, exit_on_error=False, allow_abbrev=False)
+    COMMANDS[name].add_arguments(parser)
+    return parser
+
+
+def build_parser():
+    """The ``tinyllama-ft`` parser: one jsonargparse subcommand per ``COMMANDS`` entry."""
+    from jsonargparse import ArgumentParser
+
     parser = ArgumentParser(
         prog="tinyllama-ft",
         description="LoRA / QLoRA fine-tuning of small open LLMs "
         "(TinyLlama first) on instruction data, and generation with the adapter.",
         exit_on_error=False,
-    )  # run() turns its errors into one ConfigError line
+        allow_abbrev=False,
+    )  # run() raises its errors as one ConfigError line
     subcommands = parser.add_subcommands(required=True, dest="command")
     for name, command in COMMANDS.items():
-        sub = ArgumentParser(description=command.help, exit_on_error=False)
-        command.add_arguments(sub)
-        subcommands.add_subcommand(name, sub, help=command.help)
+        subcommands.add_subcommand(name, command_parser(name), help=command.help)
     return parser
 
 
-def check_flags(command: str, argv: Sequence[str]) -> set[str]:
-    """The flag names in ``argv`` (after the subcommand), each checked against the command's arguments. Raises
-    ConfigError: a flag the command does not take (named, with the closest one), or a secret-looking one."""
-    from jsonargparse import ArgumentParser
-
-    parser = ArgumentParser(exit_on_error=False)
-    COMMANDS[command].add_arguments(parser)
-    known = {"help", *parser.get_defaults().keys()}  # the flags the command's parser takes, read from it
-    given = [a[2:].split("=", 1)[0] for a in argv if a.startswith("--") and len(a) > 2]
-    check_keys(given, sorted(known), f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}")  # --hf_token
-    return set(given) - {"help"}
-
-
-def refused_value(argv: Sequence[str]) -> str | None:
-    """The configuration's refusal of the first ``--FIELD VALUE`` (or ``--FIELD=VALUE``) in ``argv`` whose value the
-    field does not take (``finetune.check_flag``: the same typing as the flags' and the field's range, naming the flag,
-    the value and what the field takes), or None when every configuration field's value is one it takes."""
-    from .config.finetune import check_flag
-
+def _refusal(command: str, argv: Sequence[str]) -> ConfigError | None:
+    """Our one line for a flag jsonargparse refused, where its own is unclear: an unknown flag (it names no near miss
+    and shows a secret's value: ``--hf_token=...``) or a field's value (``Parser key "max_steps": Expected a <class
+    'int'>``); None for the others (a missing flag: its message is kept). tests/test_cli.py::test_bad_flags_..."""
+    known = [*command_parser(command).get_defaults().keys(), "help"]
+    flags = {}
     for i, arg in enumerate(argv):
         name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
-        if name not in FIELD_TYPES or not (eq or i + 1 < len(argv)):
-            continue
-        try:
-            check_flag(name, value if eq else argv[i + 1], flag=f"--{name}")
-        except ConfigError as refusal:
-            return str(refusal)
+        if name:
+            flags[name] = value if eq else argv[i + 1] if i + 1 < len(argv) else None
+    try:
+        check_keys(flags, known, f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}")
+        parse_values({k: v for k, v in flags.items() if k in FIELD_NAMES})
+    except FieldError as err:
+        return err.as_flag()
+    except ConfigError as err:
+        return err
     return None
 
 
@@ -373,30 +379,26 @@ def run(argv: Sequence[str]) -> Any:
 
     Raises:
         SystemExit: ``--help`` (status 0).
-        ConfigError: a flag the command does not take, a value of the wrong type, a missing required flag (what
-            jsonargparse reports, on one line), a bad value, a recipe or record contradiction.
+        ConfigError: a flag the command does not take, a value its field does not take (``FieldError``, named by its
+            flag), a missing required flag (jsonargparse's words, on one line), a recipe or record contradiction.
         Whatever the command raises.
     """
     from argparse import ArgumentError
 
     argv = list(argv)
-    given = check_flags(argv[0], argv[1:]) if argv and argv[0] in COMMANDS else set()
+    command = argv[0] if argv and argv[0] in COMMANDS else None
     try:
-        parsed = build_parser().parse_args(argv)
-    except ArgumentError as err:  # a wrong type, a missing required flag, no command: one line naming it
-        name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
-        text = refused_value(argv[1:])  # a field's value: the configuration's words, as a recipe's value gets
-        if text is None:
-            text = " ".join(line.strip() for line in str(err).splitlines() if line.strip())
-            text = re.sub(r'Parser key "([\w.]+)":', lambda m: f"--{m.group(1).split('.')[-1]}:", text)
-            text = re.sub(rf"\b(?:{'|'.join(COMMANDS)})\.(\w+)", r"--\1", text)  # "generate.adapter" -> "--adapter"
-        raise ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
-    text = refused_value(argv[1:])  # a value of the right type out of its field's range, named by its flag too
-    if text is not None:
-        raise ConfigError(f"tinyllama-ft {argv[0]}: {text}")
-    command = parsed.command
+        given = build_parser().parse_args(argv, defaults=False)[command].as_dict()  # the flags given, typed
+    except ArgumentError as err:
+        name = f"tinyllama-ft {command}" if command else "tinyllama-ft"
+        refusal = _refusal(command, argv[1:]) if command else None
+        text = " ".join(str(err).split())
+        raise refusal or ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     quiet_library_bars()  # a command prints its own lines: bars off outside a person's notebook
-    return COMMANDS[command].run(parsed[command].as_dict(), given)
+    try:
+        return COMMANDS[command].run({**command_parser(command).get_defaults().as_dict(), **given}, set(given))
+    except FieldError as err:  # a value out of its field's range: named by its flag where one gave it
+        raise err.as_flag() if err.name in given else err from None
 
 
 #: Environment variable that makes ``main`` show the traceback of an error (as ``--debug`` does).

@@ -1,9 +1,10 @@
-"""``ConfigError``, the one check of parameter names, and the source spellings jsonargparse reads otherwise.
+"""``ConfigError`` and ``FieldError``, the near-miss hint for a misspelt name, and the source spellings jsonargparse
+reads otherwise.
 
-jsonargparse types and validates every configuration value (``finetune.parse_field``); papermill, Colab forms and YAML
+jsonargparse types and validates every configuration value (``finetune.parse_values``); papermill, Colab forms and YAML
 hand over six spellings it refuses or misreads, rewritten here first (docs/internals.md lists them): shown by
 tests/test_config.py::test_string_coercions_from_papermill_colab_yaml_and_the_command_line.
-A mistyped name gets the closest field name as a hint (``check_keys``: recipes, notebook parameters and flags).
+A mistyped name gets the closest field name as a hint (``did_you_mean``; ``secrets.check_keys`` checks names).
 """
 
 from __future__ import annotations
@@ -21,27 +22,27 @@ class ConfigError(ValueError):
     the field meant)."""
 
 
+class FieldError(ConfigError):
+    """A value its field does not take (type or range), naming the field: ``FinetuneConfig.max_steps=-3 is not allowed:
+    ...``, or as the command line's flag (``as_flag()``: ``--max_steps: -3 is not allowed: ...``).
+
+    Attributes: ``name`` (the field), ``value`` (the value or the tuple item refused), ``why`` (the message's tail).
+    """
+
+    def __init__(self, name: str, value: Any, why: str, *, item: bool = False, flag: bool = False):
+        self.name, self.value, self.why, self.item = name, value, why, item
+        label = f"--{name}: " if flag else f"FinetuneConfig.{name}{': ' if item else '='}"
+        super().__init__(f"{label}{value!r} is not allowed{why}")
+
+    def as_flag(self) -> FieldError:
+        """The same refusal naming the field as the flag ``--NAME``."""
+        return FieldError(self.name, self.value, self.why, item=self.item, flag=True)
+
+
 def did_you_mean(key: str, known: Iterable[str]) -> str:
     """``" (did you mean lora_r?)"`` for the closest of ``known`` to ``key``, or ``""`` when none is close."""
     close = difflib.get_close_matches(key, list(known), n=1, cutoff=0.6)
     return f" (did you mean {close[0]}?)" if close else ""
-
-
-def check_keys(keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train") -> None:
-    """The one check of parameter names (a recipe's keys, the notebook's parameters, a command's flags).
-
-    Raises:
-        ConfigError: a key looks like a secret (``secrets.refuse_secret_names``; its value is never shown), or keys
-            are not among ``known`` (each named with its near miss; ``help_command --help`` lists them all).
-    """
-    from .secrets import refuse_secret_names
-
-    refuse_secret_names(dict.fromkeys(keys), where)
-    known = list(known)
-    names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys if k not in known)
-    what = "not a FinetuneConfig field" if help_command == "tinyllama-ft train" else "not a flag of this command"
-    if names:
-        raise ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")
 
 
 def without_none(annotation: Any) -> tuple[Any, bool]:

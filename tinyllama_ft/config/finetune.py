@@ -21,8 +21,9 @@ from functools import lru_cache
 from typing import Any, Callable, List, Literal, Mapping, Sequence, Union
 
 from ..machine.paths import expand_path
-from .coercion import ConfigError, check_keys, source_spelling, without_none
+from .coercion import ConfigError, FieldError, source_spelling, without_none
 from .packing import LongRows, resolve_packing_strategy
+from .secrets import check_keys
 
 #: The seven projection modules of a Llama decoder layer that the article's LoRA cell targets.
 LLAMA_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -476,21 +477,19 @@ class FinetuneConfig(
 
     Raises:
         ConfigError (a ValueError): from ``__post_init__`` when jsonargparse refuses a value for its field's type
-            (``parse_field``; a ``Literal``'s choices included), or a value is out of range; the message names the
+            (``parse_values``; a ``Literal``'s choices included), or a value is out of range; the message names the
             field and what is allowed.
     """
 
     def __post_init__(self) -> None:
         if self.dtype == "auto":
             self.dtype = None
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not f.default:  # a default is its field's type (tests/test_cli.py: default.yaml parses)
-                setattr(self, f.name, parse_field(f.name, value))
+        given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        # one parse of the values given (a default is its field's type: tests/test_cli.py, default.yaml parses)
+        for name, value in parse_values({k: v for k, v in given.items() if v is not _FIELDS[k].default}).items():
+            setattr(self, name, value)
         for name in PATH_FIELDS:  # "~/runs/x", "$DATA/a.jsonl" as a shell would read them; a Hub id has no ~ or $
             setattr(self, name, expand_path(getattr(self, name)))
-        for f in dataclasses.fields(self):
-            _check_allowed(f, getattr(self, f.name))
         self._check_method()
         self.packing_strategy = resolve_packing_strategy(
             self.long_rows, self.packing, self.packing_strategy, "FinetuneConfig."
@@ -677,7 +676,7 @@ class FinetuneConfig(
         """Build from parameter name -> value (a recipe, command-line flags, the notebook's parameters).
 
         Args:
-            values: field name -> value, each read as ``parse_field`` reads it.
+            values: field name -> value, read in one parse (``parse_values``).
             where: what the mapping is (a file, "papermill parameters"), for messages.
 
         Returns:
@@ -736,82 +735,78 @@ def choices(name: str) -> tuple[Any, ...]:
     return ((None,) if without_none(FIELD_TYPES[name])[1] else ()) + typing.get_args(literal)
 
 
-def _check_allowed(f: dataclasses.Field, value: Any, *, flag: str | None = None) -> None:
-    """Refuse (a ConfigError) a field's parsed value that its type takes but its range does not; ``flag`` names it
-    as ``parse_field``'s does."""
-    name, allowed = f.name, f.metadata["allowed"]
-    what = f"{flag}: {value!r}" if flag else f"FinetuneConfig.{name}={value!r}"
-    if isinstance(value, float) and not math.isfinite(value):
-        raise ConfigError(f"{what} is not allowed: a finite number ({allowed[1] if allowed else 'not inf or nan'})")
-    if allowed and not allowed[0](value):
-        raise ConfigError(f"{what} is not allowed: {allowed[1]}")
-
-
-def check_flag(name: str, value: Any, *, flag: str) -> Any:
-    """``parse_field`` then the field's range (what ``FinetuneConfig`` checks of each value alone), both refusals
-    naming ``flag`` (``"--max_steps: -3 is not allowed: -1 (full epochs) or ..."``). Returns the parsed value.
-    Raises ConfigError: either refuses it."""
-    parsed = parse_field(name, value, flag=flag)
-    _check_allowed(_FIELDS[name], parsed, flag=flag)
-    return parsed
-
-
-def parse_field(name: str, value: Any, *, flag: str | None = None) -> Any:
-    """A field's value as jsonargparse types it (the flags' parser: ``add_field_arguments``), after the source
-    spellings it reads otherwise (``coercion.source_spelling``).
+def parse_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Field values typed by jsonargparse in one parse of the mapping (the flags' parser: ``add_field_arguments``),
+    after the source spellings it reads otherwise (``coercion.source_spelling``), then each checked against its range.
 
     Args:
-        name: a field name (``FIELD_NAMES``).
-        value: what a recipe, a flag, the notebook or a caller gave.
-        flag: how messages name the field (the command line's ``"--max_steps"``: ``"--max_steps: 'ten' is not
-            allowed: ..."``); None: ``"FinetuneConfig.max_steps='ten' is not allowed: ..."``.
+        values: field name -> what a recipe, a flag, the notebook or a caller gave.
 
     Returns:
-        The value in the field's type (a tuple for a tuple field).
+        field name -> the value in the field's type (a tuple for a tuple field).
 
     Raises:
-        ConfigError: jsonargparse refuses the value, or None for a field that is not optional (jsonargparse takes
-            None for "not given"); the message names the field, the value and what the field takes (a choice field's
-            values, a tuple of choices' wrong item).
+        FieldError: (a ConfigError) jsonargparse refuses a value, None for a field that is not optional (it reads None
+            as "not given"), a value out of its field's range or not finite; the message names the field, the value
+            and what the field takes (a choice field's values, a tuple's wrong item).
     """
     from argparse import ArgumentError
 
-    annotation = FIELD_TYPES[name]
-    value = source_spelling(value, annotation, comma_separated=_FIELDS[name].metadata["comma_separated"])
+    spelled = {
+        k: source_spelling(v, FIELD_TYPES[k], comma_separated=_FIELDS[k].metadata["comma_separated"])
+        for k, v in values.items()
+    }
+    try:  # copied: jsonargparse rewrites a list in place
+        parsed = _field_parser().parse_object(copy.deepcopy(spelled), defaults=False).as_dict() if values else {}
+    except ArgumentError:  # its message reads "Parser key ...: Expected a <class 'int'>": ours names the field
+        raise next(filter(None, (_type_refusal(k, v) for k, v in spelled.items()))) from None
+    for name, value in parsed.items():
+        annotation, allowed = FIELD_TYPES[name], _FIELDS[name].metadata["allowed"]
+        if value is None and not without_none(annotation)[1]:
+            raise FieldError(name, value, f": expected {_expected(annotation)}")
+        if typing.get_origin(annotation) is tuple:
+            parsed[name] = value = tuple(value)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise FieldError(name, value, f": a finite number ({allowed[1] if allowed else 'not inf or nan'})")
+        if allowed and not allowed[0](value):
+            raise FieldError(name, value, f": {allowed[1]}")
+    return parsed
+
+
+def _expected(annotation: Any) -> str:
     base, optional = without_none(annotation)
-    parse = _field_parser().parse_object
-    try:
-        if value is not None or optional:  # jsonargparse reads None as "not given"
-            parsed = parse({name: copy.copy(value)}, defaults=False)[name]  # copied: it rewrites a list in place
-            return tuple(parsed) if typing.get_origin(annotation) is tuple else parsed
-    except ArgumentError:
-        tuple_field = typing.get_origin(base) is tuple and isinstance(value, list)
-        for item in value if tuple_field else ():  # name the item refused
-            try:
-                parse({name: [item]}, defaults=False)
-            except ArgumentError:
-                if choices(name):
-                    raise ConfigError(
-                        f"{flag or f'FinetuneConfig.{name}'}: {item!r} is not allowed; each item is one of "
-                        f"{list(choices(name))}"
-                    ) from None
-                value, base, optional = item, typing.get_args(base)[0], False
-                break
-    expected = f"expected {_EXPECTED.get(base) or inspect.formatannotation(base)}{' or None' if optional else ''}"
-    what = f"one of {choices(name)}" if choices(name) else expected
-    raise ConfigError(
-        f"{flag}: {value!r} is not allowed: {what}"
-        if flag
-        else f"FinetuneConfig.{name}={value!r} is not allowed: {what}"
-    )
+    return f"{_EXPECTED.get(base) or inspect.formatannotation(base)}{' or None' if optional else ''}"
 
 
 _EXPECTED = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
 
 
+def _type_refusal(name: str, value: Any) -> FieldError | None:
+    """The refusal of one field's value that jsonargparse does not take (a tuple's first wrong item), or None."""
+    from argparse import ArgumentError
+
+    def refused(obj: Any) -> bool:
+        try:
+            _field_parser().parse_object({name: copy.deepcopy(obj)}, defaults=False)
+        except ArgumentError:
+            return True
+        return False
+
+    if not refused(value):
+        return None
+    base = without_none(FIELD_TYPES[name])[0]
+    for item in value if typing.get_origin(base) is tuple and isinstance(value, list) else ():
+        if refused([item]):
+            what = f"one of {list(choices(name))}" if choices(name) else _expected(typing.get_args(base)[0])
+            return FieldError(name, item, f"; each item is {what}", item=True)
+    return FieldError(
+        name, value, f": one of {choices(name)}" if choices(name) else f": expected {_expected(FIELD_TYPES[name])}"
+    )
+
+
 @lru_cache(maxsize=1)
 def _field_parser():
-    """A jsonargparse parser of every field (``add_field_arguments``), which ``parse_field`` reads values with."""
+    """A jsonargparse parser of every field (``add_field_arguments``), which ``parse_values`` reads values with."""
     from jsonargparse import ArgumentParser
 
     parser = ArgumentParser(exit_on_error=False)
@@ -856,7 +851,7 @@ def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
 
     jsonargparse adds them from the section dataclasses (``add_class_arguments``: type, ``Literal`` choices, help and
     default from the field); a tuple field is typed as a list of its items or one string, so ``--export_formats
-    merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits it and checks the items (``parse_field``).
+    merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits it and checks the items (``parse_values``).
 
     Args:
         parser: a jsonargparse ``ArgumentParser``.

@@ -1,14 +1,15 @@
 """Secrets: the W&B key and the Hub token come from the environment or Colab's secrets, and go to the
 environment only; never a parameter (``refuse_secret_names``), never printed or written by this package.
+``check_keys``, the one check of parameter names (recipes, notebook parameters, flags), refuses them first.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
-from .coercion import ConfigError
+from .coercion import ConfigError, did_you_mean
 
 #: Secrets this package reads: from the environment, else the Colab secret of the same name.
 SECRET_ENV_VARS = ("WANDB_API_KEY", "HF_TOKEN")
@@ -100,3 +101,18 @@ def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
             f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "
             f"instead and remove {found[0]!r} (value not shown)"
         )
+
+
+def check_keys(keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train") -> None:
+    """The one check of parameter names (a recipe's keys, the notebook's parameters, a command's flags).
+
+    Raises:
+        ConfigError: a key looks like a secret (``secrets.refuse_secret_names``; its value is never shown), or keys
+            are not among ``known`` (each named with its near miss; ``help_command --help`` lists them all).
+    """
+    refuse_secret_names(dict.fromkeys(keys), where)
+    known = list(known)
+    names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys if k not in known)
+    what = "not a FinetuneConfig field" if help_command == "tinyllama-ft train" else "not a flag of this command"
+    if names:
+        raise ConfigError(f"{where}: unknown parameter {names}: {what} ({help_command} --help lists them all)")

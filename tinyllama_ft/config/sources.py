@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..machine.paths import expand_path
-from .coercion import ConfigError, check_keys
+from .coercion import ConfigError
+from .secrets import check_keys
 from .finetune import FIELD_NAMES, FinetuneConfig
 
 #: The types of the values papermill (and Colab's forms) write into a notebook.
