@@ -250,7 +250,7 @@ def test_help_documents_every_field(capsys):
         (["train", "--learning_rate", "nan"], "--learning_rate: nan is not allowed: a finite number"),  # not "<class"
         (
             ["train", "--method", "grpo", "--reward_weights", "1,a"],
-            "--reward_weights: 'a' is not allowed; each item is a",
+            "--reward_weights: 'a' is not allowed: expected a",
         ),
         (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_tokens", "0"], "--max_new_tokens: 0 is not allo"),
         (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not allowed"),

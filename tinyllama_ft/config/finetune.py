@@ -796,9 +796,10 @@ def _type_refusal(name: str, value: Any) -> FieldError | None:
         return None
     base = without_none(FIELD_TYPES[name])[0]
     for item in value if typing.get_origin(base) is tuple and isinstance(value, list) else ():
+        if refused([item]) and choices(name):
+            return FieldError(name, item, f"; each item is one of {list(choices(name))}", item=True)
         if refused([item]):
-            what = f"one of {list(choices(name))}" if choices(name) else _expected(typing.get_args(base)[0])
-            return FieldError(name, item, f"; each item is {what}", item=True)
+            return FieldError(name, item, f": expected {_expected(typing.get_args(base)[0])}")
     return FieldError(
         name, value, f": one of {choices(name)}" if choices(name) else f": expected {_expected(FIELD_TYPES[name])}"
     )
