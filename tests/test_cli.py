@@ -288,6 +288,19 @@ def test_the_refusals_ours_replace_are_unclear_in_jsonargparses_words():
     assert "<class 'NoneType'>" in said["--dtype"] and len(said["--dtype"].splitlines()) > 5
 
 
+def test_a_flag_overrides_the_recipe_even_at_the_fields_default(monkeypatch):
+    """``--load_in_4bit true`` (the field's default) over the recipe's false: the flags given come from the one parse
+    of argv (jsonargparse's ``defaults=False``), not from a pre-scan or a comparison with the defaults."""
+    import tinyllama_ft.data.formats as formats
+    import tinyllama_ft.pipeline as pipeline
+
+    monkeypatch.setattr(formats, "check_sources", lambda cfg, flag_prefix: None)
+    monkeypatch.setattr(pipeline, "run_training", lambda cfg: {"config": cfg})
+    cfg = run(["train", "--config", "offline_cpu", "--load_in_4bit", "true", "--lora_r", "8"])["config"]
+    assert (cfg.load_in_4bit, cfg.lora_r, cfg.max_steps, cfg.gradient_checkpointing) == (True, 8, 40, False)
+    assert run(["train", "--config", "offline_cpu"])["config"] == config_from_recipe("offline_cpu")
+
+
 #: A bad data file for each loader: name -> (file name, its text, flags, what the one error line says).
 BAD_DATA = {
     "alpaca rows with other column names": (
