@@ -148,6 +148,9 @@ def test_helper_defaults_are_the_config_defaults():
             if fn.__name__ == "load_adapter" and name in ("max_seq_length", "dtype", "load_in_4bit"):
                 assert p.default is None  # None: what the run recorded beside the adapter (run_record)
                 continue
+            if name == "template" and fn.__module__.endswith(("generation", "tryout")):  # None: the model's
+                assert p.default is None  # recorded format (generation.model_format); the field's is a fresh run's
+                continue
             if name == "dataset_format" and fn.__module__.endswith("conversations"):  # conversation loaders read
                 assert p.default == "auto"  # each source's layout; the field's "alpaca" picks the Alpaca prompt path
                 continue
