@@ -1,16 +1,16 @@
-"""``tinyllama-ft``: the command line over the same helpers as the notebook (jsonargparse).
+"""``tinyllama-ft``: the command line over the same helpers as the notebook, built by jsonargparse from ``COMMANDS``.
 
     tinyllama-ft train --config article [--NAME VALUE ...]    # a shipped recipe by name, or any YAML path
     tinyllama-ft generate --adapter DIR --prompt TEXT [--input CONTEXT] [--max_new_tokens N ...]
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]  (and eval)
 
-Flags are ``FinetuneConfig``'s field names (flag over recipe over default); exit status 0 on success, 2 on a
-usage, configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). One jsonargparse parse per
-command; a refusal is one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
+Each command is a function whose signature and docstring are its flags and help (as litgpt's ``__main__``), plus the
+``FinetuneConfig`` fields its entry names (flag over recipe over default); exit status 0 on success, 2 on a usage,
+configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). One jsonargparse parse; a refusal
+is one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
 """
 
-from __future__ import annotations
-
+import inspect
 import json
 import os
 import sys
@@ -19,57 +19,34 @@ from functools import lru_cache
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from .config.coercion import ConfigError, FieldError
-from .config.finetune import (
-    FIELD_NAMES,
-    FIELD_TYPES,
-    FinetuneConfig,
-    add_field_arguments,
-    field_docs,
-    parse_values,
-)
+from .config.finetune import FIELD_NAMES, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs, parse_values
 from .config.secrets import check_keys
 from .data.row_files import DataError
 from .machine.kernel import quiet_library_bars
 
-#: Fields the ``generate`` command takes with the configuration's defaults (how to load, what to generate).
-GENERATE_FIELDS = ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")
-#: Fields ``generate`` and ``export`` take (typed as the field, or None); unset: what the run recorded (``run_record``).
+#: Fields ``generate``, ``export`` and ``eval`` take as None (not given): then what the run recorded (``run_record``).
 RECORDED_FIELDS = ("template", "max_seq_length", "dtype", "load_in_4bit")
 
 
-@dataclass(frozen=True)
-class Command:
-    """A subcommand: its one-line help, how it adds its arguments, and what it runs.
+def train(config: str = "default", **fields: Any) -> dict:
+    """Fine-tune with a recipe and overrides (the notebook's run).
 
-    ``run(values, given)`` gets the parsed values (a dict) and the flag names given explicitly.
+    Args:
+        config: recipe: a shipped one by name (a tinyllama_ft/recipes file without .yaml: article, default,
+            offline_cpu, ...) or a YAML file of field: value; relative paths in it resolve against the working
+            directory.
+        fields: the ``FinetuneConfig`` fields given as flags, over the recipe's values.
+
+    Returns:
+        The run summary (``pipeline.run_training``), or the steps of a finished run that ``--resume true`` found.
     """
-
-    help: str
-    add_arguments: Callable[[Any], None]
-    run: Callable[[dict, set], Any]
-
-
-def _add_train_arguments(parser) -> None:
-    from .config.sources import recipe_names
-
-    parser.add_argument(
-        "--config",
-        type=str,
-        default="default",
-        help=f"recipe: a shipped one by name ({', '.join(recipe_names())}) or a YAML file of "
-        f"field: value; relative paths in it resolve against the working directory",
-    )
-    add_field_arguments(parser)
-
-
-def _run_train(values: dict, given: set) -> dict:
     from .config.sources import config_from_recipe
     from .data.formats import check_sources
     from .pipeline import run_training
     from .train.checkpoints import RunFinished
     from .train.summary import format_outcome
 
-    cfg = config_from_recipe(values["config"], {k: values[k] for k in given if k != "config"})
+    cfg = config_from_recipe(config, fields)
     check_sources(cfg, flag_prefix="--")  # named as flags here; run_training checks again, answered from memory
     try:
         summary = run_training(cfg)
@@ -84,50 +61,15 @@ def _run_train(values: dict, given: set) -> dict:
     return summary
 
 
-def _add_recorded_arguments(parser) -> None:
-    docs = field_docs()
-    group = parser.add_argument_group("Recorded by the run (default: the value beside the adapter)")
-    for name in RECORDED_FIELDS:
-        group.add_argument(
-            f"--{name}",
-            type=Optional[FIELD_TYPES[name]],
-            default=None,
-            help=f"{docs[name]} Default: the run's value, recorded beside the adapter; a value that "
-            f"contradicts it is refused (dtype, load_in_4bit: used, said once)",
-        )
-
-
-def _add_adapter_arguments(parser, base_help: str) -> None:
-    parser.add_argument("--adapter", type=str, required=True, help="folder of a saved adapter (save_adapter, train)")
-    parser.add_argument("--base_model", type=Optional[str], default=None, help=base_help)
-
-
-def _adapter_base(values: dict) -> str:
+def _checked(adapter: str, base_model: str | None, fields: dict, where: str, **values) -> tuple[FinetuneConfig, dict]:
+    """The fields given (and ``values``) as a ``FinetuneConfig`` (its defaults for the rest), the recorded fields given
+    (None: the record's), and the adapter's base checked (``adapters.adapter_base``), before any model loads."""
     from .models.adapters import adapter_base
 
-    return adapter_base(values["adapter"], values["base_model"], adapter_flag="--adapter", base_flag="--base_model")
-
-
-def _add_generate_arguments(parser) -> None:
-    _add_adapter_arguments(parser, "base model to load instead of the one recorded in the adapter (e.g. a local copy)")
-    parser.add_argument(
-        "--prompt",
-        type=str,
-        required=True,
-        action="append",
-        help='an instruction, repeatable (each answered, in order), or a JSON list of them (\'["first", "second"]\')',
-    )
-    parser.add_argument(
-        "--input",
-        type=str,
-        default=None,
-        action="append",
-        help="Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or "
-        "one each (repeated, or a JSON list as long as --prompt); Alpaca adapters only (a chat adapter takes the "
-        "context inside --prompt)",
-    )
-    add_field_arguments(parser, GENERATE_FIELDS)
-    _add_recorded_arguments(parser)
+    recorded = {k: fields.get(k) for k in RECORDED_FIELDS}
+    cfg = FinetuneConfig.from_mapping({**{k: v for k, v in fields.items() if v is not None}, **values}, where=where)
+    adapter_base(adapter, base_model, adapter_flag="--adapter", base_flag="--base_model")
+    return cfg, {k: None if v is None else getattr(cfg, k) for k, v in recorded.items()}
 
 
 def repeated_values(values: list[str] | None) -> list[str] | str | None:
@@ -149,156 +91,139 @@ def repeated_values(values: list[str] | None) -> list[str] | str | None:
     return out
 
 
-def _recorded_flags(values: dict, given: set, where: str) -> dict:
-    """The ``RECORDED_FIELDS`` given on the command line, validated as configuration fields; None where not given."""
-    explicit = {k: values[k] for k in RECORDED_FIELDS if k in given and values[k] is not None}
-    FinetuneConfig.from_mapping(explicit, where=where)  # types and allowed values, as for train
-    return {k: explicit.get(k) for k in RECORDED_FIELDS}
+def generate(
+    adapter: str, prompt: List[str], input: Optional[List[str]] = None, base_model: Optional[str] = None, **fields: Any
+) -> list[str]:
+    """Answer prompts with a saved adapter, streaming.
 
+    Args:
+        adapter: folder of a saved adapter (save_adapter, train).
+        prompt: an instruction, repeatable (each answered, in order), or a JSON list of them ('["first", "second"]').
+        input: Alpaca's input, the context after the instruction (a row's second field): one for every --prompt, or
+            one each (repeated, or a JSON list as long as --prompt); Alpaca adapters only (a chat adapter takes the
+            context inside --prompt).
+        base_model: base model to load instead of the one recorded in the adapter (e.g. a local copy).
+        fields: the ``FinetuneConfig`` fields given as flags (``COMMANDS``).
 
-def _run_generate(values: dict, given: set) -> list[str]:
+    Returns:
+        The answers, one per prompt, in order (``generation.stream``).
+    """
     from .data.formats import recorded_data_format
-    from .infer.generation import stream
+    from .infer.generation import one_per_instruction, stream
     from .machine.hardware import detect_hardware
     from .models.adapters import load_adapter
     from .models.run_record import read_record
 
     where = "tinyllama-ft generate"
-    cfg = FinetuneConfig.from_mapping(
-        {"prompts": repeated_values(values["prompt"]), **{k: values[k] for k in GENERATE_FIELDS}}, where=where
-    )
-    flags = _recorded_flags(values, given, where)
-    _adapter_base(values)
-    record = read_record(values["adapter"])
-    fmt = recorded_data_format(record, template=flags["template"], where=where)  # refused here by flag
-    inputs = _generate_inputs(repeated_values(values["input"]), len(cfg.prompts), fmt)
+    cfg, recorded = _checked(adapter, base_model, fields, where, prompts=repeated_values(prompt))
+    fmt = recorded_data_format(read_record(adapter), template=recorded.pop("template"), where=where)
+    inputs = repeated_values(input)
+    if inputs is not None and not fmt.takes_input:
+        raise ConfigError(
+            f"--input fills the Alpaca prompt's input, and this adapter was trained on {fmt.trained_on}: put the "
+            "context inside --prompt"
+        )
+    try:
+        inputs = None if inputs is None else one_per_instruction(inputs, len(cfg.prompts), "--input")
+    except ValueError as err:
+        raise ConfigError(f"{err}: give one for all, or one each") from None
     model, tokenizer = load_adapter(
-        values["adapter"],
-        max_seq_length=flags["max_seq_length"],
-        dtype=flags["dtype"],
-        load_in_4bit=flags["load_in_4bit"],
+        adapter,
+        **recorded,
         backend=cfg.backend,
         hardware=detect_hardware(),
-        base_model=values["base_model"],
+        base_model=base_model,
         trust_remote_code=cfg.trust_remote_code,
         merged=cfg.reload_merged,
     )
     return stream(model, tokenizer, cfg.prompts, inputs=inputs, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 
 
-def _generate_inputs(given, n_prompts: int, fmt) -> list[str] | None:
-    """``--input`` as one string per prompt (None when not given), checked (ConfigError) before the model loads."""
-    if given is None:
-        return None
-    if not fmt.takes_input:
-        raise ConfigError(
-            f"--input fills the Alpaca prompt's input, and this adapter was trained on {fmt.trained_on}: put the "
-            "context inside --prompt"
-        )
-    from .infer.generation import one_per_instruction
+def export(
+    adapter: str, format: List[str], base_model: Optional[str] = None, output_dir: Optional[str] = None, **fields: Any
+) -> dict:
+    """Export a saved adapter: merged 16-bit, GGUF (+ Ollama Modelfile), GGUF LoRA.
 
-    try:
-        return one_per_instruction(given, n_prompts, "--input")
-    except ValueError as err:
-        raise ConfigError(f"{err}: give one for all, or one each") from None
+    Args:
+        adapter: folder of a saved adapter (save_adapter, train).
+        format: an export format (FinetuneConfig.export_formats' values), repeatable.
+        base_model: base model to merge into instead of the one recorded in the adapter (a local copy).
+        output_dir: the run folder; exports go to <output_dir>/export/<format>/ (default: the adapter's parent
+            folder, the run's output_dir).
+        fields: the ``FinetuneConfig`` fields given as flags (``COMMANDS``).
 
-
-def _add_export_arguments(parser) -> None:
-    from .config.finetune import EXPORT_FORMATS
-
-    _add_adapter_arguments(parser, "base model to merge into instead of the one recorded in the adapter (a local copy)")
-    parser.add_argument(
-        "--format",
-        type=str,
-        required=True,
-        action="append",
-        help=f"an export format, repeatable: {', '.join(EXPORT_FORMATS)}",
-    )
-    parser.add_argument(
-        "--output_dir",
-        type=Optional[str],
-        default=None,
-        help="the run folder; exports go to <output_dir>/export/<format>/ (default: the adapter's "
-        "parent folder, the run's output_dir)",
-    )
-    _add_recorded_arguments(parser)
-    add_field_arguments(parser, ("trust_remote_code",))
-
-
-def _run_export(values: dict, given: set) -> dict:
+    Returns:
+        ``{format: export.ExportResult}``.
+    """
     from .export.adapter_export import describe_exports, export_adapter
 
-    formats = FinetuneConfig.from_mapping(
-        {"export_formats": values["format"]}, where="tinyllama-ft export --format"
-    ).export_formats
-    flags = _recorded_flags(values, given, "tinyllama-ft export")
-    _adapter_base(values)
-    output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
+    cfg, recorded = _checked(adapter, base_model, fields, "tinyllama-ft export", export_formats=format)
+    output_dir = output_dir or os.path.dirname(os.path.abspath(adapter))
     results = export_adapter(
-        adapter_dir=values["adapter"],
-        formats=formats,
-        base_model=values["base_model"],
+        adapter_dir=adapter,
+        formats=cfg.export_formats,
+        base_model=base_model,
         output_dir=output_dir,
-        trust_remote_code=values["trust_remote_code"],
-        **flags,
+        trust_remote_code=cfg.trust_remote_code,
+        **recorded,
     )
     print(describe_exports(results))
     print(f"tinyllama-ft export: done: {len(results)} format(s) in {os.path.join(output_dir, 'export')}")
     return results
 
 
-def _add_eval_arguments(parser) -> None:
-    _add_adapter_arguments(parser, "base model to load instead of the one recorded in the adapter (a local copy)")
-    parser.add_argument(
-        "--tasks",
-        type=Union[List[str], str],
-        required=True,
-        help="lm-eval tasks, groups or tags (mmlu, gsm8k, hellaswag, arc_easy: data from the Hub), the shipped "
-        "offline ones (tinyllama_ft_mmlu, tinyllama_ft_arithmetic) or a .jsonl/.json/.csv of question/answer rows; "
-        "comma-separated or a list",
-    )
-    parser.add_argument("--limit", type=Optional[float], default=None, help="questions per task (lm-eval's --limit)")
-    parser.add_argument("--num_fewshot", type=Optional[int], default=None, help="examples in each prompt (lm-eval's)")
-    parser.add_argument("--batch_size", type=Union[int, str], default=1, help="a number or 'auto' (lm-eval's)")
-    parser.add_argument(
-        "--output_dir",
-        type=Optional[str],
-        default=None,
-        help="where benchmarks.json goes (default: the adapter's parent folder, the run's output_dir)",
-    )
-    _add_recorded_arguments(parser)
-    add_field_arguments(parser, ("backend", "trust_remote_code"))
+def evaluate(
+    adapter: str,
+    tasks: Union[List[str], str],
+    base_model: Optional[str] = None,
+    limit: Optional[float] = None,
+    num_fewshot: Optional[int] = None,
+    batch_size: Union[int, str] = 1,
+    output_dir: Optional[str] = None,
+    **fields: Any,
+):
+    """Benchmark a saved adapter against its base on lm-evaluation-harness tasks.
 
+    Args:
+        adapter: folder of a saved adapter (save_adapter, train).
+        tasks: lm-eval tasks, groups or tags (mmlu, gsm8k, hellaswag, arc_easy: data from the Hub), the shipped
+            offline ones (tinyllama_ft_mmlu, tinyllama_ft_arithmetic) or a .jsonl/.json/.csv of question/answer
+            rows; comma-separated or a list.
+        base_model: base model to load instead of the one recorded in the adapter (a local copy).
+        limit: questions per task (lm-eval's --limit).
+        num_fewshot: examples in each prompt (lm-eval's).
+        batch_size: a number or 'auto' (lm-eval's).
+        output_dir: where benchmarks.json goes (default: the adapter's parent folder, the run's output_dir).
+        fields: the ``FinetuneConfig`` fields given as flags (``COMMANDS``).
 
-def _run_eval(values: dict, given: set):
+    Returns:
+        ``benchmarks.Benchmarks``.
+    """
     from .evaluate.benchmarks import RESULTS_FILE, evaluate_benchmarks
     from .machine.hardware import detect_hardware
     from .models.adapters import load_adapter
     from .models.run_record import read_record
 
-    flags = _recorded_flags(values, given, "tinyllama-ft eval")
-    _adapter_base(values)
-    limit = values["limit"]
+    cfg, recorded = _checked(adapter, base_model, fields, "tinyllama-ft eval")
+    template = recorded.pop("template")
     model, tokenizer = load_adapter(
-        values["adapter"],
-        max_seq_length=flags["max_seq_length"],
-        dtype=flags["dtype"],
-        load_in_4bit=flags["load_in_4bit"],
-        backend=values["backend"],
+        adapter,
+        **recorded,
+        backend=cfg.backend,
         hardware=detect_hardware(),
-        base_model=values["base_model"],
-        trust_remote_code=values["trust_remote_code"],
+        base_model=base_model,
+        trust_remote_code=cfg.trust_remote_code,
     )
-    output_dir = values["output_dir"] or os.path.dirname(os.path.abspath(values["adapter"]))
+    output_dir = output_dir or os.path.dirname(os.path.abspath(adapter))
     results = evaluate_benchmarks(
         model,
         tokenizer,
-        values["tasks"],
-        record=read_record(values["adapter"]),
-        template=flags["template"],
+        tasks,
+        record=read_record(adapter),
+        template=template,
         limit=int(limit) if limit is not None and limit >= 1 else limit,
-        num_fewshot=values["num_fewshot"],
-        batch_size=values["batch_size"],
+        num_fewshot=num_fewshot,
+        batch_size=batch_size,
         output_dir=output_dir,
     )
     print(results.table())
@@ -308,28 +233,52 @@ def _run_eval(values: dict, given: set):
     return results
 
 
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its function (flags and help from its signature and docstring), the ``FinetuneConfig`` fields it
+    takes as flags besides (passed as ``**fields``, only those given), whether it takes ``RECORDED_FIELDS`` (None by
+    default: the run's record), and its repeatable list flags (each ``--NAME`` adds an item)."""
+
+    function: Callable[..., Any]
+    fields: Sequence[str] = ()
+    recorded: bool = True
+    repeatable: Sequence[str] = ()
+
+
 COMMANDS: dict[str, Command] = {
-    "train": Command("fine-tune with a recipe and overrides (the notebook's run)", _add_train_arguments, _run_train),
-    "generate": Command("answer prompts with a saved adapter, streaming", _add_generate_arguments, _run_generate),
-    "export": Command(
-        "export a saved adapter: merged 16-bit, GGUF (+ Ollama Modelfile), GGUF LoRA",
-        _add_export_arguments,
-        _run_export,
+    "train": Command(train, FIELD_NAMES, recorded=False),
+    "generate": Command(
+        generate, ("backend", "trust_remote_code", "reload_merged", "max_new_tokens"), repeatable=("prompt", "input")
     ),
-    "eval": Command(
-        "benchmark a saved adapter against its base on lm-evaluation-harness tasks", _add_eval_arguments, _run_eval
-    ),
+    "export": Command(export, ("trust_remote_code",), repeatable=("format",)),
+    "eval": Command(evaluate, ("backend", "trust_remote_code")),
 }
 
 
 @lru_cache(maxsize=None)
 def command_parser(name: str):
-    """The jsonargparse parser of one ``COMMANDS`` entry's flags."""
+    """The jsonargparse parser of one ``COMMANDS`` entry: its function's parameters, then its fields."""
+    import docstring_parser
     from jsonargparse import ArgumentParser, set_parsing_settings
 
     set_parsing_settings(docstring_parse_attribute_docstrings=True)  # each field's help: its docstring
-    parser = ArgumentParser(description=COMMANDS[name].help, exit_on_error=False, allow_abbrev=False)
-    COMMANDS[name].add_arguments(parser)
+    command = COMMANDS[name]
+    doc = docstring_parser.parse(inspect.getdoc(command.function))
+    parser = ArgumentParser(description=doc.short_description, exit_on_error=False, allow_abbrev=False)
+    parser.add_function_arguments(command.function, as_group=False, skip=set(command.repeatable))
+    for param in (p for p in doc.params if p.arg_name in command.repeatable):  # jsonargparse's lists take --NAME+
+        required = inspect.signature(command.function).parameters[param.arg_name].default is inspect.Parameter.empty
+        parser.add_argument(f"--{param.arg_name}", type=str, action="append", required=required, help=param.description)
+    if command.recorded:
+        group = parser.add_argument_group("Recorded by the run (default: the value beside the adapter)")
+        for field in RECORDED_FIELDS:
+            group.add_argument(
+                f"--{field}",
+                type=Optional[FIELD_TYPES[field]],
+                help=f"{field_docs()[field]} Default: the run's value, recorded beside the adapter; a value that "
+                "contradicts it is refused (dtype, load_in_4bit: used, said once)",
+            )
+    add_field_arguments(parser, command.fields)
     return parser
 
 
@@ -345,8 +294,8 @@ def build_parser():
         allow_abbrev=False,
     )  # run() raises its errors as one ConfigError line
     subcommands = parser.add_subcommands(required=True, dest="command")
-    for name, command in COMMANDS.items():
-        subcommands.add_subcommand(name, command_parser(name), help=command.help)
+    for name in COMMANDS:
+        subcommands.add_subcommand(name, command_parser(name), help=command_parser(name).description)
     return parser
 
 
@@ -374,7 +323,7 @@ def run(argv: Sequence[str]) -> Any:
     """Parse ``argv`` (after the program name) and run the command, in this process.
 
     Returns:
-        What the command's ``run`` returns (the run summary for ``train``, the answers for ``generate``,
+        What the command's function returns (the run summary for ``train``, the answers for ``generate``,
         ``{format: export.ExportResult}`` for ``export``, ``benchmarks.Benchmarks`` for ``eval``).
 
     Raises:
@@ -396,7 +345,7 @@ def run(argv: Sequence[str]) -> Any:
         raise refusal or ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     quiet_library_bars()  # a command prints its own lines: bars off outside a person's notebook
     try:
-        return COMMANDS[command].run({**command_parser(command).get_defaults().as_dict(), **given}, set(given))
+        return COMMANDS[command].function(**given)  # the function's own defaults; the fields given only
     except FieldError as err:  # a value out of its field's range: named by its flag where one gave it
         raise err.as_flag() if err.name in given else err from None
 
