@@ -871,24 +871,16 @@ def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
 
 
 def _add_section_arguments(parser, section: type, wanted: Sequence[str]) -> None:
-    """One section's fields ``wanted`` (in its order) as a group titled by the section's docstring."""
+    """One section's fields ``wanted`` (in its order, its tuple fields last) as a group titled by its docstring."""
     import docstring_parser
 
     doc = docstring_parser.parse(section.__doc__)
     group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
+    tuples = [name for name in wanted if typing.get_origin(FIELD_TYPES[name]) is tuple]
     own = {f.name for f in dataclasses.fields(section)}
-    # consecutive fields that jsonargparse adds in one call, so the flags keep the fields' order
-    pending: list[str] = []
-    for name in [*wanted, None]:
-        is_tuple = name is not None and typing.get_origin(FIELD_TYPES[name]) is tuple
-        if name is not None and not is_tuple:
-            pending.append(name)
-            continue
-        if pending:
-            group.add_class_arguments(section, as_group=False, skip=own - set(pending), instantiate=False)
-            pending.clear()
-        if is_tuple:
-            item = typing.get_args(FIELD_TYPES[name])[0]  # str, or a Literal (export_formats)
-            group.add_argument(
-                f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
-            )
+    group.add_class_arguments(section, as_group=False, skip=own - set(wanted) | set(tuples), instantiate=False)
+    for name in tuples:  # after the section's others: a list of its items, or one string (comma-separated)
+        item = typing.get_args(FIELD_TYPES[name])[0]  # str, or a Literal (export_formats)
+        group.add_argument(
+            f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
+        )
