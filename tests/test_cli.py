@@ -232,6 +232,28 @@ def test_help_documents_every_field(capsys):
     assert "--format" in capsys.readouterr().out
 
 
+def test_each_commands_flags_and_help_are_its_functions_signature_and_docstring(capsys):
+    """Issue 41 item 4: a command is one typed function (as litgpt's ``__main__``): its parameters are its flags, its
+    docstring's first line the command's help and its ``Args`` the flags' help, each command one ``COMMANDS`` entry."""
+    import inspect
+
+    import docstring_parser
+
+    from tinyllama_ft.cli import COMMANDS
+
+    for name, command in COMMANDS.items():
+        with pytest.raises(SystemExit):
+            main([name, "--help"])
+        out = capsys.readouterr().out
+        flat = "".join(out.split())  # argparse wraps lines, and breaks words at hyphens
+        doc = docstring_parser.parse(inspect.getdoc(command.function))
+        assert doc.short_description in " ".join(out.split()), name
+        params = [p for p in inspect.signature(command.function).parameters.values() if p.kind != p.VAR_KEYWORD]
+        described = {p.arg_name: "".join(p.description.split()) for p in doc.params}
+        for param in params:
+            assert f"--{param.name} " in out and described[param.name] in flat, (name, param.name)
+
+
 @pytest.mark.parametrize(
     "argv, expected",
     [
