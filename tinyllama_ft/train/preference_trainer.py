@@ -2,8 +2,8 @@
 
 Each TRL trainer is subclassed only where it tokenizes: DPO's and KTO's ``_prepare_dataset`` take our id columns
 (KTO's KL completions added as TRL adds them); experimental ORPO, which tokenizes in ``__init__``, gets its columns
-built from ours, and its NLL term on the chosen response only (TRL's covers the prompt too). No packing, no Liger
-(TRL computes log-probabilities with its own LM head). The reference: TRL's frozen ``ref`` copy of a saved adapter
+built from ours (its loss is TRL's: the NLL term covers the prompt too, as ORPO's authors' code). No packing, no
+Liger (TRL computes log-probabilities with its own LM head). The reference: TRL's frozen ``ref`` copy of a saved adapter
 the run starts from, else the base with adapters disabled (never a second base).
 """
 
@@ -187,7 +187,6 @@ def trainer_class(method: str):
 
         return PackageKTOTrainer
     if method == "orpo":
-        import torch.nn.functional as F
         from trl.experimental.orpo import ORPOTrainer
 
         class PackageORPOTrainer(ORPOTrainer):
@@ -202,14 +201,6 @@ def trainer_class(method: str):
 
             def tokenize_row(self, feature, model=None):
                 return {}  # already tokenized: the row keeps the columns _orpo_columns made
-
-            def concatenated_forward(self, model, batch):
-                out = list(super().concatenated_forward(model, batch))
-                logits = out[2]  # chosen logits without the last position: [batch, length - 1, vocab]
-                labels = batch["chosen_labels"][:, 1:]
-                labels = F.pad(labels, (0, logits.shape[1] - labels.shape[1]), value=-100).to(logits.device)
-                out[4] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-                return tuple(out)
 
         return PackageORPOTrainer
     raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
