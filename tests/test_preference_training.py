@@ -100,6 +100,21 @@ def test_dpo_starts_at_ln2_and_its_loss_is_the_sigmoid_loss_on_the_models_logits
     assert after == pytest.approx(_dpo_loss(trainer, batch, 0.5), **NEAR_ZERO)  # ... and the sigmoid loss of its logits
 
 
+def test_dpos_evaluation_is_trls_own_pass(stories_dir, cpu, tmp_path):
+    """The trainer's DPO evaluation is TRL's pass over the held-out pairs (the policy and the reference), not the
+    package's former figures derived from the held-out checks, which logged no ``eval_entropy``."""
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    n = len(pairs)
+    trainer = preference_trainer(
+        "dpo", model, tokenizer, pairs, tmp_path, beta=0.5, eval_dataset=pairs, per_device_eval_batch_size=n
+    )
+    _trained(trainer, model)
+    metrics = trainer.evaluate()
+    assert "eval_entropy" in metrics and 0 <= metrics["eval_rewards/accuracies"] <= 1
+    one_batch = trainer.data_collator([trainer.eval_dataset[i] for i in range(n)])
+    assert metrics["eval_loss"] == pytest.approx(_dpo_loss(trainer, one_batch, 0.5), **NEAR_ZERO)
+
+
 def test_dpo_from_a_trained_adapter_starts_at_ln2_only_against_its_frozen_copy(stories_dir, cpu, tmp_path):
     def with_trained_adapter():
         model, tokenizer, pairs = stories_pairs(stories_dir, cpu)

@@ -151,27 +151,10 @@ def trainer_class(method: str):
     if method == "dpo":
         from trl import DPOTrainer
 
-        from .dpo_evaluation import derived_evaluation, derived_evaluation_refusal
-
         class PackageDPOTrainer(_StartsAtReference, DPOTrainer):
-            #: The caller's ``PreferenceScores`` of the reference on ``eval_dataset`` (the held-out check's before
-            #: training: the policy starts as its reference); None: scored at each derived evaluation.
-            reference_scores = None
-            #: The last derived evaluation's ``pair_nlls`` of the policy, for the held-out check after training.
-            policy_nlls = None
-
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
                 return dataset
-
-            def evaluation_loop(self, dataloader, description, prediction_loss_only=None, *args, **kwargs):
-                # TRL's figures from summed log-probabilities (dpo_evaluation): one policy pass, no reference pass
-                derivable = description == "Evaluation" and self.compute_metrics is None
-                if derivable and derived_evaluation_refusal(self) is None:
-                    output = derived_evaluation(self, dataloader, kwargs.get("metric_key_prefix", "eval"))
-                    if output is not None:
-                        return output
-                return super().evaluation_loop(dataloader, description, prediction_loss_only, *args, **kwargs)
 
         return PackageDPOTrainer
     if method == "kto":
