@@ -97,6 +97,7 @@ reward_funcs = ['correct_number', 'answer_format', 'shows_the_arithmetic']  # @p
 reward_weights = [1.0, 0.2, 0.2]  # @param {type:"raw"}
 scale_rewards = 'none'  # @param ['group', 'batch', 'none']
 mask_truncated_completions = True  # @param {type:"boolean"}
+importance_sampling_level = 'token'  # @param ['token', 'sequence']
 rollout_decoder = 'auto'  # @param ['auto', 'fused', 'generate']
 prompt_column = 'question'  # @param {type:"string"}
 answer_column = 'answer'  # @param {type:"string"}
