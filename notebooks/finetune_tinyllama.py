@@ -255,7 +255,6 @@ from tinyllama_ft.evaluate.held_out import held_out_check
 held_out = fmt.held_out_rows(eval_dataset)
 before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
 print(f"before: {before}")
-trainer.reference_scores = before and before.preference  # DPO's evaluation reads its reference's scores here
 
 # %% [markdown]
 # ## 7. Train
@@ -275,8 +274,7 @@ print(format_results(results))
 # %%
 from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
 
-after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length,
-                       pair_nlls=getattr(trainer, "policy_nlls", None))  # DPO: its last evaluation's pass, reused
+after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
 print(f"before: {before}\nafter:  {after}")
 side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
 show_answers(side_by_side)

@@ -63,6 +63,7 @@ def test_every_choice_field_takes_its_values_from_its_literal_annotation():
         "method",
         "loss_type",
         "scale_rewards",
+        "importance_sampling_level",
         "rollout_decoder",
         "eval_split",
     }

@@ -166,29 +166,28 @@ def test_builtin_rewards_score_text_and_chat_completions(completions):
 
 
 def test_soft_overlong_punishment_is_trls_under_the_builtin_name():
-    import inspect
-
     from trl.rewards import get_soft_overlong_punishment
     from trl.trainer.utils import get_callable_name
 
-    from tinyllama_ft.train.rewards import SoftOverlongPunishment, resolve_rewards
+    from tinyllama_ft.train.rewards import resolve_rewards
 
     [penalty] = resolve_rewards(["soft_overlong_punishment"], max_completion_length=10)  # ramps over the last 2 tokens
-    assert penalty.__name__ == "soft_overlong_punishment"
-    assert penalty(["q"] * 4, ["a"] * 4, completion_ids=[[1] * n for n in (3, 8, 9, 10)]) == [0.0, 0.0, -0.5, -1.0]
-    assert SoftOverlongPunishment(100, soft_punish_cache=50)(completion_ids=[[1] * 75]) == [-0.5]
-    with pytest.raises(ValueError, match="needs completion_ids"):
-        penalty(["q"], ["a"])
-    # TRL's own gives the same penalties on the same completions (the default cache: 20% of the limit, at least 1) ...
-    ids = [[1] * n for n in range(0, 70)]
-    for limit, cache in ((10, None), (10, 2), (64, None), (64, 30), (3, None)):
-        trls = get_soft_overlong_punishment(
-            max_completion_len=limit, soft_punish_cache=cache or max(1, round(0.2 * limit))
-        )
-        assert SoftOverlongPunishment(limit, cache)(completion_ids=ids) == trls(ids), (limit, cache)
-    # ... but logs under another name and takes no completions (check_reward refuses it): why ours wraps it
-    assert get_callable_name(trls) != "soft_overlong_punishment"
-    assert "completions" not in inspect.signature(trls).parameters
+    trls = get_soft_overlong_punishment(max_completion_len=10, soft_punish_cache=2)
+    assert type(penalty) is type(trls) and vars(penalty) == {**vars(trls), "__name__": "soft_overlong_punishment"}
+    ids = [[1] * n for n in (3, 8, 9, 10)]
+    assert penalty(prompts=["q"] * 4, completions=["a"] * 4, completion_ids=ids) == [
+        0.0,
+        0.0,
+        -0.5,
+        -1.0,
+    ]  # as TRL calls
+    # the cache: 20% of the limit, at least 1 token
+    assert [resolve_rewards([penalty.__name__], max_completion_length=n)[0].soft_punish_cache for n in (3, 64)] == [
+        1,
+        13,
+    ]
+    # TRL's logs it under another name: why the built-in renames it
+    assert get_callable_name(trls) != "soft_overlong_punishment" == get_callable_name(penalty)
 
 
 def test_reward_name_is_trls_get_callable_name():
@@ -196,13 +195,14 @@ def test_reward_name_is_trls_get_callable_name():
 
     from trl.trainer.utils import get_callable_name
 
-    from tinyllama_ft.train.rewards import SoftOverlongPunishment, answer_format, correct_number, reward_name
+    from tinyllama_ft.train.rewards import answer_format, correct_number, resolve_rewards, reward_name
 
     class Scorer:
         def __call__(self, completions, **kwargs):
             return [1.0] * len(completions)
 
-    funcs = [correct_number, functools.partial(functools.partial(answer_format)), SoftOverlongPunishment(8), Scorer()]
+    [penalty] = resolve_rewards(["soft_overlong_punishment"], max_completion_length=8)
+    funcs = [correct_number, functools.partial(functools.partial(answer_format)), penalty, Scorer()]
     funcs.append(lambda completions, **kwargs: [])
     assert [reward_name(f) for f in funcs] == [get_callable_name(f) for f in funcs]
     assert [reward_name(f) for f in funcs] == [
@@ -271,7 +271,7 @@ def test_rewards_trl_could_not_call_are_refused_naming_them(rewards_module):
         "'my_rewards:constant' is a int, not a function": ["my_rewards:constant"],
         "'my_rewards:Scorer' is a class": ["my_rewards:Scorer"],
         "'my_rewards:no_kwargs' has no \\*\\*kwargs": ["my_rewards:no_kwargs"],
-        "'my_rewards:no_completions' has no 'completions' parameter": ["my_rewards:no_completions"],
+        "'my_rewards:no_completions' has no 'completions' or 'completion_ids' parameter": ["my_rewards:no_completions"],
         "no such file": ["missing_file.py:score"],
         "'corect_number' is no built-in reward .* \\(did you mean correct_number\\?\\)": ["corect_number"],
         "reward_funcs\\[1\\].* is logged as 'correct_number', as reward_funcs\\[0\\] is": [

@@ -226,7 +226,10 @@ threshold = 0.5
     [
         ("missing_rewards:score", "reward_funcs[2]='missing_rewards:score': no module named 'missing_rewards'"),
         ("bad_rewards:threshold", "reward_funcs[2]='bad_rewards:threshold' is a float, not a function"),
-        ("bad_rewards:no_completions", "reward_funcs[2]='bad_rewards:no_completions' has no 'completions' parameter"),
+        (
+            "bad_rewards:no_completions",
+            "reward_funcs[2]='bad_rewards:no_completions' has no 'completions' or 'completion_ids' parameter",
+        ),
         ("bad_rewards.py:no_kwargs", "reward_funcs[2]='bad_rewards.py:no_kwargs' has no **kwargs"),
     ],
 )

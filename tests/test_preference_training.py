@@ -1,6 +1,6 @@
 """DPO, KTO and ORPO train on the package's rows (issue 30): each trainer's loss, before and after two real steps,
 equals an independent computation from the model's own logits on the same collated batch (DPO's sigmoid loss ln 2
-and KTO's 0.5 from a fresh adapter, ORPO's NLL(chosen) + beta * -log sigmoid(log-odds difference)), and the reference
+and KTO's 0.5 from a fresh adapter, ORPO's NLL(prompt + chosen) + beta * -log sigmoid(log-odds difference)), and the reference
 is what it should be (a continued adapter's frozen copy, not the bare base). Newest TRL only: TRL 1.15 computes the
 log-probabilities with a fused Triton kernel a CPU torch lacks (.ci/run)."""
 
@@ -100,6 +100,21 @@ def test_dpo_starts_at_ln2_and_its_loss_is_the_sigmoid_loss_on_the_models_logits
     assert after == pytest.approx(_dpo_loss(trainer, batch, 0.5), **NEAR_ZERO)  # ... and the sigmoid loss of its logits
 
 
+def test_dpos_evaluation_is_trls_own_pass(stories_dir, cpu, tmp_path):
+    """The trainer's DPO evaluation is TRL's pass over the held-out pairs (the policy and the reference), not the
+    package's former figures derived from the held-out checks, which logged no ``eval_entropy``."""
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    n = len(pairs)
+    trainer = preference_trainer(
+        "dpo", model, tokenizer, pairs, tmp_path, beta=0.5, eval_dataset=pairs, per_device_eval_batch_size=n
+    )
+    _trained(trainer, model)
+    metrics = trainer.evaluate()
+    assert "eval_entropy" in metrics and 0 <= metrics["eval_rewards/accuracies"] <= 1
+    one_batch = trainer.data_collator([trainer.eval_dataset[i] for i in range(n)])
+    assert metrics["eval_loss"] == pytest.approx(_dpo_loss(trainer, one_batch, 0.5), **NEAR_ZERO)
+
+
 def test_dpo_from_a_trained_adapter_starts_at_ln2_only_against_its_frozen_copy(stories_dir, cpu, tmp_path):
     def with_trained_adapter():
         model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
@@ -150,28 +165,34 @@ def test_kto_starts_at_one_half_and_its_loss_is_the_kto_loss_on_the_models_logit
     assert abs(after - 0.5) > 1e-4 and after == pytest.approx(_kto_loss(trainer, batch, 0.1), **SAME)
 
 
-def _orpo_loss(trainer, batch, beta):
+def _orpo_loss(trainer, batch, beta, *, prompt_in_nll=True):
+    """ORPO's loss: the chosen sequences' mean token NLL (TRL's and ORPO's authors' code: prompt and response; with
+    ``prompt_in_nll`` False, the response only) plus beta times the odds-ratio term on the responses' mean log-probs."""
     model = trainer.model
     with torch.no_grad():
         mean_logps, nll = {}, None
         for kind in ("chosen", "rejected"):
-            labels = batch[f"{kind}_labels"]
-            _, mean_logps[kind], logps, mask = _token_logps(
-                model, batch[f"{kind}_input_ids"], batch[f"{kind}_attention_mask"], (labels != -100).long()
-            )
-            if kind == "chosen":  # mean negative log-likelihood of the chosen responses' tokens (never the prompt)
+            labels, attention = batch[f"{kind}_labels"], batch[f"{kind}_attention_mask"]
+            ids = batch[f"{kind}_input_ids"]
+            mean_logps[kind] = _token_logps(model, ids, attention, (labels != -100).long())[1]
+            if kind == "chosen":
+                _, _, logps, mask = _token_logps(model, ids, attention, attention if prompt_in_nll else labels != -100)
                 nll = -(logps * mask).sum() / mask.sum()
     chosen, rejected = mean_logps["chosen"], mean_logps["rejected"]
     log_odds = (chosen - rejected) - (torch.log1p(-chosen.exp()) - torch.log1p(-rejected.exp()))
     return (nll + beta * -F.logsigmoid(log_odds).mean()).item()
 
 
-def test_orpo_loss_is_the_chosen_nll_plus_beta_times_the_odds_ratio_term(stories_dir, cpu, tmp_path):
+def test_orpo_loss_is_trls_the_chosen_nll_over_prompt_and_response_plus_beta_times_the_odds_ratio_term(
+    stories_dir, cpu, tmp_path
+):
+    """TRL's ORPO loss, not the package's former response-only NLL (which this test refused once it was removed)."""
     model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
     trainer = preference_trainer("orpo", model, tokenizer, pairs, tmp_path, beta=0.25)
     batch = _batch(trainer)
     before = _trainer_loss(trainer, batch)
     assert before == pytest.approx(_orpo_loss(trainer, batch, 0.25), **SAME)  # ~6 nats
+    assert before != pytest.approx(_orpo_loss(trainer, batch, 0.25, prompt_in_nll=False), rel=1e-3)
     _trained(trainer, model)
     after = _trainer_loss(trainer, batch)
     assert after < before and after == pytest.approx(_orpo_loss(trainer, batch, 0.25), **SAME)

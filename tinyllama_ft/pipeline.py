@@ -152,7 +152,6 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
             before = held_out_check(model, tokenizer, held_out, **checks)
             print(f"before: {before}")
-            trainer.reference_scores = before and before.preference  # DPO's evaluation reads the reference's here
         results = train_and_evaluate(trainer, resume=cfg.resume)
         if not is_main_process():
             return {
@@ -160,7 +159,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                 "global_step": results["global_step"],
                 "train_loss": results["train_loss"],
             }
-        after = held_out_check(model, tokenizer, held_out, **checks, pair_nlls=getattr(trainer, "policy_nlls", None))
+        after = held_out_check(model, tokenizer, held_out, **checks)
         print(f"after:  {after}")
         side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
         print(answers_table(side_by_side))

@@ -74,6 +74,9 @@ KtoLossType = Literal["kto", "apo_zero_unpaired"]
 GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
 #: How GRPO scales each completion's advantage (``GRPOConfig.scale_rewards``, the same in TRL 1.15 and 1.16).
 ScaleRewards = Literal["group", "batch", "none"]
+#: GRPO's importance ratios per token or per completion (``GRPOConfig.importance_sampling_level``, TRL 1.15 and 1.16;
+#: TRL's config takes any string and fails at the first step: test_trls_grpo_config_takes_any_loss_type_or_level).
+ImportanceSamplingLevel = Literal["token", "sequence"]
 #: How GRPO samples its completions (``train.grpo_rollout``).
 RolloutDecoder = Literal["auto", "fused", "generate"]
 #: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one).
@@ -374,6 +377,9 @@ class GrpoSection:
     mask_truncated_completions: bool = _field(False, identity=True)
     """Leave completions cut at max_completion_length out of the loss (DAPO's); TRL's default False. A cut
     completion cannot end in the answer layout: masked, a long worked answer is not punished for it."""
+    importance_sampling_level: ImportanceSamplingLevel = _field("token", identity=True)
+    """GRPO's importance ratio per token ("token", TRL's default) or one per completion, its tokens' mean log-ratio
+    ("sequence": GSPO, with loss_type "grpo" as TRL advises); docs/grpo.md says which to pick when."""
     rollout_decoder: RolloutDecoder = _field("auto", identity=True)
     """How completions are sampled: "fused" (the package's CUDA-graph decoder with the step's adapter merged in:
     train.grpo_rollout), "generate" (TRL's transformers generate), "auto" (fused on a CUDA GPU for a Llama,

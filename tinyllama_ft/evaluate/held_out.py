@@ -297,7 +297,6 @@ def held_out_check(
     stop_rows: int = STOP_ROWS,
     max_seq_length: int | None = DEFAULTS.max_seq_length,
     max_new_tokens: int = STOP_MAX_NEW_TOKENS,
-    pair_nlls: tuple | None = None,
 ) -> HeldOutCheck | None:
     """The run's held-out check of one model state: ``held_out_scores`` and a ``stopping_count``.
 
@@ -309,8 +308,6 @@ def held_out_check(
             prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).
         data_format, max_seq_length: as ``held_out_scores`` (default ``FinetuneConfig``'s ``max_seq_length``).
         max_new_tokens: as ``greedy_answers``.
-        pair_nlls: on pairs, ``preference_checks.pair_nlls`` of ``rows`` by this model state, computed already (DPO's
-            evaluation after the last step: ``trainer.policy_nlls``); None: computed here.
 
     Prints one line before it starts (what it scores, on how many rows and prompts): the greedy answers can take
     minutes on a CPU.
@@ -346,7 +343,7 @@ def held_out_check(
     if data_format.pairs:  # prompt + chosen: the rows held_out_scores reads, scored once for both
         from . import preference_checks as checks
 
-        nlls = pair_nlls or checks.pair_nlls(model, tokenizer, rows)
+        nlls = checks.pair_nlls(model, tokenizer, rows)
         preference, chosen = checks.preference_scores(model, tokenizer, rows, nlls=nlls), nlls[0]
     scores = held_out_scores(
         model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length, nlls=chosen

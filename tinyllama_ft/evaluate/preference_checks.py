@@ -24,9 +24,6 @@ class PreferenceScores:
         margin_per_token: mean over pairs of log p(chosen) / its tokens - log p(rejected) / its tokens.
         chosen_logp, rejected_logp: mean summed log-probability of the chosen and of the rejected responses.
         skipped: 0-based indices of pairs not scored (an empty response: a truncated row with no token left).
-        logps: per scored pair, in order, ``(log p(chosen), log p(rejected))`` (what the means average; not in
-            ``as_dict``: ``train.dpo_evaluation`` reads them).
-        lengths: per scored pair, ``(chosen tokens, rejected tokens)`` (each response's end id included).
     """
 
     pairs: int
@@ -36,11 +33,9 @@ class PreferenceScores:
     chosen_logp: float
     rejected_logp: float
     skipped: list[int] = field(default_factory=list)
-    logps: list[tuple[float, float]] = field(default_factory=list, repr=False)
-    lengths: list[tuple[int, int]] = field(default_factory=list, repr=False)
 
     def as_dict(self) -> dict:
-        return {k: v for k, v in asdict(self).items() if k not in ("logps", "lengths")}
+        return asdict(self)
 
     def __str__(self) -> str:
         return (
@@ -115,6 +110,4 @@ def preference_scores(
         chosen_logp=sum(c for c, _ in logps) / n,
         rejected_logp=sum(r for _, r in logps) / n,
         skipped=sorted(set(range(len(rows))) - set(keep)),
-        logps=logps,
-        lengths=lengths,
     )

@@ -98,8 +98,9 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
     Args:
         cfg: the run's configuration: ``num_generations``, ``max_completion_length``, ``temperature``, ``beta``,
             ``reward_weights`` (empty: TRL's 1 each), ``scale_rewards``, ``mask_truncated_completions``,
-            ``loss_type`` (empty: TRL's "dapo") and the fields ``trainer_config_kwargs`` reads, but not
-            ``max_seq_length`` (``grpo_prompts.drop_long_prompts`` bounds the prompts).
+            ``importance_sampling_level``, ``loss_type`` (empty: TRL's "dapo") and the fields
+            ``trainer_config_kwargs`` reads, but not ``max_seq_length`` (``grpo_prompts.drop_long_prompts`` bounds
+            the prompts).
         plan: the run's ``RunPlan``: ``per_device_train_batch_size`` completions per micro-batch, precision, device,
             checkpointing.
 
@@ -119,6 +120,7 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
         reward_weights=list(cfg.reward_weights) or None,
         scale_rewards=cfg.scale_rewards,
         mask_truncated_completions=cfg.mask_truncated_completions,
+        importance_sampling_level=cfg.importance_sampling_level,
         include_num_input_tokens_seen="no",
     )
     if cfg.loss_type:

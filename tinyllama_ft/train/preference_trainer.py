@@ -2,8 +2,8 @@
 
 Each TRL trainer is subclassed only where it tokenizes: DPO's and KTO's ``_prepare_dataset`` take our id columns
 (KTO's KL completions added as TRL adds them); experimental ORPO, which tokenizes in ``__init__``, gets its columns
-built from ours, and its NLL term on the chosen response only (TRL's covers the prompt too). No packing, no Liger
-(TRL computes log-probabilities with its own LM head). The reference: TRL's frozen ``ref`` copy of a saved adapter
+built from ours (its loss is TRL's: the NLL term covers the prompt too, as ORPO's authors' code). No packing, no
+Liger (TRL computes log-probabilities with its own LM head). The reference: TRL's frozen ``ref`` copy of a saved adapter
 the run starts from, else the base with adapters disabled (never a second base).
 """
 
@@ -151,27 +151,10 @@ def trainer_class(method: str):
     if method == "dpo":
         from trl import DPOTrainer
 
-        from .dpo_evaluation import derived_evaluation, derived_evaluation_refusal
-
         class PackageDPOTrainer(_StartsAtReference, DPOTrainer):
-            #: The caller's ``PreferenceScores`` of the reference on ``eval_dataset`` (the held-out check's before
-            #: training: the policy starts as its reference); None: scored at each derived evaluation.
-            reference_scores = None
-            #: The last derived evaluation's ``pair_nlls`` of the policy, for the held-out check after training.
-            policy_nlls = None
-
             def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
                 _require(dataset, PAIR_COLUMNS, dataset_name)
                 return dataset
-
-            def evaluation_loop(self, dataloader, description, prediction_loss_only=None, *args, **kwargs):
-                # TRL's figures from summed log-probabilities (dpo_evaluation): one policy pass, no reference pass
-                derivable = description == "Evaluation" and self.compute_metrics is None
-                if derivable and derived_evaluation_refusal(self) is None:
-                    output = derived_evaluation(self, dataloader, kwargs.get("metric_key_prefix", "eval"))
-                    if output is not None:
-                        return output
-                return super().evaluation_loop(dataloader, description, prediction_loss_only, *args, **kwargs)
 
         return PackageDPOTrainer
     if method == "kto":
@@ -187,7 +170,6 @@ def trainer_class(method: str):
 
         return PackageKTOTrainer
     if method == "orpo":
-        import torch.nn.functional as F
         from trl.experimental.orpo import ORPOTrainer
 
         class PackageORPOTrainer(ORPOTrainer):
@@ -202,14 +184,6 @@ def trainer_class(method: str):
 
             def tokenize_row(self, feature, model=None):
                 return {}  # already tokenized: the row keeps the columns _orpo_columns made
-
-            def concatenated_forward(self, model, batch):
-                out = list(super().concatenated_forward(model, batch))
-                logits = out[2]  # chosen logits without the last position: [batch, length - 1, vocab]
-                labels = batch["chosen_labels"][:, 1:]
-                labels = F.pad(labels, (0, logits.shape[1] - labels.shape[1]), value=-100).to(logits.device)
-                out[4] = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100)
-                return tuple(out)
 
         return PackageORPOTrainer
     raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")

@@ -5,8 +5,7 @@ returning one float (or None: not scored) per completion; completions are string
 messages for chat prompts; ``kwargs`` holds the rows' columns (the reference as ``answer``) and TRL's extras
 (``log_extra``, ``log_metric``). ``resolve_rewards`` turns names, ``module:function`` / ``module.function`` /
 ``file.py:function`` strings (``pkgutil.resolve_name``) and callables into that list, refusing what TRL could not
-call, naming it. ``reward_name`` is ours, not TRL's ``get_callable_name`` (the same rule): importing TRL imports torch
-(test_a_bad_reward_is_refused_before_torch_is_even_imported).
+call, naming it.
 """
 
 from __future__ import annotations
@@ -86,49 +85,30 @@ def answer_format(prompts, completions, completion_ids=None, trainer_state=None,
     return [float(follows_layout(completion_text(c))) for c in completions]
 
 
-class SoftOverlongPunishment:
-    """DAPO's soft overlong punishment (``trl.rewards.get_soft_overlong_punishment``) under the built-in's name.
+def soft_overlong_punishment(max_completion_length: int) -> Callable:
+    """DAPO's soft overlong punishment, TRL's ``get_soft_overlong_punishment``: 0 up to ``max_completion_length -
+    cache`` tokens (the cache ``OVERLONG_SHARE`` of it, at least 1), then down to -1 at ``max_completion_length``.
+    Logged under the built-in's name, not TRL's ``soft_overlong_punishment_reward``
+    (test_soft_overlong_punishment_is_trls_under_the_builtin_name)."""
+    from trl.rewards import get_soft_overlong_punishment
 
-    0 for a completion of at most ``max_completion_length - soft_punish_cache`` tokens, then falling linearly to -1
-    at ``max_completion_length``: a completion cut at the limit (no answer) costs the most. A class, not a closure,
-    so it pickles as TRL's does. Ours around TRL's: TRL's logs as ``soft_overlong_punishment_reward``, not the
-    built-in's name, and has no ``completions`` parameter (test_soft_overlong_punishment_is_trls_under_the_builtin_name).
-
-    Args:
-        max_completion_length: the run's ``max_completion_length`` (tokens).
-        soft_punish_cache: the tokens over which it ramps; default ``OVERLONG_SHARE`` of ``max_completion_length``
-            (at least 1).
-    """
-
-    __name__ = "soft_overlong_punishment"
-
-    def __init__(self, max_completion_length: int, soft_punish_cache: int | None = None):
-        from trl.rewards import get_soft_overlong_punishment
-
-        cache = soft_punish_cache or max(1, round(OVERLONG_SHARE * max_completion_length))
-        self.trl_reward = get_soft_overlong_punishment(
-            max_completion_len=max_completion_length, soft_punish_cache=cache
-        )
-
-    def __call__(self, prompts=None, completions=None, completion_ids=None, trainer_state=None, **kwargs):
-        """One penalty in [-1, 0] per completion, from its token count (``completion_ids``, the end token included).
-        Raises ValueError: no ``completion_ids``."""
-        if completion_ids is None:
-            raise ValueError("soft_overlong_punishment needs completion_ids (the completions' token ids)")
-        return self.trl_reward(completion_ids=completion_ids)
+    cache = max(1, round(OVERLONG_SHARE * max_completion_length))
+    penalty = get_soft_overlong_punishment(max_completion_len=max_completion_length, soft_punish_cache=cache)
+    penalty.__name__ = "soft_overlong_punishment"
+    return penalty
 
 
 #: The built-ins by name -> a maker taking ``max_completion_length``.
 BUILTIN_REWARDS: dict[str, Callable[[int], Callable]] = {
     "correct_number": lambda max_completion_length: correct_number,
     "answer_format": lambda max_completion_length: answer_format,
-    "soft_overlong_punishment": SoftOverlongPunishment,
+    "soft_overlong_punishment": soft_overlong_punishment,
 }
 
 
 def reward_name(func: Callable) -> str:
-    """The name TRL logs a reward under (``rewards/<name>/mean``): a partial's function's, a function's
-    ``__name__``, else the class name (TRL's ``get_callable_name``)."""
+    """The name TRL logs a reward under (``rewards/<name>/mean``), TRL's ``get_callable_name``'s rule: ours, since
+    importing TRL's imports torch (test_a_bad_reward_is_refused_before_torch_is_even_imported)."""
     import functools
 
     while isinstance(func, functools.partial):
@@ -145,8 +125,8 @@ def check_reward(func: Any, where: str) -> None:
 
     Raises:
         RewardError: ``func`` is a class (TRL would call it and get an instance), is not callable, or its signature
-            has no ``completions`` parameter TRL can pass by name, or no ``**kwargs`` to take the rest (the
-            columns, ``trainer_state``, ``log_extra``, ``log_metric``).
+            has no ``completions`` or ``completion_ids`` parameter TRL can pass by name, or no ``**kwargs`` to take
+            the rest (the columns, ``trainer_state``, ``log_extra``, ``log_metric``).
     """
     if inspect.isclass(func):
         raise RewardError(f"{where} is a class: pass a function, or an instance whose __call__ is the reward")
@@ -159,7 +139,8 @@ def check_reward(func: Any, where: str) -> None:
     kinds = inspect.Parameter
     named = {p.name for p in params if p.kind in (kinds.POSITIONAL_OR_KEYWORD, kinds.KEYWORD_ONLY)}
     kwargs = any(p.kind is kinds.VAR_KEYWORD for p in params)
-    missing = [w for w, ok in (("'completions' parameter", "completions" in named), ("**kwargs", kwargs)) if not ok]
+    data = bool(named & {"completions", "completion_ids"})  # TRL's own rewards may read the ids alone
+    missing = [w for w, ok in (("'completions' or 'completion_ids' parameter", data), ("**kwargs", kwargs)) if not ok]
     if missing:
         raise RewardError(
             f"{where} has no {' and no '.join(missing)}: TRL calls a reward as f(prompts=..., completions=..., "
