@@ -11,7 +11,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -82,10 +82,12 @@ eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 seed = 3407  # @param {type:"integer"}
 # preference (DPO, ORPO, KTO)
-method = 'dpo'  # @param ['dpo', 'orpo', 'kto']
+method = 'dpo'  # @param ['dpo', 'orpo', 'kto', 'simpo']
 beta = 0.1  # @param {type:"raw"}
 loss_type = []  # @param {type:"raw"}
 loss_weights = []  # @param {type:"raw"}
+simpo_gamma = 0.5  # @param {type:"number"}
+cpo_alpha = 0.0  # @param {type:"number"}
 adapter_name_or_path = ''  # @param {type:"string"}
 # logging and output
 report_to = 'wandb'  # @param ['wandb', 'none']
@@ -230,7 +232,7 @@ print(fmt.example(tokenizer, train_dataset[0]))
 # loss, the probability of the stop token where the response ends and how many greedy answers stop within 128 tokens.
 
 # %%
-from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+from tinyllama_ft.train.trainers import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,

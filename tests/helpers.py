@@ -56,7 +56,7 @@ def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, 
     from tinyllama_ft.config.finetune import FinetuneConfig
     from tinyllama_ft.machine.hardware import Hardware
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
     return build_trainer(

@@ -214,7 +214,7 @@ def test_unknown_recipe_names_the_field():
 
 
 def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), max_seq_length=256)
     rows = text_dataset(alpaca_rows(alpaca_jsonl, 400), tokenizer)
@@ -256,7 +256,7 @@ def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_j
 
 @pytest.mark.slow
 def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
     from tinyllama_ft.train.loop import train_and_evaluate
 
     cpu = Hardware()

@@ -189,7 +189,7 @@ def _through_the_cells(cfg, *, hardware):
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     fmt = data_format(cfg)
     plan = plan_run(cfg, hardware)
@@ -221,8 +221,8 @@ def _through_the_cells(cfg, *, hardware):
 @pytest.mark.parametrize("method", ["dpo", "orpo", "kto"])
 def test_the_runs_cells_build_each_preference_trainer_on_the_package_rows(method, stories_dir, tmp_path, cpu):
     from tinyllama_ft.models.run_record import adapter_record
-    from tinyllama_ft.train.preference_trainer import reference_kind
-    from tinyllama_ft.train.sft_trainer import training_plan
+    from tinyllama_ft.train.trainers import reference_kind
+    from tinyllama_ft.train.trainers import training_plan
 
     cfg = _stories_run(stories_dir, tmp_path, method=method, dataset_format="auto")
     fmt, plan, model, tokenizer, trainer, held = _through_the_cells(cfg, hardware=cpu)

@@ -19,6 +19,7 @@ from typing import Iterator, Mapping
 from transformers import TrainerCallback
 
 from ..config.locations import GENERATED_DATASET
+from ..config.methods import METHODS
 from ..machine.paths import expand_path, is_local_path
 
 #: The card's file name in a model folder (the Hub's).
@@ -106,7 +107,7 @@ class CardFacts:
         return [PACKAGE_TAG, self.method, "lora"]
 
     def _generated(self, dataset: str) -> bool:
-        return self.method == "grpo" and dataset == GENERATED_DATASET
+        return dataset in METHODS[self.method].generated
 
     def _dataset_text(self, dataset: str) -> str:
         if self._generated(dataset):
