@@ -126,12 +126,11 @@ def test_grpo_fields_defaults_and_checks():
     assert FinetuneConfig(method="dpo").beta == 0.1 and FinetuneConfig(method="grpo", beta=0.04).beta == 0.04
     refused = {
         "num_generations=1 is not allowed: 2 or more": dict(num_generations=1),
-        "= 8 completions per step is not a multiple of num_generations=3": dict(num_generations=3),
-        "at most one of \\['grpo'": dict(loss_type="dapo,grpo"),
+        "at most one of \\['dapo', 'grpo'": dict(loss_type="dapo,grpo"),
         "loss_type=\\['sigmoid'\\] is not allowed for method='grpo'": dict(loss_type="sigmoid"),
-        "loss_weights=\\[1.0\\] needs method='dpo'": dict(loss_weights="1"),
+        "loss_weights=\\[1.0\\] is read by method \\['dpo'\\] only, and method='grpo'": dict(loss_weights="1"),
         "long_rows='truncate' does not apply to method='grpo'": dict(long_rows="truncate"),
-        "method='grpo' reads prompt rows from dataset alone": dict(dataset_format="sharegpt"),
+        "method='grpo' reads its prompts from dataset alone": dict(dataset_format="sharegpt"),
         "max_completion_length=512 leaves no room for a prompt": dict(max_completion_length=512, max_seq_length=512),
         "reward_funcs=\\(\\) is not allowed: at least one reward function": dict(reward_funcs=""),
         "beta=-0.1 is not allowed": dict(beta=-0.1),

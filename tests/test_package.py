@@ -129,6 +129,25 @@ def test_no_import_cycle():
     assert import_graph.import_cycles(import_graph.import_graph()) == []
 
 
+def test_methods_are_decided_by_the_method_table():
+    """Issue 41: outside ``config/methods.py`` at most ``LIMIT`` places test the method or sniff a method's columns
+    (47 before the table); each method's record names importable classes."""
+    import pkgutil
+
+    sys.path.insert(0, str(REPO / "scripts"))
+    import method_sites
+
+    from tinyllama_ft.config.methods import METHODS
+
+    assert method_sites.PATTERNS[0].search('if cfg.method == "grpo":')  # the rule finds a method test ...
+    assert not method_sites.PATTERNS[0].search("m = METHODS[cfg.method]")  # ... not a look-up in the table
+    found = method_sites.method_sites()
+    assert len(found) <= method_sites.LIMIT, "\n".join(found)
+    for m in METHODS.values():
+        for what in ("build", "trainer", "data_format"):
+            assert callable(pkgutil.resolve_name(getattr(m, what))), (m.name, what)
+
+
 def test_test_only_code_is_not_in_the_package():
     assert not (REPO / "tinyllama_ft" / "wandb_runfile.py").exists()
     # test- and benchmark-only helpers live with their users (issue 21, item 7), dead code is gone

@@ -486,10 +486,12 @@ class FinetuneConfig(
                 "term's strength)"
             )
         for name in METHOD_FIELDS:
-            if name not in m.reads and getattr(self, name) != defaults[name]:
+            value = getattr(self, name)
+            if name not in m.reads and value != defaults[name]:
                 readers = [k for k, other in METHODS.items() if name in other.reads]
                 raise ConfigError(
-                    f"FinetuneConfig.{name}={getattr(self, name)!r} is read by method {readers} only, and "
+                    f"FinetuneConfig.{name}={list(value) if isinstance(value, tuple) else value!r} is read by method "
+                    f"{readers} only, and "
                     f"method={self.method!r}: set method, or leave {name} at its default"
                 )
         wrong = [t for t in self.loss_type if t not in m.loss_types]

@@ -14,31 +14,14 @@ from typing import Any, Callable
 from .locations import GENERATED_DATASET
 
 #: The fields only some methods read (``Method.reads``); set away from their default for another, they are refused.
-GRPO_FIELDS = (
-    "num_generations",
-    "max_completion_length",
-    "temperature",
-    "reward_funcs",
-    "reward_weights",
-    "scale_rewards",
-    "mask_truncated_completions",
-    "rollout_decoder",
-    "prompt_column",
-    "answer_column",
+GRPO_FIELDS = tuple(
+    "num_generations max_completion_length temperature reward_funcs reward_weights scale_rewards "
+    "mask_truncated_completions rollout_decoder prompt_column answer_column".split()
 )
 SIMPO_FIELDS = ("simpo_gamma", "cpo_alpha")
 
 
-def _grpo_kwargs(cfg) -> dict[str, Any]:
-    kwargs = dict(
-        num_generations=cfg.num_generations,
-        max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature,
-        reward_weights=list(cfg.reward_weights) or None,
-        scale_rewards=cfg.scale_rewards,
-        mask_truncated_completions=cfg.mask_truncated_completions,
-    )
-    return kwargs | ({"loss_type": cfg.loss_type[0]} if cfg.loss_type else {})
+_NO_COUNT = {"include_num_input_tokens_seen": "no"}
 
 
 @dataclass(frozen=True)
@@ -132,9 +115,43 @@ class Method:
             self.resolve("config")(output_dir=tmp, use_cpu=True, report_to=[], **kwargs)
 
 
-_PREFERENCE = "tinyllama_ft.train.preference_trainer:build_preference_trainer"
-_PREFERENCE_FORMAT = "tinyllama_ft.data.preference_format:PreferenceFormat.from_config"
+_TRAIN = "tinyllama_ft.train."
+#: TRL's DPO losses (``DPOConfig.loss_type``'s help: TRL 1.15 and 1.16 name the same; its config does not check them).
+DPO_LOSS_TYPES = tuple(
+    "sigmoid hinge ipo exo_pair nca_pair robust bco_pair sppo_hard aot aot_unpaired apo_zero apo_down discopop sft "
+    "sigmoid_norm".split()
+)
 
+
+def _preference(name: str, config: str, **record) -> Method:
+    """A preference method's record: TRL's trainer of ``config`` on the package's pairs (``preference_trainer``)."""
+    build, trainer = (
+        f"{_TRAIN}preference_trainer:build_preference_trainer",
+        f"{_TRAIN}preference_trainer:{name}_trainer",
+    )
+    fmt = "tinyllama_ft.data.preference_format:PreferenceFormat.from_config"
+    return Method(name, config, build, trainer, fmt, **{"trains_on": "pairs", "sequences_per_row": 2, **record})
+
+
+def _kwargs(*, one_loss: bool = True, **names: str) -> Callable[[Any], dict[str, Any]]:
+    """TRL's argument -> the config field it takes; an empty field keeps TRL's default (``one_loss``: a
+    ``loss_type`` of one item passes the item)."""
+
+    def kwargs(cfg) -> dict[str, Any]:
+        values = {arg: getattr(cfg, field) for arg, field in names.items()}
+        single = {k: v[0] for k, v in values.items() if k == "loss_type" and len(v) == 1 and one_loss}
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v != ()} | single
+
+    return kwargs
+
+
+_grpo_kwargs = _kwargs(
+    **{f: f for f in ("num_generations", "max_completion_length", "temperature", "scale_rewards")},
+    mask_truncated_completions="mask_truncated_completions",
+    reward_weights="reward_weights",
+    loss_type="loss_type",
+)
+_simpo_kwargs = _kwargs(simpo_gamma="simpo_gamma", cpo_alpha="cpo_alpha")
 #: The methods by name (``FinetuneConfig.method``'s values, in this order).
 METHODS: dict[str, Method] = {
     m.name: m
@@ -142,8 +159,8 @@ METHODS: dict[str, Method] = {
         Method(
             "sft",
             "trl:SFTConfig",
-            "tinyllama_ft.train.sft_trainer:build_sft_trainer",
-            "tinyllama_ft.train.sft_trainer:sft_trainer",
+            f"{_TRAIN}sft_trainer:build_sft_trainer",
+            f"{_TRAIN}sft_trainer:sft_trainer",
             "tinyllama_ft.data.formats:sft_format",
             "instructions",
             reads=(),
@@ -152,69 +169,35 @@ METHODS: dict[str, Method] = {
             dataset_formats=("alpaca", "messages", "sharegpt", "auto"),
             summary=None,
         ),
-        Method(
+        _preference(
             "dpo",
             "trl:DPOConfig",
-            _PREFERENCE,
-            "tinyllama_ft.train.preference_trainer:dpo_trainer",
-            _PREFERENCE_FORMAT,
-            "pairs",
             reference=True,
-            sequences_per_row=2,
             fused_head=True,
             reads=("adapter_name_or_path", "loss_type", "loss_weights"),
-            loss_types=(
-                "sigmoid",
-                "hinge",
-                "ipo",
-                "exo_pair",
-                "nca_pair",
-                "robust",
-                "bco_pair",
-                "sppo_hard",
-                "aot",
-                "aot_unpaired",
-                "apo_zero",
-                "apo_down",
-                "discopop",
-                "sft",
-                "sigmoid_norm",
-            ),
+            loss_types=DPO_LOSS_TYPES,
             many_losses=True,
-            trl_kwargs=lambda cfg: (
-                ({"loss_type": list(cfg.loss_type)} if cfg.loss_type else {})
-                | ({"loss_weights": list(cfg.loss_weights)} if cfg.loss_weights else {})
-            ),
+            trl_kwargs=_kwargs(one_loss=False, loss_type="loss_type", loss_weights="loss_weights"),
         ),
-        Method(
-            "orpo",
-            "trl.experimental.orpo:ORPOConfig",
-            _PREFERENCE,
-            "tinyllama_ft.train.preference_trainer:orpo_trainer",
-            _PREFERENCE_FORMAT,
-            "pairs",
-            sequences_per_row=2,
-            trl_kwargs=lambda cfg: {"include_num_input_tokens_seen": "no"},  # no input_ids in its batches
-        ),
-        Method(
+        # ORPO's and CPO's batches hold no input_ids for the trainer to count
+        _preference("orpo", "trl.experimental.orpo:ORPOConfig", trl_kwargs=lambda cfg: _NO_COUNT),
+        _preference(
             "kto",
             "trl:KTOConfig",
-            _PREFERENCE,
-            "tinyllama_ft.train.preference_trainer:kto_trainer",
-            _PREFERENCE_FORMAT,
-            "rows",
+            trains_on="rows",
+            sequences_per_row=1,
             reference=True,
             fused_head=True,
             kl_losses=("kto",),
             reads=("adapter_name_or_path", "loss_type"),
             loss_types=("kto", "apo_zero_unpaired"),
-            trl_kwargs=lambda cfg: {"loss_type": cfg.loss_type[0]} if cfg.loss_type else {},
+            trl_kwargs=_kwargs(loss_type="loss_type"),
         ),
         Method(
             "grpo",
             "trl:GRPOConfig",
-            "tinyllama_ft.train.grpo_trainer:build_grpo_trainer",
-            "tinyllama_ft.train.grpo_trainer:grpo_trainer_class",
+            f"{_TRAIN}grpo_trainer:build_grpo_trainer",
+            f"{_TRAIN}grpo_trainer:grpo_trainer_class",
             "tinyllama_ft.data.grpo_format:GrpoFormat.from_config",
             "prompts",
             beta=0.0,
@@ -226,22 +209,12 @@ METHODS: dict[str, Method] = {
             generated=(GENERATED_DATASET,),
             trl_kwargs=_grpo_kwargs,
         ),
-        Method(
+        _preference(
             "simpo",
             "trl.experimental.cpo:CPOConfig",
-            _PREFERENCE,
-            "tinyllama_ft.train.preference_trainer:simpo_trainer",
-            _PREFERENCE_FORMAT,
-            "pairs",
             beta=2.0,
-            sequences_per_row=2,
             reads=("adapter_name_or_path", *SIMPO_FIELDS),
-            trl_kwargs=lambda cfg: {
-                "loss_type": "simpo",
-                "simpo_gamma": cfg.simpo_gamma,
-                "cpo_alpha": cfg.cpo_alpha,
-                "include_num_input_tokens_seen": "no",  # CPO's batches hold no input_ids either
-            },
+            trl_kwargs=lambda cfg: {**_NO_COUNT, "loss_type": "simpo"} | _simpo_kwargs(cfg),
         ),
     )
 }
