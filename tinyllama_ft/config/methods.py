@@ -11,6 +11,7 @@ import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .coercion import ConfigError
 from .locations import GENERATED_DATASET
 
 #: The fields only some methods read (``Method.reads``); set away from their default for another, they are refused.
@@ -51,7 +52,7 @@ class Method:
             only where ``dataset_formats`` holds "sharegpt": conversations).
         summary: its block in ``run_summary.json`` ("preference", "grpo"; None: SFT's).
         generated: ``dataset`` names the package generates (nothing to find before the run).
-        trl_kwargs: its own TRL config arguments from a ``FinetuneConfig`` (the shared ones: ``trainer_args``).
+        trl_kwargs: its own TRL config arguments from a ``FinetuneConfig`` (the shared ones: ``trainers.trainer_config_kwargs``).
     """
 
     name: str
@@ -102,17 +103,22 @@ class Method:
             return "frozen copy of the starting adapter ('ref')"
         return "base with adapters disabled"
 
-    def check_trl_config(self, cfg, **shared) -> None:
-        """Build TRL's config class from ``cfg`` (``self.trl_kwargs``, ``beta`` and ``shared``, e.g. the batch split)
-        in a temporary folder, so TRL's own checks (GRPO's whole groups, DPO's one weight per loss) run before any
-        model loads. Raises ValueError: TRL's, as TRL words it."""
+    def check_trl_config(self, cfg) -> None:
+        """Build TRL's config class from ``cfg`` (``self.trl_kwargs``, ``beta``, the configured batch split) in a
+        temporary folder, so TRL's own checks (GRPO's whole groups per step, DPO's one weight per loss) run before any
+        model loads (``plan.plan_run``). Raises coercion.ConfigError: TRL's message, after the fields it reads."""
         import tempfile
         import warnings
 
-        kwargs = {**shared, **self.trl_kwargs(cfg)} | ({} if self.summary is None else {"beta": cfg.beta})
-        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.resolve("config")(output_dir=tmp, use_cpu=True, report_to=[], **kwargs)
+        split = ("per_device_train_batch_size", "gradient_accumulation_steps")
+        kwargs = {n: getattr(cfg, n) for n in split} | self.trl_kwargs(cfg) | {"beta": cfg.beta}
+        try:
+            with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.resolve("config")(output_dir=tmp, use_cpu=True, report_to=[], **kwargs)
+        except ValueError as e:
+            fields = ", ".join(f"{n}={getattr(cfg, n)!r}" for n in (*split, *self.reads) if n in kwargs)
+            raise ConfigError(f"FinetuneConfig: TRL's {self.config.split(':')[-1]} refuses {fields}: {e}") from None
 
 
 _TRAIN = "tinyllama_ft.train."

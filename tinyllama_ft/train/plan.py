@@ -120,33 +120,6 @@ def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
     return tuple(reward_name(f) for f in funcs)
 
 
-def check_trl_config(cfg: FinetuneConfig) -> None:
-    """Refuse, before any model loads, what TRL's own config class of ``cfg.method`` refuses (GRPO: a step holding
-    part of a group; DPO: loss_weights not one per loss_type): ``methods.Method.check_trl_config`` on the configured
-    batch split. Raises coercion.ConfigError: TRL's message, naming the fields."""
-    m = METHODS[cfg.method]
-    if m.summary is None:
-        return  # SFT: its config takes what FinetuneConfig checked
-    names = (
-        "per_device_train_batch_size",
-        "gradient_accumulation_steps",
-        "loss_type",
-        "loss_weights",
-        "num_generations",
-    )
-    fields = ", ".join(f"{n}={getattr(cfg, n)!r}" for n in names if n in m.reads or n.endswith(("_size", "_steps")))
-    try:
-        m.check_trl_config(
-            cfg,
-            per_device_train_batch_size=cfg.per_device_train_batch_size,
-            gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        )
-    except ValueError as e:
-        raise ConfigError(
-            f"FinetuneConfig: TRL's {m.config.split(':')[-1]} refuses method={cfg.method!r} with {fields}: {e}"
-        ) from None
-
-
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
     """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read from
     the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA. Raises
@@ -210,7 +183,7 @@ def plan_run(
         The frozen ``RunPlan`` (its split is one process's share of the effective batch).
 
     Raises:
-        coercion.ConfigError: as ``check_trl_config`` (what TRL's config of the method refuses) and
+        coercion.ConfigError: as ``methods.Method.check_trl_config`` (what TRL's config of the method refuses) and
             ``check_trainer_names`` (an unknown scheduler, optimizer or attention kernel, a
             bitsandbytes optimizer without CUDA).
         ValueError / ImportError: as ``precision.resolve_dtype`` and ``loading.choose_backend`` (e.g.
@@ -221,8 +194,8 @@ def plan_run(
     from ..machine.distributed import world_size as launched_world_size
 
     world = launched_world_size() if world_size is None else world_size
-    if not _share:  # TRL's checks on the whole run's split, not on one process's share
-        check_trl_config(cfg)
+    if not _share and METHODS[cfg.method].summary is not None:  # TRL's checks on the run's split, not a share's
+        METHODS[cfg.method].check_trl_config(cfg)
     if world > 1:
         share = split_over_processes(cfg, world)
         if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
