@@ -84,7 +84,7 @@ gradient_accumulation_steps = 4  # @param {type:"integer"}
 max_steps = 60  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 seed = 3407  # @param {type:"integer"}
-# preference (DPO, ORPO, KTO) (the method, and GRPO's KL term: beta 0 loads no reference)
+# preference (DPO, ORPO, KTO, SimPO) (the method, and GRPO's KL term: beta 0 loads no reference)
 method = 'grpo'  # @param ['grpo']
 beta = 0.0  # @param {type:"raw"}
 loss_type = []  # @param {type:"raw"}

@@ -46,7 +46,7 @@ SECTION_TITLES = {
     "data": "data",
     "chat": "chat (conversations)",
     "training": "training",
-    "preference": "preference (DPO, ORPO, KTO)",
+    "preference": "preference (DPO, ORPO, KTO, SimPO)",
     "grpo": "GRPO (rewards)",
     "logging": "logging and output",
     "export": "export",
