@@ -459,7 +459,7 @@ def _tiny_grpo(tmp_path, *, from_adapter=False, rewards=None, train_dataset=None
 
 @pytest.mark.filterwarnings(TRL_READS_DEPRECATED)
 def test_the_grpo_trainer_takes_the_configs_values_on_both_library_sets(tmp_path):
-    from tinyllama_ft.train.trainers import reference_kind as grpo_reference
+    from helpers import reference_kind as grpo_reference
 
     trainer, model = _tiny_grpo(tmp_path, reward_funcs="correct_number,answer_format,soft_overlong_punishment")
     args = trainer.args

@@ -221,7 +221,7 @@ def _through_the_cells(cfg, *, hardware):
 @pytest.mark.parametrize("method", ["dpo", "orpo", "kto"])
 def test_the_runs_cells_build_each_preference_trainer_on_the_package_rows(method, stories_dir, tmp_path, cpu):
     from tinyllama_ft.models.run_record import adapter_record
-    from tinyllama_ft.train.trainers import reference_kind
+    from helpers import reference_kind
     from tinyllama_ft.train.trainers import training_plan
 
     cfg = _stories_run(stories_dir, tmp_path, method=method, dataset_format="auto")

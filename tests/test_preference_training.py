@@ -195,7 +195,9 @@ def _simpo_loss(trainer, batch, beta, gamma):
 
 def test_simpo_is_a_table_entry_whose_loss_is_the_length_normalized_margin_loss(stories_dir, cpu, tmp_path):
     # issue 41: SimPO through TRL's CPO trainer (loss_type "simpo", cpo_alpha 0: no NLL term), no reference model
-    from tinyllama_ft.train.trainers import reference_kind, training_plan
+    from helpers import reference_kind
+
+    from tinyllama_ft.train.trainers import training_plan
 
     model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
     trainer = preference_trainer("simpo", model, tokenizer, pairs, tmp_path, simpo_gamma=0.3)

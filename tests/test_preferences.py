@@ -287,7 +287,7 @@ def test_orpo_batches_label_the_responses_only(stories_dir, cpu, tmp_path):
 
 
 def test_the_reference_is_the_disabled_base_or_the_starting_adapters_frozen_copy(stories_dir, cpu, tmp_path):
-    from tinyllama_ft.train.trainers import reference_kind
+    from helpers import reference_kind
 
     model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
     fresh = preference_trainer("dpo", model, tokenizer, pairs, tmp_path / "a")

@@ -156,6 +156,10 @@ def sdpa_evaluating(trainer_cls):
     return Trainer
 
 
+#: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO, KTO and GRPO trainers).
+REF_ADAPTER = "ref"
+
+
 def settle_reference(trainer, *, from_adapter: bool, progress: bool):
     """A just-built TRL trainer of a PEFT model, its reference settled: TRL's frozen ``ref`` copy of the adapter is
     kept when the run continues a saved adapter, removed for a fresh one (whose copy is the base: the reference is
@@ -170,31 +174,6 @@ def settle_reference(trainer, *, from_adapter: bool, progress: bool):
     if progress:
         quiet_progress(trainer)
     return trainer
-
-
-#: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO, KTO and GRPO trainers).
-REF_ADAPTER = "ref"
-
-
-def reference_kind(trainer) -> str:
-    """What a built trainer's log-probabilities are compared with, read from it (the plan's ``reference`` says the
-    same before the model loads: ``methods.Method.reference_of``).
-
-    Returns:
-        ``"none (<METHOD>)"`` (no reference attribute: ORPO, SimPO, by the class's ``package_method``), ``"none (beta 0)"`` (GRPO),
-        ``"separate reference model"``, ``"frozen copy of the starting adapter ('ref')"`` or
-        ``"base with adapters disabled"``.
-    """
-    if getattr(trainer, "beta", None) == 0:
-        return "none (beta 0)"
-    if getattr(trainer, "ref_model", False) is False:
-        return f"none ({trainer.package_method.upper()})"
-    if trainer.ref_model is not None:
-        return "separate reference model"
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if REF_ADAPTER in getattr(model, "peft_config", {}):
-        return f"frozen copy of the starting adapter ({REF_ADAPTER!r})"
-    return "base with adapters disabled"
 
 
 def require_peft(model, who: str) -> None:
