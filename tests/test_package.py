@@ -146,6 +146,18 @@ def test_methods_are_decided_by_the_method_table():
     for m in METHODS.values():
         for what in ("build", "trainer", "data_format"):
             assert callable(pkgutil.resolve_name(getattr(m, what))), (m.name, what)
+    # the plan-time check builds each TRL config but leaves accelerate's process state for the run's own trainer (a
+    # state fixed here on the CPU would train a GPU run on the CPU)
+    probe = (
+        "from accelerate.state import PartialState\n"
+        "from tinyllama_ft.config.finetune import FinetuneConfig\n"
+        "from tinyllama_ft.config.methods import METHODS\n"
+        "for name, m in METHODS.items():\n"
+        "    m.check_trl_config(FinetuneConfig(method=name))\n"
+        "print(PartialState._shared_state)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip().splitlines()[-1] == "{}", out.stderr[-2000:]
 
 
 def test_test_only_code_is_not_in_the_package():

@@ -104,21 +104,38 @@ class Method:
         return "base with adapters disabled"
 
     def check_trl_config(self, cfg) -> None:
-        """Build TRL's config class from ``cfg`` (``self.trl_kwargs``, ``beta``, the configured batch split) in a
-        temporary folder, so TRL's own checks (GRPO's whole groups per step, DPO's one weight per loss) run before any
-        model loads (``plan.plan_run``). Raises coercion.ConfigError: TRL's message, after the fields it reads."""
+        """Build TRL's config class from ``cfg`` (``self.trl_kwargs``, ``beta``, the configured batch split: one
+        process) in a temporary folder, so TRL's own checks (GRPO's whole groups per step, DPO's one weight per loss)
+        run before any model loads (``plan.plan_run``). Its device set-up is skipped (``_Unplaced``): building a
+        ``TrainingArguments`` would otherwise fix accelerate's process state before the run's own trainer does.
+        Raises coercion.ConfigError: TRL's message, after the fields it reads."""
         import tempfile
         import warnings
 
         split = ("per_device_train_batch_size", "gradient_accumulation_steps")
-        kwargs = {n: getattr(cfg, n) for n in split} | self.trl_kwargs(cfg) | {"beta": cfg.beta}
+        kwargs = (
+            {n: getattr(cfg, n) for n in split} | self.trl_kwargs(cfg) | ({"beta": cfg.beta} if self.summary else {})
+        )
+        unplaced = type("Unplaced", (_Unplaced, self.resolve("config")), {})
         try:
             with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                self.resolve("config")(output_dir=tmp, use_cpu=True, report_to=[], **kwargs)
+                unplaced(output_dir=tmp, report_to=[], use_cpu=True, **kwargs)  # no device, no bf16 check
         except ValueError as e:
             fields = ", ".join(f"{n}={getattr(cfg, n)!r}" for n in (*split, *self.reads) if n in kwargs)
             raise ConfigError(f"FinetuneConfig: TRL's {self.config.split(':')[-1]} refuses {fields}: {e}") from None
+
+
+class _Unplaced:
+    """A ``TrainingArguments`` subclass's device set-up, skipped: one process, no device (``check_trl_config``)."""
+
+    distributed_state = None
+
+    @property
+    def _setup_devices(self):
+        import torch
+
+        return torch.device("cpu")
 
 
 _TRAIN = "tinyllama_ft.train."

@@ -194,7 +194,7 @@ def plan_run(
     from ..machine.distributed import world_size as launched_world_size
 
     world = launched_world_size() if world_size is None else world_size
-    if not _share and METHODS[cfg.method].summary is not None:  # TRL's checks on the run's split, not a share's
+    if not _share:  # TRL's checks on the whole run's split, not on one process's share
         METHODS[cfg.method].check_trl_config(cfg)
     if world > 1:
         share = split_over_processes(cfg, world)
