@@ -17,7 +17,9 @@ def reference_kind(trainer) -> str:
     if getattr(trainer, "beta", None) == 0:
         return "none (beta 0)"
     if not hasattr(trainer, "ref_model"):  # ORPO's and CPO's trainers: no reference
-        return f"none ({trainer.package_method.upper()})"
+        from tinyllama_ft.config.methods import METHODS
+
+        return f"none ({METHODS[trainer.package_method].shown})"
     if trainer.ref_model is not None:
         return "separate reference model"
     model = trainer.accelerator.unwrap_model(trainer.model)

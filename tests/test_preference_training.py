@@ -207,7 +207,7 @@ def test_simpo_is_a_table_entry_whose_loss_is_the_length_normalized_margin_loss(
         0.3,
         0.0,
     )
-    assert reference_kind(trainer) == "none (SIMPO)" and list(model.peft_config) == ["default"]
+    assert reference_kind(trainer) == "none (SimPO)" and list(model.peft_config) == ["default"]
     assert training_plan(trainer)["sequences"] == 2 * len(pairs)  # a pair: the chosen and the rejected sequence
     batch = _batch(trainer)
     before = _trainer_loss(trainer, batch)

@@ -53,6 +53,7 @@ class Method:
         summary: its block in ``run_summary.json`` ("preference", "grpo"; None: SFT's).
         generated: ``dataset`` names the package generates (nothing to find before the run).
         trl_kwargs: its own TRL config arguments from a ``FinetuneConfig`` (the shared ones: ``trainers.trainer_config_kwargs``).
+        title: its name as written, where not the name in capitals ("SimPO"; ``shown``).
     """
 
     name: str
@@ -75,6 +76,12 @@ class Method:
     summary: str | None = "preference"
     generated: tuple[str, ...] = ()
     trl_kwargs: Callable[[Any], dict[str, Any]] = field(default=lambda cfg: {}, repr=False)
+    title: str = ""
+
+    @property
+    def shown(self) -> str:
+        """Its name as written in prose, cards and messages: ``title``, else the name in capitals ("DPO")."""
+        return self.title or self.name.upper()
 
     def resolve(self, what: str):
         """The object ``self.<what>`` names (``"config"``, ``"build"``, ``"data_format"``), imported now."""
@@ -98,7 +105,7 @@ class Method:
         if self.summary is None:
             return None
         if not self.reference or cfg.beta == 0:
-            return f"none ({self.name.upper() if not self.reference else 'beta 0'})"
+            return f"none ({self.shown if not self.reference else 'beta 0'})"
         if cfg.adapter_name_or_path:
             return "frozen copy of the starting adapter ('ref')"
         return "base with adapters disabled"
@@ -236,6 +243,7 @@ METHODS: dict[str, Method] = {
             "simpo",
             "trl.experimental.cpo:CPOConfig",
             beta=2.0,
+            title="SimPO",
             reads=("adapter_name_or_path", *SIMPO_FIELDS),
             trl_kwargs=lambda cfg: {**_NO_COUNT, "loss_type": "simpo"} | _simpo_kwargs(cfg),
         ),

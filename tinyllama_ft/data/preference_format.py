@@ -49,7 +49,7 @@ class PreferenceFormat(WrappedFormat):
 
     @property
     def rows_read(self) -> str:
-        return f"preference {METHODS[self.method].trains_on} for {self.method.upper()}"
+        return f"preference {METHODS[self.method].trains_on} for {METHODS[self.method].shown}"
 
     def __repr__(self) -> str:
         return (

@@ -24,8 +24,6 @@ from ..machine.paths import expand_path, is_local_path
 
 #: The card's file name in a model folder (the Hub's).
 CARD_FILE = "README.md"
-#: How a card names each ``method``.
-METHOD_NAMES = {"sft": "SFT", "dpo": "DPO", "orpo": "ORPO", "kto": "KTO", "grpo": "GRPO"}
 #: The package's own tag on the cards it settles.
 PACKAGE_TAG = "tinyllama-ft"
 #: The line of TRL's card (``trl/templates/lm_model_card.md``) that names the base and the data set.
@@ -131,7 +129,8 @@ class CardFacts:
     @property
     def method_name(self) -> str:
         """The method as the card names it (``"DPO"``)."""
-        return METHOD_NAMES.get(self.method, self.method)
+        known = METHODS.get(self.method)  # a record of another version's method: its name as recorded
+        return known.shown if known else self.method
 
     @property
     def sentence(self) -> str:
