@@ -89,7 +89,7 @@ def spelled_kwargs(kwargs: dict[str, Any], config_cls) -> dict[str, Any]:
     return kwargs
 
 
-def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: FinetuneConfig, plan: RunPlan, **kwargs):
+def build_trainer(*, cfg: FinetuneConfig, **kwargs):
     """The trainer of ``cfg.method``, built by its record's builder (``methods.Method.build``): TRL's ``SFTTrainer``
     (``sft_trainer.build_sft_trainer``), a preference trainer (``preference_trainer.build_preference_trainer``) or
     GRPO's (``grpo_trainer.build_grpo_trainer``: prompt rows, ``eval_dataset`` unused: ``grpo_checks`` score
@@ -97,9 +97,10 @@ def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: Fi
     the base's Hub id, the data set and the method); a saved adapter (``cfg.adapter_name_or_path``) is continued.
 
     Args:
-        model, tokenizer, train_dataset, eval_dataset, cfg, plan: as the builder's.
-        kwargs: ``callbacks`` (extra ``transformers.TrainerCallback`` objects), ``progress`` (a line per logging
-            step; outside an interactive notebook instead of transformers' bar: ``quiet_progress``).
+        cfg: the run's configuration.
+        kwargs: the builder's: ``model``, ``tokenizer``, ``train_dataset``, ``eval_dataset`` (may be None), ``plan``,
+            ``callbacks`` (extra ``transformers.TrainerCallback`` objects), ``progress`` (a line per logging step;
+            outside an interactive notebook instead of transformers' bar: ``quiet_progress``).
 
     Returns:
         The trainer; its ``train_dataset`` already tokenized (SFT: packed).
@@ -108,16 +109,7 @@ def build_trainer(*, model, tokenizer, train_dataset, eval_dataset=None, cfg: Fi
         As the builder's (ValueError: no row of a dataset has a token to train on; rows of another form).
     """
     kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), SettledCard(card_facts(cfg.to_dict()))]
-    build = METHODS[cfg.method].resolve("build")
-    return build(
-        model=model,
-        tokenizer=tokenizer,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
-        cfg=cfg,
-        plan=plan,
-        **kwargs,
-    )
+    return METHODS[cfg.method].resolve("build")(cfg=cfg, **kwargs)
 
 
 def quiet_progress(trainer) -> None:
