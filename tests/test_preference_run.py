@@ -43,7 +43,7 @@ def test_preference_notebook_pair_badge_and_generated_parameters_cell():
         1024,
         "",
     )
-    assert "method = 'dpo'  # @param ['dpo', 'orpo', 'kto']" in cell.source  # a preference method only
+    assert "method = 'dpo'  # @param ['dpo', 'orpo', 'kto', 'simpo']" in cell.source  # a preference method only
 
 
 def test_the_shipped_recipe_is_a_dpo_run_on_the_committed_pairs():
@@ -60,7 +60,9 @@ def test_the_shipped_recipe_is_a_dpo_run_on_the_committed_pairs():
 def test_adapter_name_or_path_is_refused_for_sft_inside_output_dir_and_on_unsloth(tmp_path, t4):
     from tinyllama_ft.train.plan import plan_run
 
-    with pytest.raises(ConfigError, match="adapter_name_or_path=.* starts a preference run .* and method='sft'"):
+    with pytest.raises(
+        ConfigError, match="adapter_name_or_path=.* is read by method \\['dpo', .* only, and method='sft'"
+    ):
         FinetuneConfig(adapter_name_or_path=str(tmp_path / "a"))
     with pytest.raises(ConfigError, match="is inside output_dir=.*give this run another output_dir"):
         FinetuneConfig(method="dpo", output_dir=str(tmp_path), adapter_name_or_path=str(tmp_path / "lora_model"))

@@ -59,6 +59,9 @@ class GrpoFormat(WrappedFormat):
     prompts_dropped: list[int] | None = None  # by tokenize
     reward_funcs: list | None = None  # by check_first_batch
 
+    def __init__(self, method: str = "grpo", **wrapping):
+        super().__init__(method, **wrapping)
+
     def __repr__(self) -> str:
         return (
             f"GrpoFormat(dataset_format={self.dataset_format!r}, prompts {self.form or '?'}"
