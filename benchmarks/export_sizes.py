@@ -30,7 +30,7 @@ from tinyllama_ft.models.lora import add_lora  # noqa: E402
 from tinyllama_ft.models.loading import load_model  # noqa: E402
 from tinyllama_ft.train.plan import plan_run  # noqa: E402
 from tinyllama_ft.train.output_dir import run_identity, write_run_config  # noqa: E402
-from tinyllama_ft.train.sft_trainer import build_trainer  # noqa: E402
+from tinyllama_ft.train.trainers import build_trainer  # noqa: E402
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--model", choices=["stories", "smollm2"], default="stories")

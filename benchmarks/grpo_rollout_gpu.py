@@ -223,7 +223,7 @@ def child(spec: dict) -> dict:
     from tinyllama_ft.data.grpo_prompts import check_prompt_rows, drop_long_prompts, grpo_prompts
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.models.lora import add_lora
-    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer, grpo_reference
+    from tinyllama_ft.train.grpo_trainer import build_grpo_trainer
 
     cuda = torch.cuda.is_available()
     sync = torch.cuda.synchronize if cuda else (lambda: None)
@@ -290,7 +290,7 @@ def child(spec: dict) -> dict:
         per_device_train_batch_size=plan.per_device_train_batch_size,
         gradient_accumulation_steps=plan.gradient_accumulation_steps,
         gradient_checkpointing=plan.gradient_checkpointing,
-        reference=grpo_reference(trainer),
+        reference=plan.reference,
         **clock.summary(),
         mean_completion_length=round(statistics.mean(e["completions/mean_length"] for e in logs), 1) if logs else None,
         clipped_ratio=round(statistics.mean(e.get("completions/clipped_ratio", 0.0) for e in logs), 3)

@@ -22,7 +22,7 @@ NOTEBOOK_MODULES = (
     "tinyllama_ft.models.loading",
     "tinyllama_ft.models.lora",
     "tinyllama_ft.data.instructions",
-    "tinyllama_ft.train.sft_trainer",
+    "tinyllama_ft.train.trainers",
     "tinyllama_ft.evaluate.held_out",
     "tinyllama_ft.train.loop",
     "tinyllama_ft.evaluate.side_by_side",

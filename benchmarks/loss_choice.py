@@ -91,7 +91,7 @@ def train(folder, rows, completion_only_loss: bool, hardware, args) -> tuple:
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     out = tempfile.mkdtemp(prefix="loss_choice_")
     cfg = FinetuneConfig(

@@ -128,7 +128,7 @@ def install() -> None:
 
     core._decode_batch = timed_decode_batch
 
-    trainer_module = importlib.import_module("tinyllama_ft.train.sft_trainer")
+    trainer_module = importlib.import_module("tinyllama_ft.train.trainers")
     build_trainer = trainer_module.build_trainer
 
     @functools.wraps(build_trainer)

@@ -26,7 +26,7 @@ from tinyllama_ft.models.lora import add_lora
 from tinyllama_ft.models.loading import load_model
 from tinyllama_ft.train.plan import plan_run
 from tinyllama_ft.data.alpaca_prompts import make_formatting_func
-from tinyllama_ft.train.sft_trainer import build_trainer
+from tinyllama_ft.train.trainers import build_trainer
 
 a = parse_args(__doc__)
 

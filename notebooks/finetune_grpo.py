@@ -11,7 +11,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -84,7 +84,7 @@ gradient_accumulation_steps = 4  # @param {type:"integer"}
 max_steps = 60  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 seed = 3407  # @param {type:"integer"}
-# preference (DPO, ORPO, KTO) (the method, and GRPO's KL term: beta 0 loads no reference)
+# preference (DPO, ORPO, KTO, SimPO) (the method, and GRPO's KL term: beta 0 loads no reference)
 method = 'grpo'  # @param ['grpo']
 beta = 0.0  # @param {type:"raw"}
 loss_type = []  # @param {type:"raw"}
@@ -259,7 +259,7 @@ print(fmt.example(tokenizer, train_dataset[0]))
 # reward's mean, the mean completion length and how many answers ended (the SFT notebooks' stopping count).
 
 # %%
-from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+from tinyllama_ft.train.trainers import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,

@@ -11,7 +11,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -23,11 +23,12 @@
 # %% [markdown]
 # <a href="https://colab.research.google.com/github/tinyllama-ft/tinyllama-ft/blob/main/notebooks/finetune_preference.ipynb" target="_parent"><img src="https://colab.research.google.com/assets/colab-badge.svg" alt="Open In Colab"/></a>
 #
-# # Preference-tune with DPO, ORPO or KTO: teach a model which of two answers is better
+# # Preference-tune with DPO, ORPO, KTO or SimPO: teach a model which of two answers is better
 #
 # After supervised fine-tuning, the next step: pairs of a prompt, a chosen and a rejected answer (TRL's forms: text
 # with the Alpaca prompt, or conversations through the model's chat template; KTO also takes unpaired rows with a
-# label) train the model to prefer the chosen one, with TRL's `DPOTrainer`, `KTOTrainer` or ORPO. Start from a fresh
+# label) train the model to prefer the chosen one, with TRL's `DPOTrainer`, `KTOTrainer`, ORPO or SimPO (TRL's CPO
+# trainer, `method = 'simpo'`). Start from a fresh
 # adapter or from the adapter of an earlier run (`adapter_name_or_path`). The companion of `finetune_tinyllama.ipynb`
 # and `finetune_chat.ipynb`: the same helpers and cells, one call per cell; what differs is `fmt`. Press
 # *Runtime > Run all*, or run it headlessly with `papermill -p NAME VALUE`.
@@ -81,11 +82,13 @@ max_steps = 60  # @param {type:"integer"}
 eval_steps = 20  # @param {type:"integer"}
 save_steps = 20  # @param {type:"integer"}
 seed = 3407  # @param {type:"integer"}
-# preference (DPO, ORPO, KTO)
-method = 'dpo'  # @param ['dpo', 'orpo', 'kto']
+# preference (DPO, ORPO, KTO, SimPO)
+method = 'dpo'  # @param ['dpo', 'orpo', 'kto', 'simpo']
 beta = 0.1  # @param {type:"raw"}
 loss_type = []  # @param {type:"raw"}
 loss_weights = []  # @param {type:"raw"}
+simpo_gamma = 0.5  # @param {type:"number"}
+cpo_alpha = 0.0  # @param {type:"number"}
 adapter_name_or_path = ''  # @param {type:"string"}
 # logging and output
 report_to = 'wandb'  # @param ['wandb', 'none']
@@ -137,7 +140,7 @@ install_plan = install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
 # The execution plan, decided once: backend, dtype, attention kernel, micro-batch x accumulation (a pair is two
 # sequences in the memory estimate; KTO keeps two completions per micro-batch for its KL term), gradient checkpointing,
 # optimizer, and the reference the loss compares with (the base with the adapter disabled, or a frozen copy of the
-# adapter the run continues; ORPO has none).
+# adapter the run continues; ORPO and SimPO have none).
 
 # %%
 from tinyllama_ft.export.adapter_export import check_export_tools
@@ -219,8 +222,8 @@ print(fmt.example(tokenizer, train_dataset[0]))
 
 # %% [markdown]
 # ## 6. Trainer
-# W&B (offline when no key is set, never a login prompt), then TRL's `DPOTrainer`, `KTOTrainer` or ORPO on the ids
-# above, with the values from `cfg` and this machine's execution from `plan`.
+# W&B (offline when no key is set, never a login prompt), then TRL's `DPOTrainer`, `KTOTrainer`, ORPO or CPO (SimPO)
+# on the ids above, with the values from `cfg` and this machine's execution from `plan`.
 #
 # What the loss sees, on the first collated batch: every response ends in one supervised end token, no prompt token
 # is supervised.
@@ -230,7 +233,7 @@ print(fmt.example(tokenizer, train_dataset[0]))
 # loss, the probability of the stop token where the response ends and how many greedy answers stop within 128 tokens.
 
 # %%
-from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+from tinyllama_ft.train.trainers import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,

@@ -11,7 +11,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -236,7 +236,7 @@ print(fmt.example(tokenizer, train_dataset[0]))
 # reference ends, and how many greedy answers to short-answer prompts stop within 128 new tokens.
 
 # %%
-from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+from tinyllama_ft.train.trainers import build_trainer, training_plan
 from tinyllama_ft.train.tracking import start_tracking
 
 tracking = start_tracking(report_to=cfg.report_to, wandb_project=cfg.wandb_project, wandb_run_name=cfg.wandb_run_name,

@@ -30,12 +30,12 @@ from tinyllama_ft.config.finetune import (
     DEFAULTS,
     FIELD_NAMES,
     FIELD_TYPES,
-    PREFERENCE_METHODS,
     SECTIONS,
     ConversationFormat,
     choices,
     field_docs,
 )
+from tinyllama_ft.config.methods import METHODS
 from tinyllama_ft.config.packing import ConversationLongRows
 
 FORM_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
@@ -46,7 +46,7 @@ SECTION_TITLES = {
     "data": "data",
     "chat": "chat (conversations)",
     "training": "training",
-    "preference": "preference (DPO, ORPO, KTO)",
+    "preference": "preference (DPO, ORPO, KTO, SimPO)",
     "grpo": "GRPO (rewards)",
     "logging": "logging and output",
     "export": "export",
@@ -158,7 +158,7 @@ PREFERENCE_NOTEBOOK = ParametersCell(
     choices={
         "dataset_format": ("auto", "alpaca", "messages"),
         "long_rows": typing.get_args(ConversationLongRows),
-        "method": PREFERENCE_METHODS,
+        "method": tuple(name for name, m in METHODS.items() if m.summary == "preference"),
     },
     notes={"data": "text pairs take the Alpaca template, conversations the chat template below"},
 )

@@ -11,6 +11,23 @@ def alpaca_rows(path: Path, n: int) -> list[dict]:
         return [json.loads(line) for _, line in zip(range(n), f)]
 
 
+def reference_kind(trainer) -> str:
+    """What a built trainer's log-probabilities are compared with, read from the trainer itself, for the tests to
+    hold the plan's ``reference`` (``methods.Method.reference_of``, decided before the model loads) against."""
+    if getattr(trainer, "beta", None) == 0:
+        return "none (beta 0)"
+    if not hasattr(trainer, "ref_model"):  # ORPO's and CPO's trainers: no reference
+        from tinyllama_ft.config.methods import METHODS
+
+        return f"none ({METHODS[trainer.package_method].shown})"
+    if trainer.ref_model is not None:
+        return "separate reference model"
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if "ref" in getattr(model, "peft_config", {}):
+        return "frozen copy of the starting adapter ('ref')"
+    return "base with adapters disabled"
+
+
 def stories_lora(stories_dir: Path, hardware, max_seq_length: int = 512, seed: int = 3407):
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.models.loading import load_model
@@ -56,7 +73,7 @@ def sft_trainer(model, tokenizer, train_dataset, output_dir, eval_dataset=None, 
     from tinyllama_ft.config.finetune import FinetuneConfig
     from tinyllama_ft.machine.hardware import Hardware
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     cfg = FinetuneConfig(report_to="none", output_dir=str(output_dir), dataset_num_proc=None, **fields)
     return build_trainer(

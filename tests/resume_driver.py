@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     from tinyllama_ft.train.output_dir import prepare_output_dir
     from tinyllama_ft.train.plan import plan_run
     from tinyllama_ft.data.eos_check import eos_supervision
-    from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+    from tinyllama_ft.train.trainers import build_trainer, training_plan
     from tinyllama_ft.train.loop import train_and_evaluate
 
     cfg = FinetuneConfig(

@@ -11,7 +11,7 @@ import pytest
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.models.adapters import adapter_base_model, load_adapter, save_adapter
 from tinyllama_ft.config.finetune import FinetuneConfig
-from tinyllama_ft.train.sft_trainer import build_trainer
+from tinyllama_ft.train.trainers import build_trainer
 
 PROBE = "Below is an instruction that describes a task.\n\n### Instruction:\nName a color.\n\n### Response:\n"
 

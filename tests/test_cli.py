@@ -24,6 +24,7 @@ def test_the_recipes_ship_inside_the_package_and_validate():
         "dpo_offline_cpu",
         "grpo_offline_cpu",
         "offline_cpu",
+        "simpo_offline_cpu",
     ]
     for name in recipe_names():
         config_from_recipe(name)  # raises on any unknown key or wrong type
@@ -101,7 +102,8 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
     with pytest.raises(ConfigError, match="max_steps='ten'"):
         config_from_recipe(str(bad))
     with pytest.raises(
-        FileNotFoundError, match="article, chat_offline_cpu, default, dpo_offline_cpu, grpo_offline_cpu, offline_cpu"
+        FileNotFoundError,
+        match="article, chat_offline_cpu, default, dpo_offline_cpu, grpo_offline_cpu, offline_cpu, simpo",
     ):
         config_from_recipe("artcle")
 

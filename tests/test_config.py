@@ -46,6 +46,7 @@ def test_every_choice_field_takes_its_values_from_its_literal_annotation():
 
     from tinyllama_ft.config import finetune
     from tinyllama_ft.config.coercion import ConfigError
+    from tinyllama_ft.config.methods import METHODS
 
     chosen = {name: finetune.choices(name) for name in finetune.FIELD_NAMES if finetune.choices(name)}
     assert set(chosen) == {
@@ -74,12 +75,13 @@ def test_every_choice_field_takes_its_values_from_its_literal_annotation():
         assert typing.get_args(finetune._literal(finetune.FIELD_TYPES[name])) == tuple(v for v in values if v)
         if name in ("export_formats", "chat_template", "loss_type"):  # a list; loss_type's items by method
             continue
+        method = {"method": "grpo"} if name in METHODS["grpo"].reads else {}  # a GRPO field: refused for SFT
         for value in values:  # each listed value is allowed ...
-            assert getattr(FinetuneConfig(**{name: value}), name) == value
+            assert getattr(FinetuneConfig(**{name: value}, **method), name) == value
         with pytest.raises(
             ConfigError, match=rf"FinetuneConfig\.{name}='nope' is not allowed: one of {re.escape(str(values))}"
         ):
-            FinetuneConfig(**{name: "nope"})  # ... and the message names the field and the values
+            FinetuneConfig(**{name: "nope"}, **method)  # ... and the message names the field and the values
     FinetuneConfig(chat_template="{% for m in messages %}{{ m.content }}{% endfor %}")  # a Jinja string too
     with pytest.raises(ConfigError, match=r"chat_template='llama-2' is not allowed: one of \('auto', 'chatml'"):
         FinetuneConfig(chat_template="llama-2")

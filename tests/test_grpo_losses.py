@@ -13,11 +13,12 @@ import torch
 from test_grpo import TRL_READS_DEPRECATED, _tiny_grpo
 
 from tinyllama_ft.config.coercion import ConfigError
-from tinyllama_ft.config.finetune import GrpoLossType, ImportanceSamplingLevel, FinetuneConfig
+from tinyllama_ft.config.finetune import FinetuneConfig, ImportanceSamplingLevel
+from tinyllama_ft.config.methods import METHODS
 
 #: Each loss type at TRL's default token level, then GSPO (sequence-level ratios with the "grpo" loss, as TRL
 #: advises) and LUSPO (a sequence-level loss by design).
-VARIANTS = [(loss, "token") for loss in typing.get_args(GrpoLossType)] + [("grpo", "sequence"), ("luspo", "sequence")]
+VARIANTS = [(loss, "token") for loss in METHODS["grpo"].loss_types] + [("grpo", "sequence"), ("luspo", "sequence")]
 
 
 def test_trls_grpo_config_takes_any_loss_type_or_level(tmp_path):

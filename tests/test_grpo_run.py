@@ -126,7 +126,7 @@ def test_the_runs_cells_build_the_grpo_trainer_and_check_100_held_out_prompts(st
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.models.run_record import adapter_record
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+    from tinyllama_ft.train.trainers import build_trainer, training_plan
 
     cfg = _arithmetic_run(stories_dir, tmp_path)
     fmt = data_format(cfg)

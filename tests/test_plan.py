@@ -154,7 +154,7 @@ def test_dtype_and_backend_are_decided_once_here(tinyllama_config, cpu, t4):
 
 
 #: The shipped recipes that run on a CPU and whose figures the docs publish.
-OFFLINE_RECIPES = ("offline_cpu", "chat_offline_cpu", "dpo_offline_cpu", "grpo_offline_cpu")
+OFFLINE_RECIPES = ("offline_cpu", "chat_offline_cpu", "dpo_offline_cpu", "simpo_offline_cpu", "grpo_offline_cpu")
 
 
 def test_the_offline_recipes_compute_in_float32_on_a_cpu_that_computes_bf16_natively(monkeypatch, tinyllama_config):
@@ -214,7 +214,7 @@ def test_unknown_recipe_names_the_field():
 
 
 def _losses(stories_dir, alpaca_jsonl, tmp_path, micro, accumulation):
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), max_seq_length=256)
     rows = text_dataset(alpaca_rows(alpaca_jsonl, 400), tokenizer)
@@ -256,7 +256,7 @@ def test_one_micro_batch_of_8_trains_as_the_articles_2_x_4(stories_dir, alpaca_j
 
 @pytest.mark.slow
 def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir, alpaca_jsonl, tmp_path):
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
     from tinyllama_ft.train.loop import train_and_evaluate
 
     cpu = Hardware()

@@ -43,7 +43,7 @@ def test_preference_notebook_pair_badge_and_generated_parameters_cell():
         1024,
         "",
     )
-    assert "method = 'dpo'  # @param ['dpo', 'orpo', 'kto']" in cell.source  # a preference method only
+    assert "method = 'dpo'  # @param ['dpo', 'orpo', 'kto', 'simpo']" in cell.source  # a preference method only
 
 
 def test_the_shipped_recipe_is_a_dpo_run_on_the_committed_pairs():
@@ -60,7 +60,9 @@ def test_the_shipped_recipe_is_a_dpo_run_on_the_committed_pairs():
 def test_adapter_name_or_path_is_refused_for_sft_inside_output_dir_and_on_unsloth(tmp_path, t4):
     from tinyllama_ft.train.plan import plan_run
 
-    with pytest.raises(ConfigError, match="adapter_name_or_path=.* starts a preference run .* and method='sft'"):
+    with pytest.raises(
+        ConfigError, match="adapter_name_or_path=.* is read by method \\['dpo', .* only, and method='sft'"
+    ):
         FinetuneConfig(adapter_name_or_path=str(tmp_path / "a"))
     with pytest.raises(ConfigError, match="is inside output_dir=.*give this run another output_dir"):
         FinetuneConfig(method="dpo", output_dir=str(tmp_path), adapter_name_or_path=str(tmp_path / "lora_model"))
@@ -189,7 +191,7 @@ def _through_the_cells(cfg, *, hardware):
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     fmt = data_format(cfg)
     plan = plan_run(cfg, hardware)
@@ -221,8 +223,8 @@ def _through_the_cells(cfg, *, hardware):
 @pytest.mark.parametrize("method", ["dpo", "orpo", "kto"])
 def test_the_runs_cells_build_each_preference_trainer_on_the_package_rows(method, stories_dir, tmp_path, cpu):
     from tinyllama_ft.models.run_record import adapter_record
-    from tinyllama_ft.train.preference_trainer import reference_kind
-    from tinyllama_ft.train.sft_trainer import training_plan
+    from helpers import reference_kind
+    from tinyllama_ft.train.trainers import training_plan
 
     cfg = _stories_run(stories_dir, tmp_path, method=method, dataset_format="auto")
     fmt, plan, model, tokenizer, trainer, held = _through_the_cells(cfg, hardware=cpu)

@@ -1,4 +1,4 @@
-"""DPO, KTO and ORPO train on the package's rows (issue 30): each trainer's loss, before and after two real steps,
+"""DPO, KTO, ORPO and SimPO train on the package's rows (issues 30, 41): each trainer's loss, before and after two real steps,
 equals an independent computation from the model's own logits on the same collated batch (DPO's sigmoid loss ln 2
 and KTO's 0.5 from a fresh adapter, ORPO's NLL(prompt + chosen) + beta * -log sigmoid(log-odds difference)), and the reference
 is what it should be (a continued adapter's frozen copy, not the bare base). Newest TRL only: TRL 1.15 computes the
@@ -196,6 +196,46 @@ def test_orpo_loss_is_trls_the_chosen_nll_over_prompt_and_response_plus_beta_tim
     _trained(trainer, model)
     after = _trainer_loss(trainer, batch)
     assert after < before and after == pytest.approx(_orpo_loss(trainer, batch, 0.25), **SAME)
+
+
+def _simpo_loss(trainer, batch, beta, gamma):
+    """SimPO (Meng et al. 2024, eq. 6): -log sigmoid(beta * (mean log p(chosen) - mean log p(rejected)) - gamma), the
+    means over each response's tokens, no reference model."""
+    with torch.no_grad():
+        chosen, rejected = (
+            _token_logps(
+                trainer.model,
+                batch[f"{kind}_input_ids"],
+                batch[f"{kind}_attention_mask"],
+                (batch[f"{kind}_labels"] != -100).long(),
+            )[1]
+            for kind in ("chosen", "rejected")
+        )
+    return -F.logsigmoid(beta * (chosen - rejected) - gamma).mean().item()
+
+
+def test_simpo_is_a_table_entry_whose_loss_is_the_length_normalized_margin_loss(stories_dir, cpu, tmp_path):
+    # issue 41: SimPO through TRL's CPO trainer (loss_type "simpo", cpo_alpha 0: no NLL term), no reference model
+    from helpers import reference_kind
+
+    from tinyllama_ft.train.trainers import training_plan
+
+    model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
+    trainer = preference_trainer("simpo", model, tokenizer, pairs, tmp_path, simpo_gamma=0.3)
+    assert (trainer.args.loss_type, trainer.args.beta, trainer.args.simpo_gamma, trainer.args.cpo_alpha) == (
+        "simpo",
+        2.0,
+        0.3,
+        0.0,
+    )
+    assert reference_kind(trainer) == "none (SimPO)" and list(model.peft_config) == ["default"]
+    assert training_plan(trainer)["sequences"] == 2 * len(pairs)  # a pair: the chosen and the rejected sequence
+    batch = _batch(trainer)
+    before = _trainer_loss(trainer, batch)
+    assert before == pytest.approx(_simpo_loss(trainer, batch, 2.0, 0.3), **SAME)
+    _trained(trainer, model)
+    after = _trainer_loss(trainer, batch)
+    assert after < before and after == pytest.approx(_simpo_loss(trainer, batch, 2.0, 0.3), **SAME)
 
 
 def test_dpo_steps_raise_the_margin_the_preference_checks_read(stories_dir, cpu, tmp_path):

@@ -23,15 +23,20 @@ def test_method_and_its_fields_are_checked_against_each_other():
     cfg = FinetuneConfig(method="dpo", loss_type="sigmoid,sft", loss_weights="1,0.5")  # flags and papermill: commas
     assert (cfg.loss_type, cfg.loss_weights) == (("sigmoid", "sft"), (1.0, 0.5))
     assert FinetuneConfig(method="kto", loss_type=["apo_zero_unpaired"], per_device_train_batch_size=1).loss_type
+    assert (FinetuneConfig(method="simpo").beta, FinetuneConfig(method="simpo", beta=0.5).beta) == (2.0, 0.5)
     refused = {
-        "read by method='dpo', 'kto' or 'grpo' only": dict(loss_type="ipo"),
+        "loss_type=\\['ipo'\\] is read by method \\['dpo', 'kto', 'grpo'\\] only": dict(loss_type="ipo"),
         "beta=0.0 is not allowed for method='dpo': positive": dict(method="dpo", beta=0),
-        "not allowed for method='kto'": dict(method="kto", loss_type="sigmoid"),
-        "empty \\(ORPO has one loss\\)": dict(method="orpo", loss_type="ipo"),
-        "one weight per loss_type item": dict(method="dpo", loss_weights=[1.0, 2.0]),
+        "beta=0.0 is not allowed for method='simpo': positive": dict(method="simpo", beta=0),
+        "not allowed for method='kto': at most one of \\['kto', 'apo_zero_unpaired'\\]": dict(
+            method="kto", loss_type="sigmoid"
+        ),
+        "loss_type=\\['ipo'\\] is read by method .* and method='orpo'": dict(method="orpo", loss_type="ipo"),
+        "simpo_gamma=1.0 is read by method \\['simpo'\\] only, and method='dpo'": dict(method="dpo", simpo_gamma=1),
+        "loss_weights=\\[1.0\\] is read by method \\['dpo'\\] only": dict(method="kto", loss_weights=[1.0]),
         "long_rows='split' does not apply to method='dpo'": dict(method="dpo", long_rows="split"),
         "too small for method='kto'": dict(method="kto", per_device_train_batch_size=1),
-        "method='orpo' reads TRL's preference rows": dict(method="orpo", dataset_format="sharegpt"),
+        "method='orpo' reads its pairs from dataset alone": dict(method="orpo", dataset_format="sharegpt"),
         "loss_weights='x' is not allowed: expected a number": dict(method="dpo", loss_weights="x"),
         "loss_type: 'dpo' is not allowed": dict(method="dpo", loss_type="dpo"),
         "method='ppo' is not allowed": dict(method="ppo"),
@@ -39,6 +44,14 @@ def test_method_and_its_fields_are_checked_against_each_other():
     for message, fields in refused.items():
         with pytest.raises(ConfigError, match=message):
             FinetuneConfig(**fields)
+    # what TRL's DPOConfig refuses, refused at plan time, before any model loads
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.plan import plan_run
+
+    with pytest.raises(
+        ConfigError, match="DPOConfig refuses .*loss_weights=\\(1.0, 2.0\\).*same length as `loss_type`"
+    ):
+        plan_run(FinetuneConfig(method="dpo", loss_type="sigmoid,ipo,hinge", loss_weights=[1.0, 2.0]), Hardware(), {})
 
 
 def test_text_pairs_bad_rows_are_dropped_and_counted_and_strict_names_row_and_field():
@@ -241,7 +254,7 @@ def test_kto_unpairs_pairs_and_collates_completions_with_kl_completions(stories_
     assert kl[0][0][-len(rows[1]["completion_ids"]) :] == rows[1]["completion_ids"]
     assert kl[1][0][-len(rows[0]["completion_ids"]) :] == rows[0]["completion_ids"]
     assert batch["label"].tolist() == [True, False, True, False]
-    with pytest.raises(ValueError, match="micro-batch is 1 completion"):
+    with pytest.raises(ValueError, match="batch size must be > 1"):  # TRL's KTOTrainer refuses it
         from tinyllama_ft.machine.hardware import Hardware
         from tinyllama_ft.train.plan import plan_run
         from tinyllama_ft.train.preference_trainer import build_preference_trainer
@@ -274,7 +287,7 @@ def test_orpo_batches_label_the_responses_only(stories_dir, cpu, tmp_path):
 
 
 def test_the_reference_is_the_disabled_base_or_the_starting_adapters_frozen_copy(stories_dir, cpu, tmp_path):
-    from tinyllama_ft.train.preference_trainer import reference_kind
+    from helpers import reference_kind
 
     model, tokenizer, pairs = stories_pairs(stories_dir, cpu)
     fresh = preference_trainer("dpo", model, tokenizer, pairs, tmp_path / "a")
@@ -297,7 +310,7 @@ def test_the_plan_counts_two_sequences_per_pair_keeps_ktos_micro_batch_and_turns
     sft = plan_run(FinetuneConfig(**fields), a100, config, budget_gib=39, importable=lambda name: True)
     dpo = plan_run(FinetuneConfig(method="dpo", **fields), a100, config, budget_gib=39, importable=lambda name: True)
     assert sft.use_liger_kernel and not dpo.use_liger_kernel
-    assert any("method='dpo': 2 sequence(s) of max_seq_length per pair" in r for r in dpo.reasons)
+    assert any("method='dpo': 2 sequence(s) of max_seq_length per row (pairs)" in r for r in dpo.reasons)
     sizes = dict(max_seq_length=1024, backend="transformers", load_in_4bit=True, lora_r=32, fused_loss=True)
     dims = model_dims(config)
     assert dpo.estimated_peak_gib == round(

@@ -46,7 +46,7 @@ def _cfg(stories_dir, alpaca_jsonl, output_dir, **changes):
 
 def _train(cfg, stories_dir, alpaca_jsonl):
     from tinyllama_ft.machine.hardware import Hardware
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
     from tinyllama_ft.train.loop import train_and_evaluate
 
     model, tokenizer = stories_lora(stories_dir, Hardware(), cfg.max_seq_length, cfg.seed)

@@ -8,7 +8,8 @@ import pytest
 from helpers import alpaca_rows, stories_lora, text_dataset
 from tinyllama_ft.config.finetune import FinetuneConfig
 from tinyllama_ft.data.eos_check import eos_supervision
-from tinyllama_ft.train.sft_trainer import RENAMED_ARGUMENTS, build_trainer, sft_config_kwargs, training_plan
+from tinyllama_ft.train.sft_trainer import sft_config_kwargs
+from tinyllama_ft.train.trainers import RENAMED_ARGUMENTS, build_trainer, training_plan
 
 
 def test_kwargs_use_the_installed_spelling_of_every_renamed_argument(cpu):

@@ -92,7 +92,7 @@ def run(
     from tinyllama_ft.models.attention import attention_implementation
     from tinyllama_ft.models.lora import add_lora, trainable_parameters
     from tinyllama_ft.models.loading import load_model
-    from tinyllama_ft.train.sft_trainer import build_trainer, training_plan
+    from tinyllama_ft.train.trainers import build_trainer, training_plan
     from tinyllama_ft.train.loop import train_and_evaluate
 
     load = dict(

@@ -34,7 +34,7 @@ _MODULES = {
     "machine.paths": "expand_path",
     "train.tracking": "start_tracking finish_tracking",
     "config.secrets": "export_secrets",
-    "train.sft_trainer": "build_trainer training_plan",
+    "train.trainers": "build_trainer training_plan",
     "data.eos_check": "eos_supervision eos_first_batch",
     "train.loop": "train_and_evaluate",
     "models.adapters": "save_adapter load_adapter",

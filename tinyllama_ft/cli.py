@@ -5,9 +5,8 @@
     tinyllama-ft export --adapter DIR --format gguf_q8_0 [--format merged_16bit ...] [--output_dir DIR]  (and eval)
 
 Each command is a function whose signature and docstring are its flags and help (as litgpt's ``__main__``), plus the
-``FinetuneConfig`` fields its entry names (flag over recipe over default); exit status 0 on success, 2 on a usage,
-configuration or data error, 1 on a failure, 130 on Ctrl-C (docs/command-line.md). One jsonargparse parse; a refusal
-is one line naming the flag: tests/test_cli.py::test_bad_flags_stop_before_anything_runs_naming_the_flag.
+``FinetuneConfig`` fields its entry names (flag over recipe over default); exit status as docs/command-line.md says.
+One jsonargparse parse; a refusal is one line naming the flag (tests/test_cli.py).
 """
 
 import inspect

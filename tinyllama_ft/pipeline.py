@@ -63,7 +63,7 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
     from .train.output_dir import ensure_drive, prepare_output_dir
     from .train.plan import plan_run
     from .train.plotting import loss_curve
-    from .train.sft_trainer import build_trainer, training_plan
+    from .train.trainers import build_trainer, training_plan
     from .train.summary import build_run_summary, write_run_summary
     from .train.tracking import finish_tracking, start_tracking
 

@@ -73,7 +73,7 @@ def trained_4bit(alpaca_jsonl, tmp_path_factory):
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     if not os.path.isfile(os.path.join(SHAPED, "config.json")):
         pytest.fail(f"no TinyLlama-shaped model at {SHAPED}: run benchmarks/build_tinyllama_shaped.py")

@@ -44,7 +44,7 @@ def _trainer(model_dir, rows, cfg, hardware, plan=None):
     from tinyllama_ft.models.lora import add_lora
     from tinyllama_ft.models.loading import load_model
     from tinyllama_ft.train.plan import plan_run
-    from tinyllama_ft.train.sft_trainer import build_trainer
+    from tinyllama_ft.train.trainers import build_trainer
 
     plan = plan or plan_run(cfg, hardware)
     model, tokenizer = load_model(

@@ -22,6 +22,7 @@ from typing import Any, Callable, List, Literal, Mapping, Sequence, Union
 
 from ..machine.paths import expand_path
 from .coercion import ConfigError, FieldError, source_spelling, without_none
+from .methods import LOSS_TYPES, METHOD_FIELDS, METHODS
 from .packing import LongRows, resolve_packing_strategy
 from .secrets import check_keys
 
@@ -47,31 +48,9 @@ PackingStrategy = Literal["bfd", "bfd_split", "wrapped"]
 ReportTo = Literal["wandb", "none"]
 #: ``eval_split``'s names: which held-out part of a three-way split the checks read.
 EvalSplit = Literal["validation", "test"]
-#: ``method``: supervised fine-tuning, a preference method on pairs (DPO, ORPO) or labelled completions (KTO), or
-#: reinforcement learning from reward functions (GRPO).
-Method = Literal["sft", "dpo", "orpo", "kto", "grpo"]
-#: TRL's DPO losses (``DPOConfig.loss_type``, the same in TRL 1.15 and 1.16).
-DpoLossType = Literal[
-    "sigmoid",
-    "hinge",
-    "ipo",
-    "exo_pair",
-    "nca_pair",
-    "robust",
-    "bco_pair",
-    "sppo_hard",
-    "aot",
-    "aot_unpaired",
-    "apo_zero",
-    "apo_down",
-    "discopop",
-    "sft",
-    "sigmoid_norm",
-]
-#: TRL's KTO losses (``KTOConfig.loss_type``).
-KtoLossType = Literal["kto", "apo_zero_unpaired"]
-#: TRL's GRPO losses (``GRPOConfig.loss_type``, the same in TRL 1.15 and 1.16).
-GrpoLossType = Literal["grpo", "dr_grpo", "dapo", "bnpo", "cispo", "sapo", "luspo", "vespo"]
+#: ``method``: supervised fine-tuning, a preference method on pairs (DPO, ORPO, SimPO) or labelled completions (KTO),
+#: or reinforcement learning from reward functions (GRPO): ``methods.METHODS``' names.
+Method = Literal[tuple(METHODS)]
 #: How GRPO scales each completion's advantage (``GRPOConfig.scale_rewards``, the same in TRL 1.15 and 1.16).
 ScaleRewards = Literal["group", "batch", "none"]
 #: GRPO's importance ratios per token or per completion (``GRPOConfig.importance_sampling_level``, TRL 1.15 and 1.16;
@@ -79,19 +58,12 @@ ScaleRewards = Literal["group", "batch", "none"]
 ImportanceSamplingLevel = Literal["token", "sequence"]
 #: How GRPO samples its completions (``train.grpo_rollout``).
 RolloutDecoder = Literal["auto", "fused", "generate"]
-#: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one).
-LossType = Literal[DpoLossType, KtoLossType, GrpoLossType]
+#: ``loss_type``'s items: a DPO loss, or the KTO or GRPO loss (one): each method's ``Method.loss_types``.
+LossType = Literal[LOSS_TYPES]
 #: Export formats (``adapter_export.export_adapter``): a merged 16-bit model, GGUF files for llama.cpp / Ollama, a GGUF LoRA.
 ExportFormat = Literal["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gguf_q4_k_m", "gguf_lora"]
 
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
-#: The preference methods.
-PREFERENCE_METHODS: tuple[str, ...] = ("dpo", "orpo", "kto")
-DPO_LOSS_TYPES: tuple[str, ...] = typing.get_args(DpoLossType)
-KTO_LOSS_TYPES: tuple[str, ...] = typing.get_args(KtoLossType)
-GRPO_LOSS_TYPES: tuple[str, ...] = typing.get_args(GrpoLossType)
-#: ``beta`` left at None: each method's TRL default (GRPO's 0.0 loads no reference; the preference methods' 0.1).
-METHOD_BETA = {"grpo": 0.0, "dpo": 0.1, "orpo": 0.1, "kto": 0.1, "sft": 0.1}
 EXPORT_FORMATS: tuple[str, ...] = typing.get_args(ExportFormat)
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
 NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
@@ -307,7 +279,7 @@ class TrainingSection:
 
 @dataclass
 class PreferenceSection:
-    """Preference (DPO, ORPO, KTO).
+    """Preference (DPO, ORPO, KTO, SimPO).
 
     The training method, and for a preference method the strength of its preference term and its loss.
     """
@@ -315,15 +287,17 @@ class PreferenceSection:
     method: Method = _field("sft", identity=True)
     """"sft" (supervised fine-tuning on instructions or conversations: the article's), or a preference method on
     prompt/chosen/rejected pairs: "dpo" (TRL's DPOTrainer), "orpo" (TRL's experimental ORPOTrainer, no reference),
-    "kto" (TRL's KTOTrainer, on prompt/completion/label rows or pairs unpaired); pairs are text with the Alpaca
-    prompt (dataset_format "alpaca") or conversations ("messages"), "auto" reads which from the rows; or "grpo"
-    (TRL's GRPOTrainer: completions sampled from prompts, scored by reward_funcs) (this package)."""
+    "simpo" (TRL's experimental CPOTrainer with loss_type "simpo": length-normalized, no reference), "kto" (TRL's
+    KTOTrainer, on prompt/completion/label rows or pairs unpaired); pairs are text with the Alpaca prompt
+    (dataset_format "alpaca") or conversations ("messages"), "auto" reads which from the rows; or "grpo" (TRL's
+    GRPOTrainer: completions sampled from prompts, scored by reward_funcs) (this package)."""
     beta: float | None = _field(
         None, identity=True, allowed=((lambda v: v is None or v >= 0), "None (the method's default) or a number >= 0")
     )
     """Preference methods: the preference term's strength (DPO/KTO: how far from the reference; ORPO: the
-    odds-ratio term's weight), > 0; GRPO: the KL term's weight, 0 = no reference model; None = TRL's default for the
-    method (0.1; GRPO's 0.0)."""
+    odds-ratio term's weight; SimPO: the scale of the length-normalized log-probabilities), > 0; GRPO: the KL term's
+    weight, 0 = no reference model; None = the method's default (TRL's default 0.1; GRPO's 0.0; SimPO's 2.0, its
+    paper's: this package)."""
     loss_type: tuple[LossType, ...] = _field((), identity=True, comma_separated=True)
     """DPO: losses summed with loss_weights ("sigmoid", "ipo", "hinge", "robust", "apo_zero", ...); KTO: one of
     "kto", "apo_zero_unpaired"; GRPO: one of "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo";
@@ -332,6 +306,11 @@ class PreferenceSection:
         (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
     )
     """DPO: one weight per loss_type item; empty = 1 for each (TRL's default)."""
+    simpo_gamma: float = _field(0.5, identity=True)
+    """SimPO: the target reward margin gamma between chosen and rejected responses; TRL's default 0.5 (CPOConfig)."""
+    cpo_alpha: float = _field(0.0, identity=True, allowed=((lambda v: v >= 0), "a number >= 0"))
+    """SimPO: the weight of an NLL term on the chosen response (CPO's); 0 = SimPO alone, as TRL's docs set it for
+    SimPO (this package; TRL's default 1.0 is CPO's)."""
     adapter_name_or_path: str = _field("", identity=True)
     """Preference methods: a saved adapter to keep training (an SFT run's adapter_dir, or any PEFT LoRA folder on
     model_name), prompted with the template and stop tokens it recorded; the reference is a frozen copy of it;
@@ -503,88 +482,50 @@ class FinetuneConfig(
         self._check_combinations()
 
     def _check_method(self) -> None:
-        """The preference fields against ``method`` (before the packing check: a pair run does not pack)."""
-        if self.beta is None:
-            self.beta = METHOD_BETA[self.method]
-        if self.method == "grpo":
-            self._check_grpo()
-            return
-        if self.method in PREFERENCE_METHODS and self.beta <= 0:
+        """The fields against ``method``'s record (``methods.METHODS``; before the packing check: a pair run does not
+        pack). TRL's own checks (GRPO's whole groups, DPO's weights) run on its config at plan time."""
+        m, defaults = METHODS[self.method], {f.name: f.default for f in dataclasses.fields(self)}
+        self.beta = m.beta if self.beta is None else self.beta
+        if self.beta <= 0 < m.beta:
             raise ConfigError(
                 f"FinetuneConfig.beta={self.beta!r} is not allowed for method={self.method!r}: positive (the preference "
                 "term's strength)"
             )
-        if self.method == "sft":
-            if self.adapter_name_or_path:
+        for name in METHOD_FIELDS:
+            value = getattr(self, name)
+            if name not in m.reads and value != defaults[name]:
+                readers = [k for k, other in METHODS.items() if name in other.reads]
                 raise ConfigError(
-                    f"FinetuneConfig.adapter_name_or_path={self.adapter_name_or_path!r} starts a preference run "
-                    f"(method 'dpo', 'orpo' or 'kto') from a saved adapter, and method='sft': an SFT run starts "
-                    f"from a fresh adapter (resume=True continues an SFT run from its checkpoint); set method, or "
-                    f"leave adapter_name_or_path empty"
+                    f"FinetuneConfig.{name}={list(value) if isinstance(value, tuple) else value!r} is read by method "
+                    f"{readers} only, and "
+                    f"method={self.method!r}: set method, or leave {name} at its default"
                 )
-            for name in ("loss_type", "loss_weights"):
-                if getattr(self, name):
-                    raise ConfigError(
-                        f"FinetuneConfig.{name}={list(getattr(self, name))!r} is read by method='dpo', 'kto' or "
-                        f"'grpo' only, and method='sft': set method, or leave {name} empty"
-                    )
-            return
-        if self.long_rows == "split":
-            raise ConfigError(
-                f"FinetuneConfig.long_rows='split' does not apply to method={self.method!r}: a pair's prompt and "
-                f"responses belong in one window; use long_rows='drop' or 'truncate'"
-            )
-        if self.dataset_format == "sharegpt" or self.extra_datasets:
-            raise ConfigError(
-                f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
-                f"method={self.method!r} reads TRL's preference rows from dataset alone: text ('alpaca': the Alpaca "
-                f"prompt), conversations ('messages') or either ('auto'), and no extra_datasets"
-            )
-        allowed = {"dpo": DPO_LOSS_TYPES, "kto": KTO_LOSS_TYPES}.get(self.method, ())
-        wrong = [t for t in self.loss_type if t not in allowed]
-        if wrong or (self.method == "kto" and len(self.loss_type) > 1):
-            what = f"each one of {list(allowed)}" if self.method == "dpo" else f"at most one of {list(allowed)}"
+        wrong = [t for t in self.loss_type if t not in m.loss_types]
+        if wrong or (len(self.loss_type) > 1 and not m.many_losses):
             raise ConfigError(
                 f"FinetuneConfig.loss_type={list(self.loss_type)!r} is not allowed for method={self.method!r}: "
-                f"{what if allowed else 'empty (ORPO has one loss)'}"
+                f"{'each' if m.many_losses else 'at most'} one of {list(m.loss_types)}"
             )
-        if self.loss_weights and (
-            self.method != "dpo" or len(self.loss_weights) != len(self.loss_type or ("sigmoid",))
+        if self.long_rows not in m.long_rows:
+            raise ConfigError(
+                f"FinetuneConfig.long_rows={self.long_rows!r} does not apply to method={self.method!r}: a pair's "
+                f"prompt and responses (GRPO: a prompt) belong in one window; use one of {list(m.long_rows)}"
+            )
+        if self.dataset_format not in m.dataset_formats or (
+            self.extra_datasets and "sharegpt" not in m.dataset_formats
         ):
             raise ConfigError(
-                f"FinetuneConfig.loss_weights={list(self.loss_weights)!r} needs method='dpo' and one weight per "
-                f"loss_type item (loss_type={list(self.loss_type)!r}, empty = ['sigmoid'])"
+                f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
+                f"method={self.method!r} reads its {m.trains_on} from dataset alone: text ('alpaca': the Alpaca "
+                f"prompt), conversations ('messages') or either ('auto'), and no extra_datasets"
             )
-        if self.kto_kl_term and self.per_device_train_batch_size < 2:
+        if self.per_device_train_batch_size < m.min_micro_batch(self):
             raise ConfigError(
                 f"FinetuneConfig.per_device_train_batch_size={self.per_device_train_batch_size} is too small for "
-                f"method='kto': its KL term pairs each prompt with another row's completion in the same micro-batch; "
-                f"use 2 or more"
+                f"method={self.method!r}: its KL term pairs each prompt with another row's completion in the same "
+                f"micro-batch; use {m.min_micro_batch(self)} or more"
             )
-
-    def _check_grpo(self) -> None:
-        """The fields GRPO reads, against each other (``_check_method`` for method="grpo")."""
-        if len(self.loss_type) > 1 or any(t not in GRPO_LOSS_TYPES for t in self.loss_type):
-            raise ConfigError(
-                f"FinetuneConfig.loss_type={list(self.loss_type)!r} is not allowed for method='grpo': at most one of "
-                f"{list(GRPO_LOSS_TYPES)}"
-            )
-        if self.loss_weights:
-            raise ConfigError(
-                f"FinetuneConfig.loss_weights={list(self.loss_weights)!r} needs method='dpo'; GRPO weighs nothing"
-            )
-        if self.long_rows != "drop":
-            raise ConfigError(
-                f"FinetuneConfig.long_rows={self.long_rows!r} does not apply to method='grpo': a cut prompt loses its "
-                "question; use long_rows='drop' (prompts longer than max_seq_length - max_completion_length tokens)"
-            )
-        if self.dataset_format == "sharegpt" or self.extra_datasets:
-            raise ConfigError(
-                f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
-                "method='grpo' reads prompt rows from dataset alone: text prompts in the Alpaca template ('alpaca'), "
-                "chat prompts ('messages'), or as the rows hold them ('auto'), and no extra_datasets"
-            )
-        if self.prompt_column == self.answer_column:
+        if "prompt_column" in m.reads and self.prompt_column == self.answer_column:
             raise ConfigError(
                 f"FinetuneConfig.prompt_column and answer_column are both {self.prompt_column!r}: the reference answer "
                 "would be the question itself; set answer_column to the column that holds the answers"
@@ -595,14 +536,7 @@ class FinetuneConfig(
                 f"for {len(self.reward_funcs)} reward_funcs {list(self.reward_funcs)!r}: give one per reward, or none "
                 "(1 for each)"
             )
-        if self.effective_batch_size % self.num_generations:
-            raise ConfigError(
-                f"FinetuneConfig.per_device_train_batch_size={self.per_device_train_batch_size} x "
-                f"gradient_accumulation_steps={self.gradient_accumulation_steps} = {self.effective_batch_size} "
-                f"completions per step is not a multiple of num_generations={self.num_generations}: each prompt's "
-                "group of completions must fit in one step; change one of the three"
-            )
-        if self.max_completion_length >= self.max_seq_length:
+        if "max_completion_length" in m.reads and self.max_completion_length >= self.max_seq_length:
             raise ConfigError(
                 f"FinetuneConfig.max_completion_length={self.max_completion_length} leaves no room for a prompt in "
                 f"max_seq_length={self.max_seq_length} tokens: lower it, or raise max_seq_length"
@@ -656,12 +590,6 @@ class FinetuneConfig(
                 "FinetuneConfig.resume=True and overwrite_output_dir=True contradict each other: set one "
                 "of them to False"
             )
-
-    @property
-    def kto_kl_term(self) -> bool:
-        """KTO with its KL term (loss_type "kto", TRL's default), which pairs each prompt with another row's
-        completion in the same micro-batch: it needs a micro-batch of two or more."""
-        return self.method == "kto" and self.loss_type in ((), ("kto",))
 
     @property
     def effective_batch_size(self) -> int:

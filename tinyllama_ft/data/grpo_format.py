@@ -12,7 +12,7 @@ from typing import Any
 
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_splits
 from .fingerprint import data_fingerprint
-from .formats import AlpacaFormat, ConversationFormat, WrappedFormat
+from .formats import AlpacaFormat, WrappedFormat
 from ..models.run_record import with_suffix
 from .grpo_prompts import LAYOUT_SUFFIX
 
@@ -59,8 +59,8 @@ class GrpoFormat(WrappedFormat):
     prompts_dropped: list[int] | None = None  # by tokenize
     reward_funcs: list | None = None  # by check_first_batch
 
-    def __init__(self, **wrapping):
-        super().__init__("grpo", **wrapping)
+    def __init__(self, method: str = "grpo", **wrapping):
+        super().__init__(method, **wrapping)
 
     def __repr__(self) -> str:
         return (
@@ -217,8 +217,7 @@ class GrpoFormat(WrappedFormat):
         """``summary.build_run_summary`` arguments: ``grpo`` (the prompts' form, how they were prompted, the prompts
         dropped as too long, what each step samples and the rewards), beside the wrapped format's (``chat`` for
         messages)."""
-        inner = self._inner()
-        fields = inner.summary_fields() if isinstance(inner, ConversationFormat) else {}
+        fields = self._inner().summary_fields() if self.form == "conversation" else {}
         fields["grpo"] = {
             "form": self.form,
             "prompt_format": self.prompt_format,

@@ -1,4 +1,4 @@
-"""A preference run's data format (``method`` dpo, orpo or kto): what ``formats.data_format`` returns for it.
+"""A preference run's data format (``method`` dpo, orpo, kto or simpo): what ``formats.data_format`` returns for it.
 
 The rows are TRL's preference rows (``preferences``), tokenized by the package (``preference_tokens``); prompts,
 stop tokens and the held-out checks are those of the form the rows are in, through the SFT format it wraps: the
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..config.methods import METHODS
 from .fingerprint import data_fingerprint
 from .formats import WrappedFormat
 
@@ -19,21 +20,20 @@ MIN_HELD_OUT_PAIRS = 50
 FORM_OF = {"alpaca": "text", "messages": "conversation", "auto": "auto"}
 
 
-def _with_prompt(row: dict) -> tuple[list[int], list[int]]:
-    """``(ids, mask)`` of a tokenized row's prompt and its chosen response (or KTO completion), the mask 1 on the
-    response (its end id included)."""
-    prompt = list(row["prompt_ids"])
-    response = list(row["chosen_ids"] if "chosen_ids" in row else row["completion_ids"])
-    return prompt + response, [0] * len(prompt) + [1] * len(response)
+def _with_prompt(row: dict, response: str) -> tuple[list[int], list[int]]:
+    """``(ids, mask)`` of a tokenized row's prompt and its ``response`` ("chosen", or KTO's "completion"), the mask 1
+    on the response (its end id included)."""
+    prompt, ids = list(row["prompt_ids"]), list(row[f"{response}_ids"])
+    return prompt + ids, [0] * len(prompt) + [1] * len(ids)
 
 
 class PreferenceFormat(WrappedFormat):
-    """Preference rows (pairs, or KTO's unpaired rows) for ``method`` dpo, orpo or kto.
+    """Preference rows (pairs, or KTO's unpaired rows) for a preference ``method`` (dpo, orpo, kto, simpo).
 
     ``load`` wraps the SFT format of the rows' form (``WrappedFormat._wrap``).
 
     Args:
-        method: ``"dpo"``, ``"orpo"`` or ``"kto"``.
+        method: ``"dpo"``, ``"orpo"``, ``"kto"`` or ``"simpo"``.
         dataset_format: ``"alpaca"`` (text rows), ``"messages"`` (conversations) or ``"auto"`` (read from the rows).
         template, chat_template: as ``AlpacaFormat`` and ``ConversationFormat``.
         adapter_name_or_path: the saved adapter the run continues, or "".
@@ -49,13 +49,18 @@ class PreferenceFormat(WrappedFormat):
 
     @property
     def rows_read(self) -> str:
-        return f"preference {'rows' if self.method == 'kto' else 'pairs'} for {self.method.upper()}"
+        return f"preference {METHODS[self.method].trains_on} for {METHODS[self.method].shown}"
 
     def __repr__(self) -> str:
         return (
             f"PreferenceFormat({self.method!r}, dataset_format={self.dataset_format!r}, rows {self.layout or '?'} "
             f"{self.form or '?'}{f', continuing {self.adapter_name_or_path!r}' if self.adapter_name_or_path else ''})"
         )
+
+    @property
+    def response(self) -> str:
+        """The rows' response column: "chosen" of a pair, or "completion" of KTO's unpaired rows."""
+        return "chosen" if self.pairs else "completion"
 
     @property
     def pairs(self) -> bool:
@@ -186,8 +191,8 @@ class PreferenceFormat(WrappedFormat):
         response, then the rejected one (or the completion and its label)."""
         from .chat_masks import show_supervision
 
-        shown = show_supervision(tokenizer, *_with_prompt(row))
-        if "chosen_ids" not in row:
+        shown = show_supervision(tokenizer, *_with_prompt(row, self.response))
+        if not self.pairs:
             return f"{shown}\n(label: {'desirable' if row['label'] else 'undesirable'})"
         rejected = show_supervision(tokenizer, row["rejected_ids"], [1] * len(row["rejected_ids"]))
         return f"{shown}\n(rejected: {rejected})"
@@ -208,7 +213,7 @@ class PreferenceFormat(WrappedFormat):
 
     def _sft_row(self, row: dict) -> dict:
         """A preference row as the wrapped format's row, its chosen response (or KTO completion) the reference."""
-        response = row["chosen"] if "chosen" in row else row["completion"]
+        response = row[self.response]
         if self.form == "text":
             return {"instruction": row["prompt"], "input": row.get("input") or "", "output": response}
         return {"messages": list(row["prompt"]) + list(response)}
@@ -229,7 +234,7 @@ class PreferenceFormat(WrappedFormat):
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per row as training tokenized it: the prompt, then the chosen response (or completion)
         with its end id, the mask 1 on the response."""
-        encoded = [_with_prompt(row) for row in rows]
+        encoded = [_with_prompt(row, self.response) for row in rows]
         return [ids for ids, _ in encoded], [mask for _, mask in encoded]
 
     def reference(self, row: dict) -> str:

@@ -19,12 +19,11 @@ from typing import Iterator, Mapping
 from transformers import TrainerCallback
 
 from ..config.locations import GENERATED_DATASET
+from ..config.methods import METHODS
 from ..machine.paths import expand_path, is_local_path
 
 #: The card's file name in a model folder (the Hub's).
 CARD_FILE = "README.md"
-#: How a card names each ``method``.
-METHOD_NAMES = {"sft": "SFT", "dpo": "DPO", "orpo": "ORPO", "kto": "KTO", "grpo": "GRPO"}
 #: The package's own tag on the cards it settles.
 PACKAGE_TAG = "tinyllama-ft"
 #: The line of TRL's card (``trl/templates/lm_model_card.md``) that names the base and the data set.
@@ -106,7 +105,7 @@ class CardFacts:
         return [PACKAGE_TAG, self.method, "lora"]
 
     def _generated(self, dataset: str) -> bool:
-        return self.method == "grpo" and dataset == GENERATED_DATASET
+        return dataset in METHODS[self.method].generated
 
     def _dataset_text(self, dataset: str) -> str:
         if self._generated(dataset):
@@ -130,7 +129,8 @@ class CardFacts:
     @property
     def method_name(self) -> str:
         """The method as the card names it (``"DPO"``)."""
-        return METHOD_NAMES.get(self.method, self.method)
+        known = METHODS.get(self.method)  # a record of another version's method: its name as recorded
+        return known.shown if known else self.method
 
     @property
     def sentence(self) -> str:

@@ -1,7 +1,8 @@
 """TRL's ``GRPOTrainer`` from the package's configuration, on its LoRA model and prompt rows (``data.grpo_prompts``).
 
 The GRPO fields give the group, completion length, temperature, beta and loss; the rest is every trainer's
-(``sft_trainer.trainer_config_kwargs``). Each optimizer step's completions must hold whole groups. With beta > 0 the
+(``trainers.trainer_config_kwargs``). Each optimizer step's completions must hold whole groups (TRL's config checks it,
+at plan time: ``methods.Method.check_trl_config``). With beta > 0 the
 reference is TRL's frozen copy of a saved adapter the run continues, else the base with adapters disabled. TRL logs
 each reward's mean per step (``rewards/<name>/mean``): ``RewardProgress`` prints them, ``reward_history`` collects them.
 The trainer is TRL's, subclassed only to log ``zero_std_groups`` from the rewards TRL computes (``zero_std_share``).
@@ -14,12 +15,12 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from ..config.finetune import FinetuneConfig
+from ..config.methods import METHODS
 from .plan import RunPlan
 from .progress import ProgressPrinter
-from .preference_trainer import reference_kind, settle_reference
 from .grpo_rollout import ForgetFusedCopies, fused_rollout, why_not_fused
 from .rewards import resolve_rewards
-from .sft_trainer import spelled_kwargs, trainer_config_kwargs
+from .trainers import require_peft, settle_reference, spelled_kwargs, trainer_config_kwargs
 
 #: What TRL's GRPO logs per step besides the loss, read for the step line and ``reward_history``.
 REWARD = "reward"
@@ -87,6 +88,17 @@ def grpo_trainer_class():
                 pending.clear()
             return super().log(logs, *args, **kwargs)
 
+        def planned_sequences(self):
+            """``(completions, tokens, completions)`` sampled per epoch: ``num_generations`` per prompt, each its
+            prompt (TRL's tokenization, ``grpo_prompts.prompt_token_ids``) plus at most ``max_completion_length``
+            tokens: the most it can feed (completions end early); steps count completions."""
+            from ..data.grpo_prompts import prompt_token_ids
+
+            args, tokenizer = self.args, self.processing_class
+            prompts = [len(prompt_token_ids(tokenizer, p)) for p in self.train_dataset["prompt"]]
+            tokens = args.num_generations * (sum(prompts) + len(prompts) * args.max_completion_length)
+            return args.num_generations * len(prompts), tokens, args.num_generations * len(prompts)
+
     return GroupedRewardsGRPOTrainer
 
 
@@ -98,50 +110,19 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
     Args:
         cfg: the run's configuration: ``num_generations``, ``max_completion_length``, ``temperature``, ``beta``,
             ``reward_weights`` (empty: TRL's 1 each), ``scale_rewards``, ``mask_truncated_completions``,
-            ``importance_sampling_level``, ``loss_type`` (empty: TRL's "dapo") and the fields
-            ``trainer_config_kwargs`` reads, but not ``max_seq_length`` (``grpo_prompts.drop_long_prompts`` bounds
-            the prompts).
+            ``loss_type`` (empty: TRL's "dapo") and the fields ``trainer_config_kwargs`` reads, but not
+            ``max_seq_length`` (``grpo_prompts.drop_long_prompts`` bounds the prompts).
         plan: the run's ``RunPlan``: ``per_device_train_batch_size`` completions per micro-batch, precision, device,
             checkpointing.
 
     Raises:
-        TypeError: as ``sft_trainer.spelled_kwargs``.
+        TypeError: as ``trainers.spelled_kwargs``.
     """
-    if config_cls is None:
-        from trl import GRPOConfig as config_cls
     kwargs = trainer_config_kwargs(cfg, plan, has_eval=False)
     for name in ("max_length", "dataset_num_proc"):  # SFT's and the preference trainers': GRPO tokenizes per step
         kwargs.pop(name)
-    kwargs.update(
-        num_generations=cfg.num_generations,
-        max_completion_length=cfg.max_completion_length,
-        temperature=cfg.temperature,
-        beta=cfg.beta,
-        reward_weights=list(cfg.reward_weights) or None,
-        scale_rewards=cfg.scale_rewards,
-        mask_truncated_completions=cfg.mask_truncated_completions,
-        importance_sampling_level=cfg.importance_sampling_level,
-        include_num_input_tokens_seen="no",
-    )
-    if cfg.loss_type:
-        kwargs["loss_type"] = cfg.loss_type[0]
-    return spelled_kwargs(kwargs, config_cls)
-
-
-def check_group_batch(cfg: FinetuneConfig, plan: RunPlan) -> None:
-    """Refuse a split whose optimizer step does not hold whole groups of ``num_generations`` completions.
-
-    Raises:
-        ValueError: ``plan.effective_batch_size`` (micro-batch x accumulation x processes) is not a multiple of
-            ``cfg.num_generations``, naming the three.
-    """
-    if plan.effective_batch_size % cfg.num_generations:
-        raise ValueError(
-            f"per_device_train_batch_size={plan.per_device_train_batch_size} x gradient_accumulation_steps="
-            f"{plan.gradient_accumulation_steps} x {plan.world_size} process(es) = {plan.effective_batch_size} "
-            f"completions per step is not a multiple of num_generations={cfg.num_generations}: each prompt's group "
-            "must fit in one step"
-        )
+    kwargs |= {"beta": cfg.beta, "include_num_input_tokens_seen": "no"} | METHODS["grpo"].trl_kwargs(cfg)
+    return spelled_kwargs(kwargs, config_cls or METHODS["grpo"].resolve("config"))
 
 
 def build_grpo_trainer(
@@ -149,10 +130,11 @@ def build_grpo_trainer(
     model,
     tokenizer,
     train_dataset,
+    eval_dataset=None,
     cfg: FinetuneConfig,
     plan: RunPlan,
     reward_funcs: Sequence[str | Callable] | None = None,
-    from_adapter: bool = False,
+    from_adapter: bool | None = None,
     callbacks=None,
     progress: bool = True,
 ):
@@ -163,14 +145,14 @@ def build_grpo_trainer(
         tokenizer: its tokenizer (``processing_class``; for chat prompts, its chat template set, as
             ``families.prepare_family`` sets it).
         train_dataset: ``grpo_prompts.grpo_prompts`` output: ``prompt`` (text or messages) and ``answer``; every
-            column reaches the rewards by name.
+            column reaches the rewards by name. ``eval_dataset``: unused (``grpo_checks`` score held-out answers).
         cfg, plan: as ``grpo_config_kwargs``; ``cfg.method`` is "grpo"; ``cfg.rollout_decoder`` picks TRL's
             ``generate`` or ``grpo_rollout.fused_rollout`` (``why_not_fused``).
         reward_funcs: built-in names, ``module:function`` strings or callables (``rewards.resolve_rewards``); None:
             ``cfg.reward_funcs``. Resolve them before loading the model, so a bad one stops the run first.
         from_adapter: the model holds a saved adapter the run continues: with ``beta`` > 0 the reference is TRL's
             frozen ``ref`` copy of it. False: TRL's copy is removed and the reference is the base with adapters
-            disabled. No reference at all with ``beta`` 0 (TRL's default).
+            disabled. No reference at all with ``beta`` 0 (TRL's default). None: ``cfg.adapter_name_or_path`` is set.
         callbacks: extra ``transformers.TrainerCallback`` objects.
         progress: add ``RewardProgress`` (a line per logging step; ``sft_trainer.quiet_progress``).
 
@@ -178,30 +160,20 @@ def build_grpo_trainer(
         The trainer (``grpo_trainer_class``: TRL's, logging ``zero_std_groups`` too).
 
     Raises:
-        ValueError: ``cfg.method`` is not "grpo"; the model is not a PEFT model; the dataset has no ``prompt``
-            column; a step holds part of a group (``check_group_batch``); as ``grpo_rollout.why_not_fused``.
+        ValueError: the model is not a PEFT model; the dataset has no ``prompt`` column; a step holds part of a
+            group (TRL's ``GRPOConfig``); as ``grpo_rollout.why_not_fused``.
         rewards.RewardError: as ``rewards.resolve_rewards``.
     """
-    from peft import PeftModel
-    from trl import GRPOConfig
-
-    if cfg.method != "grpo":
-        raise ValueError(f"build_grpo_trainer: method={cfg.method!r}; set method='grpo'")
-    if not isinstance(model, PeftModel):
-        raise ValueError(
-            f"build_grpo_trainer: the model is a {type(model).__name__}, not a PEFT model: add an adapter "
-            "(lora.add_lora) or load one (adapters.load_adapter)"
-        )
+    require_peft(model, "build_grpo_trainer")
     if "prompt" not in train_dataset.column_names:
         raise ValueError(
             f"build_grpo_trainer: the dataset has no 'prompt' column (columns: {train_dataset.column_names}): build it "
             "with data.grpo_prompts.grpo_prompts"
         )
-    check_group_batch(cfg, plan)
     rewards = resolve_rewards(
         cfg.reward_funcs if reward_funcs is None else reward_funcs, max_completion_length=cfg.max_completion_length
     )
-    args = GRPOConfig(**grpo_config_kwargs(cfg, plan, config_cls=GRPOConfig))
+    args = METHODS["grpo"].resolve("config")(**grpo_config_kwargs(cfg, plan))
     why_not = why_not_fused(cfg.rollout_decoder, model, args, plan)
     callbacks = list(callbacks or []) + ([RewardProgress()] if progress else [])
     with warnings.catch_warnings():  # TRL calls rollout_func experimental; this package pins how it calls it
@@ -217,30 +189,14 @@ def build_grpo_trainer(
         )
     if progress:
         print(f"  rollouts: {'the fused decoder (train.grpo_rollout)' if not why_not else f'generate ({why_not})'}")
+    from_adapter = bool(cfg.adapter_name_or_path) if from_adapter is None else from_adapter
     return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
-
-
-def grpo_sequences(trainer) -> tuple[int, int]:
-    """``(completions, tokens)`` a GRPO trainer samples per epoch: ``num_generations`` completions per prompt, each
-    its prompt (TRL's tokenization, ``grpo_prompts.prompt_token_ids``) plus at most ``max_completion_length`` tokens:
-    the most it can feed (completions end early)."""
-    from ..data.grpo_prompts import prompt_token_ids
-
-    args, tokenizer = trainer.args, trainer.processing_class
-    prompts = [len(prompt_token_ids(tokenizer, p)) for p in trainer.train_dataset["prompt"]]
-    tokens = args.num_generations * (sum(prompts) + len(prompts) * args.max_completion_length)
-    return args.num_generations * len(prompts), tokens
 
 
 def logged_reward_names(log_history: Sequence[dict]) -> list[str]:
     """The reward names in TRL's log entries (``rewards/<name>/mean``), in their first appearance's order."""
     keys = (k for entry in log_history for k in entry if k.startswith("rewards/") and k.endswith("/mean"))
     return list(dict.fromkeys(k[len("rewards/") : -len("/mean")] for k in keys))
-
-
-def grpo_reference(trainer) -> str:
-    """What the KL term compares with: ``"none (beta 0)"``, or ``preference_trainer.reference_kind``'s answer."""
-    return "none (beta 0)" if trainer.beta == 0 else reference_kind(trainer)
 
 
 def reward_history(log_history: Sequence[dict], names: Sequence[str]) -> list[dict[str, Any]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..config.coercion import ConfigError
 from ..config.finetune import FinetuneConfig
+from ..config.methods import METHODS
 from ..machine.hardware import Hardware, is_importable
 from ..models.loading import choose_backend, rope_scaling_factor
 from ..models.precision import resolve_dtype
@@ -53,7 +54,7 @@ class RunPlan:
             (None on a CPU or without the model config).
         reasons: one line per decision.
         world_size: processes training together (``accelerate launch --num_processes``); 1 alone.
-        reference: what a preference method compares the model with (``reference_of``); None for SFT.
+        reference: what a preference method compares the model with (``methods.Method.reference_of``); None for SFT.
         rewards: GRPO's reward functions, by the names TRL logs them under (``rewards.resolve_rewards``: each one
             checked when the plan is made, before any model loads); () for the other methods.
         rollout_gib: GRPO on a CUDA GPU: GiB the fused rollouts add (``fused_rollout_gib``); None otherwise.
@@ -107,26 +108,11 @@ class RunPlan:
         return "\n".join([head, *(f"  {r}" for r in self.reasons)])
 
 
-def reference_of(cfg: FinetuneConfig) -> str | None:
-    """What a preference run's log-probability reference is (``preference_trainer.reference_kind`` reads it from a
-    built trainer): None for SFT, none for ORPO (or GRPO's beta 0), the continued adapter's frozen copy, else the
-    base with the adapter disabled."""
-    if cfg.method == "sft":
-        return None
-    if cfg.method == "orpo":
-        return "none (ORPO)"
-    if cfg.method == "grpo" and cfg.beta == 0:
-        return "none (beta 0)"
-    if cfg.adapter_name_or_path:
-        return "frozen copy of the starting adapter ('ref')"
-    return "base with adapters disabled"
-
-
 def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
     """GRPO's reward functions by the names TRL logs them under, each resolved and checked
     (``rewards.resolve_rewards``), so a bad one stops the run before any model loads; () for the other methods. Raises
     rewards.RewardError: (a ConfigError) as ``resolve_rewards``, naming ``reward_funcs[i]``."""
-    if cfg.method != "grpo":
+    if "reward_funcs" not in METHODS[cfg.method].reads:
         return ()
     from .rewards import resolve_rewards, reward_name
 
@@ -177,6 +163,7 @@ def plan_run(
     budget_gib: float | None = None,
     importable=is_importable,
     world_size: int | None = None,
+    _share: bool = False,
 ) -> RunPlan:
     """Decide how ``cfg`` runs on ``hardware``; the configuration itself is not changed.
 
@@ -196,7 +183,8 @@ def plan_run(
         The frozen ``RunPlan`` (its split is one process's share of the effective batch).
 
     Raises:
-        coercion.ConfigError: as ``check_trainer_names`` (an unknown scheduler, optimizer or attention kernel, a
+        coercion.ConfigError: as ``methods.Method.check_trl_config`` (what TRL's config of the method refuses) and
+            ``check_trainer_names`` (an unknown scheduler, optimizer or attention kernel, a
             bitsandbytes optimizer without CUDA).
         ValueError / ImportError: as ``precision.resolve_dtype`` and ``loading.choose_backend`` (e.g.
             ``dtype="bfloat16"`` on a T4, ``backend="unsloth"`` on a CPU); ``split_over_processes`` (the
@@ -206,11 +194,15 @@ def plan_run(
     from ..machine.distributed import world_size as launched_world_size
 
     world = launched_world_size() if world_size is None else world_size
+    if not _share:  # TRL's checks on the whole run's split, not on one process's share
+        METHODS[cfg.method].check_trl_config(cfg)
     if world > 1:
         share = split_over_processes(cfg, world)
         if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
             share = dataclasses.replace(share, backend="transformers")
-        plan = plan_run(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1)
+        plan = plan_run(
+            share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1, _share=True
+        )
         if plan.backend == "unsloth":
             raise ValueError(
                 f"backend='unsloth' trains on one GPU only, not {world} processes: set "
@@ -223,6 +215,7 @@ def plan_run(
         )
         return dataclasses.replace(plan, world_size=world, reasons=(*plan.reasons, line))
     check_trainer_names(cfg, hardware)
+    method = METHODS[cfg.method]
     dtype = resolve_dtype(cfg.dtype, hardware)
     backend = choose_backend(cfg.backend, hardware, importable("unsloth"))
     cuda = hardware.cuda
@@ -243,7 +236,7 @@ def plan_run(
         load_in_4bit=cfg.load_in_4bit and cuda,
         cpu_autocast_bf16=not cuda and hardware.cpu_bf16 and cfg.dtype is None and dtype == "float32",
         optim=cfg.optim or ("adamw_8bit" if cuda else "adamw_torch"),
-        reference=reference_of(cfg),
+        reference=method.reference_of(cfg),
         rewards=grpo_rewards(cfg),
     )
     split = (cfg.per_device_train_batch_size, cfg.gradient_accumulation_steps)
@@ -253,16 +246,15 @@ def plan_run(
         rope = rope_scaling_factor(cfg.max_seq_length, dims["positions"])
     except Exception as e:  # unreadable config: the plan says so and keeps what was configured
         unreadable = type(e).__name__
-    preference = cfg.method != "sft"
-    if preference:
+    if common["reference"]:
         reasons.append(f"method={cfg.method!r}: reference {common['reference']} (no second copy of the base)")
-    if cfg.method == "grpo":
+    if common["rewards"]:
         reasons.append(
-            f"method='grpo': {split[0] * split[1]} completions per step = "
+            f"method={cfg.method!r}: {split[0] * split[1]} completions per step = "
             f"{split[0] * split[1] // cfg.num_generations} prompts x num_generations {cfg.num_generations}, each at "
             f"most {cfg.max_completion_length} tokens; rewards {', '.join(common['rewards'])} (each checked)"
         )
-    if preference and cfg.use_liger_kernel:
+    if not method.liger and cfg.use_liger_kernel:
         reasons.append(
             f"method={cfg.method!r}: use_liger_kernel off (TRL computes the log-probabilities with its own LM head)"
         )
@@ -277,7 +269,7 @@ def plan_run(
             recipe="article",
             backend=backend,
             attn_implementation=cfg.attn_implementation,
-            use_liger_kernel=cfg.use_liger_kernel and not preference,
+            use_liger_kernel=cfg.use_liger_kernel and method.liger,
             gradient_checkpointing=cfg.gradient_checkpointing,
         )
     if not cuda:
@@ -306,8 +298,8 @@ def plan_run(
     attn, liger = cfg.attn_implementation, False
     if backend == "transformers":
         attn = attn or ("flex_attention" if bf16 else "sdpa")
-        liger = bf16 and importable("liger_kernel") and not preference
-        if bf16 and not liger and not preference:
+        liger = bf16 and importable("liger_kernel") and method.liger
+        if bf16 and not liger and method.liger:
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
     execution = dict(backend=backend, attn_implementation=attn, use_liger_kernel=liger)
     if dims is None:
@@ -321,20 +313,17 @@ def plan_run(
         max_seq_length=cfg.max_seq_length,
         backend=backend,
         load_in_4bit=common["load_in_4bit"],
-        fused_loss=liger or backend == "unsloth" or cfg.method in ("dpo", "kto"),  # TRL's chunked LM head
+        fused_loss=liger or backend == "unsloth" or method.fused_head,
         lora_r=cfg.lora_r,
     )
-    # a pair is two sequences (DPO, ORPO: chosen and rejected; KTO: a completion and its KL completion), and KTO's
-    # KL term needs two completions in a micro-batch
-    kl = cfg.kto_kl_term
-    per_item = 2 if cfg.method in ("dpo", "orpo") or kl else 1
-    least = 2 if kl else 1
+    # a pair is two sequences (chosen and rejected; KTO: a completion and its KL completion), and KTO's KL term
+    # needs two completions in a micro-batch
+    per_item, least = method.sequences(cfg), method.min_micro_batch(cfg)
     sizes_of = [m for m in splits(effective) if m >= least] or [least]
-    if preference:
-        item = "completion and its KL completion" if kl else "completion" if cfg.method == "kto" else "pair"
+    if method.summary is not None:
         reasons.append(
-            f"method={cfg.method!r}: {per_item} sequence(s) of max_seq_length per {item} in the estimate, no packing"
-            + (", micro-batch of 2 or more (KTO's KL term)" if kl else "")
+            f"method={cfg.method!r}: {per_item} sequence(s) of max_seq_length per row ({method.trains_on}) in the "
+            f"estimate, no packing" + (f", micro-batch of {least} or more (its KL term)" if least > 1 else "")
         )
     candidates = [(m, False) for m in sizes_of[:2]] + [(m, True) for m in sizes_of] + [(m, False) for m in sizes_of[2:]]
     for micro, gc in candidates:
@@ -352,7 +341,7 @@ def plan_run(
         f"checkpointing {'on' if gc else 'off'} (estimated {peak:.1f} GiB of {budget:.1f} GiB)"
     )
     rollouts = {}
-    if cfg.method == "grpo" and cfg.rollout_decoder != "generate":
+    if common["rewards"] and cfg.rollout_decoder != "generate":
         rollouts = fused_rollout_memory(cfg, dims, effective, peak, budget, backend, common["load_in_4bit"], dtype)
         reasons.append(rollouts.pop("reason"))
     if backend == "transformers":

@@ -1,34 +1,28 @@
-"""TRL's preference trainers (DPO, KTO, ORPO) on rows the package tokenized (``data.preference_tokens``).
+"""TRL's preference trainers (DPO, KTO, ORPO, SimPO) on rows the package tokenized (``data.preference_tokens``).
 
 Each TRL trainer is subclassed only where it tokenizes: DPO's and KTO's ``_prepare_dataset`` take our id columns
-(KTO's KL completions added as TRL adds them); experimental ORPO, which tokenizes in ``__init__``, gets its columns
-built from ours (its loss is TRL's: the NLL term covers the prompt too, as ORPO's authors' code). No packing, no
-Liger (TRL computes log-probabilities with its own LM head). The reference: TRL's frozen ``ref`` copy of a saved adapter
-the run starts from, else the base with adapters disabled (never a second base).
+(KTO's KL completions added as TRL adds them); experimental ORPO and CPO (SimPO: ``loss_type="simpo"``), which tokenize
+in ``__init__``, get their columns built from ours (ORPO's loss is TRL's: its NLL term covers the prompt too, as
+ORPO's authors' code). No packing, no Liger (TRL computes log-probabilities with its own LM head). The reference: TRL's frozen
+``ref`` copy of a saved adapter the run starts from, else the base with adapters disabled (never a second base).
+Each class gives ``trainers.training_plan`` its ``planned_sequences``: ``(sequences, tokens, rows)`` per epoch.
 """
 
 from __future__ import annotations
 
-import importlib
+import functools
 from typing import Any
 
 from ..config.finetune import FinetuneConfig
+from ..config.methods import METHODS
 from ..data.preference_tokens import unpair
 from ..models.lora import peft_wrapping
 from .plan import RunPlan
-from .sft_trainer import quiet_progress, sdpa_evaluating, spelled_kwargs, trainer_config_kwargs
+from .trainers import require_peft, sdpa_evaluating, settle_reference, spelled_kwargs, trainer_config_kwargs
 
 #: The id columns each method's trainer reads (``preference_tokens.tokenize_preferences`` output).
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
 UNPAIRED_COLUMNS = ("prompt_ids", "completion_ids", "label")
-#: Each method's TRL config class: (module, name).
-CONFIG_CLASSES = {
-    "dpo": ("trl", "DPOConfig"),
-    "kto": ("trl", "KTOConfig"),
-    "orpo": ("trl.experimental.orpo", "ORPOConfig"),
-}
-#: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO and KTO trainers).
-REF_ADAPTER = "ref"
 #: Why DPO's and KTO's trainers are not evaluated before training (``loop.train_and_evaluate``): an evaluation pass
 #: (the policy and the reference over every held-out pair) would only give the loss at a zero log-ratio.
 STARTS_AT_REFERENCE = (
@@ -37,47 +31,29 @@ STARTS_AT_REFERENCE = (
 )
 
 
-def config_class(method: str):
-    """The installed TRL config class of ``method`` ("dpo", "kto", "orpo"; ORPO from ``trl.experimental.orpo``). Raises
-    ValueError: ``method`` is not a preference method."""
-    if method not in CONFIG_CLASSES:
-        raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
-    module, name = CONFIG_CLASSES[method]
-    return getattr(importlib.import_module(module), name)
-
-
 def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
     """Keyword arguments for the installed TRL config of ``cfg.method``.
 
     Args:
-        cfg: the run's configuration: ``method``, ``beta``, ``loss_type``, ``loss_weights`` and the training fields
-            ``sft_trainer.trainer_config_kwargs`` reads (``max_seq_length`` is TRL's ``max_length``: prompt plus
-            response, one sequence of a pair).
+        cfg: the run's configuration: ``beta``, the method's own fields (``methods.Method.trl_kwargs``: DPO's
+            ``loss_type`` and ``loss_weights``, KTO's ``loss_type``, SimPO's ``simpo_gamma`` and ``cpo_alpha``) and
+            the training fields ``trainers.trainer_config_kwargs`` reads (``max_seq_length`` is TRL's ``max_length``:
+            prompt plus response, one sequence of a pair).
         plan: the run's ``RunPlan``; its Liger choice is not passed (TRL's DPO/KTO trainers compute
-            log-probabilities with their own fused LM head, ORPO from the logits).
+            log-probabilities with their own fused LM head, ORPO and CPO from the logits).
         has_eval: an eval set exists.
-        config_cls: the class whose signature decides the spelling; default ``config_class(cfg.method)``.
+        config_cls: the class whose signature decides the spelling; default the method's (``Method.config``).
 
     Returns:
-        A dict whose keys all exist in ``config_cls.__init__``'s signature. ``loss_type`` empty keeps TRL's
-        default; ``loss_weights`` empty, TRL's equal weights.
+        A dict whose keys all exist in ``config_cls.__init__``'s signature; empty ``loss_type`` / ``loss_weights``
+        keep TRL's defaults.
 
     Raises:
-        ValueError: ``cfg.method`` is "sft".
-        TypeError: as ``sft_trainer.spelled_kwargs``.
+        TypeError: as ``trainers.spelled_kwargs``.
     """
-    config_cls = config_cls or config_class(cfg.method)
-    kwargs = trainer_config_kwargs(cfg, plan, has_eval=has_eval)
-    kwargs["beta"] = cfg.beta
-    if cfg.method == "dpo" and cfg.loss_type:
-        kwargs["loss_type"] = list(cfg.loss_type)
-    if cfg.method == "dpo" and cfg.loss_weights:
-        kwargs["loss_weights"] = list(cfg.loss_weights)
-    if cfg.method == "kto" and cfg.loss_type:
-        kwargs["loss_type"] = cfg.loss_type[0]
-    if cfg.method == "orpo":  # its batches hold chosen_input_ids / rejected_input_ids, no input_ids to count
-        kwargs["include_num_input_tokens_seen"] = "no"
-    return spelled_kwargs(kwargs, config_cls)
+    m = METHODS[cfg.method]
+    kwargs = trainer_config_kwargs(cfg, plan, has_eval=has_eval) | {"beta": cfg.beta} | m.trl_kwargs(cfg)
+    return spelled_kwargs(kwargs, config_cls or m.resolve("config"))
 
 
 def _require(dataset, columns: tuple[str, ...], name: str) -> None:
@@ -96,8 +72,8 @@ def _add_kl_completions(batch: dict[str, list]) -> dict[str, list]:
 
 
 def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
-    """Our pair columns as ORPO's (``tokenize_row``'s): prompt, and per response ids, attention mask, labels
-    (-100 on the prompt)."""
+    """Our pair columns as ORPO's and CPO's (``tokenize_row``'s): prompt, and per response ids, attention mask,
+    labels (-100 on the prompt)."""
     prompts = batch["prompt_ids"]
     out = {"prompt_input_ids": prompts, "prompt_attention_mask": [[1] * len(p) for p in prompts]}
     for kind in ("chosen", "rejected"):
@@ -106,25 +82,6 @@ def _orpo_columns(batch: dict[str, list]) -> dict[str, list]:
         out[f"{kind}_attention_mask"] = [[1] * (len(p) + len(a)) for p, a in pairs]
         out[f"{kind}_labels"] = [[-100] * len(p) + a for p, a in pairs]
     return out
-
-
-def preference_sequences(dataset) -> tuple[int, int]:
-    """``(sequences, tokens)`` a preference trainer's prepared ``train_dataset`` feeds per epoch: DPO's two sequences
-    per pair (the prompt with each response), KTO's completion (and its KL completion), ORPO's chosen and rejected
-    sequences. Raises ValueError: the dataset holds none of those columns."""
-    columns = dataset.column_names
-    if "chosen_ids" in columns:  # DPO
-        lengths = [2 * len(p) + len(c) + len(r) for p, c, r in zip(*(dataset[k] for k in PAIR_COLUMNS))]
-        return 2 * len(dataset), sum(lengths)
-    if "completion_ids" in columns:  # KTO, with its KL completions when it computes the KL term
-        kinds = ["completion_ids"] + (["KL_completion_ids"] if "KL_completion_ids" in columns else [])
-        prompts = [len(p) for p in dataset["prompt_ids"]]
-        tokens = sum(sum(prompts) + sum(len(c) for c in dataset[k]) for k in kinds)
-        return len(kinds) * len(dataset), tokens
-    if "chosen_input_ids" in columns:  # ORPO
-        kinds = ("chosen_input_ids", "rejected_input_ids")
-        return 2 * len(dataset), sum(len(ids) for k in kinds for ids in dataset[k])
-    raise ValueError(f"preference_sequences: no preference id columns in {columns}")
 
 
 class _StartsAtReference:
@@ -138,55 +95,93 @@ class _StartsAtReference:
             return super().compute_loss(*args, **kwargs)
 
 
-def trainer_class(method: str):
-    """The package's subclass of TRL's trainer for ``method``, taking rows tokenized by the package.
+class _TokenizedInInit:
+    """ORPO's and CPO's trainers, which tokenize in ``__init__``: our pair columns mapped to theirs first."""
 
-    Returns:
-        A class taking TRL's arguments: DPO's ``train_dataset`` holds ``PAIR_COLUMNS``, KTO's ``UNPAIRED_COLUMNS``,
-        ORPO's ``PAIR_COLUMNS`` (turned into ORPO's own columns before TRL's ``__init__`` maps them).
+    def __init__(self, *args, train_dataset, eval_dataset=None, **kwargs):
+        datasets = []
+        for name, ds in (("train", train_dataset), ("eval", eval_dataset)):
+            if ds is not None:
+                _require(ds, PAIR_COLUMNS, name)
+                ds = ds.map(_orpo_columns, batched=True, remove_columns=ds.column_names)
+            datasets.append(ds)
+        super().__init__(*args, train_dataset=datasets[0], eval_dataset=datasets[1], **kwargs)
 
-    Raises:
-        ValueError: ``method`` is not a preference method.
-    """
-    if method == "dpo":
-        from trl import DPOTrainer
+    def tokenize_row(self, feature, model=None):
+        return {}  # already tokenized: the row keeps the columns _orpo_columns made
 
-        class PackageDPOTrainer(_StartsAtReference, DPOTrainer):
-            def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-                _require(dataset, PAIR_COLUMNS, dataset_name)
-                return dataset
+    def planned_sequences(self):
+        ds, kinds = self.train_dataset, ("chosen_input_ids", "rejected_input_ids")
+        return 2 * len(ds), sum(len(ids) for k in kinds for ids in ds[k]), len(ds)
 
-        return PackageDPOTrainer
-    if method == "kto":
-        from trl import KTOTrainer
 
-        class PackageKTOTrainer(_StartsAtReference, KTOTrainer):
-            def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
-                _require(dataset, UNPAIRED_COLUMNS, dataset_name)
-                if self.calculate_KL:
-                    batch = args.per_device_train_batch_size
-                    dataset = dataset.map(_add_kl_completions, batched=True, batch_size=batch)
-                return dataset
+@functools.cache
+def dpo_trainer():
+    """TRL's ``DPOTrainer`` on ``PAIR_COLUMNS``."""
+    from trl import DPOTrainer
 
-        return PackageKTOTrainer
-    if method == "orpo":
-        from trl.experimental.orpo import ORPOTrainer
+    class PackageDPOTrainer(_StartsAtReference, DPOTrainer):
+        package_method = "dpo"
 
-        class PackageORPOTrainer(ORPOTrainer):
-            def __init__(self, *args, train_dataset, eval_dataset=None, **kwargs):
-                datasets = []
-                for name, ds in (("train", train_dataset), ("eval", eval_dataset)):
-                    if ds is not None:
-                        _require(ds, PAIR_COLUMNS, name)
-                        ds = ds.map(_orpo_columns, batched=True, remove_columns=ds.column_names)
-                    datasets.append(ds)
-                super().__init__(*args, train_dataset=datasets[0], eval_dataset=datasets[1], **kwargs)
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            _require(dataset, PAIR_COLUMNS, dataset_name)
+            return dataset
 
-            def tokenize_row(self, feature, model=None):
-                return {}  # already tokenized: the row keeps the columns _orpo_columns made
+        def planned_sequences(self):
+            ds = self.train_dataset  # two sequences per pair: the prompt with each response
+            tokens = sum(2 * len(p) + len(c) + len(r) for p, c, r in zip(*(ds[k] for k in PAIR_COLUMNS)))
+            return 2 * len(ds), tokens, len(ds)
 
-        return PackageORPOTrainer
-    raise ValueError(f"method={method!r} is not a preference method (dpo, kto, orpo)")
+    return PackageDPOTrainer
+
+
+@functools.cache
+def kto_trainer():
+    """TRL's ``KTOTrainer`` on ``UNPAIRED_COLUMNS``, or on ``PAIR_COLUMNS`` (unpaired here: ``preference_tokens.unpair``)."""
+    from trl import KTOTrainer
+
+    class PackageKTOTrainer(_StartsAtReference, KTOTrainer):
+        package_method = "kto"
+
+        def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
+            if set(PAIR_COLUMNS) <= set(dataset.column_names):
+                dataset = unpair(dataset)
+            _require(dataset, UNPAIRED_COLUMNS, dataset_name)
+            if self.calculate_KL:
+                batch = args.per_device_train_batch_size
+                dataset = dataset.map(_add_kl_completions, batched=True, batch_size=batch)
+            return dataset
+
+        def planned_sequences(self):
+            # each completion, and its KL completion when KTO computes the KL term
+            ds, kinds = self.train_dataset, ["completion_ids"] + (["KL_completion_ids"] if self.calculate_KL else [])
+            tokens = sum(sum(len(p) for p in ds["prompt_ids"]) + sum(len(c) for c in ds[k]) for k in kinds)
+            return len(kinds) * len(ds), tokens, len(ds)
+
+    return PackageKTOTrainer
+
+
+@functools.cache
+def orpo_trainer():
+    """TRL's experimental ``ORPOTrainer`` on ``PAIR_COLUMNS`` (its loss as TRL computes it)."""
+    from trl.experimental.orpo import ORPOTrainer
+
+    class PackageORPOTrainer(_TokenizedInInit, ORPOTrainer):
+        package_method = "orpo"
+
+    return PackageORPOTrainer
+
+
+@functools.cache
+def simpo_trainer():
+    """TRL's experimental ``CPOTrainer`` (SimPO: ``loss_type="simpo"``, set by ``methods.METHODS["simpo"]``) on
+    ``PAIR_COLUMNS``."""
+    from trl.experimental.cpo import CPOTrainer
+
+    class PackageSimPOTrainer(_TokenizedInInit, CPOTrainer):
+        package_method = "simpo"
+
+    return PackageSimPOTrainer
 
 
 def build_preference_trainer(
@@ -197,11 +192,12 @@ def build_preference_trainer(
     eval_dataset=None,
     cfg: FinetuneConfig,
     plan: RunPlan,
-    from_adapter: bool = False,
+    from_adapter: bool | None = None,
     callbacks=None,
     progress: bool = True,
 ):
-    """A TRL DPO, KTO or ORPO trainer (``cfg.method``) for the package's LoRA model and tokenized rows.
+    """A TRL DPO, KTO, ORPO or CPO (SimPO) trainer (``cfg.method``'s ``Method.trainer``) for the package's LoRA model
+    and tokenized rows.
 
     Args:
         model: the PEFT model (``lora.add_lora``, or ``adapters.load_adapter`` of a saved adapter to keep training).
@@ -210,30 +206,22 @@ def build_preference_trainer(
             (``PAIR_COLUMNS``; KTO unpairs them, ``preference_tokens.unpair``) or, for KTO, unpaired rows
             (``UNPAIRED_COLUMNS``); eval may be None.
         cfg, plan: as ``preference_config_kwargs``; ``plan.per_device_train_batch_size`` is the micro-batch of pairs
-            (DPO, ORPO: two sequences each) or of completions (KTO: with its KL completion).
+            (two sequences each) or of completions (KTO: with its KL completion).
         from_adapter: the model holds a saved adapter the run continues: the reference is TRL's frozen ``ref``
             copy of it (DPO, KTO). False (a fresh adapter): TRL's copy is removed and the reference is the base
-            with adapters disabled. ORPO has no reference.
-        callbacks, progress: as ``sft_trainer.build_trainer``.
+            with adapters disabled. ORPO and SimPO have no reference. None: ``cfg.adapter_name_or_path`` is set.
+        callbacks, progress: as ``trainers.build_trainer``.
 
     Returns:
         The trainer.
 
     Raises:
-        ValueError: ``cfg.method`` is "sft"; the model is not a PEFT model; a dataset lacks its columns; KTO's KL
-            term with a micro-batch of one (it pairs each prompt with another row's completion).
+        ValueError: the model is not a PEFT model; a dataset lacks its columns.
     """
-    from peft import PeftModel
-
     from .progress import ProgressPrinter
 
-    if cfg.method == "sft":
-        raise ValueError("build_preference_trainer: method='sft' is sft_trainer.build_trainer's")
-    if not isinstance(model, PeftModel):
-        raise ValueError(
-            f"build_preference_trainer: the model is a {type(model).__name__}, not a PEFT model: add an adapter "
-            "(lora.add_lora) or load one (adapters.load_adapter); the reference is the base with it disabled"
-        )
+    require_peft(model, "build_preference_trainer")
+    m = METHODS[cfg.method]
     # the id columns only: the text columns kept beside them for the held-out checks are not TRL's
     train_dataset, eval_dataset = (
         ds.select_columns([c for c in ds.column_names if c in PAIR_COLUMNS + UNPAIRED_COLUMNS])
@@ -241,19 +229,9 @@ def build_preference_trainer(
         else ds
         for ds in (train_dataset, eval_dataset)
     )
-    if cfg.method == "kto":
-        if cfg.kto_kl_term and plan.per_device_train_batch_size < 2:
-            raise ValueError(
-                f"method='kto': the micro-batch is {plan.per_device_train_batch_size} completion; KTO's KL term "
-                "pairs each prompt with another row's completion in it: use per_device_train_batch_size >= 2"
-            )
-        train_dataset, eval_dataset = (
-            unpair(ds) if ds is not None and "chosen_ids" in ds.column_names else ds
-            for ds in (train_dataset, eval_dataset)
-        )
-    args = config_class(cfg.method)(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
+    args = m.resolve("config")(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
-    trainer = sdpa_evaluating(trainer_class(cfg.method))(
+    trainer = sdpa_evaluating(m.resolve("trainer")())(
         model=model,
         args=args,
         train_dataset=train_dataset,
@@ -261,37 +239,5 @@ def build_preference_trainer(
         callbacks=callbacks,
         processing_class=tokenizer,
     )
+    from_adapter = bool(cfg.adapter_name_or_path) if from_adapter is None else from_adapter
     return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
-
-
-def settle_reference(trainer, *, from_adapter: bool, progress: bool):
-    """A just-built TRL trainer of a PEFT model, its reference settled: TRL's frozen ``ref`` copy of the adapter is
-    kept when the run continues a saved adapter, removed for a fresh one (whose copy is the base: the reference is
-    then the base with adapters disabled); with ``progress``, ``sft_trainer.quiet_progress``.
-
-    Returns:
-        The trainer.
-    """
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if not from_adapter and REF_ADAPTER in model.peft_config:
-        model.delete_adapter(REF_ADAPTER)
-    if progress:
-        quiet_progress(trainer)
-    return trainer
-
-
-def reference_kind(trainer) -> str:
-    """What the trainer's log-probability reference is, for the plan and the summary.
-
-    Returns:
-        ``"none (ORPO)"``, ``"frozen copy of the starting adapter ('ref')"``, ``"base with adapters disabled"`` or
-        ``"separate reference model"``.
-    """
-    if not hasattr(trainer, "ref_model"):
-        return "none (ORPO)"
-    if trainer.ref_model is not None:
-        return "separate reference model"
-    model = trainer.accelerator.unwrap_model(trainer.model)
-    if REF_ADAPTER in getattr(model, "peft_config", {}):
-        return f"frozen copy of the starting adapter ({REF_ADAPTER!r})"
-    return "base with adapters disabled"

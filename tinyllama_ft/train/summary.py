@@ -7,6 +7,7 @@ import platform
 import subprocess
 from typing import Any
 
+from ..config.methods import METHODS
 from ..machine.install import installed_versions, normalize_name
 from ..machine.paths import expand_path, write_json_atomically
 
@@ -76,8 +77,9 @@ def format_grpo(grpo: dict | None) -> str:
 def format_outcome(summary: dict) -> str:
     """The figures of ``tinyllama-ft train``'s done line, from a run summary: a GRPO run's ``format_grpo`` ("no
     rewards logged" without figures), else ``format_eval_loss`` with ``format_preference`` after it."""
-    if "grpo" in summary:
-        return format_grpo(summary["grpo"]) or "no rewards logged"
+    block = METHODS[summary["config"]["method"]].summary
+    if block == "grpo":
+        return format_grpo(summary[block]) or "no rewards logged"
     return format_eval_loss(summary) + format_preference(summary.get("preference"))
 
 
