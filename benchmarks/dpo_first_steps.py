@@ -114,6 +114,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--name", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument(
+        "--pad-to-multiple-of",
+        type=int,
+        default=None,
+        help="set TRL's DPOConfig.pad_to_multiple_of (a trial: the package does not set it)",
+    )
     ap.add_argument("train_args", nargs=argparse.REMAINDER, help="after --: `tinyllama-ft train`'s flags")
     a = ap.parse_args(argv)
     train_args = [x for x in a.train_args if x != "--"]
@@ -126,6 +132,16 @@ def main(argv=None) -> int:
 
     phases["imports_s"] = round(time.perf_counter() - T0, 3)
     instrument(rows, phases)
+    if a.pad_to_multiple_of:
+        from trl import DPOConfig
+
+        post_init = DPOConfig.__post_init__
+
+        def padded_post_init(self):
+            self.pad_to_multiple_of = a.pad_to_multiple_of
+            post_init(self)
+
+        DPOConfig.__post_init__ = padded_post_init
     compiled0 = _compile_seconds()
     rc = 0
     try:
@@ -146,6 +162,7 @@ def main(argv=None) -> int:
     result = {
         "rc": rc,
         "train_args": train_args,
+        "pad_to_multiple_of": a.pad_to_multiple_of,
         "phases": phases,
         "padding_fraction": round(1 - tokens / padded, 4) if padded else None,
         "micro_batches": rows,

@@ -5,7 +5,8 @@
 # max_seq_length 1024, 2 x 4 configured, beta 0.1, STEPS optimizer steps):
 #   h200: the transformers backend, bf16;  t4: the T4 stand-in (backend auto, fp16, CUDA memory capped at 15 GiB).
 # Usage (repo root): WHL_DIR=.whl DATA_DIR=.device-data OUT=/tmp/out bash benchmarks/run_dpo_first_steps_gpu.sh [RUN...]
-# More train flags for every run: EXTRA="--flag value ...". The JSON goes to $OUT/dpo_first_steps.json, logs beside.
+# More train flags for every run: EXTRA="--flag value ..."; PAD=N sets TRL's pad_to_multiple_of (a trial); TAG names
+# the rows apart (h200$TAG). The JSON goes to $OUT/dpo_first_steps.json, logs beside.
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-runs/dpo_first_steps}; mkdir -p "$OUT"; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
@@ -25,7 +26,7 @@ for run in ${@:-h200 t4}; do
     *) echo "unknown run: $run (h200, t4)"; exit 2 ;;
   esac
   t0=$SECONDS
-  timeout "${RUN_TIMEOUT:-200}" python3 benchmarks/dpo_first_steps.py --name "$run${TAG:-}" --out "$OUT/dpo_first_steps.json" \
+  timeout "${RUN_TIMEOUT:-200}" python3 benchmarks/dpo_first_steps.py --name "$run${TAG:-}" ${PAD:+--pad-to-multiple-of "$PAD"} --out "$OUT/dpo_first_steps.json" \
     -- "${common[@]}" "${args[@]}" --output_dir "/tmp/dpo-$run" ${EXTRA:-} 2>&1 | grep -vE "it/s\]|s/it\]" \
     > "$OUT/dpo-$run${TAG:-}.log"
   echo "== $run${TAG:-}: $((SECONDS - t0)) s"
