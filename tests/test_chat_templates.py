@@ -48,3 +48,22 @@ def test_named_template_sources():
     assert set(NAMED_TEMPLATES) == {"chatml", "zephyr", "llama-3"}
     with pytest.raises(ValueError, match=r"chat_template='vicuna': not one of \['chatml', 'llama-3', 'zephyr'\]"):
         template_text("vicuna")
+
+
+def test_an_alpaca_export_template_starts_with_bos_only_where_training_prompts_did(tinyllama_tokenizer):
+    """The exported Alpaca template renders the training prompt's tokens exactly: TinyLlama's tokenizer adds BOS, so
+    the template starts with it; SmolLM2's adds none (its ``bos_token`` is ``<|im_start|>``), so a template starting
+    with ``bos_token`` would put a token before the prompt that its training never saw."""
+    from chat_fixtures import smollm2_tokenizer
+    from tinyllama_ft.data.formats import AlpacaFormat
+
+    fmt = AlpacaFormat("alpaca")
+    message = [{"role": "user", "content": "Name a colour."}]
+    for tokenizer in (tinyllama_tokenizer, smollm2_tokenizer()):
+        tokenizer = copy.copy(tokenizer)
+        tokenizer.chat_template = fmt.exported_chat_template(tokenizer)
+        rendered = tokenizer.apply_chat_template(message, tokenize=False, add_generation_prompt=True)
+        prompt = fmt.prompt(tokenizer, "Name a colour.")
+        adds = tokenizer(prompt)["input_ids"][0] == tokenizer.bos_token_id  # as the training rows were encoded
+        assert rendered == (tokenizer.bos_token if adds else "") + prompt, tokenizer.name_or_path
+    assert adds is False  # SmolLM2's, the last one: the case the template got wrong

@@ -34,7 +34,7 @@ def _fill(prompt: str, instruction: str, input: str = "", output: str = "") -> s
     return prompt.replace("{instruction}", instruction).replace("{input}", input).replace("{output}", output)
 
 
-def jinja_chat_template(template: str = "alpaca", suffix: str = "") -> str:
+def jinja_chat_template(template: str = "alpaca", suffix: str = "", bos: bool = True) -> str:
     """The Jinja chat template that renders ``alpaca_prompts.format_prompt`` for the given prompt template.
 
     Args:
@@ -43,6 +43,8 @@ def jinja_chat_template(template: str = "alpaca", suffix: str = "") -> str:
             variant when ``input`` is empty or absent).
         suffix: text the run added after each instruction (a record's ``prompt_suffix``): rendered after the
             message's content, as the run's prompts had it.
+        bos: start with ``bos_token``, as a tokenizer that adds BOS encoded the run's prompts
+            (``chat_templates.adds_bos``; SmolLM2's adds none, so its template starts with the prompt).
 
     Returns:
         The template text, for ``tokenizer.chat_template`` (written by ``save_pretrained`` as
@@ -64,7 +66,7 @@ def jinja_chat_template(template: str = "alpaca", suffix: str = "") -> str:
             + _fill(ALPACA_PROMPT_NO_INPUT, instruction, output=_OUTPUT)
             + "{% endif %}"
         )
-    return "{{ bos_token }}" + _CHECK + body
+    return ("{{ bos_token }}" if bos else "") + _CHECK + body
 
 
 def ollama_template(template: str = "alpaca", suffix: str = "") -> str:

@@ -147,10 +147,11 @@ class AlpacaFormat(_Format):
 
     def exported_chat_template(self, tokenizer) -> str:
         """The Jinja chat template an exported model (and lm-eval) renders prompts with: exactly ``prompt``'s
-        (``alpaca_chat_template.jinja_chat_template``)."""
+        (``alpaca_chat_template.jinja_chat_template``), BOS first only if the tokenizer adds one."""
+        from ..models.chat_templates import adds_bos
         from .alpaca_chat_template import jinja_chat_template
 
-        return jinja_chat_template(self.template, self.prompt_suffix)
+        return jinja_chat_template(self.template, self.prompt_suffix, bos=adds_bos(tokenizer))
 
     def ollama_template(self, tokenizer) -> tuple[str | None, list[str]]:
         """``(TEMPLATE, stop strings)`` of an Ollama Modelfile (``alpaca_chat_template.ollama_template``)."""

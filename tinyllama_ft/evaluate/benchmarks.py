@@ -150,11 +150,13 @@ def generation_format(tokenizer, *, data_format=None, record=None, template=None
     """
     from ..data.alpaca_chat_template import jinja_chat_template
     from ..data.formats import recorded_data_format
+    from ..models.chat_templates import adds_bos
 
     fmt = data_format or recorded_data_format(record or {}, template=template, where=where)
     chat = fmt.name != "alpaca"
     stops = list(fmt.stop_token_ids(tokenizer))
-    return (tokenizer.chat_template if chat else jinja_chat_template(fmt.template)), stops, chat
+    template = tokenizer.chat_template if chat else jinja_chat_template(fmt.template, bos=adds_bos(tokenizer))
+    return template, stops, chat
 
 
 def _manager(include_paths: Sequence[str], names: Sequence[str]):

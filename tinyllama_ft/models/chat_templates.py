@@ -297,6 +297,12 @@ def suffixed_chat_template(chat_template: str, suffix: str) -> str:
     )
 
 
+def adds_bos(tokenizer) -> bool:
+    """Whether ``tokenizer`` puts its BOS before a text it encodes (TinyLlama's does; SmolLM2's, whose ``bos_token`` is
+    ``<|im_start|>``, adds none), as the package's training prompts were encoded."""
+    return tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
+
+
 def chat_ollama_template(tokenizer, chat_template: str | None = None) -> str:
     """A one-turn Ollama ``TEMPLATE`` rendered from ``chat_template`` (None: ``tokenizer``'s; ``render`` of one user
     message), for a chat model whose exported template adds text after each question (``suffixed_chat_template``),
@@ -310,8 +316,7 @@ def chat_ollama_template(tokenizer, chat_template: str | None = None) -> str:
     mark = "\x00PROMPT\x00"
     user = [{"role": "user", "content": mark}]
     before, _, after = render(tokenizer, user, add_generation_prompt=True, chat_template=chat_template).partition(mark)
-    adds_bos = tokenizer.bos_token_id is not None and tokenizer("a")["input_ids"][:1] == [tokenizer.bos_token_id]
-    if adds_bos and before.startswith(tokenizer.bos_token):  # the GGUF's tokenizer adds it, as this one does
+    if adds_bos(tokenizer) and before.startswith(tokenizer.bos_token):  # the GGUF's tokenizer adds it, as this one does
         before = before[len(tokenizer.bos_token) :]
     if "{{" in before + after:
         raise ValueError("the chat template's prompt holds '{{', which an Ollama TEMPLATE would read as code")
