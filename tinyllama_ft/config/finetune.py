@@ -38,8 +38,9 @@ LoraBias = Literal["none", "all", "lora_only"]
 Template = Literal["alpaca", "alpaca_no_input"]
 #: The conversation layouts of ``dataset_format`` (the chat notebook's).
 ConversationFormat = Literal["auto", "messages", "sharegpt"]
-#: ``dataset_format``: "alpaca" is the article's prompt path; the others are conversations.
-DatasetFormat = Literal["alpaca", ConversationFormat]
+#: ``dataset_format``: "alpaca" is the article's prompt path, "text" raw documents (continued pretraining); the
+#: others are conversations.
+DatasetFormat = Literal["alpaca", "text", ConversationFormat]
 #: Named ``chat_template`` values (``chat_templates.NAMED_TEMPLATES``).
 NamedChatTemplate = Literal["chatml", "zephyr", "llama-3"]
 #: ``chat_template``'s names; the field is ``ChatTemplateName | str``: a Jinja template string is allowed too.
@@ -190,7 +191,7 @@ class DataSection:
     long_rows: LongRows = _field("drop", identity=True)
     """Rows longer than max_seq_length tokens (prompt + response + EOS), counted before training: "drop" them,
     "truncate" (the trainer cuts them, EOS lost) or "split" them over windows (bfd_split); a row whose prompt
-    alone fills the window is always dropped (this package)."""
+    alone fills the window is always dropped; dataset_format "text" always splits a long document (this package)."""
     strict: bool = _field(False, identity=False)
     """Raise on the first bad row instead of dropping and counting bad rows (this package)."""
     dataset_num_proc: int | None = _field(2, identity=False)
@@ -206,7 +207,8 @@ class ChatSection:
     """
 
     dataset_format: DatasetFormat = _field("alpaca", identity=True)
-    """Layout of the rows: "alpaca" (instruction/input/output with the Alpaca prompt: the article's notebook), or
+    """Layout of the rows: "alpaca" (instruction/input/output with the Alpaca prompt: the article's notebook), "text"
+    (raw documents for continued pretraining: .txt/.md files, one document each, or a "text" column; docs/text.md), or
     conversations for the chat notebook: "messages" (OpenAI-style role/content turns), "sharegpt"
     (a conversations column of from/value turns), "auto" (each source's layout read from its first row; Alpaca rows become
     one-turn conversations) (this package)."""
@@ -544,7 +546,22 @@ class FinetuneConfig(
 
     def _check_combinations(self) -> None:
         """The rules between fields, checked here so a contradiction stops before anything loads."""
-        chat = self.dataset_format != "alpaca"
+        chat = self.dataset_format not in ("alpaca", "text")
+        if self.dataset_format == "text":  # documents are split into windows, never cut or attending to each other
+            if (
+                self.method != "sft"
+                or self.long_rows == "truncate"
+                or not self.packing
+                or self.packing_strategy == "wrapped"
+            ):
+                raise ConfigError(
+                    f"FinetuneConfig.dataset_format='text' (raw documents) trains with method='sft', packing=True and "
+                    f"packing_strategy 'bfd' or 'bfd_split' (a document longer than max_seq_length is split into "
+                    f"windows, never cut; none attends to another), and method={self.method!r}, packing={self.packing!r}, "
+                    f"packing_strategy={self.packing_strategy!r}, long_rows={self.long_rows!r}: set those (long_rows "
+                    f"'drop' or 'split': both split a long document)"
+                )
+            self.packing_strategy = "bfd_split"
         if self.adapter_dir:
             out, adapter = os.path.abspath(self.output_dir), os.path.abspath(self.adapter_dir)
             inside = os.path.relpath(adapter, out).split(os.sep)

@@ -402,9 +402,141 @@ class ConversationFormat(_Format):
         }
 
 
+#: Tokens of a held-out document's opening the side-by-side continuations start from, and of the true continuation
+#: shown beside them (``TextFormat.row_prompt``, ``reference``).
+OPENING_TOKENS, CONTINUATION_TOKENS = 32, 48
+
+
+class TextFormat(_Format):
+    """Raw text (continued pretraining): documents from ``.txt`` / ``.md`` files or a ``text`` column
+    (``text_documents``), each ending in EOS, loss on every token, long ones split into ``max_seq_length`` windows;
+    prompted with the raw text itself (no template): a tuned model completes it.
+
+    Args:
+        max_seq_length: the training window (``FinetuneConfig.max_seq_length``): held-out documents are scored in
+            windows of this many tokens, as training reads them.
+    """
+
+    name = "text"
+    form, setting, trained_on, rows = "raw text", None, "raw text documents", "text"
+    encode_kwargs = AlpacaFormat.encode_kwargs  # as documents are tokenized (``text_documents.document_ids``)
+    trains_embeddings = False
+    chunks = None  # the ChunkReport, by tokenize
+    tokenizer = None  # the tokenizer tokenize read the documents with (``reference``, ``instruction``)
+
+    def __init__(self, max_seq_length: int = DEFAULTS.max_seq_length):
+        self.max_seq_length = max_seq_length
+
+    @classmethod
+    def from_record(cls, record, template=None) -> TextFormat:
+        """A saved adapter's format (``recorded_data_format``): its recorded ``max_seq_length``."""
+        return cls(record.get("max_seq_length") or DEFAULTS.max_seq_length)
+
+    def __repr__(self) -> str:
+        return f"TextFormat(max_seq_length={self.max_seq_length})"
+
+    def __str__(self) -> str:
+        return (
+            f"data format: raw text documents, each ending in EOS, loss on every token, split into "
+            f"{self.max_seq_length}-token windows when longer; prompts are completed as they are (no template)"
+        )
+
+    # reading
+    def load(self, cfg):
+        """``(rows, data_report)``: ``text_documents.load_documents`` of ``cfg.dataset``."""
+        from .text_documents import load_documents
+
+        return load_documents(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config, strict=cfg.strict)
+
+    def fingerprint(self, rows) -> str:
+        """``fingerprint.data_fingerprint`` over the ``text`` field."""
+        return data_fingerprint(rows, fields=("text",))
+
+    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
+        """Nothing to set; returns ``cfg.target_modules``."""
+        return cfg.target_modules
+
+    def tokenize(self, rows, tokenizer, cfg, data_report=None):
+        """Whole documents (``text_documents.tokenize_documents``: ``text``, ``input_ids`` ending in EOS,
+        ``completion_mask`` all 1), split into training windows by the trainer (``packing_strategy='bfd_split'``);
+        the ``ChunkReport`` printed and kept in ``self.chunks``. Documents stay whole here so that the held-out
+        split takes whole documents."""
+        from .text_documents import tokenize_documents
+
+        self.tokenizer = tokenizer
+        rows, self.chunks = tokenize_documents(rows, tokenizer, max_seq_length=cfg.max_seq_length)
+        print(self.chunks.summary())
+        return rows
+
+    def example(self, tokenizer, row: dict) -> str:
+        """The first training window of a document as the model reads it (its ids decoded)."""
+        ids = row["input_ids"]
+        more = f" [... {len(ids) - self.max_seq_length} more tokens]" if len(ids) > self.max_seq_length else ""
+        return tokenizer.decode(ids[: self.max_seq_length]) + more
+
+    check_first_batch = AlpacaFormat.check_first_batch
+    stop_token_ids = AlpacaFormat.stop_token_ids
+
+    # generation
+    def prompt(self, tokenizer, text: str, context: str = "") -> str:
+        """The text itself (with ``prompt_suffix``), to be continued."""
+        return with_suffix(text, self.prompt_suffix)
+
+    def exported_chat_template(self, tokenizer) -> str:
+        """A Jinja template that renders the messages' text as it is, one after another: a text model has no
+        prompt format."""
+        return "{% for message in messages %}{{ message['content'] }}{% endfor %}"
+
+    def ollama_template(self, tokenizer) -> tuple[str | None, list[str]]:
+        """``(TEMPLATE, stop strings)``: the prompt as it is, stopping at EOS."""
+        return "{{ .Prompt }}", [tokenizer.eos_token]
+
+    def _opening(self, tokenizer, row: dict) -> tuple[str, str]:
+        ids = tokenizer(row["text"], add_special_tokens=False, split_special_tokens=True)["input_ids"]
+        end = OPENING_TOKENS + CONTINUATION_TOKENS
+        return tokenizer.decode(ids[:OPENING_TOKENS]), tokenizer.decode(ids[OPENING_TOKENS:end])
+
+    def row_prompt(self, tokenizer, row: dict) -> str:
+        """A held-out document's first ``OPENING_TOKENS`` tokens, to be continued."""
+        return self._opening(tokenizer, row)[0]
+
+    # held-out checks
+    def held_out_rows(self, dataset) -> list[dict]:
+        """``[{"text": ...}]``: the held-out documents, whole; None (no split) gives []."""
+        return [] if dataset is None else dataset.select_columns(["text"]).to_list()
+
+    def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
+        """``(ids, masks)`` of each document's training windows (``text_documents.chunk_ids`` of
+        ``document_ids``), all tokens scored: the mean loss over them is the held-out perplexity's log. A last
+        window of one token (nothing to predict in it) is left out."""
+        from .text_documents import chunk_ids, document_ids
+
+        windows = [w for r in rows for w in chunk_ids(document_ids(tokenizer, r["text"]), self.max_seq_length)]
+        windows = [w for w in windows if len(w) > 1]
+        return windows, [[1] * len(w) for w in windows]
+
+    def reference(self, row: dict) -> str:
+        """The document's own ``CONTINUATION_TOKENS`` tokens after its opening (by the tokenizer ``tokenize`` read
+        the documents with). Raises RuntimeError: before ``tokenize``."""
+        return self._opening(self._tokenizer(), row)[1]
+
+    def instruction(self, row: dict) -> tuple[str, str]:
+        """``(the opening, "")``, for the side-by-side table."""
+        return self._opening(self._tokenizer(), row)[0], ""
+
+    def _tokenizer(self):
+        if self.tokenizer is None:
+            raise RuntimeError("call tokenize(rows, tokenizer, cfg) first: the documents' tokenizer is kept there")
+        return self.tokenizer
+
+    def summary_fields(self) -> dict[str, Any]:
+        """``summary.build_run_summary`` arguments: the first-batch EOS counts."""
+        return {"eos": self.first_batch}
+
+
 #: The format class of a saved adapter's recorded ``dataset_format`` (``run_record.recorded_format``); any other name
 #: is a conversation layout. A new data form is one class here.
-RECORDED_FORMATS = {"alpaca": AlpacaFormat}
+RECORDED_FORMATS = {"alpaca": AlpacaFormat, "text": TextFormat}
 
 
 def recorded_data_format(record, *, template: str | None = None, where: str = "load_adapter"):
@@ -540,6 +672,8 @@ def sft_format(cfg):
     """SFT's format: ``AlpacaFormat`` or ``ConversationFormat`` by ``cfg.dataset_format``."""
     if cfg.dataset_format == "alpaca":
         return AlpacaFormat(cfg.template)
+    if cfg.dataset_format == "text":
+        return TextFormat(cfg.max_seq_length)
     return ConversationFormat(
         cfg.dataset_format, chat_template=cfg.chat_template, assistant_only_loss=cfg.assistant_only_loss
     )
