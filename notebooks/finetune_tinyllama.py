@@ -70,6 +70,7 @@ gradient_checkpointing = True  # @param {type:"boolean"}
 dataset = 'yahma/alpaca-cleaned'  # @param {type:"string"}
 dataset_split = 'train'  # @param {type:"string"}
 dataset_config = None  # @param {type:"raw"}
+forgetting_dataset = None  # @param {type:"raw"}
 instruction_column = 'instruction'  # @param {type:"string"}
 input_column = 'input'  # @param {type:"string"}
 output_column = 'output'  # @param {type:"string"}

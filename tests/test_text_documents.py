@@ -184,3 +184,34 @@ def test_a_text_adapter_is_prompted_with_the_raw_text(corpus):
     assert fmt.ollama_template(tokenizer) == ("{{ .Prompt }}", [tokenizer.eos_token])
     with pytest.raises(ConfigError, match="template='alpaca'"):
         recorded_data_format({"dataset_format": "text"}, template="alpaca")
+
+
+def test_the_forgetting_check_scores_the_alpaca_rows_an_alpaca_run_holds_out(
+    corpus, stories_dir, alpaca_jsonl, tmp_path
+):
+    """forgetting_dataset: the held-out part of the Alpaca rows (the split an Alpaca run with the same test_size and
+    seed makes) is scored beside the documents, and the run summary's held-out fields carry it before and after."""
+    from tinyllama_ft.data.instructions import load_instruction_data, split_train_eval
+    from tinyllama_ft.data.text_documents import forgetting_rows
+    from tinyllama_ft.evaluate.held_out import held_out_check, heldout_summary
+    from tinyllama_ft.machine.hardware import Hardware
+
+    cfg = FinetuneConfig(
+        dataset_format="text", forgetting_dataset=str(alpaca_jsonl), test_size=0.02, output_dir=str(tmp_path)
+    )
+    rows = forgetting_rows(cfg)
+    alpaca, _ = load_instruction_data(str(alpaca_jsonl))
+    assert rows == split_train_eval(alpaca, test_size=0.02, seed=cfg.seed)[1].to_list() and len(rows) >= 2
+    assert forgetting_rows(FinetuneConfig(dataset_format="text", output_dir=str(tmp_path))) == []
+    with pytest.raises(ConfigError, match="forgetting_dataset=.*dataset_format='text' only"):
+        FinetuneConfig(forgetting_dataset=str(alpaca_jsonl), output_dir=str(tmp_path))
+
+    model, tokenizer = stories_lora(stories_dir, Hardware())
+    _, docs, _ = corpus
+    fmt = TextFormat(WINDOW)
+    fmt.tokenize(docs.select(range(2)), tokenizer, FinetuneConfig(dataset_format="text", max_seq_length=WINDOW))
+    fmt.forgetting_rows = rows[:4]
+    check = held_out_check(model, tokenizer, fmt.held_out_rows(docs.select(range(2))), data_format=fmt, stop_rows=1)
+    assert check.forgetting is not None and check.forgetting.rows == 4 and check.forgetting.response_tokens > 0
+    assert "forgetting check (held-out Alpaca rows): response loss" in str(check)
+    assert heldout_summary(check, check)["forgetting"]["after"] == check.forgetting.as_dict()

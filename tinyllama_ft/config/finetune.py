@@ -172,6 +172,10 @@ class DataSection:
     """Split of a Hub dataset; the article's "train"."""
     dataset_config: str | None = _field(None, identity=True)
     """Configuration name of a Hub dataset; None for the default (this package)."""
+    forgetting_dataset: str | None = _field(None, identity=False)
+    """dataset_format "text" only: Alpaca rows (a file or Hub id) whose held-out part (test_size, eval_split and
+    seed, as dataset's) is scored before and after training, the response loss beside the domain's perplexity:
+    what the domain cost the instructions; None: no such check (this package; docs/text.md)."""
     instruction_column: str = _field("instruction", identity=True)
     """Column holding the instruction; Alpaca's "instruction"."""
     input_column: str = _field("input", identity=True)
@@ -562,6 +566,11 @@ class FinetuneConfig(
                     f"'drop' or 'split': both split a long document)"
                 )
             self.packing_strategy = "bfd_split"
+        elif self.forgetting_dataset:
+            raise ConfigError(
+                f"FinetuneConfig.forgetting_dataset={self.forgetting_dataset!r} is read by dataset_format='text' "
+                f"only, and dataset_format={self.dataset_format!r}: leave it empty"
+            )
         if self.adapter_dir:
             out, adapter = os.path.abspath(self.output_dir), os.path.abspath(self.adapter_dir)
             inside = os.path.relpath(adapter, out).split(os.sep)

@@ -44,6 +44,8 @@ class _Format:
     #: What the run added after each question (a saved GRPO adapter's record: ``run_record.PROMPT_SUFFIX``).
     prompt_suffix = ""
     takes_input = False  # a prompt has an input besides the question (generate's ``inputs``)
+    #: Alpaca rows scored before and after training beside the run's own (a text run's forgetting check).
+    forgetting_rows: list[dict] = []
 
 
 class AlpacaFormat(_Format):
@@ -402,9 +404,8 @@ class ConversationFormat(_Format):
         }
 
 
-#: Tokens of a held-out document's opening the side-by-side continuations start from, and of the true continuation
-#: shown beside them (``TextFormat.row_prompt``, ``reference``).
-OPENING_TOKENS, CONTINUATION_TOKENS = 32, 48
+#: Tokens of a held-out document's opening the side-by-side continuations start from (``TextFormat.row_prompt``).
+OPENING_TOKENS = 32
 
 
 class TextFormat(_Format):
@@ -443,9 +444,11 @@ class TextFormat(_Format):
 
     # reading
     def load(self, cfg):
-        """``(rows, data_report)``: ``text_documents.load_documents`` of ``cfg.dataset``."""
-        from .text_documents import load_documents
+        """``(rows, data_report)``: ``text_documents.load_documents`` of ``cfg.dataset``; the forgetting check's
+        Alpaca rows (``text_documents.forgetting_rows``) kept in ``self.forgetting_rows``."""
+        from .text_documents import forgetting_rows, load_documents
 
+        self.forgetting_rows = forgetting_rows(cfg)
         return load_documents(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config, strict=cfg.strict)
 
     def fingerprint(self, rows) -> str:
@@ -474,7 +477,19 @@ class TextFormat(_Format):
         more = f" [... {len(ids) - self.max_seq_length} more tokens]" if len(ids) > self.max_seq_length else ""
         return tokenizer.decode(ids[: self.max_seq_length]) + more
 
-    check_first_batch = AlpacaFormat.check_first_batch
+    def check_first_batch(self, trainer) -> str:
+        """``eos_check.eos_first_batch`` (kept in ``self.first_batch``) in one line: a window ends its document with
+        one supervised EOS, or (a long document's earlier window) holds none; any other EOS is a fault named."""
+        from .eos_check import eos_first_batch
+
+        self.first_batch = counts = eos_first_batch(trainer)
+        faults = counts["samples_with_several_eos"] + counts["eos_not_last"] + counts["eos_masked"]
+        return (
+            f"first batch: {counts['samples']} windows, {counts['samples_ok']} ending their document with its "
+            f"supervised EOS, {counts['samples_without_eos']} continued in the next window"
+            + (f"; {faults} with an EOS inside or masked (a tokenizer adding its own?)" if faults else "")
+        )
+
     stop_token_ids = AlpacaFormat.stop_token_ids
 
     # generation
@@ -493,8 +508,7 @@ class TextFormat(_Format):
 
     def _opening(self, tokenizer, row: dict) -> tuple[str, str]:
         ids = tokenizer(row["text"], add_special_tokens=False, split_special_tokens=True)["input_ids"]
-        end = OPENING_TOKENS + CONTINUATION_TOKENS
-        return tokenizer.decode(ids[:OPENING_TOKENS]), tokenizer.decode(ids[OPENING_TOKENS:end])
+        return tokenizer.decode(ids[:OPENING_TOKENS]), tokenizer.decode(ids[OPENING_TOKENS:])
 
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out document's first ``OPENING_TOKENS`` tokens, to be continued."""
@@ -516,8 +530,9 @@ class TextFormat(_Format):
         return windows, [[1] * len(w) for w in windows]
 
     def reference(self, row: dict) -> str:
-        """The document's own ``CONTINUATION_TOKENS`` tokens after its opening (by the tokenizer ``tokenize`` read
-        the documents with). Raises RuntimeError: before ``tokenize``."""
+        """The rest of the document after its opening (by the tokenizer ``tokenize`` read the documents with): the
+        stopping count asks whether a document whose rest is short is ended with EOS. Raises RuntimeError: before
+        ``tokenize``."""
         return self._opening(self._tokenizer(), row)[1]
 
     def instruction(self, row: dict) -> tuple[str, str]:

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Sequence
 
-from .instructions import DataReport, _field_problem, mapped_by
+from .instructions import DataReport, _field_problem, load_instruction_data, mapped_by, split_train_eval
 from .row_files import DataError, UnreadableRow, _read_text, read_rows
 
 #: The files read as one document each.
@@ -144,3 +144,16 @@ def tokenize_documents(dataset, tokenizer, *, max_seq_length: int):
         max_seq_length=max_seq_length,
     )
     return dataset, report
+
+
+def forgetting_rows(cfg) -> list[dict]:
+    """The Alpaca rows of ``cfg.forgetting_dataset`` a text run scores before and after training (the forgetting
+    check): the part ``split_train_eval`` holds out of them with the run's ``test_size``, ``eval_split`` and
+    ``seed`` (the rows an Alpaca run on them with those values holds out), as ``{"instruction", "input",
+    "output"}`` dicts; [] without ``forgetting_dataset``. Raises DataError: as
+    ``instructions.load_instruction_data``."""
+    if not cfg.forgetting_dataset:
+        return []
+    rows, _ = load_instruction_data(cfg.forgetting_dataset, strict=cfg.strict)
+    held_out = split_train_eval(rows, test_size=cfg.test_size, seed=cfg.seed, eval_split=cfg.eval_split)[1]
+    return [] if held_out is None else held_out.to_list()

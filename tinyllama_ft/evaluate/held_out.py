@@ -14,6 +14,7 @@ from itertools import islice
 from typing import Sequence
 
 from ..config.finetune import DEFAULTS
+from ..data.formats import AlpacaFormat
 from ..infer.core import Answer, check_batch_size, generate_answers, model_positions
 from .scoring import eval_mode, token_nlls
 
@@ -283,9 +284,14 @@ class HeldOutCheck:
     stopping: StoppingReport
     preference: object | None = None
     grpo: object | None = None
+    #: A text run's forgetting check: ``held_out_scores`` of ``data_format.forgetting_rows`` (Alpaca rows).
+    forgetting: HeldOutScores | None = None
 
     def __str__(self) -> str:
-        return "; ".join(str(p) for p in (self.grpo, self.scores, self.stopping, self.preference) if p is not None)
+        parts = [str(p) for p in (self.grpo, self.scores, self.stopping, self.preference) if p is not None]
+        if self.forgetting is not None:
+            parts.append(f"forgetting check (held-out Alpaca rows): {self.forgetting}")
+        return "; ".join(parts)
 
 
 def held_out_check(
@@ -313,7 +319,8 @@ def held_out_check(
     minutes on a CPU.
 
     Returns:
-        ``HeldOutCheck``, or None without rows. On pairs (``data_format.pairs``: a preference run's), its
+        ``HeldOutCheck``, or None without rows; its ``forgetting`` holds ``held_out_scores`` of
+        ``data_format.forgetting_rows`` (Alpaca rows, a text run's forgetting check) when there are some. On pairs (``data_format.pairs``: a preference run's), its
         ``preference`` holds ``preference_checks.preference_scores`` of the rows (accuracy, margins, log-probabilities);
         the scores and the stopping count read each pair's prompt and chosen response. On GRPO prompts
         (``data_format.rollouts``), its ``grpo`` holds ``grpo_checks.grpo_scores`` of greedy answers to every row (at
@@ -349,7 +356,12 @@ def held_out_check(
         model, tokenizer, rows, data_format=data_format, max_seq_length=max_seq_length, nlls=chosen
     )
     stopping = stopping_count(model, tokenizer, short, max_new_tokens=max_new_tokens, data_format=data_format)
-    return HeldOutCheck(scores, stopping, preference)
+    forgetting = None
+    if data_format.forgetting_rows:  # a text run: what the domain cost the instructions
+        forgetting = held_out_scores(
+            model, tokenizer, data_format.forgetting_rows, data_format=AlpacaFormat(), max_seq_length=max_seq_length
+        )
+    return HeldOutCheck(scores, stopping, preference, forgetting=forgetting)
 
 
 def _grpo_check(model, tokenizer, rows: Sequence[dict], *, data_format) -> HeldOutCheck:
@@ -378,14 +390,17 @@ def heldout_summary(
         ``"stopped_after"``, ``"stop_total"``, ``"stop_max_new_tokens"`` and ``"side_by_side"``
         (``side_by_side.compare_answers`` rows, or []); on preference pairs also ``"preference": {"before",
         "after"}`` (``PreferenceScores.as_dict``), on GRPO prompts ``"grpo": {"before", "after"}``
-        (``GrpoScores.as_dict``; ``heldout_*`` None: no losses).
+        (``GrpoScores.as_dict``; ``heldout_*`` None: no losses); a text run with ``forgetting_dataset``:
+        ``"forgetting": {"before", "after"}`` (``HeldOutScores.as_dict`` of the Alpaca rows).
     """
     checks = {"before": before, "after": after}
     preference = {k: c.preference.as_dict() for k, c in checks.items() if c is not None and c.preference is not None}
     grpo = {k: c.grpo.as_dict() for k, c in checks.items() if c is not None and c.grpo is not None}
+    forgetting = {k: c.forgetting.as_dict() for k, c in checks.items() if c is not None and c.forgetting is not None}
     return (
         ({"preference": preference} if preference else {})
         | ({"grpo": grpo} if grpo else {})
+        | ({"forgetting": forgetting} if forgetting else {})
         | {
             "heldout_before": before.scores.as_dict() if before and before.scores else None,
             "heldout_after": after.scores.as_dict() if after and after.scores else None,
