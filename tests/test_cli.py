@@ -20,6 +20,7 @@ def test_the_recipes_ship_inside_the_package_and_validate():
     assert recipe_names() == [
         "article",
         "chat_offline_cpu",
+        "cpt_offline_cpu",
         "default",
         "dpo_offline_cpu",
         "grpo_offline_cpu",

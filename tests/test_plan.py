@@ -154,7 +154,14 @@ def test_dtype_and_backend_are_decided_once_here(tinyllama_config, cpu, t4):
 
 
 #: The shipped recipes that run on a CPU and whose figures the docs publish.
-OFFLINE_RECIPES = ("offline_cpu", "chat_offline_cpu", "dpo_offline_cpu", "simpo_offline_cpu", "grpo_offline_cpu")
+OFFLINE_RECIPES = (
+    "offline_cpu",
+    "chat_offline_cpu",
+    "dpo_offline_cpu",
+    "simpo_offline_cpu",
+    "grpo_offline_cpu",
+    "cpt_offline_cpu",
+)
 
 
 def test_the_offline_recipes_compute_in_float32_on_a_cpu_that_computes_bf16_natively(monkeypatch, tinyllama_config):

@@ -202,10 +202,10 @@ METHODS: dict[str, Method] = {
             f"{_TRAIN}sft_trainer:sft_trainer",
             "tinyllama_ft.data.formats:sft_format",
             "instructions",
-            reads=(),
+            reads=("adapter_name_or_path",),  # a second stage: instructions on a text adapter (docs/text.md)
             liger=True,
             long_rows=("drop", "truncate", "split"),
-            dataset_formats=("alpaca", "messages", "sharegpt", "auto"),
+            dataset_formats=("alpaca", "text", "messages", "sharegpt", "auto"),
             summary=None,
         ),
         _preference(

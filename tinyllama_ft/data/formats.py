@@ -44,6 +44,8 @@ class _Format:
     #: What the run added after each question (a saved GRPO adapter's record: ``run_record.PROMPT_SUFFIX``).
     prompt_suffix = ""
     takes_input = False  # a prompt has an input besides the question (generate's ``inputs``)
+    #: A saved adapter of this form may be continued on rows of another (a text adapter: instructions on top).
+    continued_by_any_form = False
     #: Alpaca rows scored before and after training beside the run's own (a text run's forgetting check).
     forgetting_rows: list[dict] = []
 
@@ -420,6 +422,7 @@ class TextFormat(_Format):
 
     name = "text"
     form, setting, trained_on, rows = "raw text", None, "raw text documents", "text"
+    continued_by_any_form = True  # continued pretraining comes before instruction tuning: any SFT form continues it
     encode_kwargs = AlpacaFormat.encode_kwargs  # as documents are tokenized (``text_documents.document_ids``)
     trains_embeddings = False
     chunks = None  # the ChunkReport, by tokenize
@@ -586,7 +589,8 @@ def recorded_data_format(record, *, template: str | None = None, where: str = "l
 
 def check_continued(cfg, record, *, flag: str = "adapter_name_or_path") -> None:
     """Check that a run continuing a saved adapter (``cfg.adapter_name_or_path``, ``record``: its record) prompts it
-    as it was trained: rows of its form (``cfg.dataset_format``) and its ``template`` or ``chat_template``.
+    as it was trained: rows of its form (``cfg.dataset_format``; any form continues a text adapter) and its
+    ``template`` or ``chat_template``.
 
     Raises:
         ConfigError: either differs: names the field, both values and the fix.
@@ -594,7 +598,7 @@ def check_continued(cfg, record, *, flag: str = "adapter_name_or_path") -> None:
     fmt = recorded_data_format(record, where=flag)
     where = f"{flag}={cfg.adapter_name_or_path!r} was trained with"
     reads = RECORDED_FORMATS.get(cfg.dataset_format, ConversationFormat)
-    if cfg.dataset_format != "auto" and reads.form != fmt.form:
+    if cfg.dataset_format != "auto" and reads.form != fmt.form and not fmt.continued_by_any_form:
         raise ConfigError(
             f"{where} {fmt.trained_on}, and dataset_format={cfg.dataset_format!r} reads {reads.trained_on} (its "
             f"record: dataset_format={recorded_format(record)!r}): continue it on {fmt.rows} pairs (or "
