@@ -82,6 +82,7 @@ strict = False  # @param {type:"boolean"}
 dataset_num_proc = 2  # @param {type:"raw"}
 # training
 learning_rate = 2e-05  # @param {type:"number"}
+embedding_learning_rate = None  # @param {type:"raw"}
 lr_scheduler_type = 'linear'  # @param {type:"string"}
 warmup_ratio = 0.1  # @param {type:"number"}
 weight_decay = 0.1  # @param {type:"number"}

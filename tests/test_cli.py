@@ -104,7 +104,7 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
         config_from_recipe(str(bad))
     with pytest.raises(
         FileNotFoundError,
-        match="article, chat_offline_cpu, default, dpo_offline_cpu, grpo_offline_cpu, offline_cpu, simpo",
+        match="article, chat_offline_cpu, cpt_offline_cpu, default, dpo_offline_cpu, grpo_offline_cpu, offline_cpu, simpo",
     ):
         config_from_recipe("artcle")
 

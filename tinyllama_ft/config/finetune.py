@@ -151,7 +151,8 @@ class LoraSection:
     target_modules: tuple[str, ...] = _field(
         LLAMA_TARGET_MODULES, identity=True, comma_separated=True, allowed=_not_empty("at least one module name")
     )
-    """Module names to adapt (a list, or one comma-separated string); the article's seven Llama projections."""
+    """Module names to adapt (a list, or one comma-separated string); the article's seven Llama projections;
+    "embed_tokens" and "lm_head" among them train in full (PEFT's modules_to_save; docs/text.md)."""
     use_rslora: bool = _field(False, identity=True)
     """Rank-stabilised scaling lora_alpha / sqrt(lora_r); the article's False."""
     gradient_checkpointing: bool = _field(True, identity=False)
@@ -237,6 +238,9 @@ class TrainingSection:
 
     learning_rate: float = _field(2e-5, identity=True, allowed=_positive())
     """Peak learning rate; the article's 2e-5."""
+    embedding_learning_rate: float | None = _field(None, identity=True, allowed=_positive())
+    """Peak learning rate of the modules trained in full (embed_tokens / lm_head in target_modules, or a chat
+    template's added tokens); None: learning_rate (Unsloth's notebooks' name; they use 2 to 10 times less)."""
     lr_scheduler_type: str = _field("linear", identity=True)
     """Learning-rate schedule after warmup; the article's "linear"."""
     warmup_ratio: float = _field(0.1, identity=True, allowed=_FRACTION)

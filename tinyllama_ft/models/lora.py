@@ -61,6 +61,11 @@ def lora_config(
     )
 
 
+#: ``target_modules`` names trained in full (PEFT's ``modules_to_save``), not given LoRA: a new vocabulary, language or
+#: domain moves the input embeddings and the LM head (Unsloth's continued-pretraining notebooks).
+WHOLE_MODULES = ("embed_tokens", "lm_head")
+
+
 def embedding_modules(model) -> tuple[list[str], bool]:
     """``([input embedding name, LM head name], tied)``: the modules a chat template's added tokens need trained in
     full (their rows are new in both), as Unsloth's notebooks do; peft's row-wise ``trainable_token_indices`` would
@@ -112,7 +117,9 @@ def add_lora(
         model: the base model (``loading.load_model``).
         lora_r: adapter rank. lora_alpha: the update is scaled by ``lora_alpha / lora_r`` (``/ sqrt(lora_r)`` with
             ``use_rslora``). lora_dropout: dropout on the adapter input. lora_bias: ``"none"``, ``"all"`` or
-            ``"lora_only"``. target_modules: module names to adapt. (Defaults: the article's, ``config.DEFAULTS``.)
+            ``"lora_only"``. target_modules: module names to adapt; ``WHOLE_MODULES`` among them (``embed_tokens``,
+            ``lm_head``) train in full instead (``modules_to_save``; on a tied model both, as one). (Defaults: the
+            article's, ``config.DEFAULTS``.)
         gradient_checkpointing: recompute activations in backward (pass ``plan.gradient_checkpointing``).
         seed: seed for the adapter init (the article's ``random_state=3407``).
         backend: ``"unsloth"`` or ``"transformers"`` (pass ``plan.backend``); None: ``"unsloth"`` when Unsloth has
@@ -182,13 +189,16 @@ def add_lora(
             )
             return attach_adapter(model, adapter_name_or_path, trainable=True)[0]
         torch.manual_seed(seed)
-        modules, tied = embedding_modules(model) if train_embeddings else ((), False)
+        whole = [t for t in target_modules if t in WHOLE_MODULES]
+        modules, tied = embedding_modules(model) if train_embeddings or whole else ((), False)
+        if whole and not (train_embeddings or tied):  # tied: both train as one (ensure_weight_tying)
+            modules = whole
         config = lora_config(
             lora_r=lora_r,
             lora_alpha=lora_alpha,
             lora_dropout=lora_dropout,
             lora_bias=lora_bias,
-            target_modules=target_modules,
+            target_modules=[t for t in target_modules if t not in WHOLE_MODULES],
             use_rslora=use_rslora,
             modules_to_save=modules,
             tied=tied,

@@ -24,7 +24,7 @@ LOGIT_BYTES = 8
 
 
 def model_dims(model_config) -> dict[str, int | None]:
-    """``{"layers", "hidden", "intermediate", "vocab", "kv_dim", "positions"}`` from a transformers config (or a
+    """``{"layers", "hidden", "intermediate", "vocab", "kv_dim", "positions", "tied"}`` from a transformers config (or a
     dict; a multimodal one's ``text_config``); ``positions`` (``max_position_embeddings``) may be None.
 
     Raises:
@@ -44,6 +44,7 @@ def model_dims(model_config) -> dict[str, int | None]:
         "vocab": int(get("vocab_size")),
         "kv_dim": hidden * kv_heads // heads,
         "positions": get("max_position_embeddings"),
+        "tied": bool(get("tie_word_embeddings")),
     }
 
 
@@ -63,6 +64,7 @@ def estimate_peak_gib(
     load_in_4bit: bool,
     fused_loss: bool,
     lora_r: int = DEFAULTS.lora_r,
+    whole_modules: int = 0,
 ) -> float:
     """Estimated peak CUDA memory of one training micro-step, in GiB.
 
@@ -74,6 +76,8 @@ def estimate_peak_gib(
         load_in_4bit: base weights in NF4 (half a byte per weight) instead of 16-bit.
         fused_loss: the loss is fused with the output layer (Liger, Unsloth): no full logits tensor.
         lora_r: adapter rank (adapter weights, gradients and Adam states in fp32).
+        whole_modules: vocabulary x hidden matrices trained in full (embed_tokens / lm_head in ``target_modules``,
+            ``lora.WHOLE_MODULES``; 1 for a tied pair): each a trainable fp32 copy with its gradient and Adam moments.
 
     Returns:
         Weights + adapter/optimizer state + activations + logits, in GiB.
@@ -82,6 +86,7 @@ def estimate_peak_gib(
     layer_weights = projection_parameters(dims)
     weights = layer_weights * (0.5 if load_in_4bit else 2) + 2 * v * h * 2
     lora = L * lora_r * (2 * (h + h) + 2 * (h + kv) + 3 * (h + i)) * 16  # fp32 weight, grad, two Adam moments
+    lora += whole_modules * v * h * 16  # modules_to_save: the same four fp32 tensors per parameter
     tokens = micro_batch * max_seq_length
     coefficient = ACTIVATION_COEFFICIENTS[(backend, bool(gradient_checkpointing))]
     per_layer = coefficient * (h if gradient_checkpointing else 8 * h + 3 * i)

@@ -108,6 +108,15 @@ class RunPlan:
         return "\n".join([head, *(f"  {r}" for r in self.reasons)])
 
 
+def whole_module_count(target_modules, dims: dict) -> int:
+    """The vocabulary x hidden matrices ``target_modules`` trains in full (``lora.WHOLE_MODULES`` named in it), one
+    when the model ties them (``dims["tied"]``)."""
+    from ..models.lora import WHOLE_MODULES
+
+    named = sum(t in target_modules for t in WHOLE_MODULES)
+    return min(named, 1) if dims.get("tied") else named
+
+
 def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
     """GRPO's reward functions by the names TRL logs them under, each resolved and checked
     (``rewards.resolve_rewards``), so a bad one stops the run before any model loads; () for the other methods. Raises
@@ -315,6 +324,7 @@ def plan_run(
         load_in_4bit=common["load_in_4bit"],
         fused_loss=liger or backend == "unsloth" or method.fused_head,
         lora_r=cfg.lora_r,
+        whole_modules=whole_module_count(cfg.target_modules, dims),
     )
     # a pair is two sequences (chosen and rejected; KTO: a completion and its KL completion), and KTO's KL term
     # needs two completions in a micro-batch

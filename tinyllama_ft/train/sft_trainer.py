@@ -111,6 +111,7 @@ def build_sft_trainer(
         callbacks=callbacks,
         processing_class=tokenizer,
     )
+    trainer.embedding_learning_rate = cfg.embedding_learning_rate
     if progress:
         quiet_progress(trainer)
     return trainer

@@ -130,6 +130,15 @@ def sdpa_evaluating(trainer_cls):
     apart through their ``position_ids`` (tests/test_trained_model.py compares the two eval losses)."""
 
     class Trainer(trainer_cls):
+        embedding_learning_rate = None  # set by build_sft_trainer: the whole modules' own rate (whole_module_groups)
+
+        def create_optimizer(self, *args, **kwargs):
+            fresh = self.optimizer is None
+            optimizer = super().create_optimizer(*args, **kwargs)
+            if fresh and self.embedding_learning_rate is not None:
+                whole_module_groups(optimizer, self.model, self.embedding_learning_rate)
+            return optimizer
+
         def evaluation_loop(self, *args, **kwargs):
             with sdpa_outside_training(self.model):
                 return super().evaluation_loop(*args, **kwargs)
@@ -177,6 +186,23 @@ def require_peft(model, who: str) -> None:
             f"{who}: the model is a {type(model).__name__}, not a PEFT model: add an adapter (lora.add_lora) or load "
             "one (adapters.load_adapter)"
         )
+
+
+def whole_module_groups(optimizer, model, learning_rate: float) -> int:
+    """Move the trainable parameters of the modules PEFT trains in full (``modules_to_save``: embed_tokens /
+    lm_head) out of ``optimizer``'s groups into groups of their own at ``learning_rate`` (each keeping its group's
+    other settings, weight decay included), before any step; returns how many parameters moved."""
+    whole = {id(p) for n, p in model.named_parameters() if p.requires_grad and "modules_to_save" in n}
+    moved = []
+    for group in list(optimizer.param_groups):
+        mine = [p for p in group["params"] if id(p) in whole]
+        if mine:
+            group["params"] = [p for p in group["params"] if id(p) not in whole]
+            moved.append({**group, "params": mine, "lr": learning_rate, "initial_lr": learning_rate})
+    for group in moved:
+        optimizer.add_param_group(group)
+    optimizer.param_groups[:] = [g for g in optimizer.param_groups if g["params"]]
+    return sum(len(g["params"]) for g in moved)
 
 
 def training_plan(trainer) -> dict[str, int]:
