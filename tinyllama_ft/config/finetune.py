@@ -556,16 +556,12 @@ class FinetuneConfig(
         """The rules between fields, checked here so a contradiction stops before anything loads."""
         chat = self.dataset_format not in ("alpaca", "text")
         if self.dataset_format == "text":  # documents are split into windows, never cut or attending to each other
-            if (
-                self.method != "sft"
-                or self.long_rows == "truncate"
-                or not self.packing
-                or self.packing_strategy == "wrapped"
-            ):
+            # (another method than sft was refused by _check_method: its record's dataset_formats lack "text")
+            if self.long_rows == "truncate" or not self.packing or self.packing_strategy == "wrapped":
                 raise ConfigError(
-                    f"FinetuneConfig.dataset_format='text' (raw documents) trains with method='sft', packing=True and "
+                    f"FinetuneConfig.dataset_format='text' (raw documents) trains with packing=True and "
                     f"packing_strategy 'bfd' or 'bfd_split' (a document longer than max_seq_length is split into "
-                    f"windows, never cut; none attends to another), and method={self.method!r}, packing={self.packing!r}, "
+                    f"windows, never cut; none attends to another), and packing={self.packing!r}, "
                     f"packing_strategy={self.packing_strategy!r}, long_rows={self.long_rows!r}: set those (long_rows "
                     f"'drop' or 'split': both split a long document)"
                 )
