@@ -71,6 +71,23 @@ def _checked(adapter: str, base_model: str | None, fields: dict, where: str, **v
     return cfg, {k: None if v is None else getattr(cfg, k) for k, v in recorded.items()}
 
 
+def _loaded(adapter: str, base_model: str | None, cfg: FinetuneConfig, recorded: dict, **options):
+    """``adapters.load_adapter`` of ``adapter`` on this machine with the command's backend, base and recorded fields
+    (``_checked``'s), plus ``options``."""
+    from .machine.hardware import detect_hardware
+    from .models.adapters import load_adapter
+
+    return load_adapter(
+        adapter,
+        **recorded,
+        backend=cfg.backend,
+        hardware=detect_hardware(),
+        base_model=base_model,
+        trust_remote_code=cfg.trust_remote_code,
+        **options,
+    )
+
+
 def repeated_values(values: list[str] | None) -> list[str] | str | None:
     """A repeatable flag's values (``--prompt A --prompt B``; jsonargparse's ``action="append"``), each a string or a
     JSON list of strings, as one list in order; one plain string stays a string (one ``--input`` for every prompt),
@@ -109,8 +126,6 @@ def generate(
     """
     from .data.formats import recorded_data_format
     from .infer.generation import one_per_instruction, stream
-    from .machine.hardware import detect_hardware
-    from .models.adapters import load_adapter
     from .models.run_record import read_record
 
     where = "tinyllama-ft generate"
@@ -126,15 +141,7 @@ def generate(
         inputs = None if inputs is None else one_per_instruction(inputs, len(cfg.prompts), "--input")
     except ValueError as err:
         raise ConfigError(f"{err}: give one for all, or one each") from None
-    model, tokenizer = load_adapter(
-        adapter,
-        **recorded,
-        backend=cfg.backend,
-        hardware=detect_hardware(),
-        base_model=base_model,
-        trust_remote_code=cfg.trust_remote_code,
-        merged=cfg.reload_merged,
-    )
+    model, tokenizer = _loaded(adapter, base_model, cfg, recorded, merged=cfg.reload_merged)
     return stream(model, tokenizer, cfg.prompts, inputs=inputs, max_new_tokens=cfg.max_new_tokens, data_format=fmt)
 
 
@@ -199,20 +206,11 @@ def evaluate(
         ``benchmarks.Benchmarks``.
     """
     from .evaluate.benchmarks import RESULTS_FILE, evaluate_benchmarks
-    from .machine.hardware import detect_hardware
-    from .models.adapters import load_adapter
     from .models.run_record import read_record
 
     cfg, recorded = _checked(adapter, base_model, fields, "tinyllama-ft eval")
     template = recorded.pop("template")
-    model, tokenizer = load_adapter(
-        adapter,
-        **recorded,
-        backend=cfg.backend,
-        hardware=detect_hardware(),
-        base_model=base_model,
-        trust_remote_code=cfg.trust_remote_code,
-    )
+    model, tokenizer = _loaded(adapter, base_model, cfg, recorded)
     output_dir = output_dir or os.path.dirname(os.path.abspath(adapter))
     results = evaluate_benchmarks(
         model,
