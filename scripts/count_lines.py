@@ -22,7 +22,9 @@ def count_source(text: str) -> dict[str, int]:
         text (str): the file's text.
     Returns:
         dict[str, int]: ``total`` (lines), ``blank`` (whitespace only), ``comment`` (lines holding only a comment),
-        ``docstring`` (lines of module, class and function docstrings), ``code`` (total minus the other three).
+        ``docstring`` (lines of module, class and function docstrings, and attribute docstrings: a string
+        statement right after an assignment in a module or class body, PEP 257's and Sphinx's, which jsonargparse
+        shows as a field's help), ``code`` (total minus the other three).
     Raises:
         SyntaxError: the text does not parse.
     """
@@ -38,6 +40,15 @@ def count_source(text: str) -> dict[str, int]:
                 and isinstance(first.value.value, str)
             ):
                 docstring.update(range(first.lineno, first.end_lineno + 1))
+        if isinstance(node, (ast.Module, ast.ClassDef)):
+            for before, after in zip(node.body, node.body[1:]):
+                if (
+                    isinstance(before, (ast.Assign, ast.AnnAssign))
+                    and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant)
+                    and isinstance(after.value.value, str)
+                ):
+                    docstring.update(range(after.lineno, after.end_lineno + 1))
     has_code: set[int] = set()
     comment: set[int] = set()
     skip = (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER, tokenize.ENCODING)
