@@ -18,21 +18,13 @@ from typing import Sequence
 MODELFILE = "Modelfile"
 
 
-def _quote(text: str) -> str:
-    """A Modelfile string: JSON's escaping is the double-quoted form Ollama's parser reads."""
-    return json.dumps(text, ensure_ascii=False)
-
-
-def modelfile_text(
-    *, gguf_name: str, template: str | None, stops: Sequence[str], temperature: float | None = None
-) -> str:
+def modelfile_text(*, gguf_name: str, template: str | None, stops: Sequence[str]) -> str:
     """The Modelfile for a GGUF in the same folder.
 
     Args:
         gguf_name: the GGUF's file name (``FROM ./<gguf_name>``, relative to the Modelfile).
         template, stops: the adapter's format's ``ollama_template(tokenizer)`` (``formats.recorded_data_format``):
             the ``TEMPLATE`` (None: none, Ollama takes the GGUF's chat template) and the stop strings.
-        temperature: ``PARAMETER temperature`` when given; None leaves Ollama's default.
 
     Returns:
         The Modelfile's text (``FROM``, the ``TEMPLATE`` in triple quotes, one ``PARAMETER stop`` each).
@@ -45,19 +37,16 @@ def modelfile_text(
         if '"""' in template:
             raise ValueError('the prompt template holds """, which an Ollama TEMPLATE cannot quote')
         lines.append(f'TEMPLATE """{template}"""')
-    lines += [f"PARAMETER stop {_quote(stop)}" for stop in stops]
-    if temperature is not None:
-        lines.append(f"PARAMETER temperature {temperature}")
+    # JSON's escaping is the double-quoted string Ollama's parser reads
+    lines += [f"PARAMETER stop {json.dumps(stop, ensure_ascii=False)}" for stop in stops]
     return "\n".join(lines) + "\n"
 
 
 def write_modelfile(*, gguf_path: str | os.PathLike, template: str | None, stops: Sequence[str]) -> Path:
-    """Write ``Modelfile`` beside the exported ``gguf_path`` (a temporary name, then a rename) and return its path;
-    the other arguments and the ValueError as ``modelfile_text``."""
+    """Write ``Modelfile`` beside the exported ``gguf_path`` (in ``export_adapter``'s staging folder, which appears
+    as the format's folder only when complete) and return its path; the other arguments and the ValueError as
+    ``modelfile_text``."""
     gguf_path = Path(gguf_path)
     target = gguf_path.parent / MODELFILE
-    text = modelfile_text(gguf_name=gguf_path.name, template=template, stops=stops)
-    tmp = target.with_name(f".{MODELFILE}.partial")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, target)
+    target.write_text(modelfile_text(gguf_name=gguf_path.name, template=template, stops=stops), encoding="utf-8")
     return target
