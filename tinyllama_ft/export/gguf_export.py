@@ -35,8 +35,6 @@ LLAMA_CPP_PYTHON_URL = (
 CONVERTER_FILES = ("convert_hf_to_gguf.py", "convert_lora_to_gguf.py", "conversion/", "gguf-py/gguf/", "LICENSE")
 #: Converter ``--outtype`` per GGUF format name.
 OUTTYPES = {"gguf_f16": "f16", "gguf_bf16": "bf16", "gguf_q8_0": "q8_0"}
-#: llama.cpp's ``LLAMA_FTYPE_MOSTLY_Q4_K_M`` (include/llama.h), for the binding.
-LLAMA_FTYPE_MOSTLY_Q4_K_M = 15
 QUANTIZER_MISSING = (
     "gguf_q4_k_m needs llama.cpp's quantizer, and neither is here: install the binding with "
     "`pip install llama-cpp-python` (it builds llama.cpp from source, ~40 min on 2 cores; prebuilt wheels: "
@@ -128,17 +126,23 @@ def llama_cpp_converter(
     return target
 
 
+def _run(cmd: list, what: str, timeout_s: float, env: dict | None = None) -> float:
+    """Run ``cmd`` and return its seconds. Raises RuntimeError: it failed (naming ``what``, with its stderr tail) or
+    ran over ``timeout_s``."""
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired as err:
+        raise RuntimeError(f"{what} ran over {timeout_s:.0f} s") from err
+    if done.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
 def _run_converter(cmd: list[str], what: str, timeout_s: float) -> float:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     env.pop("NO_LOCAL_GGUF", None)  # the converter must use its own gguf-py, not an older installed gguf
-    start = time.perf_counter()
-    try:
-        done = subprocess.run([sys.executable, *cmd], capture_output=True, text=True, env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired as err:
-        raise RuntimeError(f"{what}: llama.cpp's converter ran over {timeout_s:.0f} s") from err
-    if done.returncode != 0:
-        raise RuntimeError(f"{what}: llama.cpp's converter failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
-    return time.perf_counter() - start
+    return _run([sys.executable, *cmd], f"{what}: llama.cpp's converter", timeout_s, env)
 
 
 @contextlib.contextmanager
@@ -237,14 +241,10 @@ def quantize_gguf(*, source: str | os.PathLike, target: str | os.PathLike, timeo
             import llama_cpp
 
             params = llama_cpp.llama_model_quantize_default_params()
-            params.ftype = getattr(llama_cpp, "LLAMA_FTYPE_MOSTLY_Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M)
+            params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
             status = llama_cpp.llama_model_quantize(str(source).encode(), str(tmp).encode(), ctypes.byref(params))
             if status != 0:
                 raise RuntimeError(f"llama_model_quantize({source}) returned {status}")
         else:
-            done = subprocess.run(
-                ["llama-quantize", str(source), str(tmp), "Q4_K_M"], capture_output=True, text=True, timeout=timeout_s
-            )
-            if done.returncode != 0:
-                raise RuntimeError(f"llama-quantize failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+            _run(["llama-quantize", str(source), str(tmp), "Q4_K_M"], "llama-quantize", timeout_s)
     return time.perf_counter() - start
