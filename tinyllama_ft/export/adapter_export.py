@@ -48,7 +48,6 @@ def _clean_stale_exports(root: Path) -> list[str]:
         for old in stale_temporaries(root, f".{fmt}.old-")[0]:
             if not os.path.lexists(root / fmt):
                 os.replace(old, root / fmt)
-                discard_temporary(old)
                 lines.append(f"export: restored {root / fmt} from {old.name} (an export killed while replacing it)")
                 print(lines[-1], flush=True)
     patterns = [(".staging-", "")] + [(f".{fmt}.old-", "") for fmt in EXPORT_FORMATS]
@@ -220,11 +219,9 @@ def export_adapter(
     record = read_record(adapter_dir)
     resolve_settings(record, {"max_seq_length": max_seq_length}, defaults={}, where="export")  # before loading
     prompted = recorded_data_format(record, template=template, where="export")  # its prompt in every format
-    converter = None
-    if any(f.startswith("gguf_") for f in formats):
-        converter = (
-            Path(converter_dir) if converter_dir else gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
-        )
+    converter = Path(converter_dir) if converter_dir else None
+    if converter is None and any(f.startswith("gguf_") for f in formats):
+        converter = gguf_export.llama_cpp_converter(cache_dir=cache_dir, sdist=sdist)
     root = Path(output_dir) / "export"
     made = [p for p in (Path(output_dir), root) if not p.exists()]  # removed again if the export leaves them empty
     root.mkdir(parents=True, exist_ok=True)
