@@ -80,7 +80,6 @@ def held_out_scores(
     data_format,
     batch_size: int = 4,
     max_seq_length: int | None = None,
-    max_batch_tokens: int = 4096,
     nlls: Sequence | None = None,
 ) -> HeldOutScores:
     """Response loss, full-text loss and teacher-forced stop probability on held-out rows.
@@ -92,7 +91,7 @@ def held_out_scores(
         data_format: the run's ``formats.AlpacaFormat`` or prepared ``formats.ConversationFormat``
             (``formats.data_format(cfg)``); required, so a chat run is never scored as Alpaca.
         max_seq_length: rows longer than this many tokens are skipped (their EOS would be cut); None: all.
-        batch_size, max_batch_tokens: as ``token_nlls``.
+        batch_size: as ``token_nlls``.
         nlls: each row's ``token_nlls`` of ``data_format.score_ids``' ids, in row order, computed already (a
             preference run's chosen responses, which ``preference_checks`` scores too): the model is not run again.
 
@@ -114,7 +113,7 @@ def held_out_scores(
     resp_nll = full_nll = eos_p = 0.0
     resp_n = full_n = 0
     scored = (
-        token_nlls(model, tokenizer, [ids[i] for i in keep], batch_size=batch_size, max_batch_tokens=max_batch_tokens)
+        token_nlls(model, tokenizer, [ids[i] for i in keep], batch_size=batch_size)
         if nlls is None
         else ((i, nlls[row]) for i, row in enumerate(keep))
     )

@@ -45,7 +45,7 @@ class PreferenceScores:
         )
 
 
-def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096):
+def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4):
     """``(chosen, rejected)``: ``scoring.token_nlls`` of each pair's prompt + chosen and prompt + rejected, in row
     order, one model pass over both (what ``preference_scores`` reads; ``held_out.held_out_check`` reads the chosen
     ones for its response loss and stop probability too). A pair with an empty prompt or response gets None in both.
@@ -53,7 +53,7 @@ def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens:
     Args:
         model, tokenizer: a causal LM (a PEFT model too) and its tokenizer, as ``scoring.token_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids``.
-        batch_size, max_batch_tokens: as ``scoring.token_nlls``.
+        batch_size: as ``scoring.token_nlls``.
 
     Returns:
         One float32 tensor per sequence: ``nll[t]`` = -log p(token t + 1 | the tokens before it), so the response's
@@ -63,21 +63,19 @@ def pair_nlls(model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens:
     keep = [i for i, r in enumerate(rows) if r["prompt_ids"] and r["chosen_ids"] and r["rejected_ids"]]
     ids = [list(rows[i]["prompt_ids"]) + list(rows[i][k]) for k in ("chosen_ids", "rejected_ids") for i in keep]
     chosen, rejected = [None] * len(rows), [None] * len(rows)
-    for j, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size, max_batch_tokens=max_batch_tokens):
+    for j, nll in token_nlls(model, tokenizer, ids, batch_size=batch_size):
         (chosen if j < len(keep) else rejected)[keep[j % len(keep)]] = nll
     return chosen, rejected
 
 
-def preference_scores(
-    model, tokenizer, pairs, *, batch_size: int = 4, max_batch_tokens: int = 4096, nlls=None
-) -> PreferenceScores:
+def preference_scores(model, tokenizer, pairs, *, batch_size: int = 4, nlls=None) -> PreferenceScores:
     """Preference accuracy, margins and log-probabilities of ``model`` on held-out pairs.
 
     Args:
         model, tokenizer: as ``pair_nlls``.
         pairs: rows with ``prompt_ids``, ``chosen_ids``, ``rejected_ids`` (a ``datasets.Dataset`` from
             ``preference_tokens.tokenize_preferences``, or a list of dicts).
-        batch_size, max_batch_tokens: as ``scoring.token_nlls`` (each pair is two rows).
+        batch_size: as ``scoring.token_nlls`` (each pair is two rows).
         nlls: ``pair_nlls(model, tokenizer, pairs)`` computed already; None: computed here.
 
     Returns:
@@ -89,9 +87,7 @@ def preference_scores(
     rows = [dict(r) for r in pairs]
     if not rows:
         raise ValueError("preference_scores: no pairs")
-    chosen_nlls, rejected_nlls = nlls or pair_nlls(
-        model, tokenizer, rows, batch_size=batch_size, max_batch_tokens=max_batch_tokens
-    )
+    chosen_nlls, rejected_nlls = nlls or pair_nlls(model, tokenizer, rows, batch_size=batch_size)
     keep = [i for i, nll in enumerate(chosen_nlls) if nll is not None]
     if not keep:
         raise ValueError("preference_scores: every pair has an empty prompt or response")
