@@ -128,7 +128,7 @@ def own_task(path: str | os.PathLike, folder: str | os.PathLike) -> str:
     return name
 
 
-def generation_format(tokenizer, *, data_format=None, record=None, template=None, where="evaluate_benchmarks"):
+def generation_format(tokenizer, *, data_format=None, record=None, template=None):
     """How generation tasks prompt and stop: the adapter's format, read as ``generate`` reads it.
 
     Args:
@@ -138,7 +138,6 @@ def generation_format(tokenizer, *, data_format=None, record=None, template=None
         record: an adapter's record (``run_record.read_record``), read as ``tinyllama-ft generate`` reads it
             (``formats.recorded_data_format``); None or ``{}``: Alpaca with ``DEFAULTS.template``.
         template: a ``template`` the caller gave (the command line's ``--template``), checked against the record.
-        where: the caller, for messages.
 
     Returns:
         ``(chat_template, stop_token_ids, chat)``: the Jinja chat template lm-eval renders each prompt with (an Alpaca
@@ -152,7 +151,7 @@ def generation_format(tokenizer, *, data_format=None, record=None, template=None
     from ..data.formats import recorded_data_format
     from ..models.chat_templates import adds_bos
 
-    fmt = data_format or recorded_data_format(record or {}, template=template, where=where)
+    fmt = data_format or recorded_data_format(record or {}, template=template, where="evaluate_benchmarks")
     chat = fmt.name != "alpaca"
     stops = list(fmt.stop_token_ids(tokenizer))
     template = tokenizer.chat_template if chat else jinja_chat_template(fmt.template, bos=adds_bos(tokenizer))
@@ -183,27 +182,20 @@ def _load(manager, name: str):
         raise HubUnreachableError(f"task {name!r}: its data could not be fetched ({detail}): {OFFLINE_HINT}") from err
 
 
-def _top(loaded) -> list:
-    """What ``simple_evaluate`` is given for one requested name: its Group, else its Task(s) (a tag's several)."""
-    return list(loaded["groups"].values())[:1] if loaded["groups"] else list(loaded["tasks"].values())
-
-
-def _generates(loaded) -> bool:
-    return any(t.OUTPUT_TYPE == "generate_until" for t in loaded["tasks"].values())
-
-
 def _rows(base: dict, tuned: dict) -> list[BenchmarkRow]:
     """lm-eval's ``results`` of the base and the tuned run, side by side, metric by metric, in lm-eval's order."""
+
+    def number(value):  # lm-eval writes "N/A" where it has none
+        return value if isinstance(value, (int, float)) else None
+
     rows = []
     for task, values in tuned["results"].items():
+        base_values = base["results"].get(task, {})
         for key, value in values.items():
             metric, _, filt = key.partition(",")
-            if metric in ("alias", "sample_len") or metric.endswith("_stderr") or not isinstance(value, (int, float)):
+            if metric in ("alias", "sample_len") or metric.endswith("_stderr") or number(value) is None:
                 continue
-            b = base["results"].get(task, {}).get(key)
-            b = b if isinstance(b, (int, float)) else None
-            stderr = lambda result: result.get(f"{metric}_stderr,{filt}")  # noqa: E731
-            number = lambda v: v if isinstance(v, (int, float)) else None  # noqa: E731 - "N/A" for none
+            b, stderr = number(base_values.get(key)), f"{metric}_stderr,{filt}"
             rows.append(
                 BenchmarkRow(
                     task=task,
@@ -211,8 +203,8 @@ def _rows(base: dict, tuned: dict) -> list[BenchmarkRow]:
                     base=b,
                     tuned=float(value),
                     delta=None if b is None else float(value) - b,
-                    stderr=number(stderr(values)),
-                    base_stderr=number(stderr(base["results"].get(task, {}))),
+                    stderr=number(values.get(stderr)),
+                    base_stderr=number(base_values.get(stderr)),
                     samples=values.get("sample_len"),
                 )
             )
@@ -299,18 +291,15 @@ def evaluate_benchmarks(
         manager = _manager([*include_path, own], names)
         loaded = {name: _load(manager, name) for name in names}  # every refusal before anything is scored
         stops = [tokenizer.decode([i], skip_special_tokens=False) for i in stop_ids if i != tokenizer.eos_token_id]
+        generating = dict(apply_chat_template=True, fewshot_as_multiturn=chat)  # Alpaca's template takes one turn
+        batches = {False: ([], {}), True: ([], generating)}  # what simple_evaluate is given: log-likelihood, generation
         for name in names:
-            for task in loaded[name]["tasks"].values() if stops else ():
-                if task.OUTPUT_TYPE == "generate_until":
-                    until = list(task.config.generation_kwargs.get("until") or [])
-                    task.set_config(key="generation_kwargs", value={"until": until + stops}, update=True)
-        batches = [
-            ([loaded[n] for n in names if not _generates(loaded[n])], {}),
-            (
-                [loaded[n] for n in names if _generates(loaded[n])],
-                dict(apply_chat_template=True, fewshot_as_multiturn=chat),  # Alpaca's template takes one turn
-            ),
-        ]
+            generate = [t for t in loaded[name]["tasks"].values() if t.OUTPUT_TYPE == "generate_until"]
+            for task in generate if stops else ():
+                until = list(task.config.generation_kwargs.get("until") or [])
+                task.set_config(key="generation_kwargs", value={"until": until + stops}, update=True)
+            groups = loaded[name]["groups"]  # a name's Group whole, else its Task(s) (a tag's several)
+            batches[bool(generate)][0].extend(list(groups.values())[:1] if groups else loaded[name]["tasks"].values())
         saved_template = tokenizer.chat_template
         results = {}
         try:
@@ -320,10 +309,9 @@ def evaluate_benchmarks(
                 for side in ("base", "tuned"):
                     results[side] = {}
                     with model.disable_adapter() if side == "base" else nullcontext():
-                        for group, options in batches:
-                            if not group:
+                        for top, options in batches.values():
+                            if not top:
                                 continue
-                            top = [o for g in group for o in _top(g)]
                             got = lm_eval.simple_evaluate(
                                 model=lm,
                                 tasks=top,
