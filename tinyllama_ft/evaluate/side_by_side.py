@@ -39,7 +39,7 @@ def compare_answers(
     """
     if not hasattr(model, "disable_adapter"):
         raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
-    fmt, options = data_format, dict(max_new_tokens=max_new_tokens, data_format=data_format)
+    options = dict(max_new_tokens=max_new_tokens, data_format=data_format)
     rows = rows_within_positions(model, tokenizer, rows, what="side-by-side answers", **options)
     print(
         f"side-by-side answers: {len(rows)} held-out prompts, base (adapter off) then fine-tuned, "
@@ -52,14 +52,13 @@ def compare_answers(
     tuned = stopping_count(model, tokenizer, rows, **options)
     table = []
     for i, r in enumerate(rows):
-        instruction, context = fmt.instruction(r)
+        instruction, context = data_format.instruction(r)
         has_reference = any(k in r for k in ("output", "messages", "chosen", "completion"))  # a row may have none
-        reference = fmt.reference(r) if has_reference else ""
         table.append(
             dict(
                 instruction=instruction,
                 input=context,
-                reference=reference,
+                reference=data_format.reference(r) if has_reference else "",
                 base=base.answers[i].strip(),
                 tuned=tuned.answers[i].strip(),
                 base_stopped=base.ended[i],
@@ -67,11 +66,6 @@ def compare_answers(
             )
         )
     return table
-
-
-def _cell(text: str, width: int | None) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
-    return text if width is None or len(text) <= width else text[: width - 1] + "…"
 
 
 def answers_table(
@@ -89,9 +83,10 @@ def answers_table(
     """
 
     def value(row, key):
-        text = _cell(row.get(key, ""), width)
-        stopped = row.get(f"{key}_stopped")
-        return text + (" [no EOS]" if stopped is False else "")
+        text = " ".join(str(row.get(key, "")).split()).replace("|", "\\|")
+        if width is not None and len(text) > width:
+            text = text[: width - 1] + "…"
+        return text + (" [no EOS]" if row.get(f"{key}_stopped") is False else "")
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(value(r, k) for k in columns) + " |" for r in rows]
