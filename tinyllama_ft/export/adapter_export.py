@@ -99,8 +99,7 @@ def save_merged(
     if tokenizer.pad_token_id is not None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     target = Path(target_dir)
-    target.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(target))
+    model.save_pretrained(str(target))  # creates the folder
     tokenizer.save_pretrained(str(target))
     for name in TOKENIZER_SOURCES:
         if base_dir and os.path.isfile(os.path.join(base_dir, name)) and not (target / name).exists():

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from ..machine.checksums import sha256_of
+from ..machine.hardware import is_importable
 from ..machine.sdist_download import download_sdist
 from ..machine.temporaries import clean_stale, discard_temporary, make_temporary
 from ..models.gguf_source import default_cache_dir
@@ -212,9 +213,7 @@ def convert_lora_to_gguf(
 
 def find_quantizer() -> str | None:
     """Which llama.cpp quantizer is here: ``"llama_cpp"`` (the binding), ``"llama-quantize"`` (PATH) or None."""
-    import importlib.util
-
-    if importlib.util.find_spec("llama_cpp") is not None:
+    if is_importable("llama_cpp"):
         return "llama_cpp"
     return "llama-quantize" if shutil.which("llama-quantize") else None
 
