@@ -280,7 +280,7 @@ def evaluate_benchmarks(
             f"(or this package's [eval] extra)"
         ) from err
 
-    from .held_out import eval_mode
+    from .scoring import eval_mode
 
     chat_template, stop_ids, chat = generation_format(
         tokenizer, data_format=data_format, record=record, template=template

@@ -392,21 +392,17 @@ def heldout_summary(
         (``GrpoScores.as_dict``; ``heldout_*`` None: no losses); a text run with ``forgetting_dataset``:
         ``"forgetting": {"before", "after"}`` (``HeldOutScores.as_dict`` of the Alpaca rows).
     """
-    checks = {"before": before, "after": after}
-    preference = {k: c.preference.as_dict() for k, c in checks.items() if c is not None and c.preference is not None}
-    grpo = {k: c.grpo.as_dict() for k, c in checks.items() if c is not None and c.grpo is not None}
-    forgetting = {k: c.forgetting.as_dict() for k, c in checks.items() if c is not None and c.forgetting is not None}
-    return (
-        ({"preference": preference} if preference else {})
-        | ({"grpo": grpo} if grpo else {})
-        | ({"forgetting": forgetting} if forgetting else {})
-        | {
-            "heldout_before": before.scores.as_dict() if before and before.scores else None,
-            "heldout_after": after.scores.as_dict() if after and after.scores else None,
-            "stopped_before": before.stopping.stopped if before else None,
-            "stopped_after": after.stopping.stopped if after else None,
-            "stop_total": (after or before).stopping.total if (after or before) else None,
-            "stop_max_new_tokens": (after or before).stopping.max_new_tokens if (after or before) else None,
-            "side_by_side": list(side_by_side or []),
-        }
-    )
+    blocks = {}  # the scores only some runs have: a block where a check holds them
+    for name in ("preference", "grpo", "forgetting"):
+        found = {k: getattr(c, name) for k, c in (("before", before), ("after", after)) if c is not None}
+        if any(v is not None for v in found.values()):
+            blocks[name] = {k: v.as_dict() for k, v in found.items() if v is not None}
+    return blocks | {
+        "heldout_before": before.scores.as_dict() if before and before.scores else None,
+        "heldout_after": after.scores.as_dict() if after and after.scores else None,
+        "stopped_before": before.stopping.stopped if before else None,
+        "stopped_after": after.stopping.stopped if after else None,
+        "stop_total": (after or before).stopping.total if (after or before) else None,
+        "stop_max_new_tokens": (after or before).stopping.max_new_tokens if (after or before) else None,
+        "side_by_side": list(side_by_side or []),
+    }

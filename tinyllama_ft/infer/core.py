@@ -325,7 +325,7 @@ def generate_answers(
             (``split_special_tokens=True`` for Alpaca prompts, ``add_special_tokens=False`` for a chat template's).
         batch_size: prompts per batch; None: all in one.
         for_inference: switch the model to inference first (``prepare_for_inference``); False leaves it as the
-            caller set it (the held-out checks, inside ``held_out.eval_mode``).
+            caller set it (the held-out checks, inside ``scoring.eval_mode``).
         **options: ``GenerationOptions`` fields.
 
     Returns:
