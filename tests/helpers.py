@@ -19,7 +19,8 @@ def reference_kind(trainer) -> str:
     if not hasattr(trainer, "ref_model"):  # ORPO's and CPO's trainers: no reference
         from tinyllama_ft.config.methods import METHODS
 
-        return f"none ({METHODS[trainer.package_method].shown})"
+        (m,) = (m for m in METHODS.values() if m.resolve("config") is type(trainer.args))
+        return f"none ({m.shown})"
     if trainer.ref_model is not None:
         return "separate reference model"
     model = trainer.accelerator.unwrap_model(trainer.model)

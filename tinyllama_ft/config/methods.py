@@ -33,7 +33,8 @@ class Method:
         name: the ``method`` value.
         config: TRL's config class, ``"module:Class"``.
         build: the package's trainer builder, ``"module:function"`` (keyword arguments as ``trainers.build_trainer``).
-        trainer: a function returning the trainer class it builds (TRL's, subclassed where it tokenizes).
+        trainer: a function returning the trainer class it builds (TRL's, subclassed where it tokenizes; a preference
+            method's takes ``config``).
         data_format: the data format's constructor from a ``FinetuneConfig``, ``"module:callable"``.
         trains_on: the rows it trains on, as printed: "instructions", "pairs", "rows" (KTO's labelled completions),
             "prompts".
@@ -153,12 +154,11 @@ DPO_LOSS_TYPES = tuple(
 )
 
 
-def _preference(name: str, config: str, **record) -> Method:
-    """A preference method's record: TRL's trainer of ``config`` on the package's pairs (``preference_trainer``)."""
-    build, trainer = (
-        f"{_TRAIN}preference_trainer:build_preference_trainer",
-        f"{_TRAIN}preference_trainer:{name}_trainer",
-    )
+def _preference(name: str, config: str, trainer: str = "pairs_trainer", **record) -> Method:
+    """A preference method's record: TRL's trainer of ``config`` on the package's pairs, subclassed by the
+    ``preference_trainer`` function ``trainer`` (of ``config``; ``pairs_trainer``: ORPO's and CPO's)."""
+    build = f"{_TRAIN}preference_trainer:build_preference_trainer"
+    trainer = f"{_TRAIN}preference_trainer:{trainer}"
     fmt = "tinyllama_ft.data.preference_format:PreferenceFormat.from_config"
     return Method(name, config, build, trainer, fmt, **{"trains_on": "pairs", "sequences_per_row": 2, **record})
 
@@ -211,6 +211,7 @@ METHODS: dict[str, Method] = {
         _preference(
             "dpo",
             "trl:DPOConfig",
+            trainer="dpo_trainer",
             reference=True,
             fused_head=True,
             reads=("adapter_name_or_path", "loss_type", "loss_weights"),
@@ -223,6 +224,7 @@ METHODS: dict[str, Method] = {
         _preference(
             "kto",
             "trl:KTOConfig",
+            trainer="kto_trainer",
             trains_on="rows",
             sequences_per_row=1,
             reference=True,

@@ -11,6 +11,7 @@ Each class gives ``trainers.training_plan`` its ``planned_sequences``: ``(sequen
 from __future__ import annotations
 
 import functools
+import pkgutil
 from typing import Any
 
 from ..config.finetune import FinetuneConfig
@@ -115,14 +116,17 @@ class _TokenizedInInit:
         return 2 * len(ds), sum(len(ids) for k in kinds for ids in ds[k]), len(ds)
 
 
+def _trl_trainer(config: str):
+    """TRL's trainer class beside its config class (``"trl:DPOConfig"`` -> ``trl.DPOTrainer``), as TRL names them."""
+    module, name = config.split(":")
+    return pkgutil.resolve_name(f"{module}:{name.removesuffix('Config')}Trainer")
+
+
 @functools.cache
-def dpo_trainer():
-    """TRL's ``DPOTrainer`` on ``PAIR_COLUMNS``."""
-    from trl import DPOTrainer
+def dpo_trainer(config: str):
+    """TRL's ``DPOTrainer`` (``config``: ``"trl:DPOConfig"``) on ``PAIR_COLUMNS``."""
 
-    class PackageDPOTrainer(_StartsAtReference, DPOTrainer):
-        package_method = "dpo"
-
+    class PackageDPOTrainer(_StartsAtReference, _trl_trainer(config)):
         def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
             _require(dataset, PAIR_COLUMNS, dataset_name)
             return dataset
@@ -136,13 +140,11 @@ def dpo_trainer():
 
 
 @functools.cache
-def kto_trainer():
-    """TRL's ``KTOTrainer`` on ``UNPAIRED_COLUMNS``, or on ``PAIR_COLUMNS`` (unpaired here: ``preference_tokens.unpair``)."""
-    from trl import KTOTrainer
+def kto_trainer(config: str):
+    """TRL's ``KTOTrainer`` (``config``: ``"trl:KTOConfig"``) on ``UNPAIRED_COLUMNS``, or on ``PAIR_COLUMNS`` (unpaired
+    here: ``preference_tokens.unpair``)."""
 
-    class PackageKTOTrainer(_StartsAtReference, KTOTrainer):
-        package_method = "kto"
-
+    class PackageKTOTrainer(_StartsAtReference, _trl_trainer(config)):
         def _prepare_dataset(self, dataset, processing_class, args, dataset_name):
             if set(PAIR_COLUMNS) <= set(dataset.column_names):
                 dataset = unpair(dataset)
@@ -162,26 +164,11 @@ def kto_trainer():
 
 
 @functools.cache
-def orpo_trainer():
-    """TRL's experimental ``ORPOTrainer`` on ``PAIR_COLUMNS`` (its loss as TRL computes it)."""
-    from trl.experimental.orpo import ORPOTrainer
-
-    class PackageORPOTrainer(_TokenizedInInit, ORPOTrainer):
-        package_method = "orpo"
-
-    return PackageORPOTrainer
-
-
-@functools.cache
-def simpo_trainer():
-    """TRL's experimental ``CPOTrainer`` (SimPO: ``loss_type="simpo"``, set by ``methods.METHODS["simpo"]``) on
-    ``PAIR_COLUMNS``."""
-    from trl.experimental.cpo import CPOTrainer
-
-    class PackageSimPOTrainer(_TokenizedInInit, CPOTrainer):
-        package_method = "simpo"
-
-    return PackageSimPOTrainer
+def pairs_trainer(config: str):
+    """TRL's trainer of ``config`` that tokenizes in ``__init__`` (experimental ORPO's; CPO's, SimPO's by its
+    ``loss_type``) on ``PAIR_COLUMNS``, its loss as TRL computes it."""
+    trl_trainer = _trl_trainer(config)
+    return type(f"Package{trl_trainer.__name__}", (_TokenizedInInit, trl_trainer), {})
 
 
 def build_preference_trainer(
@@ -231,7 +218,7 @@ def build_preference_trainer(
     )
     args = m.resolve("config")(**preference_config_kwargs(cfg, plan, has_eval=eval_dataset is not None))
     callbacks = list(callbacks or []) + ([ProgressPrinter()] if progress else [])
-    trainer = sdpa_evaluating(m.resolve("trainer")())(
+    trainer = sdpa_evaluating(m.resolve("trainer")(m.config))(
         model=model,
         args=args,
         train_dataset=train_dataset,
