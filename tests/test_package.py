@@ -160,6 +160,34 @@ def test_methods_are_decided_by_the_method_table():
     assert out.stdout.strip().splitlines()[-1] == "{}", out.stderr[-2000:]
 
 
+def _code_names(path) -> set[str]:
+    """Identifiers and string constants of a module's code: its docstrings (and attribute docstrings) and comments
+    left out."""
+    import ast
+
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docs = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)}
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            names.add(node.value)
+        for field in ("id", "attr", "name", "arg"):
+            if isinstance(getattr(node, field, None), str):
+                names.add(getattr(node, field))
+    return names
+
+
+def test_simpo_is_its_table_entry_and_its_fields():
+    # issue 41: a method whose TRL trainer tokenizes as ORPO's does needs no code of its own outside the table (its
+    # entry, config/methods.py) and its fields (config/finetune.py)
+    named = [
+        str(p.relative_to(REPO))
+        for p in sorted((REPO / "tinyllama_ft").rglob("*.py"))
+        if any("simpo" in n.lower() for n in _code_names(p))
+    ]
+    assert named == ["tinyllama_ft/config/finetune.py", "tinyllama_ft/config/methods.py"]
+
+
 def test_test_only_code_is_not_in_the_package():
     assert not (REPO / "tinyllama_ft" / "wandb_runfile.py").exists()
     # test- and benchmark-only helpers live with their users (issue 21, item 7), dead code is gone
