@@ -299,8 +299,8 @@ def test_tokens_per_s_leaves_out_the_evaluations_run_during_training(stories_dir
 @pytest.mark.parametrize(
     "field, value, named",
     [
-        ("lr_scheduler_type", "foo", "lr_scheduler_type='foo' is not a transformers scheduler"),
-        ("optim", "foo", "optim='foo' is not a transformers optimizer"),
+        ("lr_scheduler_type", "foo", "lr_scheduler_type='foo': foo is not a valid SchedulerType, please select one of"),
+        ("optim", "foo", "optim='foo': foo is not a valid OptimizerNames, please select one of"),
         ("optim", "adamw_8bit", "optim='adamw_8bit' is a bitsandbytes optimizer, which needs a CUDA GPU"),
         ("attn_implementation", "foo", "attn_implementation='foo' is not an attention kernel"),
     ],

@@ -16,8 +16,6 @@ import zipfile
 from ..config.coercion import ConfigError
 from ..machine.paths import expand_path
 
-#: transformers' checkpoint folder names: ``checkpoint-<optimizer step>`` (``trainer_utils._re_checkpoint``).
-_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 #: Files in a checkpoint that a resume reads as ``torch.save`` zip archives.
 _TORCH_FILE = re.compile(
     r"^(optimizer\.pt|optimizer\.bin|scheduler\.pt|scaler\.pt|rng_state(_\d+)?\.pth|.*-optimizer\.pt)$"
@@ -70,18 +68,13 @@ def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> Non
         )
 
 
-def checkpoint_dirs(output_dir: str) -> list[tuple[int, str]]:
-    """``[(N, path), ...]``: every ``checkpoint-N`` folder in ``output_dir`` (need not exist), complete or not, sorted
-    by the optimizer step N; ``[]`` when there is none."""
+def checkpoint_dirs(output_dir: str) -> list[str]:
+    """Every ``checkpoint-*`` folder in ``output_dir`` (need not exist), complete or not, oldest step first
+    (transformers' ``sort_checkpoints``, which its checkpoint rotation uses); ``[]`` when there is none."""
+    from transformers.trainer_utils import sort_checkpoints
+
     output_dir = expand_path(output_dir)
-    if not os.path.isdir(output_dir):
-        return []
-    found = [
-        (int(m.group(1)), os.path.join(output_dir, name))
-        for name in os.listdir(output_dir)
-        if (m := _CHECKPOINT_DIR.match(name))
-    ]
-    return sorted((step, path) for step, path in found if os.path.isdir(path))
+    return sort_checkpoints(output_dir) if os.path.isdir(output_dir) else []
 
 
 def _json_problem(path: str) -> str | None:
@@ -150,7 +143,7 @@ def last_checkpoint(output_dir: str, *, required: bool = False) -> str | None:
     skipped is named with its file and why), or None: no checkpoint at all, or none sound and not ``required``. Raises
     DamagedCheckpointError: ``required`` and every checkpoint is damaged; names each one's bad file."""
     skipped = []
-    for _, path in reversed(checkpoint_dirs(output_dir)):
+    for path in reversed(checkpoint_dirs(output_dir)):
         problem = checkpoint_problem(path)
         if problem is None:
             return path

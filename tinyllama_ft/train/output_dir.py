@@ -149,7 +149,7 @@ def previous_run(cfg: FinetuneConfig) -> list[str]:
         ``cfg.output_dir``, and the adapter folder wherever ``adapter_dir`` puts it (a new run's save would
         replace it); ``[]`` for a new or empty folder.
     """
-    found = [path for _, path in checkpoint_dirs(cfg.output_dir)]
+    found = checkpoint_dirs(cfg.output_dir)
     found += [p for p in (os.path.join(cfg.output_dir, n) for n in RUN_OUTPUTS) if os.path.exists(p)]
     adapter = cfg.resolved_adapter_dir
     if os.path.isfile(os.path.join(adapter, "adapter_config.json")):  # an empty folder made beforehand is new

@@ -136,23 +136,18 @@ def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
     from transformers import SchedulerType
     from transformers.training_args import OptimizerNames
 
-    schedulers = [s.value for s in SchedulerType]
-    if cfg.lr_scheduler_type not in schedulers:
+    for name, names in (("lr_scheduler_type", SchedulerType), ("optim", OptimizerNames)):
+        value = getattr(cfg, name)
+        try:  # transformers' own check, which TrainingArguments makes only once the model has loaded
+            if value is not None:
+                names(value)
+        except ValueError as e:  # "foo is not a valid SchedulerType, please select one of [...]"
+            raise ConfigError(f"FinetuneConfig.{name}={value!r}: {e}") from None
+    if cfg.optim is not None and not hardware.cuda and any(k in cfg.optim for k in ("8bit", "paged", "bnb")):
         raise ConfigError(
-            f"FinetuneConfig.lr_scheduler_type={cfg.lr_scheduler_type!r} is not a transformers "
-            f"scheduler: one of {schedulers}"
+            f"FinetuneConfig.optim={cfg.optim!r} is a bitsandbytes optimizer, which needs a CUDA "
+            f"GPU: use optim=None ('adamw_torch' on a CPU)"
         )
-    if cfg.optim is not None:
-        optimizers = [o.value for o in OptimizerNames]
-        if cfg.optim not in optimizers:
-            raise ConfigError(
-                f"FinetuneConfig.optim={cfg.optim!r} is not a transformers optimizer: one of {optimizers}"
-            )
-        if not hardware.cuda and ("8bit" in cfg.optim or "paged" in cfg.optim or "bnb" in cfg.optim):
-            raise ConfigError(
-                f"FinetuneConfig.optim={cfg.optim!r} is a bitsandbytes optimizer, which needs a CUDA "
-                f"GPU: use optim=None ('adamw_torch' on a CPU)"
-            )
     if cfg.attn_implementation is not None and "/" not in cfg.attn_implementation:  # "org/kernel": a Hub kernel
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
