@@ -102,8 +102,8 @@ def grpo_trainer_class():
     return GroupedRewardsGRPOTrainer
 
 
-def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -> dict[str, Any]:
-    """Keyword arguments for the installed ``trl.GRPOConfig`` (``config_cls``, whose signature decides the spelling),
+def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan) -> dict[str, Any]:
+    """Keyword arguments for the installed ``trl.GRPOConfig`` (whose signature decides the spelling),
     every key in its signature. No evaluation (``grpo_checks`` scores held-out prompts) and no token count of the
     trainer's own (it reads ``input_ids`` GRPO's batches lack; TRL counts prompt and completion tokens).
 
@@ -122,7 +122,7 @@ def grpo_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, config_cls=None) -
     for name in ("max_length", "dataset_num_proc"):  # SFT's and the preference trainers': GRPO tokenizes per step
         kwargs.pop(name)
     kwargs |= {"beta": cfg.beta, "include_num_input_tokens_seen": "no"} | METHODS["grpo"].trl_kwargs(cfg)
-    return spelled_kwargs(kwargs, config_cls or METHODS["grpo"].resolve("config"))
+    return spelled_kwargs(kwargs, METHODS["grpo"].resolve("config"))
 
 
 def build_grpo_trainer(

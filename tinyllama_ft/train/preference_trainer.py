@@ -32,7 +32,7 @@ STARTS_AT_REFERENCE = (
 )
 
 
-def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
+def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool) -> dict[str, Any]:
     """Keyword arguments for the installed TRL config of ``cfg.method``.
 
     Args:
@@ -43,10 +43,9 @@ def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bo
         plan: the run's ``RunPlan``; its Liger choice is not passed (TRL's DPO/KTO trainers compute
             log-probabilities with their own fused LM head, ORPO and CPO from the logits).
         has_eval: an eval set exists.
-        config_cls: the class whose signature decides the spelling; default the method's (``Method.config``).
 
     Returns:
-        A dict whose keys all exist in ``config_cls.__init__``'s signature; empty ``loss_type`` / ``loss_weights``
+        A dict whose keys all exist in the signature of the method's config class (``Method.config``); empty ``loss_type`` / ``loss_weights``
         keep TRL's defaults.
 
     Raises:
@@ -54,7 +53,7 @@ def preference_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bo
     """
     m = METHODS[cfg.method]
     kwargs = trainer_config_kwargs(cfg, plan, has_eval=has_eval) | {"beta": cfg.beta} | m.trl_kwargs(cfg)
-    return spelled_kwargs(kwargs, config_cls or m.resolve("config"))
+    return spelled_kwargs(kwargs, m.resolve("config"))
 
 
 def _require(dataset, columns: tuple[str, ...], name: str) -> None:
