@@ -101,9 +101,9 @@ def library_versions(names=LIBRARIES) -> dict[str, str | None]:
     return {"python": platform.python_version(), **{name: found.get(normalize_name(name)) for name in names}}
 
 
-def git_commit(path: str | None = None) -> str | None:
-    """The commit checked out at ``path`` (default: this package's folder), or None outside git."""
-    path = path or os.path.dirname(os.path.abspath(__file__))
+def git_commit() -> str | None:
+    """The commit checked out at this package's folder, or None outside git."""
+    path = os.path.dirname(os.path.abspath(__file__))
     try:
         out = subprocess.run(["git", "-C", path, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.TimeoutExpired):

@@ -43,10 +43,10 @@ class Tracking:
     offline_reason: str | None = None
 
 
-def wandb_base_url(env=os.environ) -> str:
+def wandb_base_url() -> str:
     """The W&B server to talk to: ``WANDB_BASE_URL``, else wandb's own setting (``wandb login --host``
     or the installed wandb's default server)."""
-    url = env.get("WANDB_BASE_URL")
+    url = os.environ.get("WANDB_BASE_URL")
     if not url:
         from wandb.sdk import wandb_setup
 
@@ -103,13 +103,12 @@ def start_tracking(
     output_dir: str = DEFAULTS.output_dir,
     config: dict | None = None,
     prompt_allowed: bool | None = None,
-    probe_timeout: float = PROBE_TIMEOUT_S,
     init_timeout: float = INIT_TIMEOUT_S,
 ) -> Tracking:
     """Set up W&B for the trainer (or nothing, with ``report_to="none"``) and start the run.
 
     Online needs a key (environment, Colab secret, or a prompt when a person can answer) and a server
-    that answers within ``probe_timeout`` and starts the run within ``init_timeout``; otherwise the run
+    that answers within ``PROBE_TIMEOUT_S`` and starts the run within ``init_timeout``; otherwise the run
     logs offline under ``<output_dir>/wandb``. One printed line says how the run logs: online, with the run's
     page; offline, why and where (nothing with ``report_to="none"``).
 
@@ -120,7 +119,6 @@ def start_tracking(
         output_dir: the run's folder; W&B writes under ``<output_dir>/wandb``.
         config: the run configuration to record (no secrets: keys are never parameters).
         prompt_allowed: whether a missing key may be asked for; default ``machine.kernel.can_prompt()``.
-        probe_timeout: seconds the W&B server (``WANDB_BASE_URL``) gets to answer before going offline.
         init_timeout: seconds an online ``wandb.init`` may take before going offline (W&B's default: 90).
 
     Returns:
@@ -148,7 +146,7 @@ def start_tracking(
             mode, reason = "offline", "no API key (WANDB_API_KEY or Colab secret) and no prompt possible"
     url = wandb_base_url()
     if mode == "online":
-        unreachable = probe_server(url, probe_timeout)
+        unreachable = probe_server(url)
         if unreachable:
             mode, reason = "offline", f"W&B server {url} not reachable ({unreachable})"
         elif source == "prompt":
