@@ -189,8 +189,7 @@ def build_grpo_trainer(
         )
     if progress:
         print(f"  rollouts: {'the fused decoder (train.grpo_rollout)' if not why_not else f'generate ({why_not})'}")
-    from_adapter = bool(cfg.adapter_name_or_path) if from_adapter is None else from_adapter
-    return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
+    return settle_reference(trainer, cfg, from_adapter=from_adapter, progress=progress)
 
 
 def logged_reward_names(log_history: Sequence[dict]) -> list[str]:

@@ -225,5 +225,4 @@ def build_preference_trainer(
         callbacks=callbacks,
         processing_class=tokenizer,
     )
-    from_adapter = bool(cfg.adapter_name_or_path) if from_adapter is None else from_adapter
-    return settle_reference(trainer, from_adapter=from_adapter, progress=progress)
+    return settle_reference(trainer, cfg, from_adapter=from_adapter, progress=progress)

@@ -161,16 +161,18 @@ def sdpa_evaluating(trainer_cls):
 REF_ADAPTER = "ref"
 
 
-def settle_reference(trainer, *, from_adapter: bool, progress: bool):
+def settle_reference(trainer, cfg: FinetuneConfig, *, from_adapter: bool | None, progress: bool):
     """A just-built TRL trainer of a PEFT model, its reference settled: TRL's frozen ``ref`` copy of the adapter is
-    kept when the run continues a saved adapter, removed for a fresh one (whose copy is the base: the reference is
-    then the base with adapters disabled); with ``progress``, ``quiet_progress``.
+    kept when the run continues a saved adapter (``from_adapter``; None: ``cfg.adapter_name_or_path`` is set), removed
+    for a fresh one (whose copy is the base: the reference is then the base with adapters disabled); with
+    ``progress``, ``quiet_progress``.
 
     Returns:
         The trainer.
     """
     model = trainer.accelerator.unwrap_model(trainer.model)
-    if not from_adapter and REF_ADAPTER in model.peft_config:
+    continued = bool(cfg.adapter_name_or_path) if from_adapter is None else from_adapter
+    if not continued and REF_ADAPTER in model.peft_config:
         model.delete_adapter(REF_ADAPTER)
     if progress:
         quiet_progress(trainer)
