@@ -10,7 +10,8 @@ from chat_fixtures import cpu_trl_cannot_train, family_tokenizer, multiturn_rows
 from helpers import alpaca_rows, sft_trainer
 from tinyllama_ft.data.chat_masks import assistant_supervision, tokenize_conversations
 from tinyllama_ft.data.conversations import check_conversations
-from tinyllama_ft.models.families import LLAMA_TARGETS, PHI3_TARGETS, lora_target_modules, prepare_family, rope_limits
+from tinyllama_ft.config.finetune import LLAMA_TARGET_MODULES as LLAMA_TARGETS
+from tinyllama_ft.models.families import PHI3_TARGETS, lora_target_modules, prepare_family, rope_limits
 from tinyllama_ft.models.lora import add_lora
 
 #: family fixture -> (family name, model_type, LoRA targets, end of turn, every stop token)

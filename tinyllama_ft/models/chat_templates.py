@@ -35,23 +35,15 @@ class NamedTemplate:
     template: str | None
     special_tokens: tuple[str, ...]
     end_of_turn: str | None
-    source: str
     trl_template: str | None = None
 
 
 NAMED_TEMPLATES = {
-    "chatml": NamedTemplate(
-        CHATML_TEMPLATE, ("<|im_start|>", "<|im_end|>"), "<|im_end|>", "ChatML, as TRL's setup_chat_format wrote it"
-    ),
-    "zephyr": NamedTemplate(
-        ZEPHYR_TEMPLATE, (), None, "TinyLlama-1.1B-Chat-v1.0 / zephyr-7b-beta tokenizer_config.json"
-    ),
+    "chatml": NamedTemplate(CHATML_TEMPLATE, ("<|im_start|>", "<|im_end|>"), "<|im_end|>"),
+    "zephyr": NamedTemplate(ZEPHYR_TEMPLATE, (), None),
+    # Meta Llama 3, the copy TRL ships (trl/chat_templates/llama3.jinja)
     "llama-3": NamedTemplate(
-        None,
-        ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"),
-        "<|eot_id|>",
-        "Meta Llama 3, the copy TRL ships (trl/chat_templates/llama3.jinja)",
-        "llama3_chat_template",
+        None, ("<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"), "<|eot_id|>", "llama3_chat_template"
     ),
 }
 

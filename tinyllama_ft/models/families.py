@@ -11,8 +11,6 @@ from dataclasses import dataclass
 
 from ..config.finetune import DEFAULTS, LLAMA_TARGET_MODULES
 
-#: The seven Llama-style projections (the article's ``target_modules``, ``config.LLAMA_TARGET_MODULES``).
-LLAMA_TARGETS = LLAMA_TARGET_MODULES
 #: Phi-3's fused projections.
 PHI3_TARGETS = ("qkv_proj", "o_proj", "gate_up_proj", "down_proj")
 
@@ -23,7 +21,6 @@ class Family:
 
     name: str
     model_type: str
-    target_modules: tuple[str, ...]
     end_of_turn: str
     pad_tokens: tuple[str, ...]
     base_template: str | None
@@ -39,12 +36,12 @@ PHI3_PADS = ("<unk>", "<|placeholder6|>")
 FAMILIES = {
     f.name: f
     for f in (
-        Family("llama-2", "llama", LLAMA_TARGETS, "</s>", ("<unk>",), "zephyr", "TinyLlama-1.1B, Llama-2"),
-        Family("llama-3", "llama", LLAMA_TARGETS, "<|eot_id|>", LLAMA3_PADS, "llama-3", "Llama-3.2-1B/3B"),
-        Family("smollm2", "llama", LLAMA_TARGETS, "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
-        Family("qwen2.5", "qwen2", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen2.5-0.5B/1.5B/3B"),
-        Family("qwen3", "qwen3", LLAMA_TARGETS, "<|im_end|>", QWEN_PADS, "chatml", "Qwen3-0.6B/1.7B/4B"),
-        Family("phi-3", "phi3", PHI3_TARGETS, "<|end|>", PHI3_PADS, None, "Phi-3-mini, Phi-3.5-mini"),
+        Family("llama-2", "llama", "</s>", ("<unk>",), "zephyr", "TinyLlama-1.1B, Llama-2"),
+        Family("llama-3", "llama", "<|eot_id|>", LLAMA3_PADS, "llama-3", "Llama-3.2-1B/3B"),
+        Family("smollm2", "llama", "<|im_end|>", ("<|endoftext|>",), "chatml", "SmolLM2-135M/360M/1.7B"),
+        Family("qwen2.5", "qwen2", "<|im_end|>", QWEN_PADS, "chatml", "Qwen2.5-0.5B/1.5B/3B"),
+        Family("qwen3", "qwen3", "<|im_end|>", QWEN_PADS, "chatml", "Qwen3-0.6B/1.7B/4B"),
+        Family("phi-3", "phi3", "<|end|>", PHI3_PADS, None, "Phi-3-mini, Phi-3.5-mini"),
     )
 }
 
@@ -84,7 +81,7 @@ def lora_target_modules(model) -> tuple[str, ...]:
     names = list(dict.fromkeys(p[-2] if p[-1] == "base_layer" else p[-1] for p in ours))
     if not names:
         raise ValueError(f"{type(model).__name__}: no linear layer inside numbered decoder blocks; pass target_modules")
-    order = {n: i for i, n in enumerate(PHI3_TARGETS if "qkv_proj" in names else LLAMA_TARGETS)}
+    order = {n: i for i, n in enumerate(PHI3_TARGETS if "qkv_proj" in names else LLAMA_TARGET_MODULES)}
     return tuple(sorted(names, key=lambda n: order.get(n, len(order))))
 
 
