@@ -352,8 +352,8 @@ def test_chat_prompts_must_end_with_a_user_turn():
     clean, report, form = check_prompt_rows(rows, prompt_column="prompt", answer_column="solution")
     assert form == "conversation" and [(r["answer"], r["solution"]) for r in clean] == [(1, 1), (2, 2)]
     assert [str(b) for b in report.bad] == [
-        "row 2: field 'prompt' does not end with a user turn (the completion answers it)",
-        "row 3: field 'prompt[0]' is a 'assistant' turn where a 'user' one belongs",
+        "row 2: field 'prompt[1]' is the last turn but not the user's",
+        "row 3: field 'prompt[0]' is a 'assistant' turn out of order (expected 'user')",
         "row 4: field 'prompt' has no turns",
         "row 5: field 'prompt' is text, but the first rows' prompts are conversation",
     ]

@@ -79,33 +79,35 @@ def _turn_problem(turn: Any, j: int, column: str, sharegpt: bool) -> tuple[tuple
     return None, {"role": known[role], "content": content}
 
 
-def _order_problem(messages: list[dict[str, str]], column: str) -> tuple[str, str, str] | None:
-    """The first turn out of order: system only first, then user/assistant alternating from user, assistant last."""
+def _order_problem(messages: list[dict[str, str]], column: str, last: str = "assistant") -> tuple[str, str, str] | None:
+    """The first turn out of order: system only first, then user/assistant alternating from user, ``last``'s turn last
+    (the assistant's answer; a GRPO prompt's user question, which the completion answers)."""
     start = 1 if messages[0]["role"] == "system" else 0
     for j, message in enumerate(messages[start:], start=start):
         expected = "user" if (j - start) % 2 == 0 else "assistant"
         if message["role"] != expected:
             where = "a system turn is allowed only first" if message["role"] == "system" else f"expected {expected!r}"
             return f"{column}[{j}]", f"is a {message['role']!r} turn out of order ({where})", "out of order"
-    if not any(m["role"] == "assistant" for m in messages):
+    if last == "assistant" and not any(m["role"] == "assistant" for m in messages):
         return column, "has no assistant turn", "no assistant turn"
-    if messages[-1]["role"] != "assistant":
-        return f"{column}[{len(messages) - 1}]", "is the last turn but not the assistant's", "out of order"
+    if messages[-1]["role"] != last:
+        return f"{column}[{len(messages) - 1}]", f"is the last turn but not the {last}'s", "out of order"
     return None
 
 
 def conversation_problem(
-    row: dict, *, dataset_format: str = "messages", column: str | None = None
+    row: dict, *, dataset_format: str = "messages", column: str | None = None, last: str = "assistant"
 ) -> tuple[tuple[str, str, str] | None, list[dict[str, str]] | None]:
     """``(problem, messages)`` of one raw row (a dict) in ``dataset_format`` ``"messages"`` or ``"sharegpt"``, its
-    turns in ``column`` (default ``"messages"`` / ``"conversations"``): ``problem`` the first fault as
-    ``(field, reason, kind)`` and ``messages`` None, or ``problem`` None and ``messages`` the normalised turns."""
+    turns in ``column`` (default ``"messages"`` / ``"conversations"``), ``last``'s turn last (``_order_problem``):
+    ``problem`` the first fault as ``(field, reason, kind)`` and ``messages`` None, or ``problem`` None and
+    ``messages`` the normalised turns."""
     sharegpt = dataset_format == "sharegpt"
     column = column or DEFAULT_COLUMN[dataset_format]
     problem, messages = turns_problem(row, column, sharegpt=sharegpt)
     if problem:
         return problem, None
-    problem = _order_problem(messages, column)
+    problem = _order_problem(messages, column, last)
     return (problem, None) if problem else (None, messages)
 
 
@@ -143,7 +145,6 @@ def check_conversations(
     dataset_format: str = "auto",
     strict: bool = DEFAULTS.strict,
     source: str = "rows",
-    column: str | None = None,
 ) -> tuple[list[dict[str, list[dict[str, str]]]], DataReport]:
     """Keep well-formed conversations, normalised to ``{"messages": [...]}``, once each.
 
@@ -153,10 +154,9 @@ def check_conversations(
             each kept row into a one-turn conversation (``alpaca_to_messages``).
         strict: raise on the first bad row instead of dropping it (default ``DEFAULTS.strict``).
         source: name used in messages (the file or dataset id).
-        column: the turns' column; default ``"messages"`` / ``"conversations"`` (ShareGPT).
 
     Returns:
-        ``(clean, report)``: ``clean`` rows as ``{"messages": [{"role", "content"}, ...]}``; ``report`` counts rows
+        ``(clean, report)``: ``clean`` rows (the turns read from ``"messages"``, or ShareGPT's ``"conversations"``) as ``{"messages": [{"role", "content"}, ...]}``; ``report`` counts rows
         read, kept and dropped per kind (``"unknown role"``, ``"empty turn"``, ``"wrong type"``, ``"missing"``,
         ``"null"``, ``"no assistant turn"``, ``"out of order"``, ``"duplicate"``, ``"not an object"``,
         ``"unparseable"``).
@@ -174,10 +174,10 @@ def check_conversations(
     if dataset_format == "alpaca":
         clean, report = check_rows(rows, strict=strict, source=source)
         return [{"messages": alpaca_to_messages(r["instruction"], r["input"], r["output"])} for r in clean], report
-    report = DataReport(source=source, columns={column or DEFAULT_COLUMN[dataset_format]: LAYOUT_HINT})
+    report = DataReport(source=source, columns={DEFAULT_COLUMN[dataset_format]: LAYOUT_HINT})
     messages = report.keep_each(
         rows,
-        lambda row: conversation_problem(row, dataset_format=dataset_format, column=column),
+        lambda row: conversation_problem(row, dataset_format=dataset_format),
         lambda turns: tuple((m["role"], m["content"]) for m in turns),
         " (same turns)",
         strict=strict,
@@ -199,14 +199,13 @@ def load_conversations(
     config: str | None = DEFAULTS.dataset_config,
     dataset_format: str = "auto",
     strict: bool = DEFAULTS.strict,
-    column: str | None = None,
 ):
     """Read and check conversation rows (or Alpaca rows, as one-turn conversations) into a ``datasets.Dataset``.
 
     Args:
         source, split, config: as ``row_files.read_rows`` (a local ``.json``/``.jsonl``/``.parquet`` file, a folder or
             a Hub id); defaults from ``config.DEFAULTS``.
-        dataset_format, strict, column: as ``check_conversations``.
+        dataset_format, strict: as ``check_conversations``.
 
     Returns:
         ``(dataset, report)``: a ``datasets.Dataset`` with one column ``messages`` and the ``DataReport`` (printed).
@@ -219,7 +218,7 @@ def load_conversations(
 
     rows = read_rows(source, split=split, config=config)
     clean, report = (
-        check_conversations(rows, dataset_format=dataset_format, strict=strict, source=source, column=column)
+        check_conversations(rows, dataset_format=dataset_format, strict=strict, source=source)
         if rows
         else ([], DataReport(source=source))
     )

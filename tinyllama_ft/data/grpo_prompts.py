@@ -17,7 +17,7 @@ from ..config.finetune import DEFAULTS
 from ..models.run_record import with_suffix
 from .alpaca_prompts import format_prompt
 from .answers import LAYOUT_INSTRUCTION
-from .conversations import turns_problem
+from .conversations import conversation_problem
 from .instructions import DataReport, _field_problem, mapped_by
 from .row_files import DataError, read_rows
 from .tokenization import without_rows
@@ -41,26 +41,6 @@ REWARD_ARGUMENTS = (
 )
 
 
-def _messages_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, list | None]:
-    """A chat prompt: turns well formed (``conversations.turns_problem``), an optional system turn first, then user
-    and assistant alternating from a user turn, ending with a user turn (the completion answers it)."""
-    problem, messages = turns_problem(row, column)
-    if problem:
-        return problem, None
-    start = 1 if messages[0]["role"] == "system" else 0
-    for j, message in enumerate(messages[start:], start=start):
-        expected = "user" if (j - start) % 2 == 0 else "assistant"
-        if message["role"] != expected:
-            return (
-                f"{column}[{j}]",
-                f"is a {message['role']!r} turn where a {expected!r} one belongs",
-                "out of order",
-            ), None
-    if len(messages) == start or messages[-1]["role"] != "user":
-        return (column, "does not end with a user turn (the completion answers it)", "out of order"), None
-    return None, messages
-
-
 def _answer_problem(row: dict, column: str) -> tuple[tuple[str, str, str] | None, Any]:
     """The reference as read: a number (``42``, ``2.5``) or a non-blank string."""
     value = row.get(column)
@@ -75,7 +55,7 @@ def _row_problem(row: dict, prompt_column: str, answer_column: str, form: str | 
     the clean row."""
     kind = "conversation" if isinstance(row.get(prompt_column), list) else "text"
     if kind == "conversation":
-        problem, prompt = _messages_problem(row, prompt_column)
+        problem, prompt = conversation_problem(row, column=prompt_column, last="user")  # the completion answers it
     else:
         problem, prompt = _field_problem(row, prompt_column, True), row.get(prompt_column)
     if problem is None and form not in (None, kind):
