@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from helpers import alpaca_rows, stories_lora, text_dataset
-from tinyllama_ft.models.adapters import adapter_base_model, load_adapter, save_adapter
+from tinyllama_ft.models.adapters import adapter_base, load_adapter, save_adapter
 from tinyllama_ft.config.finetune import FinetuneConfig
 from tinyllama_ft.train.trainers import build_trainer
 
@@ -65,7 +65,7 @@ def test_trained_adapter_changes_logits_and_reload_keeps_them(trained, tmp_path,
         "adapter_model.safetensors",
     ]
     assert os.path.isfile(os.path.join(path, "tokenizer_config.json"))
-    assert adapter_base_model(path) == str(stories_dir)
+    assert adapter_base(path) == str(stories_dir)
     reloaded, tok2 = load_adapter(
         path, max_seq_length=512, dtype=None, load_in_4bit=False, backend="transformers", hardware=cpu
     )
@@ -187,7 +187,11 @@ def test_the_recorded_format_is_read_back_by_one_function_old_records_included(t
     """The run record names its data format; a record written before the name existed (no ``dataset_format``, as an
     old run_config.json), or none at all, reads back as Alpaca."""
     from tinyllama_ft.config.finetune import FinetuneConfig
-    from tinyllama_ft.models.run_record import RECORD_FILE, adapter_record, read_record, recorded_format, write_record
+    from tinyllama_ft.data.formats import recorded_data_format
+    from tinyllama_ft.models.run_record import RECORD_FILE, adapter_record, read_record, write_record
+
+    def recorded_format(record):
+        return recorded_data_format(record).name
 
     chat = adapter_record(FinetuneConfig(dataset_format="messages"))
     assert chat["dataset_format"] == "messages" and recorded_format(chat) == "messages"

@@ -13,13 +13,24 @@ from typing import Any, Sequence
 
 from ..config.coercion import ConfigError
 from ..config.finetune import DEFAULTS
+from ..config.locations import check_source
 from ..config.methods import METHODS
-from ..models.run_record import PROMPT_SUFFIX, recorded_format, resolve_settings, with_suffix
+from ..models.chat_templates import adds_bos, chat_ollama_template, chat_prompt, suffixed_chat_template
+from ..models.chat_templates import stop_token_ids as template_stop_ids
+from ..models.adapters import check_start_adapter
+from ..models.demo_model import check_model_source
+from ..models.families import prepare_family
+from ..models.run_record import PROMPT_SUFFIX, resolve_settings, with_suffix
+from . import chat_masks
+from .alpaca_chat_template import jinja_chat_template, ollama_template as alpaca_ollama_template, stop_strings
 from .alpaca_prompts import format_prompt
+from .conversations import load_conversation_sources
+from .eos_check import describe_eos, eos_first_batch
 from .fingerprint import FINGERPRINT_FIELDS, data_fingerprint
-
-#: What the Alpaca format's held-out rows hold.
-ALPACA_FIELDS = ("instruction", "input", "output")
+from .instructions import load_instruction_data
+from .lengths import apply_long_rows, length_report
+from .text_documents import chunk_ids, document_ids, forgetting_rows, load_documents, tokenize_documents
+from .tokenization import alpaca_segments, tokenize_dataset, tokenize_segments
 
 
 def _alpaca_fields(row: dict) -> tuple[str, str, str]:
@@ -48,6 +59,29 @@ class _Format:
     continued_by_any_form = False
     #: Alpaca rows scored before and after training beside the run's own (a text run's forgetting check).
     forgetting_rows: list[dict] = []
+    recorded_stop_ids = None  # a saved chat adapter's stop ids (``from_record``), the chat setup being its tokenizer's
+    trains_embeddings = False  # no chat template: no added tokens
+    #: The columns of a row: hashed by ``fingerprint``, read by the held-out checks; None: every column.
+    fields: tuple[str, ...] | None = None
+
+    def fingerprint(self, rows) -> str:
+        """``fingerprint.data_fingerprint`` over ``fields`` (None: every column of the ``datasets.Dataset``)."""
+        return data_fingerprint(rows, fields=self.fields or tuple(rows.column_names))
+
+    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
+        """Nothing to set (the tokenizer's pad token is set on loading); returns ``cfg.target_modules``."""
+        return cfg.target_modules
+
+    def stop_token_ids(self, tokenizer) -> list[int]:
+        """``[EOS id]``: what every training sample ends with."""
+        return [tokenizer.eos_token_id]
+
+    def held_out_rows(self, dataset) -> list[dict]:
+        """A held-out split's ``fields`` (those it has; None: every column) as plain dicts; None (no split) gives []."""
+        if dataset is None:
+            return []
+        columns = dataset.column_names if self.fields is None else [c for c in self.fields if c in dataset.column_names]
+        return dataset.select_columns(columns).to_list()
 
 
 class AlpacaFormat(_Format):
@@ -61,11 +95,10 @@ class AlpacaFormat(_Format):
     takes_input = True
     #: The rows' form (``preferences.FORMS``), the setting its prompt depends on, and what it is in messages.
     form, setting, trained_on, rows = "text", "template", "Alpaca prompts", "text"
-    #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized (``encode_prompts``):
-    #: special-token text typed by a user stays text.
+    #: Tokenizer-call arguments of a generation prompt, as training rows are tokenized
+    #: (``tokenization.tokenize_segments``): special-token text typed by a user stays text.
     encode_kwargs = {"split_special_tokens": True}
-
-    trains_embeddings = False  # no chat template: no added tokens
+    fields = FINGERPRINT_FIELDS
     lengths = None  # the length report, by tokenize
 
     def __init__(self, template: str = DEFAULTS.template):
@@ -86,8 +119,6 @@ class AlpacaFormat(_Format):
     # reading
     def load(self, cfg):
         """``(rows, data_report)``: ``instructions.load_instruction_data`` with ``cfg``'s columns and ``strict``."""
-        from .instructions import load_instruction_data
-
         return load_instruction_data(
             cfg.dataset,
             split=cfg.dataset_split,
@@ -98,23 +129,11 @@ class AlpacaFormat(_Format):
             strict=cfg.strict,
         )
 
-    def fingerprint(self, rows) -> str:
-        """``fingerprint.data_fingerprint`` over the Alpaca fields."""
-        return data_fingerprint(rows, fields=FINGERPRINT_FIELDS)
-
-    # the model
-    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
-        """Nothing to set (the tokenizer's pad token is set on loading); returns ``cfg.target_modules``."""
-        return cfg.target_modules
-
     # ids and masks
     def tokenize(self, rows, tokenizer, cfg, data_report=None):
         """The kept rows (a ``datasets.Dataset``, Alpaca columns beside ``input_ids`` + ``completion_mask``:
         ``tokenization.tokenize_dataset``), measured and handled per ``long_rows`` (``lengths``; the report printed,
         kept in ``self.lengths``)."""
-        from .lengths import apply_long_rows, length_report
-        from .tokenization import tokenize_dataset
-
         rows = tokenize_dataset(rows, tokenizer, template=self.template)
         lengths = length_report(
             rows,
@@ -134,16 +153,10 @@ class AlpacaFormat(_Format):
 
     def check_first_batch(self, trainer) -> str:
         """``eos_check.eos_first_batch`` (kept in ``self.first_batch``), described in one line."""
-        from .eos_check import describe_eos, eos_first_batch
-
         self.first_batch = eos_first_batch(trainer)
         return describe_eos(self.first_batch)
 
     # generation
-    def stop_token_ids(self, tokenizer) -> list[int]:
-        """``[EOS id]``: what every training sample ends with."""
-        return [tokenizer.eos_token_id]
-
     def prompt(self, tokenizer, text: str, context: str = "") -> str:
         """A user's instruction (``cfg.prompts``, with ``prompt_suffix``) as the Alpaca prompt with ``context`` as its
         input and an empty response."""
@@ -152,16 +165,13 @@ class AlpacaFormat(_Format):
     def exported_chat_template(self, tokenizer) -> str:
         """The Jinja chat template an exported model (and lm-eval) renders prompts with: exactly ``prompt``'s
         (``alpaca_chat_template.jinja_chat_template``), BOS first only if the tokenizer adds one."""
-        from ..models.chat_templates import adds_bos
-        from .alpaca_chat_template import jinja_chat_template
-
         return jinja_chat_template(self.template, self.prompt_suffix, bos=adds_bos(tokenizer))
 
     def ollama_template(self, tokenizer) -> tuple[str | None, list[str]]:
         """``(TEMPLATE, stop strings)`` of an Ollama Modelfile (``alpaca_chat_template.ollama_template``)."""
-        from .alpaca_chat_template import ollama_template, stop_strings
-
-        return ollama_template(self.template, self.prompt_suffix), stop_strings(tokenizer.eos_token, self.template)
+        return alpaca_ollama_template(self.template, self.prompt_suffix), stop_strings(
+            tokenizer.eos_token, self.template
+        )
 
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out row's prompt: its instruction and input, the response left empty."""
@@ -169,18 +179,9 @@ class AlpacaFormat(_Format):
         return format_prompt(instruction, context, "", self.template)
 
     # held-out checks
-    def held_out_rows(self, dataset) -> list[dict]:
-        """The Alpaca fields of a held-out split as plain dicts; None (no split) gives []."""
-        if dataset is None:
-            return []
-        columns = [c for c in ALPACA_FIELDS if c in dataset.column_names]
-        return dataset.select_columns(columns).to_list()
-
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per row as training tokenizes it (``tokenization.tokenize_segments``); masks are 1 on the
         response and EOS. Raises ValueError: a row without instruction/output, naming it."""
-        from .tokenization import alpaca_segments, tokenize_segments
-
         return tokenize_segments([alpaca_segments(*_alpaca_fields(r), template=self.template) for r in rows], tokenizer)
 
     def reference(self, row: dict) -> str:
@@ -218,7 +219,7 @@ class ConversationFormat(_Format):
 
     encode_kwargs = {"add_special_tokens": False}  # as apply_chat_template tokenizes: the template writes its BOS
     form, setting, trained_on, rows = "conversation", "chat_template", "conversations", "conversational"
-    recorded_stop_ids = None  # a saved adapter's stop ids (``from_record``), the chat setup being its tokenizer's
+    fields = ("messages",)
 
     def __init__(
         self,
@@ -261,8 +262,6 @@ class ConversationFormat(_Format):
     def load(self, cfg):
         """``(rows, data_report)``: ``conversations.load_conversation_sources`` on ``dataset`` then
         ``extra_datasets``."""
-        from .conversations import load_conversation_sources
-
         return load_conversation_sources(
             [cfg.dataset, *cfg.extra_datasets],
             split=cfg.dataset_split,
@@ -271,17 +270,11 @@ class ConversationFormat(_Format):
             strict=cfg.strict,
         )
 
-    def fingerprint(self, rows) -> str:
-        """``fingerprint.data_fingerprint`` over the ``messages`` field."""
-        return data_fingerprint(rows, fields=("messages",))
-
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...]:
         """``families.prepare_family`` in place (printed, kept in ``self.family``); returns the LoRA target modules:
         ``cfg.target_modules`` when set, else (the default, the Llama names) the model's own projections. Raises
         ValueError: as ``families.prepare_family``."""
-        from ..models.families import prepare_family
-
         self.family = prepare_family(
             model, tokenizer, chat_template=self.chat_template, max_seq_length=cfg.max_seq_length
         )
@@ -292,9 +285,7 @@ class ConversationFormat(_Format):
     def tokenize(self, rows, tokenizer, cfg, data_report=None):
         """The kept rows (a ``datasets.Dataset``, ``messages`` beside ``input_ids`` + ``assistant_masks``:
         ``chat_masks.tokenize_conversations``; the report printed, kept in ``self.token_report``)."""
-        from .chat_masks import tokenize_conversations
-
-        rows, self.token_report = tokenize_conversations(
+        rows, self.token_report = chat_masks.tokenize_conversations(
             rows,
             tokenizer,
             max_seq_length=cfg.max_seq_length,
@@ -306,40 +297,30 @@ class ConversationFormat(_Format):
 
     def example(self, tokenizer, row: dict) -> str:
         """One tokenized row with the supervised tokens in ``[[...]]`` (``chat_masks.show_supervision``)."""
-        from .chat_masks import show_supervision
-
-        return show_supervision(tokenizer, row["input_ids"], row["assistant_masks"])
+        return chat_masks.show_supervision(tokenizer, row["input_ids"], row["assistant_masks"])
 
     def check_first_batch(self, trainer) -> str:
         """``chat_masks.assistant_supervision`` on the first batch (kept in ``self.first_batch``), in one line."""
-        from .chat_masks import assistant_supervision, describe_supervision
-
         family = self._family()
-        self.first_batch = assistant_supervision(trainer, family.stop_token_ids[0])
-        return describe_supervision(self.first_batch, end_of_turn=family.end_of_turn)
+        self.first_batch = chat_masks.assistant_supervision(trainer, family.stop_token_ids[0])
+        return chat_masks.describe_supervision(self.first_batch, end_of_turn=family.end_of_turn)
 
     # generation
     def stop_token_ids(self, tokenizer) -> list[int]:
         """The template's end-of-turn token, then EOS and the generation config's EOS ids
         (``families.FamilySetup.stop_token_ids``); a saved adapter's: the recorded ones, else its template's."""
-        from ..models.chat_templates import stop_token_ids
-
         if self.family is None and self.recorded_stop_ids is not None:
-            return list(self.recorded_stop_ids) or stop_token_ids(tokenizer)
+            return list(self.recorded_stop_ids) or template_stop_ids(tokenizer)
         return list(self._family().stop_token_ids)
 
     def prompt(self, tokenizer, text) -> str:
         """A user message (or a conversation's turns; ``prompt_suffix`` added to the last) as the chat template's
         generation prompt."""
-        from ..models.chat_templates import chat_prompt
-
         return chat_prompt(tokenizer, with_suffix(text, self.prompt_suffix))
 
     def exported_chat_template(self, tokenizer) -> str:
         """The Jinja chat template an exported model renders prompts with: the tokenizer's own, adding
         ``prompt_suffix`` (``chat_templates.suffixed_chat_template``, once). Raises ValueError: it has none."""
-        from ..models.chat_templates import suffixed_chat_template
-
         if not tokenizer.chat_template:
             raise ValueError("a chat adapter's export keeps the tokenizer's own chat template, and it has none")
         if tokenizer.chat_template.startswith(suffixed_chat_template("", self.prompt_suffix)):
@@ -350,8 +331,6 @@ class ConversationFormat(_Format):
         """``(TEMPLATE, stop strings)`` of an Ollama Modelfile: no ``TEMPLATE`` (Ollama reads the GGUF's chat
         template) unless a ``prompt_suffix`` is added (``chat_templates.chat_ollama_template`` of
         ``exported_chat_template``); the stop ids' tokens (end-of-turn first) and EOS. Raises ValueError: no EOS."""
-        from ..models.chat_templates import chat_ollama_template
-
         if not tokenizer.eos_token:
             raise ValueError("eos_token is empty: a chat model's answers end with its end-of-turn token and EOS")
         stops = tokenizer.convert_ids_to_tokens(self.stop_token_ids(tokenizer))
@@ -360,22 +339,14 @@ class ConversationFormat(_Format):
 
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out conversation's prompt: its turns before the last assistant turn, then the assistant header."""
-        from ..models.chat_templates import chat_prompt
-
         return chat_prompt(tokenizer, _last_answer(row)[0])
 
     # held-out checks
-    def held_out_rows(self, dataset) -> list[dict]:
-        """``[{"messages": [...]}]`` of a held-out split; None (no split) gives []."""
-        return [] if dataset is None else dataset.select_columns(["messages"]).to_list()
-
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per conversation as training tokenizes it (``chat_masks.tokenize_conversation``);
         masks are 1 on the assistant turns and their end-of-turn tokens."""
-        from .chat_masks import tokenize_conversation
-
         end = self._family().end_of_turn
-        encoded = [tokenize_conversation(tokenizer, r["messages"], end_of_turn=end) for r in rows]
+        encoded = [chat_masks.tokenize_conversation(tokenizer, r["messages"], end_of_turn=end) for r in rows]
         return [e["input_ids"] for e in encoded], [e["assistant_masks"] for e in encoded]
 
     def reference(self, row: dict) -> str:
@@ -424,7 +395,7 @@ class TextFormat(_Format):
     form, setting, trained_on, rows = "raw text", None, "raw text documents", "text"
     continued_by_any_form = True  # continued pretraining comes before instruction tuning: any SFT form continues it
     encode_kwargs = AlpacaFormat.encode_kwargs  # as documents are tokenized (``text_documents.document_ids``)
-    trains_embeddings = False
+    fields = ("text",)
     chunks = None  # the ChunkReport, by tokenize
     tokenizer = None  # the tokenizer tokenize read the documents with (``reference``, ``instruction``)
 
@@ -449,26 +420,14 @@ class TextFormat(_Format):
     def load(self, cfg):
         """``(rows, data_report)``: ``text_documents.load_documents`` of ``cfg.dataset``; the forgetting check's
         Alpaca rows (``text_documents.forgetting_rows``) kept in ``self.forgetting_rows``."""
-        from .text_documents import forgetting_rows, load_documents
-
         self.forgetting_rows = forgetting_rows(cfg)
         return load_documents(cfg.dataset, split=cfg.dataset_split, config=cfg.dataset_config, strict=cfg.strict)
-
-    def fingerprint(self, rows) -> str:
-        """``fingerprint.data_fingerprint`` over the ``text`` field."""
-        return data_fingerprint(rows, fields=("text",))
-
-    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
-        """Nothing to set; returns ``cfg.target_modules``."""
-        return cfg.target_modules
 
     def tokenize(self, rows, tokenizer, cfg, data_report=None):
         """Whole documents (``text_documents.tokenize_documents``: ``text``, ``input_ids`` ending in EOS,
         ``completion_mask`` all 1), split into training windows by the trainer (``packing_strategy='bfd_split'``);
         the ``ChunkReport`` printed and kept in ``self.chunks``. Documents stay whole here so that the held-out
         split takes whole documents."""
-        from .text_documents import tokenize_documents
-
         self.tokenizer = tokenizer
         rows, self.chunks = tokenize_documents(rows, tokenizer, max_seq_length=cfg.max_seq_length)
         print(self.chunks.summary())
@@ -483,8 +442,6 @@ class TextFormat(_Format):
     def check_first_batch(self, trainer) -> str:
         """``eos_check.eos_first_batch`` (kept in ``self.first_batch``) in one line: a window ends its document with
         one supervised EOS, or (a long document's earlier window) holds none; any other EOS is a fault named."""
-        from .eos_check import eos_first_batch
-
         self.first_batch = counts = eos_first_batch(trainer)
         faults = counts["samples_with_several_eos"] + counts["eos_not_last"] + counts["eos_masked"]
         return (
@@ -492,8 +449,6 @@ class TextFormat(_Format):
             f"supervised EOS, {counts['samples_without_eos']} continued in the next window"
             + (f"; {faults} with an EOS inside or masked (a tokenizer adding its own?)" if faults else "")
         )
-
-    stop_token_ids = AlpacaFormat.stop_token_ids
 
     # generation
     def prompt(self, tokenizer, text: str, context: str = "") -> str:
@@ -518,16 +473,10 @@ class TextFormat(_Format):
         return self._opening(tokenizer, row)[0]
 
     # held-out checks
-    def held_out_rows(self, dataset) -> list[dict]:
-        """``[{"text": ...}]``: the held-out documents, whole; None (no split) gives []."""
-        return [] if dataset is None else dataset.select_columns(["text"]).to_list()
-
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` of each document's training windows (``text_documents.chunk_ids`` of
         ``document_ids``), all tokens scored: the mean loss over them is the held-out perplexity's log. A last
         window of one token (nothing to predict in it) is left out."""
-        from .text_documents import chunk_ids, document_ids
-
         windows = [w for r in rows for w in chunk_ids(document_ids(tokenizer, r["text"]), self.max_seq_length)]
         windows = [w for w in windows if len(w) > 1]
         return windows, [[1] * len(w) for w in windows]
@@ -572,7 +521,7 @@ def recorded_data_format(record, *, template: str | None = None, where: str = "l
     Raises:
         ConfigError: ``template`` contradicts the record, or is given for an adapter whose prompt does not use one.
     """
-    cls = RECORDED_FORMATS.get(recorded_format(record), ConversationFormat)
+    cls = RECORDED_FORMATS.get(record.get("dataset_format") or "alpaca", ConversationFormat)  # none recorded: Alpaca
     if template is not None and cls.setting != "template":
         raise ConfigError(
             f"{where}: template={template!r}, but the adapter was trained on {cls.trained_on} "
@@ -601,7 +550,7 @@ def check_continued(cfg, record, *, flag: str = "adapter_name_or_path") -> None:
     if cfg.dataset_format != "auto" and reads.form != fmt.form and not fmt.continued_by_any_form:
         raise ConfigError(
             f"{where} {fmt.trained_on}, and dataset_format={cfg.dataset_format!r} reads {reads.trained_on} (its "
-            f"record: dataset_format={recorded_format(record)!r}): continue it on {fmt.rows} pairs (or "
+            f"record: dataset_format={fmt.name!r}): continue it on {fmt.rows} pairs (or "
             f"dataset_format 'auto')"
         )
     name = fmt.setting
@@ -676,9 +625,24 @@ class WrappedFormat(_Format):
     def encode_kwargs(self) -> dict:
         return self._inner().encode_kwargs
 
+    @property
+    def trains_embeddings(self) -> bool:
+        """A chat template's added tokens train (``ConversationFormat.trains_embeddings``)."""
+        return self._inner().trains_embeddings
+
+    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
+        """The wrapped format's ``prepare`` (for conversations: the chat template, stop ids and a pad token that is
+        no stop token, ``families.prepare_family``). Returns the LoRA target modules."""
+        return self._inner().prepare(model, tokenizer, cfg)
+
     def stop_token_ids(self, tokenizer) -> list[int]:
         """The wrapped format's stop ids: EOS (text), the template's end-of-turn token first (conversations)."""
         return self._inner().stop_token_ids(tokenizer)
+
+    def prompt(self, tokenizer, text) -> str:
+        """A user's question (or a conversation's turns) as training prompted it: ``prompt_suffix`` added
+        (``run_record.with_suffix``; GRPO's layout line), in the wrapped format's generation prompt."""
+        return self._inner().prompt(tokenizer, with_suffix(text, self.prompt_suffix))
 
 
 def data_format(cfg):
@@ -714,16 +678,11 @@ def check_sources(cfg, *, flag_prefix: str = "") -> None:
             ``adapter_name_or_path`` (not a saved adapter, or trained with another template, data form or RoPE
             scaling).
     """
-    from ..config.locations import check_source
-    from ..models.demo_model import check_model_source
-
     check_model_source(cfg.model_name, f"{flag_prefix}model_name")
     if cfg.dataset not in METHODS[cfg.method].generated:  # generated by the package: nothing to find
         check_source(cfg.dataset, f"{flag_prefix}dataset", repo_type="dataset")
     for i, extra in enumerate(cfg.extra_datasets):
         check_source(extra, f"{flag_prefix}extra_datasets[{i}]", repo_type="dataset")
     if cfg.adapter_name_or_path:
-        from ..models.adapters import check_start_adapter
-
         if record := check_start_adapter(cfg, flag=f"{flag_prefix}adapter_name_or_path"):
             check_continued(cfg, record, flag=f"{flag_prefix}adapter_name_or_path")

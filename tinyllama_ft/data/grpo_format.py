@@ -13,8 +13,10 @@ from typing import Any
 from .arithmetic import SOURCE as ARITHMETIC, TRAIN as ARITHMETIC_TRAIN, arithmetic_splits
 from .fingerprint import data_fingerprint
 from .formats import AlpacaFormat, WrappedFormat
-from ..models.run_record import with_suffix
-from .grpo_prompts import LAYOUT_SUFFIX
+from ..models.chat_templates import chat_prompt
+from .grpo_prompts import LAYOUT_SUFFIX, check_prompt_rows, drop_long_prompts, grpo_prompts
+from .grpo_prompts import load_prompt_rows, prompt_token_ids
+from .row_files import DataError
 
 #: Held-out prompts the GRPO checks answer at least (``instructions.split_train_eval``'s ``min_test_rows``): 100, the
 #: arithmetic demo's measure (docs/grpo.md).
@@ -73,11 +75,6 @@ class GrpoFormat(WrappedFormat):
         """How the prompts reach TRL (``grpo_prompts``' ``dataset_format``): "alpaca" or "messages"."""
         return "alpaca" if isinstance(self._inner(), AlpacaFormat) else "messages"
 
-    @property
-    def trains_embeddings(self) -> bool:
-        """A chat template's added tokens train (``ConversationFormat.trains_embeddings``)."""
-        return self._inner().trains_embeddings
-
     # reading
     def load(self, cfg):
         """``(rows, data_report)``: the prompt rows of ``cfg.dataset`` (``grpo_prompts.load_prompt_rows`` with
@@ -87,9 +84,6 @@ class GrpoFormat(WrappedFormat):
         checked as any rows; the held-out ones first, and ``held_out_first`` says how many (a pair: validation,
         test), so the checks read 25 of each kind); sets the form and the wrapped SFT format.
         Raises row_files.DataError: as ``load_prompt_rows``; chat prompts with ``dataset_format="alpaca"``."""
-        from .grpo_prompts import check_prompt_rows, load_prompt_rows
-        from .row_files import DataError
-
         if cfg.dataset == ARITHMETIC:
             test = MIN_HELD_OUT_PROMPTS if cfg.eval_split else 0  # a three-way split deals a test set after validation
             train, held, tested = arithmetic_splits(
@@ -121,12 +115,6 @@ class GrpoFormat(WrappedFormat):
         """``fingerprint.data_fingerprint`` over the prompt and the reference answer (as read)."""
         return data_fingerprint(rows, fields=("prompt", "answer"))
 
-    # the model
-    def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
-        """The wrapped format's ``prepare`` (for messages: the chat template, stop ids and a pad token that is no
-        stop token, ``families.prepare_family``). Returns the LoRA target modules."""
-        return self._inner().prepare(model, tokenizer, cfg)
-
     # prompts
     def tokenize(self, rows, tokenizer, cfg, data_report=None):
         """Rows -> the prompt rows TRL samples from (``grpo_prompts.grpo_prompts``: each asking for the answer layout,
@@ -139,8 +127,6 @@ class GrpoFormat(WrappedFormat):
         Raises:
             ValueError: every prompt is too long (as ``drop_long_prompts``).
         """
-        from .grpo_prompts import drop_long_prompts, grpo_prompts
-
         prompts = grpo_prompts(
             rows, dataset_format=self.prompt_format, template=self.template, suffix=self.prompt_suffix
         )
@@ -156,8 +142,6 @@ class GrpoFormat(WrappedFormat):
 
     def example(self, tokenizer, row: dict) -> str:
         """One prompt as the model reads it (TRL's tokenization, decoded) and its reference answer."""
-        from .grpo_prompts import prompt_token_ids
-
         return f"{tokenizer.decode(prompt_token_ids(tokenizer, row['prompt']))}\n(reference answer: {row['answer']})"
 
     def check_first_batch(self, trainer) -> str:
@@ -187,23 +171,12 @@ class GrpoFormat(WrappedFormat):
         )
 
     # generation
-    def prompt(self, tokenizer, text) -> str:
-        """A user's question (or a conversation's turns) as training prompted it: ``prompt_suffix`` added
-        (``grpo_prompts.with_suffix``), in the wrapped format's prompt."""
-        return self._inner().prompt(tokenizer, with_suffix(text, self.prompt_suffix))
-
     def row_prompt(self, tokenizer, row: dict) -> str:
         """A held-out row's prompt, as TRL renders it (text as it is; messages through the chat template)."""
-        from ..models.chat_templates import chat_prompt
-
         prompt = row["prompt"]
         return prompt if isinstance(prompt, str) else chat_prompt(tokenizer, prompt)
 
     # held-out checks
-    def held_out_rows(self, dataset) -> list[dict]:
-        """The held-out prompt rows as plain dicts; None (no split) gives []."""
-        return [] if dataset is None else dataset.to_list()
-
     def reference(self, row: dict) -> str:
         """The reference answer."""
         return str(row["answer"])

@@ -10,9 +10,16 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from ..config.coercion import ConfigError
 from ..config.methods import METHODS
-from .fingerprint import data_fingerprint
-from .formats import WrappedFormat
+from ..models.adapter_fit import saved_embedding_rows
+from ..models.adapters import saves_whole_modules
+from ..models.run_record import read_record
+from .chat_masks import show_supervision
+from .formats import WrappedFormat, recorded_data_format
+from .preference_tokens import describe_pair_supervision, pair_supervision, tokenize_preferences
+from .preferences import load_preference_data
+from .tokenization import without_rows
 
 #: Held-out pairs the preference checks read at least (``instructions.split_train_eval``'s ``min_test_rows``).
 MIN_HELD_OUT_PAIRS = 50
@@ -46,6 +53,7 @@ class PreferenceFormat(WrappedFormat):
     dataset_formats = tuple(FORM_OF)
     rows_are = f"preference rows are one of {sorted(FORM_OF)}"
     layout = token_report = None  # by load and tokenize
+    trained = None  # the continued adapter's recorded format (``formats.recorded_data_format``), by load
 
     @property
     def rows_read(self) -> str:
@@ -71,10 +79,8 @@ class PreferenceFormat(WrappedFormat):
     def trains_embeddings(self) -> bool:
         """A chat template's added tokens train (``ConversationFormat.trains_embeddings``), or the continued adapter
         saved whole modules (its embeddings and LM head): both are exported whole."""
-        from ..models.adapters import saves_whole_modules
-
         continued = bool(self.adapter_name_or_path) and saves_whole_modules(self.adapter_name_or_path)
-        return self._inner().trains_embeddings or continued
+        return super().trains_embeddings or continued
 
     # reading
     def load(self, cfg):
@@ -86,8 +92,6 @@ class PreferenceFormat(WrappedFormat):
             ValueError: as ``load_preference_data``; coercion.ConfigError: the rows' form is not the continued
                 adapter's (text pairs for a chat adapter, or conversations for an Alpaca one).
         """
-        from .preferences import load_preference_data
-
         rows, report, self.layout, self.form = load_preference_data(
             cfg.dataset,
             split=cfg.dataset_split,
@@ -103,21 +107,13 @@ class PreferenceFormat(WrappedFormat):
         return rows, report
 
     def _check_adapter_form(self) -> None:
-        from ..config.coercion import ConfigError
-        from ..models.run_record import read_record
-        from .formats import recorded_data_format
-
         record = read_record(self.adapter_name_or_path)
-        trained = recorded_data_format(record)
+        self.trained = trained = recorded_data_format(record)
         if record and trained.form != self.form:
             raise ConfigError(
                 f"adapter_name_or_path={self.adapter_name_or_path!r} was trained on {trained.trained_on}, and "
                 f"{self.form} rows would be prompted otherwise: continue it on {trained.rows} preference rows"
             )
-
-    def fingerprint(self, rows) -> str:
-        """``fingerprint.data_fingerprint`` over every checked column (prompt, input, responses, label)."""
-        return data_fingerprint(rows, fields=tuple(rows.column_names))
 
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
@@ -131,17 +127,13 @@ class PreferenceFormat(WrappedFormat):
         Raises:
             coercion.ConfigError: the continued adapter's stop ids or embedding rows differ from this tokenizer's.
         """
-        modules = self._inner().prepare(model, tokenizer, cfg)
+        modules = super().prepare(model, tokenizer, cfg)
         if self.adapter_name_or_path:
             self._check_adapter_tokens(model, tokenizer)
         return modules
 
     def _check_adapter_tokens(self, model, tokenizer) -> None:
-        from ..config.coercion import ConfigError
-        from ..models.adapter_fit import saved_embedding_rows
-        from ..models.run_record import read_record
-
-        recorded = read_record(self.adapter_name_or_path).get("stop_token_ids")
+        recorded = self.trained.recorded_stop_ids  # a chat adapter's
         stops = self.stop_token_ids(tokenizer)
         if recorded and list(recorded) != list(stops):
             raise ConfigError(
@@ -167,9 +159,6 @@ class PreferenceFormat(WrappedFormat):
         """
         import datasets
 
-        from .preference_tokens import tokenize_preferences
-        from .tokenization import without_rows
-
         tokenized, self.token_report = tokenize_preferences(
             rows,
             tokenizer,
@@ -189,8 +178,6 @@ class PreferenceFormat(WrappedFormat):
     def example(self, tokenizer, row: dict) -> str:
         """One tokenized row as the model reads it, the supervised tokens in ``[[...]]``: the prompt and chosen
         response, then the rejected one (or the completion and its label)."""
-        from .chat_masks import show_supervision
-
         shown = show_supervision(tokenizer, *_with_prompt(row, self.response))
         if not self.pairs:
             return f"{shown}\n(label: {'desirable' if row['label'] else 'undesirable'})"
@@ -199,18 +186,12 @@ class PreferenceFormat(WrappedFormat):
 
     def check_first_batch(self, trainer) -> str:
         """``preference_tokens.pair_supervision`` on the first batch (kept in ``self.first_batch``), in one line."""
-        from .preference_tokens import describe_pair_supervision, pair_supervision
-
         tokenizer = trainer.processing_class
         end_id = self.stop_token_ids(tokenizer)[0]
         self.first_batch = pair_supervision(trainer, end_id)
         return describe_pair_supervision(self.first_batch, end_token=tokenizer.convert_ids_to_tokens(end_id))
 
     # generation
-    def prompt(self, tokenizer, text) -> str:
-        """A user's instruction as the wrapped format's generation prompt."""
-        return self._inner().prompt(tokenizer, text)
-
     def _sft_row(self, row: dict) -> dict:
         """A preference row as the wrapped format's row, its chosen response (or KTO completion) the reference."""
         response = row[self.response]
@@ -226,10 +207,8 @@ class PreferenceFormat(WrappedFormat):
     def held_out_rows(self, dataset) -> list[dict]:
         """The held-out rows as plain dicts (text and ids): every pair, or KTO's desirable rows (their completion is
         the reference the stop checks compare with); None (no split) gives []."""
-        if dataset is None:
-            return []
-        rows = dataset.to_list()
-        return rows if self.layout == "paired" else [r for r in rows if r["label"]]
+        rows = super().held_out_rows(dataset)
+        return rows if self.pairs else [r for r in rows if r["label"]]
 
     def score_ids(self, tokenizer, rows: Sequence[dict]) -> tuple[list[list[int]], list[list[int]]]:
         """``(ids, masks)`` per row as training tokenized it: the prompt, then the chosen response (or completion)

@@ -12,9 +12,17 @@ import sys
 import tempfile
 import warnings
 
+from ..config.coercion import ConfigError
 from ..config.finetune import DEFAULTS
+from ..config.locations import PathArgumentError, require_folder
+from ..machine.hardware import detect_hardware, is_importable
 from ..machine.paths import expand_path
 from ..machine.temporaries import replace_folder
+from .demo_model import check_model_source, resolve_model_name
+from .loading import choose_backend, ensure_pad_token, load_model, rope_scaling_factor
+from .lora import attach_adapter
+from .precision import resolve_dtype, torch_dtype
+from .run_record import RECORD_ATTRIBUTE, read_record, resolve_settings, write_record
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 
@@ -56,8 +64,6 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
             model.save_pretrained(staging, safe_serialization=True, **extra)
         tokenizer.save_pretrained(staging)
         if record is not None:
-            from .run_record import write_record
-
             write_record(staging, record)
         missing = [f for f in ADAPTER_FILES if not os.path.isfile(os.path.join(staging, f))]
         if missing:
@@ -69,27 +75,12 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
     return target
 
 
-def adapter_base_model(adapter_dir: str, *, flag: str = "adapter_dir") -> str:
-    """The base model an adapter was trained on (``peft.PeftConfig``'s ``base_model_name_or_path``); ``flag`` names
-    ``adapter_dir`` in messages (``"--adapter"``).
-
-    Raises:
-        locations.PathArgumentError: (a FileNotFoundError and a ConfigError) ``adapter_dir`` does not exist, or holds
-            no ``adapter_config.json`` (checked first: PEFT would look the folder name up on the Hub).
-    """
-    from ..config.locations import require_folder
-
-    adapter_dir = require_folder(adapter_dir, flag, holding=ADAPTER_FILES[0], what="a saved adapter")
-    from peft import PeftConfig
-
-    return PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
-
-
 def adapter_base(
     adapter_dir: str, base_model: str | None = None, *, adapter_flag: str = "adapter_dir", base_flag: str = "base_model"
 ) -> str:
     """The base an adapter loads onto, checked before anything loads: ``base_model`` when given, else the base
-    recorded in its ``adapter_config.json`` (the one check of ``load_adapter``, ``export_adapter`` and the CLI).
+    recorded in its ``adapter_config.json`` (``peft.PeftConfig``'s ``base_model_name_or_path``; the one check of
+    ``load_adapter``, ``export_adapter`` and the CLI).
 
     Args:
         adapter_dir: the adapter folder (must exist locally).
@@ -100,16 +91,18 @@ def adapter_base(
         The base's expanded local path or Hub id.
 
     Raises:
-        locations.PathArgumentError: (a ConfigError) no such adapter folder, not a saved adapter, or a local base
+        locations.PathArgumentError: (a ConfigError) no such adapter folder, not a saved adapter (no
+            ``adapter_config.json``, checked first: PEFT would look the folder name up on the Hub), or a local base
             that does not exist (a recorded one is named with the file it was read from, and ``base_flag``).
         locations.HubUnreachableError: the base is a Hub id that the Hub does not answer for and the cache lacks.
     """
-    from .demo_model import check_model_source
+    from peft import PeftConfig
 
-    recorded = adapter_base_model(adapter_dir, flag=adapter_flag)
+    adapter_dir = require_folder(adapter_dir, adapter_flag, holding=ADAPTER_FILES[0], what="a saved adapter")
+    recorded = PeftConfig.from_pretrained(adapter_dir).base_model_name_or_path
     if base_model:
         return check_model_source(base_model, base_flag)
-    return check_model_source(recorded, base_flag, recorded_in=os.path.join(expand_path(adapter_dir), ADAPTER_FILES[0]))
+    return check_model_source(recorded, base_flag, recorded_in=os.path.join(adapter_dir, ADAPTER_FILES[0]))
 
 
 def load_adapter(
@@ -157,12 +150,6 @@ def load_adapter(
     """
     if trainable and merged:
         raise ValueError("load_adapter: trainable=True with merged=True: a merged model has no adapter to train")
-    from ..machine.hardware import detect_hardware, is_importable
-    from .loading import choose_backend, ensure_pad_token, load_model
-    from .lora import attach_adapter
-    from .precision import resolve_dtype, torch_dtype
-    from .run_record import RECORD_ATTRIBUTE, read_record, resolve_settings
-
     hardware = hardware or detect_hardware()
     adapter_dir, base_model = expand_path(adapter_dir), expand_path(base_model)
     base = adapter_base(adapter_dir, base_model)  # a missing folder or base, an unreachable Hub id: one line
@@ -260,8 +247,6 @@ def base_positions(base: str, *, trust_remote_code: bool = DEFAULTS.trust_remote
     cached offline)."""
     from transformers import AutoConfig
 
-    from .demo_model import resolve_model_name
-
     config = AutoConfig.from_pretrained(
         resolve_model_name(base, flag="base_model"), trust_remote_code=trust_remote_code
     )
@@ -286,11 +271,6 @@ def check_start_adapter(cfg, *, flag: str = "adapter_name_or_path") -> dict:
             ``adapter_model.safetensors``.
         coercion.ConfigError: a contradiction with the record, naming the field, both values and the fix.
     """
-    from ..config.coercion import ConfigError
-    from ..config.locations import PathArgumentError, require_folder
-    from .loading import rope_scaling_factor
-    from .run_record import read_record
-
     path = require_folder(cfg.adapter_name_or_path, flag, holding=ADAPTER_FILES[0], what="a saved adapter")
     if not os.path.isfile(os.path.join(path, ADAPTER_FILES[1])):
         raise PathArgumentError(f"{flag}: {path} has no {ADAPTER_FILES[1]} (adapter weights are read as safetensors)")

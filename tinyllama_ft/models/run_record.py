@@ -155,13 +155,6 @@ def _checked(record: dict[str, Any], path: str) -> dict[str, Any]:
     return record
 
 
-def recorded_format(record: Mapping[str, Any]) -> str:
-    """The data format the adapter was trained with (``formats.data_format(cfg).name``): ``"alpaca"`` or a
-    conversation layout (``"auto"``, ``"messages"``, ``"sharegpt"``); a record naming none was Alpaca. Only
-    ``formats.recorded_data_format`` reads it."""
-    return record.get("dataset_format") or "alpaca"
-
-
 def resolve_settings(
     record: Mapping[str, Any], given: Mapping[str, Any], *, defaults: Mapping[str, Any], where: str = "load_adapter"
 ) -> dict[str, Any]:
