@@ -14,12 +14,9 @@ from typing import Any, Sequence
 
 from ..config.finetune import DEFAULTS
 from ..models.chat_templates import TemplateMismatch, end_of_turn_token
-from .chat_masks import tokenize_conversation
+from .chat_masks import LONG_ROWS, tokenize_conversation  # a pair's prompt and responses belong in one window too
 from .instructions import DataReport
 from .tokenization import BATCH_SIZE, alpaca_segments, tokenize_segments
-
-#: ``long_rows`` for preference rows: a pair's prompt and responses belong in one window, so no "split".
-LONG_ROWS = ("drop", "truncate")
 
 
 def response_span(mask: Sequence[int]) -> tuple[int, int]:
