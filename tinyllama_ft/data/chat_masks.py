@@ -72,7 +72,6 @@ def tokenize_conversations(
     long_rows: str = DEFAULTS.long_rows,
     assistant_only_loss: bool = DEFAULTS.assistant_only_loss,
     strict: bool = DEFAULTS.strict,
-    name: str = "conversations",
 ):
     """Tokenize a ``messages`` dataset for assistant-only loss; drop (and count) rows that cannot train.
 
@@ -87,7 +86,6 @@ def tokenize_conversations(
         assistant_only_loss: True (``DEFAULTS.assistant_only_loss``): the masks of ``tokenize_conversation``;
             False: every token supervised (mask of ones), the template's markup and user turns included.
         strict: raise on the first dropped row instead (``DEFAULTS.strict``).
-        name: what the rows are, for messages.
 
     Returns:
         ``(tokenized, report)``: a ``datasets.Dataset`` with ``input_ids``, ``assistant_masks`` and the row's
@@ -124,12 +122,12 @@ def tokenize_conversations(
             return ("messages", why, "no supervised token"), None
         return None, {**enc, "messages": [{"role": m["role"], "content": m["content"]} for m in row["messages"]]}
 
-    report = DataReport(source=f"{name} (tokenized, max_seq_length={max_seq_length})")
+    report = DataReport(source=f"conversations (tokenized, max_seq_length={max_seq_length})")
     kept = report.keep_each(dataset, check, strict=strict)
     print(report.summary())
     if not kept:
         raise ValueError(
-            f"{name}: no row has a supervised assistant token (all {report.total} dropped): "
+            f"conversations: no row has a supervised assistant token (all {report.total} dropped): "
             f"nothing to train on\n{report.summary()}"
         )
     features = datasets.Features(

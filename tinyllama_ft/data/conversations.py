@@ -185,13 +185,6 @@ def check_conversations(
     return [{"messages": turns} for turns in messages], report
 
 
-def messages_features():
-    """``datasets.Features`` of a conversation dataset: ``messages``, a list of ``{role, content}`` strings."""
-    import datasets
-
-    return datasets.Features({"messages": [{"role": datasets.Value("string"), "content": datasets.Value("string")}]})
-
-
 def load_conversations(
     source: str = DEFAULTS.dataset,
     *,
@@ -223,7 +216,8 @@ def load_conversations(
         else ([], DataReport(source=source))
     )
     report.print_and_require(clean)
-    return datasets.Dataset.from_list(clean, features=messages_features()), report
+    turn = {"role": datasets.Value("string"), "content": datasets.Value("string")}
+    return datasets.Dataset.from_list(clean, features=datasets.Features({"messages": [turn]})), report
 
 
 def load_conversation_sources(

@@ -44,9 +44,7 @@ def text_files(folder: str) -> list[str]:
     return sorted(found)
 
 
-def load_documents(
-    source: str, *, split: str = "train", config: str | None = None, strict: bool = False, flag: str = "dataset"
-):
+def load_documents(source: str, *, split: str = "train", config: str | None = None, strict: bool = False):
     """``(dataset, report)``: the documents of ``source`` as a ``datasets.Dataset`` with a ``text`` column.
 
     Args:
@@ -55,7 +53,6 @@ def load_documents(
             document per row.
         split, config: as ``row_files.read_rows``.
         strict: raise at the first bad document instead of dropping and counting it.
-        flag: the argument's name in messages.
 
     Returns:
         The kept documents, text exactly as read, in file or row order; ``report``: an
@@ -70,11 +67,11 @@ def load_documents(
 
     from ..config.locations import check_source
 
-    path = check_source(source, flag, repo_type="dataset")
+    path = check_source(source, "dataset", repo_type="dataset")
     files = [path] if os.path.isfile(path) and path.lower().endswith(TEXT_SUFFIXES) else []
     if os.path.isdir(path):
         files = text_files(path)
-    rows = [_file_document(f) for f in files] if files else read_rows(source, split, config, flag=flag)
+    rows = [_file_document(f) for f in files] if files else read_rows(source, split, config)
     report = DataReport(source=source, columns={TEXT_COLUMN: mapped_by("dataset_format") + " ('text' reads 'text')"})
 
     def check(row):

@@ -78,9 +78,7 @@ def render(tokenizer, messages, *, add_generation_prompt: bool = False, chat_tem
     )
 
 
-def render_turns(
-    tokenizer, messages, *, end_of_turn: str | None = None, chat_template: str | None = None
-) -> list[tuple[str, bool, bool]]:
+def render_turns(tokenizer, messages, *, end_of_turn: str | None = None) -> list[tuple[str, bool, bool]]:
     """The rendered conversation cut into ``(text, supervised, is_content)`` pieces, in order.
 
     Rendered once with placeholder contents to locate each turn's content and markup; the real contents are put
@@ -91,7 +89,6 @@ def render_turns(
     Args:
         tokenizer: with a chat template. messages: normalised turns (``conversations``).
         end_of_turn: the token closing an assistant turn; default ``end_of_turn_token(tokenizer)``.
-        chat_template: a template to use instead of the tokenizer's.
 
     Returns:
         Pieces whose texts join to ``render(tokenizer, messages)``; ``is_content`` marks a turn's own text.
@@ -99,9 +96,9 @@ def render_turns(
     Raises:
         TemplateMismatch: as the class says.
     """
-    end_of_turn = end_of_turn or end_of_turn_token(tokenizer, chat_template=chat_template)
+    end_of_turn = end_of_turn or end_of_turn_token(tokenizer)
     marks = [{"role": m["role"], "content": _MARK.format(i)} for i, m in enumerate(messages)]
-    probe = render(tokenizer, marks, chat_template=chat_template)
+    probe = render(tokenizer, marks)
     pieces: list[tuple[str, bool, bool]] = []
     at = 0
     for i, message in enumerate(messages):
@@ -110,7 +107,7 @@ def render_turns(
             raise TemplateMismatch(f"the chat template drops, reorders or rewrites turn {i} ({message['role']})")
         markup = probe[at:where]
         if message["role"] == "assistant":
-            prompt = render(tokenizer, marks[:i], add_generation_prompt=True, chat_template=chat_template)
+            prompt = render(tokenizer, marks[:i], add_generation_prompt=True)
             cut = len(prompt) - at if probe.startswith(prompt) and at <= len(prompt) <= where else len(markup)
             pieces += [(markup[:cut], False, False), (markup[cut:], True, False)]
         else:
@@ -125,7 +122,7 @@ def render_turns(
             pieces.append((probe[at : close + len(end_of_turn)], True, False))
             at = close + len(end_of_turn)
     pieces.append((probe[at:], False, False))
-    real = render(tokenizer, messages, chat_template=chat_template)
+    real = render(tokenizer, messages)
     if "".join(p[0] for p in pieces) != real:
         trimmed = [(p[0].strip() if p[2] else p[0], p[1], p[2]) for p in pieces]
         if "".join(p[0] for p in trimmed) != real:
@@ -134,16 +131,16 @@ def render_turns(
     return [p for p in pieces if p[0]]
 
 
-def end_of_turn_token(tokenizer, *, chat_template: str | None = None) -> str:
+def end_of_turn_token(tokenizer) -> str:
     """The special token the template closes an assistant turn with (first special token after its content). Raises
     ValueError: the tokenizer has no chat template, or no special token follows an assistant's content."""
-    if chat_template is None and not tokenizer.chat_template:
+    if not tokenizer.chat_template:
         raise ValueError(
             "the tokenizer has no chat template: pass chat_template='auto' only for a model that ships "
             f"one, else one of {sorted(NAMED_TEMPLATES)}"
         )
     marks = [{"role": role, "content": _MARK.format(i)} for i, role in enumerate(("user", "assistant", "user"))]
-    probe = render(tokenizer, marks, chat_template=chat_template)
+    probe = render(tokenizer, marks)
     after = probe[probe.find(_MARK.format(1)) + len(_MARK.format(1)) : probe.find(_MARK.format(2))]
     specials = special_tokens(tokenizer)
     found = [(after.find(t), -len(t), t) for t in specials if t in after]
@@ -161,10 +158,10 @@ def special_tokens(tokenizer) -> list[str]:
     return sorted({t for t in [*tokenizer.all_special_tokens, *added] if t})
 
 
-def stop_token_ids(tokenizer, model=None, *, chat_template: str | None = None) -> list[int]:
+def stop_token_ids(tokenizer, model=None) -> list[int]:
     """Ids generation stops on: the template's end-of-turn token, the tokenizer's EOS, then the model's generation
     config EOS ids (Qwen: ``<|im_end|>`` and ``<|endoftext|>``), each once."""
-    ids = [tokenizer.convert_tokens_to_ids(end_of_turn_token(tokenizer, chat_template=chat_template))]
+    ids = [tokenizer.convert_tokens_to_ids(end_of_turn_token(tokenizer))]
     more = [tokenizer.eos_token_id] + (_generation_eos_ids(model) if model is not None else [])
     return ids + [i for i in dict.fromkeys(more) if i is not None and i not in ids]
 
