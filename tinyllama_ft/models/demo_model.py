@@ -107,13 +107,13 @@ def check_model_source(
     return name if name == SMOLLM2_HUB_ID else check_source(name, flag, recorded_in=recorded_in)
 
 
-def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = None, *, flag: str = "model_name") -> str:
+def resolve_model_name(model_name: str, *, flag: str = "model_name") -> str:
     """What ``load_model`` loads for ``model_name`` (the one place a model name becomes a local folder): the demo
     model's id its folder (``demo_model_path``), a GGUF file or a folder holding one its cached conversion
     (``gguf_source``), anything else unchanged once ``check_model_source`` has found it.
 
     Args:
-        model_name, flag: as ``check_model_source``. cache_dir: as ``demo_model_path``.
+        model_name, flag: as ``check_model_source``.
 
     Raises:
         As ``check_model_source``, ``demo_model_path``, ``gguf_source.gguf_file_of`` (several GGUF files) and
@@ -121,6 +121,6 @@ def resolve_model_name(model_name: str, cache_dir: str | os.PathLike | None = No
     """
     model_name = check_model_source(model_name, flag)
     if model_name == SMOLLM2_HUB_ID:
-        return demo_model_path(cache_dir=cache_dir)
+        return demo_model_path()
     gguf_file = gguf_file_of(model_name)
-    return model_name if gguf_file is None else hf_folder_from_gguf(gguf_file, cache_dir=cache_dir)
+    return model_name if gguf_file is None else hf_folder_from_gguf(gguf_file)

@@ -93,19 +93,17 @@ def load_gguf(gguf_file: str | os.PathLike, dtype: str = "float32"):
     return model, tokenizer
 
 
-def hf_folder_from_gguf(
-    gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None, save_dtype: str = "bfloat16"
-) -> str:
+def hf_folder_from_gguf(gguf_file: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> str:
     """Convert a GGUF file once into a Hugging Face folder in the cache, and return that folder.
 
     Args:
         gguf_file: path to the ``.gguf`` file.
         cache_dir: cache root; default ``default_cache_dir()`` (``~/.cache/tinyllama_ft``).
-        save_dtype: dtype the weights are saved in (bfloat16: far finer than Q4_1's steps).
 
     Returns:
-        Path of ``<cache>/models/<stem>-<sha256[:16]>``: ``config.json``, safetensors weights, the tokenizer files
-        and a marker recording the source file and its sha256 (written last, atomically).
+        Path of ``<cache>/models/<stem>-<sha256[:16]>``: ``config.json``, safetensors weights in bfloat16 (far finer
+        than Q4_1's steps), the tokenizer files and a marker recording the source file and its sha256 (written last,
+        atomically).
 
     Raises:
         As ``load_gguf``; OSError when the cache folder cannot be written.
@@ -121,9 +119,9 @@ def hf_folder_from_gguf(
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        model.to(getattr(torch, save_dtype)).save_pretrained(tmp)
+        model.to(torch.bfloat16).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        marker = {"source": str(gguf_file), "sha256": sha256, "save_dtype": save_dtype}
+        marker = {"source": str(gguf_file), "sha256": sha256, "save_dtype": "bfloat16"}
         (tmp / MARKER).write_text(json.dumps(marker, indent=1), encoding="utf-8")
         if target.exists() and not is_complete(target, sha256):
             shutil.rmtree(target, ignore_errors=True)  # unreadable marker: never a finished conversion
