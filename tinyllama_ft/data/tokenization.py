@@ -104,24 +104,15 @@ def tokenize_segments(rows: Sequence[Sequence[Segment]], tokenizer) -> tuple[lis
     return all_ids, all_masks
 
 
-def tokenize_dataset(
-    dataset,
-    tokenizer,
-    *,
-    template: str = DEFAULTS.template,
-    instruction_column: str = DEFAULTS.instruction_column,
-    input_column: str = DEFAULTS.input_column,
-    output_column: str = DEFAULTS.output_column,
-):
+def tokenize_dataset(dataset, tokenizer, *, template: str = DEFAULTS.template):
     """Add ``input_ids`` and ``completion_mask`` (``tokenize_segments``) to an Alpaca dataset, ``BATCH_SIZE`` rows
     per tokenizer call; a ``text`` column is removed.
 
     Args:
-        dataset: ``datasets.Dataset`` with the Alpaca columns (``instructions.load_instruction_data`` output).
+        dataset: ``datasets.Dataset`` with the Alpaca columns ``instruction``, ``input``, ``output``
+            (``instructions.load_instruction_data`` output); a missing input column, or a None input, counts as empty.
         tokenizer: the run's (fast) tokenizer.
         template: as ``alpaca_prompts.format_prompt`` (default ``FinetuneConfig.template``).
-        instruction_column, input_column, output_column: column names; a missing input column, or a None
-            input, counts as empty.
 
     Returns:
         The dataset with the two columns added; every other column kept, in the same row order.
@@ -130,16 +121,16 @@ def tokenize_dataset(
         ValueError: a missing instruction or output column (naming it); no ``eos_token`` (before any batch); unknown
             ``template`` (at the first batch).
     """
-    for column in (instruction_column, output_column):
+    for column in ("instruction", "output"):
         if column not in dataset.column_names:
             raise ValueError(f"tokenize_dataset: no {column!r} column (columns: {dataset.column_names})")
     _eos_id(tokenizer)
 
     def tokenize_func(batch: dict[str, list]) -> dict[str, list]:
-        inputs = batch.get(input_column) or [""] * len(batch[instruction_column])
+        inputs = batch.get("input") or [""] * len(batch["instruction"])
         rows = [
             alpaca_segments(ins, inp, out, template=template)
-            for ins, inp, out in zip(batch[instruction_column], inputs, batch[output_column])
+            for ins, inp, out in zip(batch["instruction"], inputs, batch["output"])
         ]
         ids, masks = tokenize_segments(rows, tokenizer)
         return {"input_ids": ids, "completion_mask": masks}
