@@ -1,5 +1,6 @@
 """The package imports light, and the notebook pair and its URLs agree with pyproject.toml."""
 
+import os
 import re
 import subprocess
 import sys
@@ -18,6 +19,40 @@ def test_import_pulls_in_neither_torch_nor_transformers():
         "assert not heavy, heavy"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+#: Imported by the data cell or later (datasets; LoRA, the trainer, their libraries), never by the cells before the model.
+LATER = ("datasets", "pandas", "pyarrow", "peft", "trl", "bitsandbytes", "wandb", "transformers.trainer")
+
+
+def test_the_first_cells_leave_the_data_and_training_stacks_to_the_cells_that_use_them():
+    """A fresh process with every notebook's imports up to the model cell, the machine cell's bars and hardware
+    calls, imports none of ``LATER`` (``quiet_library_bars`` imported datasets, 1-3 s of pandas and pyarrow, two
+    cells early); datasets, imported after, still keeps its bars off."""
+    import jupytext
+
+    imports = set()
+    for path in sorted((REPO / "notebooks").glob("finetune_*.py")):
+        for cell in jupytext.read(path).cells:
+            if "load_model(" in cell.source:
+                break
+            imports |= {line for line in cell.source.splitlines() if line.startswith("from tinyllama_ft.")}
+    code = "\n".join(
+        [
+            "import os, sys",
+            *sorted(imports),
+            "from tinyllama_ft.machine.kernel import quiet_library_bars",
+            "quiet_library_bars()",
+            "detect_hardware()",
+            f"early = [m for m in {LATER!r} if m in sys.modules]",
+            "assert not early, early",
+            "import datasets",
+            "assert datasets.utils.are_progress_bars_disabled()",
+        ]
+    )
+    env = {k: v for k, v in os.environ.items() if k != "HF_DATASETS_DISABLE_PROGRESS_BARS"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
 
 
 def test_lazy_names_resolve_to_their_modules():

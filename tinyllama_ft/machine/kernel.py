@@ -53,10 +53,11 @@ def quiet_library_bars() -> None:
     dropped, one line per step), and there a bar's ``\\r`` redraws garble a pipe or a log, or, under papermill, a
     widget bar is kept stuck at 0%. A person's notebook keeps them; Hub downloads keep their bars, and
     ``HF_DATASETS_DISABLE_PROGRESS_BARS=0`` keeps datasets' (datasets gives that variable the last word).
+    datasets is not imported for this (it brings pandas and pyarrow, seconds the data cell pays when it needs them):
+    until it is, that variable, set to 1 where unset, turns its bars off as it imports.
     """
     if in_interactive_kernel():
         return
-    import datasets
     import huggingface_hub.utils
     from transformers.utils import logging
 
@@ -65,4 +66,7 @@ def quiet_library_bars() -> None:
     if hub_bars:
         huggingface_hub.utils.enable_progress_bars()
     if os.environ.get("HF_DATASETS_DISABLE_PROGRESS_BARS", "").strip() != "0":
-        datasets.disable_progress_bars()
+        if "datasets" in sys.modules:
+            sys.modules["datasets"].disable_progress_bars()
+        else:
+            os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
