@@ -1,14 +1,18 @@
 """Where a fresh process spends its imports: ``python -X importtime`` over the modules a notebook's cells import,
 run twice in new processes (the first reads the files from disk, the second from the page cache), summed by
 top-level package, with the slowest single modules (self time) beside, and for each heavy import (``--chains``) the
-chain of modules that first imported it (read from the nesting ``-X importtime`` prints).
+chain of modules that first imported it (read from the nesting ``-X importtime`` prints). ``--notebook`` runs a
+notebook's code cells instead (papermill's way: ``-p`` values after the parameters cell) up to the first cell holding
+``--until``, and adds each cell's seconds and the packages it imported first: what the calls import, not the modules.
 
     python3 benchmarks/import_profile.py [--modules a,b,...] [--chains bitsandbytes,sympy,...] [--json out.json]
+    python3 benchmarks/import_profile.py --notebook notebooks/finetune_chat.py --until 'load_model(' -p max_steps 2
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import collections
 import json
 import subprocess
@@ -29,7 +33,39 @@ NOTEBOOK_MODULES = (
     "tinyllama_ft.infer.generation",
 )
 #: Imports a notebook may not need (issue 44), whose first importer ``--chains`` traces.
-HEAVY = ("bitsandbytes", "sympy", "sklearn", "pandas", "torch._dynamo", "torchao", "peft", "trl", "datasets")
+HEAVY = (
+    "bitsandbytes",
+    "sympy",
+    "sklearn",
+    "pandas",
+    "scipy",
+    "torch._dynamo",
+    "torchao",
+    "kernels",
+    "wandb",
+    "peft",
+    "trl",
+    "datasets",
+)
+#: The child of ``--notebook``: runs the code cells in order (``-p`` values after the parameters cell) to the first
+#: holding UNTIL, printing one JSON line a cell (seconds, the top-level packages it imported first) on stdout.
+CELLS = """
+import json, sys, time, jupytext
+path, until, params = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+namespace, seen = {"__name__": "__main__"}, {m.split(".")[0] for m in sys.modules}
+for i, cell in enumerate(c for c in jupytext.read(path).cells if c.cell_type == "code"):
+    start = time.perf_counter()
+    exec(compile(cell.source, f"<cell {i}>", "exec"), namespace)
+    if "parameters" in cell.metadata.get("tags", []):
+        namespace.update(params)
+    new = sorted({m.split(".")[0] for m in sys.modules} - seen)
+    seen.update(new)
+    line = next((s for s in cell.source.splitlines() if s and not s.startswith(("#", "from ", "import "))), "")
+    print(json.dumps({"cell": i, "s": round(time.perf_counter() - start, 2), "first_line": line[:60],
+                      "new_packages": [m for m in new if not m.startswith("_")]}), flush=True)
+    if until in cell.source:
+        break
+"""
 
 
 def first_importers(entries: list[tuple[int, str, float]], target: str) -> list[str]:
@@ -52,15 +88,17 @@ def first_importers(entries: list[tuple[int, str, float]], target: str) -> list[
     return chain
 
 
-def profile(modules: list[str], chains: tuple[str, ...] = HEAVY) -> dict:
-    """One new process importing ``modules`` under ``-X importtime``: wall seconds, per-package self seconds, the
-    slowest modules (self seconds) and each of ``chains``' first importers (``first_importers``)."""
+def profile(modules: list[str], chains: tuple[str, ...] = HEAVY, cells: list[str] | None = None) -> dict:
+    """One new process importing ``modules`` (or running ``CELLS`` with ``cells``, its arguments) under ``-X
+    importtime``: wall seconds, per-package self seconds, the slowest modules (self seconds), each of ``chains``'
+    first importers (``first_importers``) and with ``cells`` each cell's line (``CELLS``)."""
     code = "import " + ", ".join(modules)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-c", code], capture_output=True, text=True)
+    argv = ["-c", CELLS, *cells] if cells else ["-c", code]
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], capture_output=True, text=True)
     wall = time.perf_counter() - start
     if proc.returncode:
-        raise SystemExit(f"import failed:\n{proc.stderr[-3000:]}")
+        raise SystemExit(f"run failed:\n{proc.stderr[-3000:]}")
     per_package: collections.Counter = collections.Counter()
     rows, entries = [], []
     for line in proc.stderr.splitlines():
@@ -78,7 +116,16 @@ def profile(modules: list[str], chains: tuple[str, ...] = HEAVY) -> dict:
         "packages_s": {k: round(v, 2) for k, v in per_package.most_common(15)},
         "slowest_modules": [{"module": n, "self_s": round(s, 3), "cumulative_s": round(c, 3)} for s, c, n in rows[:20]],
         "first_importers": {t: first_importers(entries, t) for t in chains},
+        "cells": [json.loads(line) for line in proc.stdout.splitlines() if line.startswith('{"cell"')],
     }
+
+
+def literal(value: str):
+    """A ``-p`` value as papermill reads one: a Python literal where it parses, else the string."""
+    try:
+        return ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        return value
 
 
 def main() -> None:
@@ -86,12 +133,21 @@ def main() -> None:
     ap.add_argument("--modules", default=",".join(NOTEBOOK_MODULES))
     ap.add_argument("--chains", default=",".join(HEAVY), help="imports whose first importers to print")
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--notebook", help="a notebook (.py or .ipynb) whose code cells to run instead of --modules")
+    ap.add_argument("--until", default="load_model(", help="--notebook: stop after the first cell holding this")
+    ap.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"), help="--notebook: a value")
     args = ap.parse_args()
     modules = args.modules.split(",")
+    cells = [args.notebook, args.until, json.dumps({k: literal(v) for k, v in args.p})] if args.notebook else None
     result = {}
     for run in ("first", "second"):
-        result[run] = figures = profile(modules, tuple(c for c in args.chains.split(",") if c))
+        result[run] = figures = profile(modules, tuple(c for c in args.chains.split(",") if c), cells)
         print(f"== {run} process: {figures['wall_s']} s wall")
+        for cell in figures["cells"]:
+            print(
+                f"   cell {cell['cell']:2d} {cell['s']:7.2f} s  {cell['first_line']!r}: "
+                + " ".join(cell["new_packages"])
+            )
         print("   by package (self s): " + ", ".join(f"{k} {v}" for k, v in figures["packages_s"].items()))
         for row in figures["slowest_modules"][:12]:
             print(f"   {row['self_s']:7.3f} self  {row['cumulative_s']:7.3f} cum  {row['module']}")
