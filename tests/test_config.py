@@ -281,8 +281,7 @@ def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
     assert FinetuneConfig(export_formats=list(EXPORT_FORMATS)).export_formats == EXPORT_FORMATS
     with pytest.raises(
         ValueError,
-        match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not allowed; each item is one of "
-        r"\['merged_16bit', 'gguf_f16'",
+        match=r"FinetuneConfig\.export_formats: 'gguf_q5' is not allowed: one of \('merged_16bit', 'gguf_f16'",
     ):
         FinetuneConfig(export_formats=["merged_16bit", "gguf_q5"])
 

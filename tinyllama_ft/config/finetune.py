@@ -14,7 +14,6 @@ import dataclasses
 import inspect
 import math
 import os
-import types
 import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -666,12 +665,7 @@ def _literal(annotation: Any) -> Any:
     """The ``Literal[...]`` in an annotation (itself, in a union with None or str, or a tuple's items), or None."""
     if typing.get_origin(annotation) is Literal:
         return annotation
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType, tuple):
-        for arg in typing.get_args(annotation):
-            found = _literal(arg)
-            if found is not None:
-                return found
-    return None
+    return next(filter(None, map(_literal, typing.get_args(annotation))), None)
 
 
 def choices(name: str) -> tuple[Any, ...]:
@@ -689,10 +683,12 @@ def choices(name: str) -> tuple[Any, ...]:
     Raises:
         KeyError: ``name`` is not a field.
     """
-    literal = _literal(FIELD_TYPES[name])
-    if literal is None:
-        return ()
-    return ((None,) if without_none(FIELD_TYPES[name])[1] else ()) + typing.get_args(literal)
+    return _choices(FIELD_TYPES[name])
+
+
+def _choices(annotation: Any) -> tuple[Any, ...]:
+    literal = _literal(annotation)
+    return () if literal is None else ((None,) if without_none(annotation)[1] else ()) + typing.get_args(literal)
 
 
 def parse_values(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -734,8 +730,12 @@ def parse_values(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _expected(annotation: Any) -> str:
+    """What a field (or a tuple's item) of type ``annotation`` takes, for a refusal: its ``Literal``'s values, or its
+    type in words."""
     base, optional = without_none(annotation)
-    return f"{_EXPECTED.get(base) or inspect.formatannotation(base)}{' or None' if optional else ''}"
+    if _choices(annotation):
+        return f"one of {_choices(annotation)}"
+    return f"expected {_EXPECTED.get(base) or inspect.formatannotation(base)}{' or None' if optional else ''}"
 
 
 _EXPECTED = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
@@ -755,14 +755,10 @@ def _type_refusal(name: str, value: Any) -> FieldError | None:
     if not refused(value):
         return None
     base = without_none(FIELD_TYPES[name])[0]
-    for item in value if typing.get_origin(base) is tuple and isinstance(value, list) else ():
-        if refused([item]) and choices(name):
-            return FieldError(name, item, f"; each item is one of {list(choices(name))}", item=True)
-        if refused([item]):
-            return FieldError(name, item, f": expected {_expected(typing.get_args(base)[0])}")
-    return FieldError(
-        name, value, f": one of {choices(name)}" if choices(name) else f": expected {_expected(FIELD_TYPES[name])}"
-    )
+    if typing.get_origin(base) is tuple and isinstance(value, list):
+        item = next(item for item in value if refused([item]))
+        return FieldError(name, item, f": {_expected(typing.get_args(base)[0])}", item=True)
+    return FieldError(name, value, f": {_expected(FIELD_TYPES[name])}")
 
 
 @lru_cache(maxsize=1)
@@ -808,39 +804,31 @@ def field_docs() -> dict[str, str]:
 
 
 def add_field_arguments(parser, names: Sequence[str] = FIELD_NAMES) -> None:
-    """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``).
+    """The configuration fields ``names`` as ``--NAME`` flags, in one argument group per section (``SECTIONS``),
+    titled by its docstring.
 
     jsonargparse adds them from the section dataclasses (``add_class_arguments``: type, ``Literal`` choices, help and
-    default from the field); a tuple field is typed as a list of its items or one string, so ``--export_formats
-    merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits it and checks the items (``parse_values``).
+    default from the field); a tuple field (after its section's others) is typed as a list of its items or one
+    string, so ``--export_formats merged_16bit,gguf_q8_0`` reaches ``FinetuneConfig``, which splits it and checks the
+    items (``parse_values``).
 
     Args:
         parser: a jsonargparse ``ArgumentParser``.
-        names: the fields to add, in any order (default: every field); they are added in the sections' order.
-
-    Raises:
-        KeyError: a name is not a field.
+        names: field names, in any order (default: every field); they are added in the sections' order, and a name
+            that is not a field is not added.
     """
-    missing = set(names) - set(FIELD_NAMES)
-    if missing:
-        raise KeyError(f"add_field_arguments: not configuration fields: {sorted(missing)}")
-    for section in SECTIONS.values():
-        wanted = [f.name for f in dataclasses.fields(section) if f.name in names]
-        if wanted:
-            _add_section_arguments(parser, section, wanted)
-
-
-def _add_section_arguments(parser, section: type, wanted: Sequence[str]) -> None:
-    """One section's fields ``wanted`` (in its order, its tuple fields last) as a group titled by its docstring."""
     import docstring_parser
 
-    doc = docstring_parser.parse(section.__doc__)
-    group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
-    tuples = [name for name in wanted if typing.get_origin(FIELD_TYPES[name]) is tuple]
-    own = {f.name for f in dataclasses.fields(section)}
-    group.add_class_arguments(section, as_group=False, skip=own - set(wanted) | set(tuples), instantiate=False)
-    for name in tuples:  # after the section's others: a list of its items, or one string (comma-separated)
-        item = typing.get_args(FIELD_TYPES[name])[0]  # str, or a Literal (export_formats)
-        group.add_argument(
-            f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
-        )
+    for section in SECTIONS.values():
+        own = [f.name for f in dataclasses.fields(section)]
+        if not set(own) & set(names):
+            continue
+        doc = docstring_parser.parse(section.__doc__)
+        group = parser.add_argument_group(doc.short_description.rstrip("."), description=doc.long_description)
+        tuples = [name for name in own if name in names and typing.get_origin(FIELD_TYPES[name]) is tuple]
+        group.add_class_arguments(section, as_group=False, skip=set(own) - set(names) | set(tuples), instantiate=False)
+        for name in tuples:  # a list of its items (str, or export_formats' Literal), or one string (comma-separated)
+            item = typing.get_args(FIELD_TYPES[name])[0]
+            group.add_argument(
+                f"--{name}", type=Union[List[item], str], default=list(getattr(DEFAULTS, name)), help=field_docs()[name]
+            )

@@ -163,34 +163,18 @@ def _preference(name: str, config: str, trainer: str = "pairs_trainer", **record
     return Method(name, config, build, trainer, fmt, **{"trains_on": "pairs", "sequences_per_row": 2, **record})
 
 
-def _kwargs(*, one_loss: bool = True, **names: str) -> Callable[[Any], dict[str, Any]]:
-    """TRL's argument -> the config field it takes; an empty field keeps TRL's default (``one_loss``: a
-    ``loss_type`` of one item passes the item)."""
+def _kwargs(*names: str, one_loss: bool = True) -> Callable[[Any], dict[str, Any]]:
+    """TRL's arguments ``names`` from the config fields of the same names; an empty field keeps TRL's default
+    (``one_loss``: a ``loss_type`` of one item passes the item)."""
 
     def kwargs(cfg) -> dict[str, Any]:
-        values = {arg: getattr(cfg, field) for arg, field in names.items()}
+        values = {name: getattr(cfg, name) for name in names}
         single = {k: v[0] for k, v in values.items() if k == "loss_type" and len(v) == 1 and one_loss}
         return {k: list(v) if isinstance(v, tuple) else v for k, v in values.items() if v != ()} | single
 
     return kwargs
 
 
-_grpo_kwargs = _kwargs(
-    **{
-        f: f
-        for f in (
-            "num_generations",
-            "max_completion_length",
-            "temperature",
-            "scale_rewards",
-            "importance_sampling_level",
-        )
-    },
-    mask_truncated_completions="mask_truncated_completions",
-    reward_weights="reward_weights",
-    loss_type="loss_type",
-)
-_simpo_kwargs = _kwargs(simpo_gamma="simpo_gamma", cpo_alpha="cpo_alpha")
 #: The methods by name (``FinetuneConfig.method``'s values, in this order).
 METHODS: dict[str, Method] = {
     m.name: m
@@ -201,8 +185,7 @@ METHODS: dict[str, Method] = {
             f"{_TRAIN}sft_trainer:build_sft_trainer",
             f"{_TRAIN}sft_trainer:sft_trainer",
             "tinyllama_ft.data.formats:sft_format",
-            "instructions",
-            reads=("adapter_name_or_path",),  # a second stage: instructions on a text adapter (docs/text.md)
+            "instructions",  # reads adapter_name_or_path: a second stage on a text adapter (docs/text.md)
             liger=True,
             long_rows=("drop", "truncate", "split"),
             dataset_formats=("alpaca", "text", "messages", "sharegpt", "auto"),
@@ -217,7 +200,7 @@ METHODS: dict[str, Method] = {
             reads=("adapter_name_or_path", "loss_type", "loss_weights"),
             loss_types=DPO_LOSS_TYPES,
             many_losses=True,
-            trl_kwargs=_kwargs(one_loss=False, loss_type="loss_type", loss_weights="loss_weights"),
+            trl_kwargs=_kwargs("loss_type", "loss_weights", one_loss=False),
         ),
         # ORPO's and CPO's batches hold no input_ids for the trainer to count
         _preference("orpo", "trl.experimental.orpo:ORPOConfig", trl_kwargs=lambda cfg: _NO_COUNT),
@@ -232,7 +215,7 @@ METHODS: dict[str, Method] = {
             kl_losses=("kto",),
             reads=("adapter_name_or_path", "loss_type"),
             loss_types=("kto", "apo_zero_unpaired"),
-            trl_kwargs=_kwargs(loss_type="loss_type"),
+            trl_kwargs=_kwargs("loss_type"),
         ),
         Method(
             "grpo",
@@ -248,7 +231,10 @@ METHODS: dict[str, Method] = {
             long_rows=("drop",),
             summary="grpo",
             generated=(GENERATED_DATASET,),
-            trl_kwargs=_grpo_kwargs,
+            trl_kwargs=_kwargs(
+                *"num_generations max_completion_length temperature scale_rewards importance_sampling_level".split(),
+                *("mask_truncated_completions", "reward_weights", "loss_type"),
+            ),
         ),
         _preference(
             "simpo",
@@ -256,7 +242,7 @@ METHODS: dict[str, Method] = {
             beta=2.0,
             title="SimPO",
             reads=("adapter_name_or_path", *SIMPO_FIELDS),
-            trl_kwargs=lambda cfg: {**_NO_COUNT, "loss_type": "simpo"} | _simpo_kwargs(cfg),
+            trl_kwargs=lambda cfg: {**_NO_COUNT, "loss_type": "simpo"} | _kwargs(*SIMPO_FIELDS)(cfg),
         ),
     )
 }
