@@ -238,6 +238,13 @@ def test_wrong_types_name_the_field(name, bad):
         FinetuneConfig.from_mapping({name: bad})
 
 
+def test_none_for_a_field_that_is_not_optional_names_its_type_once():
+    from tinyllama_ft.config.coercion import ConfigError
+
+    with pytest.raises(ConfigError, match=r"FinetuneConfig\.model_name=None is not allowed: expected a string$"):
+        FinetuneConfig(model_name=None)
+
+
 def test_secret_names_are_refused_without_their_value():
     with pytest.raises(ValueError, match="hf_token") as caught:
         FinetuneConfig.from_mapping({"hf_token": "hf_abcdef123456"})

@@ -719,7 +719,7 @@ def parse_values(values: Mapping[str, Any]) -> dict[str, Any]:
     for name, value in parsed.items():
         annotation, allowed = FIELD_TYPES[name], _FIELDS[name].metadata["allowed"]
         if value is None and not without_none(annotation)[1]:
-            raise FieldError(name, value, f": expected {_expected(annotation)}")
+            raise FieldError(name, value, f": {_expected(annotation)}")
         if typing.get_origin(annotation) is tuple:
             parsed[name] = value = tuple(value)
         if isinstance(value, float) and not math.isfinite(value):
