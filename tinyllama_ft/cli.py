@@ -72,16 +72,14 @@ def _checked(adapter: str, base_model: str | None, fields: dict, where: str, **v
 
 
 def _loaded(adapter: str, base_model: str | None, cfg: FinetuneConfig, recorded: dict, **options):
-    """``adapters.load_adapter`` of ``adapter`` on this machine with the command's backend, base and recorded fields
-    (``_checked``'s), plus ``options``."""
-    from .machine.hardware import detect_hardware
+    """``adapters.load_adapter`` of ``adapter`` (on the hardware it detects) with the command's backend, base and
+    recorded fields (``_checked``'s), plus ``options``."""
     from .models.adapters import load_adapter
 
     return load_adapter(
         adapter,
         **recorded,
         backend=cfg.backend,
-        hardware=detect_hardware(),
         base_model=base_model,
         trust_remote_code=cfg.trust_remote_code,
         **options,

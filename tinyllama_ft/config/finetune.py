@@ -642,7 +642,7 @@ class FinetuneConfig(
             The configuration.
 
         Raises:
-            ValueError: a key looks like a secret (``secrets.refuse_secret_names``; the value is never
+            ValueError: a key looks like a secret (``secrets.check_keys``; the value is never
                 shown); ConfigError (a ValueError): a key is not a field (the message names it and the
                 closest field), or as ``__post_init__``.
         """

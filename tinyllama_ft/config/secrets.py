@@ -1,13 +1,13 @@
 """Secrets: the W&B key and the Hub token come from the environment or Colab's secrets, and go to the
-environment only; never a parameter (``refuse_secret_names``), never printed or written by this package.
-``check_keys``, the one check of parameter names (recipes, notebook parameters, flags), refuses them first.
+environment only; never printed or written by this package, and never a parameter: ``check_keys``, the one check of
+parameter names (recipes, notebook parameters, flags), refuses them first.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable
 
 from .coercion import ConfigError, did_you_mean
 
@@ -79,20 +79,24 @@ def export_secrets(
     return sources
 
 
-def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
-    """Refuse a mapping (parameters, a notebook's globals) holding a secret-looking name.
+def check_keys(keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train") -> None:
+    """The one check of parameter names (a recipe's keys, the notebook's parameters, a command's flags).
 
-    A parameter is written into the executed notebook and the run's records; a secret must not be.
+    A secret-looking key (``SECRET_NAME``) is refused first: a parameter is written into the executed notebook and the
+    run's records, and a secret must not be.
 
     Args:
-        values: the mapping whose keys are checked (``SECRET_NAME``); its values are never read.
-        where: what the mapping is, for the message.
+        keys: the names checked; their values are never read.
+        known: the names allowed.
+        where: what the names are (a recipe's path, "notebook parameters"), for the message.
+        help_command: the command whose ``--help`` lists the names allowed.
 
     Raises:
-        coercion.ConfigError: (a ValueError) a key looks like a secret; the message names the key and where to put
-            the secret instead, never the value.
+        ConfigError: a key looks like a secret (the message names the key and where to put the secret instead, never
+            the value), or keys are not among ``known`` (each named with its near miss).
     """
-    found = sorted(k for k in values if isinstance(k, str) and SECRET_NAME.search(k))
+    keys, known = list(keys), list(known)
+    found = sorted(k for k in keys if isinstance(k, str) and SECRET_NAME.search(k))
     if found:
         named = [env for word, env in (("wandb", "WANDB_API_KEY"), ("token", "HF_TOKEN")) if word in found[0].lower()]
         variable = (named or ["an environment variable"])[0]
@@ -101,17 +105,6 @@ def refuse_secret_names(values: Mapping, where: str = "parameters") -> None:
             f"in the notebook and the run's records); set {variable} in the environment or as a Colab secret "
             f"instead and remove {found[0]!r} (value not shown)"
         )
-
-
-def check_keys(keys: Iterable[str], known: Iterable[str], where: str, help_command: str = "tinyllama-ft train") -> None:
-    """The one check of parameter names (a recipe's keys, the notebook's parameters, a command's flags).
-
-    Raises:
-        ConfigError: a key looks like a secret (``secrets.refuse_secret_names``; its value is never shown), or keys
-            are not among ``known`` (each named with its near miss; ``help_command --help`` lists them all).
-    """
-    refuse_secret_names(dict.fromkeys(keys), where)
-    known = list(known)
     names = "; ".join(f"{k!r}{did_you_mean(k, known)}" for k in keys if k not in known)
     what = "not a FinetuneConfig field" if help_command == "tinyllama-ft train" else "not a flag of this command"
     if names:

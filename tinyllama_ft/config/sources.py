@@ -27,18 +27,25 @@ class RecipeNotFound(ConfigError, FileNotFoundError):
     """``--config`` names neither a file nor a shipped recipe (a configuration error: exit status 2)."""
 
 
-def notebook_parameters(namespace: Mapping[str, Any], *, names_before: set[str] | frozenset[str]) -> dict[str, Any]:
-    """The parameters of a notebook run: the fields the parameters cell defined, plus the names added after it.
+def config_from_notebook(namespace: Mapping[str, Any], *, names_before: set[str] | frozenset[str]) -> FinetuneConfig:
+    """``FinetuneConfig`` from the notebook's parameters: the fields the parameters cell defined, plus the names added
+    after it.
 
     Args:
         namespace: the notebook's ``globals()``.
         names_before: the names recorded at the end of the parameters cell.
 
     Returns:
-        ``{name: value}``: every field name in ``names_before`` that the namespace holds, and every public
-        name (no leading ``_``) defined after the parameters cell with a value papermill can inject (a
-        literal: str, number, bool, None, list, dict), field or not (``from_mapping`` refuses the others,
-        naming them). Imported modules and functions (the config cell's own import) are not parameters.
+        The configuration of every field name in ``names_before`` that the namespace holds, and every public name (no
+        leading ``_``) defined after the parameters cell with a value papermill can inject (a literal: str, number,
+        bool, None, list, dict), field or not (``from_mapping`` refuses the others, naming them). Imported modules and
+        functions (the config cell's own import) are not parameters.
+
+    Raises:
+        ConfigError: a name added after the parameters cell is not a field (e.g. papermill's ``-p lora_rank 8``:
+            "did you mean lora_r?"), or a value has the wrong type (``-p max_steps ten``); ValueError: a
+            secret-looking name (value not shown). A name defined by a later cell (the notebook run
+            before) counts as added: run the parameters cell again first.
     """
     values = {name: namespace[name] for name in FIELD_NAMES if name in names_before and name in namespace}
     values.update(
@@ -48,22 +55,7 @@ def notebook_parameters(namespace: Mapping[str, Any], *, names_before: set[str] 
             if name not in names_before and not name.startswith("_") and isinstance(value, _LITERALS)
         }
     )
-    return values
-
-
-def config_from_notebook(namespace: Mapping[str, Any], *, names_before: set[str] | frozenset[str]) -> FinetuneConfig:
-    """``FinetuneConfig`` from the notebook's parameters (``notebook_parameters``).
-
-    Raises:
-        ConfigError: a name added after the parameters cell is not a field (e.g. papermill's ``-p lora_rank 8``:
-            "did you mean lora_r?"), or a value has the wrong type (``-p max_steps ten``); ValueError: a
-            secret-looking name (value not shown). A name defined by a later cell (the notebook run
-            before) counts as added: run the parameters cell again first.
-    """
-    return FinetuneConfig.from_mapping(
-        notebook_parameters(namespace, names_before=names_before),
-        where="notebook parameters (the parameters cell and papermill's -p)",
-    )
+    return FinetuneConfig.from_mapping(values, where="notebook parameters (the parameters cell and papermill's -p)")
 
 
 def recipe_names() -> list[str]:
