@@ -303,6 +303,11 @@ def test_export_formats_take_a_list_or_commas_and_a_wrong_one_is_named():
         ({"learning_rate": float("nan")}, r"learning_rate=nan is not allowed: a finite number"),
         ({"warmup_ratio": "nan"}, r"warmup_ratio=nan is not allowed"),
         ({"gpu_memory_cap_gib": "inf"}, r"gpu_memory_cap_gib=inf is not allowed"),
+        (
+            {"method": "dpo", "loss_type": "sigmoid,ipo", "loss_weights": "1,inf"},
+            r"loss_weights: inf is not allowed: a fi",
+        ),
+        ({"method": "grpo", "reward_weights": [1.0, float("nan")]}, r"reward_weights: nan is not allowed: a finite"),
         ({"resume": True, "overwrite_output_dir": True}, r"resume=True and overwrite_output_dir=True contradict"),
     ],
 )

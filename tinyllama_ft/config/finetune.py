@@ -89,12 +89,11 @@ _CHAT_TEMPLATE: Allowed = (
 )
 
 
-def _field(default, *, identity: bool, comma_separated: bool = False, allowed: Allowed | None = None):
-    """A field: ``identity``: it changes what is computed (``identity_fields``); ``comma_separated``: a tuple field
-    read from one string too; ``allowed``: a range check beyond the type (a ``Literal`` checks itself)."""
-    return field(
-        default=default, metadata={"identity": identity, "comma_separated": comma_separated, "allowed": allowed}
-    )
+def _field(default, *, identity: bool, commas: bool = True, allowed: Allowed | None = None):
+    """A field: ``identity``: it changes what is computed (``identity_fields``); ``commas``: a tuple field given one
+    string splits it at commas (False: ``prompts``, whose text holds commas); ``allowed``: a range check beyond the
+    type (a ``Literal`` checks itself; a float, or a tuple's float items, must be finite)."""
+    return field(default=default, metadata={"identity": identity, "commas": commas, "allowed": allowed})
 
 
 @dataclass
@@ -148,7 +147,7 @@ class LoraSection:
     lora_bias: LoraBias = _field("none", identity=True)
     """Bias training: "none", "all" or "lora_only"; the article's "none"."""
     target_modules: tuple[str, ...] = _field(
-        LLAMA_TARGET_MODULES, identity=True, comma_separated=True, allowed=_not_empty("at least one module name")
+        LLAMA_TARGET_MODULES, identity=True, allowed=_not_empty("at least one module name")
     )
     """Module names to adapt (a list, or one comma-separated string); the article's seven Llama projections;
     "embed_tokens" and "lm_head" among them train in full (PEFT's modules_to_save; docs/text.md)."""
@@ -216,7 +215,7 @@ class ChatSection:
     conversations for the chat notebook: "messages" (OpenAI-style role/content turns), "sharegpt"
     (a conversations column of from/value turns), "auto" (each source's layout read from its first row; Alpaca rows become
     one-turn conversations) (this package)."""
-    extra_datasets: tuple[str, ...] = _field((), identity=True, comma_separated=True)
+    extra_datasets: tuple[str, ...] = _field((), identity=True)
     """Conversations only: more sources (Hub ids or local files) appended to dataset, each read with
     dataset_format (this package)."""
     chat_template: ChatTemplateName | str = _field("auto", identity=True, allowed=_CHAT_TEMPLATE)
@@ -307,13 +306,11 @@ class PreferenceSection:
     odds-ratio term's weight; SimPO: the scale of the length-normalized log-probabilities), > 0; GRPO: the KL term's
     weight, 0 = no reference model; None = the method's default (TRL's default 0.1; GRPO's 0.0; SimPO's 2.0, its
     paper's: this package)."""
-    loss_type: tuple[LossType, ...] = _field((), identity=True, comma_separated=True)
+    loss_type: tuple[LossType, ...] = _field((), identity=True)
     """DPO: losses summed with loss_weights ("sigmoid", "ipo", "hinge", "robust", "apo_zero", ...); KTO: one of
     "kto", "apo_zero_unpaired"; GRPO: one of "dapo", "grpo", "dr_grpo", "bnpo", "cispo", "sapo", "luspo", "vespo";
     empty = TRL's default ("sigmoid" for DPO, "kto" for KTO, "dapo" for GRPO)."""
-    loss_weights: tuple[float, ...] = _field(
-        (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
-    )
+    loss_weights: tuple[float, ...] = _field((), identity=True)
     """DPO: one weight per loss_type item; empty = 1 for each (TRL's default)."""
     simpo_gamma: float = _field(0.5, identity=True)
     """SimPO: the target reward margin gamma between chosen and rejected responses; TRL's default 0.5 (CPOConfig)."""
@@ -344,19 +341,14 @@ class GrpoSection:
     temperature: float = _field(1.0, identity=True, allowed=_positive())
     """Sampling temperature of the completions; TRL's default 1.0 (lower: less varied groups, less to learn from)."""
     reward_funcs: tuple[str, ...] = _field(
-        ("correct_number", "answer_format"),
-        identity=True,
-        comma_separated=True,
-        allowed=_not_empty("at least one reward function"),
+        ("correct_number", "answer_format"), identity=True, allowed=_not_empty("at least one reward function")
     )
     """Reward functions, summed per completion: built-ins "correct_number" (1 when the number after the last ####,
     else the last number, equals the answer), "answer_format" (1 when the last line is "#### <number>"),
     "soft_overlong_punishment" (DAPO's penalty near max_completion_length), or "module:function" / "file.py:function"
     of your own, or the name of a function the GRPO notebook's rewards cell defines (train.rewards says what it
     receives); checked before the model loads (this package)."""
-    reward_weights: tuple[float, ...] = _field(
-        (), identity=True, comma_separated=True, allowed=((lambda v: all(map(math.isfinite, v))), "finite numbers")
-    )
+    reward_weights: tuple[float, ...] = _field((), identity=True)
     """One weight per reward_funcs item in the summed reward; empty = 1 for each (TRL's default). A format reward
     weighted below correctness keeps a small model from learning the layout alone (docs/grpo.md)."""
     scale_rewards: ScaleRewards = _field("group", identity=True)
@@ -408,7 +400,7 @@ class LoggingSection:
     output_dir (this package)."""
     mount_drive: bool = _field(False, identity=False)
     """Mount Google Drive at /content/drive on Colab (automatic when output_dir is under it) (this package)."""
-    benchmark_tasks: tuple[str, ...] = _field((), identity=False, comma_separated=True)
+    benchmark_tasks: tuple[str, ...] = _field((), identity=False)
     """lm-evaluation-harness tasks scored with the adapter off and on after the held-out checks (docs/evaluation.md):
     lm-eval's names (mmlu, gsm8k, hellaswag: data from the Hub), the shipped tinyllama_ft_mmlu and
     tinyllama_ft_arithmetic, or a .jsonl of question/answer rows; to <output_dir>/benchmarks.json and W&B; empty =
@@ -424,7 +416,7 @@ class ExportSection:
     The formats written after the adapter is saved (``adapter_export.export_adapter``).
     """
 
-    export_formats: tuple[ExportFormat, ...] = _field((), identity=False, comma_separated=True)
+    export_formats: tuple[ExportFormat, ...] = _field((), identity=False)
     """Formats exported after the adapter is saved, each to <output_dir>/export/<format>/: merged_16bit,
     gguf_f16, gguf_bf16, gguf_q8_0, gguf_q4_k_m (needs llama.cpp's quantizer), gguf_lora; empty = none (this package)."""
 
@@ -437,7 +429,7 @@ class GenerationSection:
     """
 
     prompts: tuple[str, ...] = _field(
-        ("What is the capital of France?",), identity=False, allowed=_not_empty("at least one prompt")
+        ("What is the capital of France?",), identity=False, commas=False, allowed=_not_empty("at least one prompt")
     )
     """Instructions answered after reloading the adapter (a list, or one string); the article's question."""
     max_new_tokens: int = _field(64, identity=False, allowed=_positive("a positive number of tokens"))
@@ -709,8 +701,7 @@ def parse_values(values: Mapping[str, Any]) -> dict[str, Any]:
     from argparse import ArgumentError
 
     spelled = {
-        k: source_spelling(v, FIELD_TYPES[k], comma_separated=_FIELDS[k].metadata["comma_separated"])
-        for k, v in values.items()
+        k: source_spelling(v, FIELD_TYPES[k], comma_separated=_FIELDS[k].metadata["commas"]) for k, v in values.items()
     }
     try:  # copied: jsonargparse rewrites a list in place
         parsed = _field_parser().parse_object(copy.deepcopy(spelled), defaults=False).as_dict() if values else {}
@@ -722,8 +713,10 @@ def parse_values(values: Mapping[str, Any]) -> dict[str, Any]:
             raise FieldError(name, value, f": {_expected(annotation)}")
         if typing.get_origin(annotation) is tuple:
             parsed[name] = value = tuple(value)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise FieldError(name, value, f": a finite number ({allowed[1] if allowed else 'not inf or nan'})")
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, float) and not math.isfinite(item):
+                why = f": a finite number ({allowed[1] if allowed else 'not inf or nan'})"
+                raise FieldError(name, item, why, item=isinstance(value, tuple))
         if allowed and not allowed[0](value):
             raise FieldError(name, value, f": {allowed[1]}")
     return parsed
