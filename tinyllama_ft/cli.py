@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, List, Optional, Sequence, Union
 
-from .config.coercion import ConfigError, FieldError
+from .config.coercion import ConfigError, FieldError, without_none
 from .config.finetune import FIELD_NAMES, FIELD_TYPES, FinetuneConfig, add_field_arguments, field_docs, parse_values
 from .config.secrets import check_keys
 from .data.row_files import DataError
@@ -230,22 +230,19 @@ def evaluate(
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: its function (flags and help from its signature and docstring), the ``FinetuneConfig`` fields it
-    takes as flags besides (passed as ``**fields``, only those given), whether it takes ``RECORDED_FIELDS`` (None by
-    default: the run's record), and its repeatable list flags (each ``--NAME`` adds an item)."""
+    """A subcommand: its function (flags and help from its signature and docstring; a ``List[str]`` parameter is a
+    repeatable flag, each ``--NAME`` adding an item), the ``FinetuneConfig`` fields it takes as flags besides (passed as
+    ``**fields``, only those given), and whether it takes ``RECORDED_FIELDS`` (None by default: the run's record)."""
 
     function: Callable[..., Any]
     fields: Sequence[str] = ()
     recorded: bool = True
-    repeatable: Sequence[str] = ()
 
 
 COMMANDS: dict[str, Command] = {
     "train": Command(train, FIELD_NAMES, recorded=False),
-    "generate": Command(
-        generate, ("backend", "trust_remote_code", "reload_merged", "max_new_tokens"), repeatable=("prompt", "input")
-    ),
-    "export": Command(export, ("trust_remote_code",), repeatable=("format",)),
+    "generate": Command(generate, ("backend", "trust_remote_code", "reload_merged", "max_new_tokens")),
+    "export": Command(export, ("trust_remote_code",)),
     "eval": Command(evaluate, ("backend", "trust_remote_code")),
 }
 
@@ -260,9 +257,11 @@ def command_parser(name: str):
     command = COMMANDS[name]
     doc = docstring_parser.parse(inspect.getdoc(command.function))
     parser = ArgumentParser(description=doc.short_description, exit_on_error=False, allow_abbrev=False)
-    parser.add_function_arguments(command.function, as_group=False, skip=set(command.repeatable))
-    for param in (p for p in doc.params if p.arg_name in command.repeatable):  # jsonargparse's lists take --NAME+
-        required = inspect.signature(command.function).parameters[param.arg_name].default is inspect.Parameter.empty
+    params = inspect.signature(command.function).parameters
+    repeatable = {name for name, p in params.items() if without_none(p.annotation)[0] == List[str]}
+    parser.add_function_arguments(command.function, as_group=False, skip=repeatable)
+    for param in (p for p in doc.params if p.arg_name in repeatable):  # jsonargparse's lists take --NAME+ instead
+        required = params[param.arg_name].default is inspect.Parameter.empty
         parser.add_argument(f"--{param.arg_name}", type=str, action="append", required=required, help=param.description)
     if command.recorded:
         group = parser.add_argument_group("Recorded by the run (default: the value beside the adapter)")
