@@ -350,11 +350,8 @@ DEBUG_ENV = "TINYLLAMA_FT_DEBUG"
 
 def _one_line(err: BaseException, name: str) -> str:
     """The error's message on one line, its ``name:`` prefix not repeated, an unexpected kind's type named."""
-    text = " ".join(str(err).split()) or type(err).__name__
-    text = text[len(name) + 2 :] if text.startswith(f"{name}: ") else text
-    return (
-        text if isinstance(err, (ConfigError, OSError, ValueError, RuntimeError)) else f"{type(err).__name__}: {text}"
-    )
+    text = (" ".join(str(err).split()) or type(err).__name__).removeprefix(f"{name}: ")
+    return text if isinstance(err, (OSError, ValueError, RuntimeError)) else f"{type(err).__name__}: {text}"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
