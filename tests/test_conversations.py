@@ -179,9 +179,11 @@ def test_several_sources_concatenate_in_order_with_one_report(tmp_path, alpaca_j
 
 def test_config_fields_for_conversations():
     from tinyllama_ft.models.chat_templates import NAMED_TEMPLATES
-    from tinyllama_ft.config.finetune import NAMED_CHAT_TEMPLATES, ConfigError, FinetuneConfig
+    import typing
 
-    assert set(NAMED_CHAT_TEMPLATES) == set(NAMED_TEMPLATES)
+    from tinyllama_ft.config.finetune import ConfigError, FinetuneConfig, NamedChatTemplate
+
+    assert set(typing.get_args(NamedChatTemplate)) == set(NAMED_TEMPLATES)
     cfg = FinetuneConfig(
         dataset_format="sharegpt",
         chat_template="{% for m in messages %}{{ m['content'] }}{% endfor %}",

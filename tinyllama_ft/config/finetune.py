@@ -66,7 +66,6 @@ ExportFormat = Literal["merged_16bit", "gguf_f16", "gguf_bf16", "gguf_q8_0", "gg
 BACKENDS: tuple[str, ...] = typing.get_args(Backend)
 EXPORT_FORMATS: tuple[str, ...] = typing.get_args(ExportFormat)
 DATASET_FORMATS: tuple[str, ...] = typing.get_args(DatasetFormat)
-NAMED_CHAT_TEMPLATES: tuple[str, ...] = typing.get_args(NamedChatTemplate)
 #: Fields holding a local path (or a Hub id): ``~`` and ``$VARS`` are expanded (``paths.expand_path``).
 PATH_FIELDS = ("model_name", "dataset", "output_dir", "adapter_dir", "adapter_name_or_path")
 
