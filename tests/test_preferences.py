@@ -37,7 +37,7 @@ def test_method_and_its_fields_are_checked_against_each_other():
         "long_rows='split' does not apply to method='dpo'": dict(method="dpo", long_rows="split"),
         "too small for method='kto'": dict(method="kto", per_device_train_batch_size=1),
         "method='orpo' reads its pairs from dataset alone": dict(method="orpo", dataset_format="sharegpt"),
-        "loss_weights='x' is not allowed: expected a number": dict(method="dpo", loss_weights="x"),
+        "loss_weights: 'x' is not allowed: expected a number": dict(method="dpo", loss_weights="x"),
         "loss_type: 'dpo' is not allowed": dict(method="dpo", loss_type="dpo"),
         "method='ppo' is not allowed": dict(method="ppo"),
     }

@@ -516,8 +516,8 @@ class FinetuneConfig(
         ):
             raise ConfigError(
                 f"FinetuneConfig.dataset_format={self.dataset_format!r}, extra_datasets={list(self.extra_datasets)!r}: "
-                f"method={self.method!r} reads its {m.trains_on} from dataset alone: text ('alpaca': the Alpaca "
-                f"prompt), conversations ('messages') or either ('auto'), and no extra_datasets"
+                f"method={self.method!r} reads its {m.trains_on} from dataset alone (no extra_datasets), in a "
+                f"dataset_format among {list(m.dataset_formats)}"
             )
         if self.per_device_train_batch_size < m.min_micro_batch(self):
             raise ConfigError(
