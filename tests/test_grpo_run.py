@@ -209,6 +209,29 @@ def test_conversational_prompts_take_the_chat_template_and_the_layout_line(tmp_p
         data_format(FinetuneConfig(**{**cfg.to_dict(), "dataset_format": "alpaca"})).load(cfg)
 
 
+def test_text_prompts_asked_through_the_chat_template_record_the_chat_block(tmp_path):
+    # The offline GRPO recipe's case: text prompts, dataset_format messages. Its run_summary.json carried the chat
+    # block (family, end of turn, stop ids, pad token) before the method table and lost it after, as the summary
+    # asked the prompts' form instead of how they were prompted.
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.data.formats import data_format
+
+    rows = [{"question": "What is 2 + 3?", "answer": 5}, {"question": "6 x 7?", "answer": 42}]
+    (tmp_path / "text.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    cfg = FinetuneConfig(
+        method="grpo", dataset=str(tmp_path / "text.jsonl"), dataset_format="messages", max_seq_length=256,
+        max_completion_length=32, output_dir=str(tmp_path / "out"),
+    )  # fmt: skip
+    fmt = data_format(cfg)
+    fmt.load(cfg)
+    tokenizer = smollm2_tokenizer()
+    fmt.prepare(tiny_model("llama", tokenizer), tokenizer, cfg)
+    fields = fmt.summary_fields()
+    assert (fmt.form, fmt.prompt_format, fields["grpo"]["prompt_format"]) == ("text", "messages", "messages")
+    assert fields["chat"]["end_of_turn"] == "<|im_end|>" and fields["chat"]["family"] == "smollm2"
+
+
 #: A module of rewards TRL could not call, and one it could, for the command line's refusals.
 BAD_REWARDS = """
 def no_kwargs(prompts, completions):

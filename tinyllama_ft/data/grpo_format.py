@@ -190,7 +190,7 @@ class GrpoFormat(WrappedFormat):
         """``summary.build_run_summary`` arguments: ``grpo`` (the prompts' form, how they were prompted, the prompts
         dropped as too long, what each step samples and the rewards), beside the wrapped format's (``chat`` for
         messages)."""
-        fields = self._inner().summary_fields() if self.form == "conversation" else {}
+        fields = self._inner().summary_fields() if self.prompt_format == "messages" else {}
         fields["grpo"] = {
             "form": self.form,
             "prompt_format": self.prompt_format,
