@@ -111,3 +111,16 @@ def test_no_sound_checkpoint_left_is_an_error_naming_the_files(run, stories_dir,
     assert last.startswith("tinyllama_ft.train.checkpoints.DamagedCheckpointError: resume: no checkpoint")
     assert str(out / "checkpoint-8" / "rng_state.pth") in last and str(out / "checkpoint-4" / "scheduler.pt") in last
     assert "weights_only" not in failed.stderr
+
+
+def test_only_checkpoint_n_folders_are_checkpoints(tmp_path):
+    """transformers names its checkpoints ``checkpoint-<step>`` and resumes only from those (``get_last_checkpoint``);
+    a person's copy (``checkpoint-10-old``, a folder of an earlier run set aside) is not the run's newest checkpoint,
+    though ``sort_checkpoints``' prefix match reads it as step 10."""
+    from tinyllama_ft.train.checkpoints import checkpoint_dirs, last_checkpoint
+
+    for name in ("checkpoint-4", "checkpoint-10-old", "checkpoint-4 (copy)", "checkpoint-best"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    assert checkpoint_dirs(str(tmp_path)) == [str(tmp_path / "checkpoint-4")]
+    assert last_checkpoint(str(tmp_path)) == str(tmp_path / "checkpoint-4")
