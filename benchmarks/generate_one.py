@@ -122,13 +122,13 @@ if a.mode in ("plain", "hf_static"):
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from tinyllama_ft.models.adapters import adapter_base_model
+    from tinyllama_ft.models.adapters import adapter_base
 
     from tinyllama_ft.models.loading import ensure_pad_token
 
     tokenizer = AutoTokenizer.from_pretrained(a.adapter)
     ensure_pad_token(tokenizer)  # <unk>, as the package and Unsloth pick (the batches pad on the left)
-    base = AutoModelForCausalLM.from_pretrained(adapter_base_model(a.adapter), dtype=torch.bfloat16, device_map={"": 0})
+    base = AutoModelForCausalLM.from_pretrained(adapter_base(a.adapter), dtype=torch.bfloat16, device_map={"": 0})
     model = PeftModel.from_pretrained(base, a.adapter)
     if a.mode != "plain":
         model = model.merge_and_unload()

@@ -35,7 +35,7 @@ import llama_cpp  # noqa: E402
 import torch  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 
-from tinyllama_ft.models.adapters import adapter_base_model  # noqa: E402
+from tinyllama_ft.models.adapters import adapter_base  # noqa: E402
 from tinyllama_ft.export.adapter_export import GGUF_NAMES  # noqa: E402
 from tinyllama_ft.models.run_record import read_record  # noqa: E402
 from tinyllama_ft.export.gguf_export import convert_to_gguf, llama_cpp_converter  # noqa: E402
@@ -92,7 +92,7 @@ tmp = tempfile.TemporaryDirectory()
 if (export / "gguf_lora" / GGUF_NAMES["gguf_lora"]).is_file():
     base_gguf = Path(tmp.name) / "base-f16.gguf"
     convert_to_gguf(
-        model_dir=adapter_base_model(str(run / "lora_model")),
+        model_dir=adapter_base(str(run / "lora_model")),
         target=base_gguf,
         outtype="f16",
         converter=llama_cpp_converter(),

@@ -406,3 +406,44 @@ def test_test_sh_runs_lint_and_both_tiers_whatever_fails_and_exits_1_if_any_fail
         "quick tier: passed",
         "slow tier: no tests selected by the arguments",
     ]
+
+
+def _defined_names(path) -> set[str] | None:
+    """The names a module's top level binds (defs, classes, assignments, imports), or None when it has a
+    module ``__getattr__`` (lazy names, checked by test_lazy_names_resolve_to_their_modules)."""
+    import ast
+
+    names = set()
+    for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if node.name == "__getattr__":
+                return None
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return names
+
+
+def test_the_package_names_benchmarks_scripts_and_notebooks_import_exist():
+    """A cut package name breaks the code outside the package that imports it, which no other test runs (the GPU
+    benchmarks, most scripts): every ``from tinyllama_ft... import name`` there, at any depth, names a module or a
+    top-level name of the package."""
+    import ast
+
+    missing = []
+    for path in sorted([*REPO.glob("benchmarks/*.py"), *REPO.glob("scripts/*.py"), *REPO.glob("notebooks/*.py")]):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("tinyllama_ft")):
+                continue
+            base = REPO.joinpath(*node.module.split("."))
+            source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+            defined = _defined_names(source) if source.is_file() else set()
+            for alias in node.names:
+                if defined is None or (base / alias.name).is_dir() or (base / f"{alias.name}.py").is_file():
+                    continue
+                if alias.name not in defined:
+                    missing.append(f"{path.relative_to(REPO)}:{node.lineno}: {node.module}.{alias.name}")
+    assert missing == []
