@@ -71,12 +71,13 @@ def check_continuation(global_step: int, max_steps: int, checkpoint: str) -> Non
 def checkpoint_dirs(output_dir: str) -> list[str]:
     """Every ``checkpoint-N`` folder in ``output_dir`` (need not exist), complete or not, oldest step first
     (transformers' ``sort_checkpoints``, which its checkpoint rotation uses); ``[]`` when there is none. Only the
-    names its resume reads (``_re_checkpoint``): ``sort_checkpoints`` also takes ``checkpoint-10-old`` as step 10."""
-    from transformers.trainer_utils import _re_checkpoint, sort_checkpoints
+    names its resume reads (``checkpoint-<digits>``, as its ``get_last_checkpoint``): ``sort_checkpoints`` also takes
+    ``checkpoint-10-old`` as step 10."""
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, sort_checkpoints
 
     output_dir = expand_path(output_dir)
     found = sort_checkpoints(output_dir) if os.path.isdir(output_dir) else []
-    return [path for path in found if _re_checkpoint.match(os.path.basename(path))]
+    return [path for path in found if re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-\d+", os.path.basename(path))]
 
 
 def _json_problem(path: str) -> str | None:
