@@ -181,6 +181,37 @@ def test_a_continued_adapter_is_checked_against_its_record_before_output_dir_is_
     check_sources(_stories_run(stories_dir, tmp_path, adapter_name_or_path=alpaca, template="alpaca_no_input"))
 
 
+def test_a_text_runs_adapter_continues_on_pairs_prompted_as_their_own_dataset_format(stories_dir, tmp_path, cpu):
+    """Any data form continues a raw-text adapter (``TextFormat.continued_by_any_form``, as for SFT): text pairs are
+    prompted through the run's Alpaca template and stop at EOS, conversational pairs through the chat template; what
+    the text run recorded (no template, no stop ids) is not asked of them."""
+    from tinyllama_ft.data.alpaca_prompts import format_prompt
+    from tinyllama_ft.data.formats import check_sources, data_format
+    from tinyllama_ft.models.run_record import adapter_record, read_record
+
+    text = _saved_adapter(stories_dir, tmp_path / "text", dataset_format="text")
+    assert read_record(text)["dataset_format"] == "text"
+    for dataset_format in ("alpaca", "auto"):
+        cfg = _stories_run(stories_dir, tmp_path, dataset_format=dataset_format, adapter_name_or_path=text)
+        fmt, plan, model, tokenizer, trainer, held = _through_the_cells(cfg, hardware=cpu)
+        assert (fmt.form, fmt.name) == ("text", "alpaca")
+        row = fmt.held_out_rows(held)[0]
+        assert fmt.row_prompt(tokenizer, row) == format_prompt(row["prompt"], row["input"], "", cfg.template)
+        assert fmt.stop_token_ids(tokenizer) == [tokenizer.eos_token_id]
+        assert adapter_record(cfg, plan, data_format=fmt)["dataset_format"] == "alpaca"
+    chat = _stories_run(
+        stories_dir,
+        tmp_path,
+        dataset=_pairs_file(tmp_path / "chat.jsonl", CHAT_PAIRS),
+        dataset_format="messages",
+        adapter_name_or_path=text,
+    )
+    check_sources(chat)
+    fmt = data_format(chat)
+    fmt.load(chat)
+    assert (fmt.form, fmt.name, fmt.trained) == ("conversation", "messages", fmt.inner)
+
+
 def _through_the_cells(cfg, *, hardware):
     """The notebooks' cells 3-6 (``pipeline.run_training``'s order) up to the trainer, without training:
     ``(fmt, plan, model, tokenizer, trainer, eval_dataset)``."""

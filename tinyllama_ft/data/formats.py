@@ -64,6 +64,11 @@ class _Format:
     #: The columns of a row: hashed by ``fingerprint``, read by the held-out checks; None: every column.
     fields: tuple[str, ...] | None = None
 
+    def continues_on(self, form: str) -> bool:
+        """A saved adapter of this format may be continued on rows of ``form`` (another format's ``form``): its own,
+        or any for a format ``continued_by_any_form``. ``check_continued`` and a preference run's rows ask it."""
+        return self.continued_by_any_form or form == self.form
+
     def fingerprint(self, rows) -> str:
         """``fingerprint.data_fingerprint`` over ``fields`` (None: every column of the ``datasets.Dataset``)."""
         return data_fingerprint(rows, fields=self.fields or tuple(rows.column_names))
@@ -393,7 +398,7 @@ class TextFormat(_Format):
 
     name = "text"
     form, setting, trained_on, rows = "raw text", None, "raw text documents", "text"
-    continued_by_any_form = True  # continued pretraining comes before instruction tuning: any SFT form continues it
+    continued_by_any_form = True  # continued pretraining comes before instruction or preference tuning
     encode_kwargs = AlpacaFormat.encode_kwargs  # as documents are tokenized (``text_documents.document_ids``)
     fields = ("text",)
     chunks = None  # the ChunkReport, by tokenize
@@ -547,7 +552,7 @@ def check_continued(cfg, record, *, flag: str = "adapter_name_or_path") -> None:
     fmt = recorded_data_format(record, where=flag)
     where = f"{flag}={cfg.adapter_name_or_path!r} was trained with"
     reads = RECORDED_FORMATS.get(cfg.dataset_format, ConversationFormat)
-    if cfg.dataset_format != "auto" and reads.form != fmt.form and not fmt.continued_by_any_form:
+    if cfg.dataset_format != "auto" and not fmt.continues_on(reads.form):
         raise ConfigError(
             f"{where} {fmt.trained_on}, and dataset_format={cfg.dataset_format!r} reads {reads.trained_on} (its "
             f"record: dataset_format={fmt.name!r}): continue it on {fmt.rows} pairs (or "

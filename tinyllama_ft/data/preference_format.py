@@ -53,7 +53,9 @@ class PreferenceFormat(WrappedFormat):
     dataset_formats = tuple(FORM_OF)
     rows_are = f"preference rows are one of {sorted(FORM_OF)}"
     layout = token_report = None  # by load and tokenize
-    trained = None  # the continued adapter's recorded format (``formats.recorded_data_format``), by load
+    #: The continued adapter's recorded format (``formats.recorded_data_format``), by load; for one continued on
+    #: rows of another form (a raw-text adapter: ``continued_by_any_form``) the wrapped format the rows are prompted in.
+    trained = None
 
     @property
     def rows_read(self) -> str:
@@ -108,12 +110,13 @@ class PreferenceFormat(WrappedFormat):
 
     def _check_adapter_form(self) -> None:
         record = read_record(self.adapter_name_or_path)
-        self.trained = trained = recorded_data_format(record)
-        if record and trained.form != self.form:
+        trained = recorded_data_format(record)
+        if record and not trained.continues_on(self.form):
             raise ConfigError(
                 f"adapter_name_or_path={self.adapter_name_or_path!r} was trained on {trained.trained_on}, and "
                 f"{self.form} rows would be prompted otherwise: continue it on {trained.rows} preference rows"
             )
+        self.trained = trained if trained.form == self.form else self._inner()
 
     # the model
     def prepare(self, model, tokenizer, cfg) -> tuple[str, ...] | None:
