@@ -50,6 +50,8 @@ class _Format:
     held_out_first: int | tuple[int, int] = 0
     pairs = False  # the rows are no preference pairs
     rollouts = False  # the held-out checks score reference responses (GRPO's sample answers instead)
+    #: The side-by-side table (``side_by_side.compare_answers``) gives each row's ``reference`` beside the answers.
+    side_by_side_reference = True
     first_batch = None  # what check_first_batch found
     family = None  # the chat setup (families.FamilySetup) of conversations, once prepared
     #: What the run added after each question (a saved GRPO adapter's record: ``run_record.PROMPT_SUFFIX``).
@@ -399,6 +401,7 @@ class TextFormat(_Format):
     name = "text"
     form, setting, trained_on, rows = "raw text", None, "raw text documents", "text"
     continued_by_any_form = True  # continued pretraining comes before instruction or preference tuning
+    side_by_side_reference = False  # the rest of a document (``reference``), beside a short continuation of its opening
     encode_kwargs = AlpacaFormat.encode_kwargs  # as documents are tokenized (``text_documents.document_ids``)
     fields = ("text",)
     chunks = None  # the ChunkReport, by tokenize

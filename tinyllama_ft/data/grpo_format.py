@@ -52,6 +52,7 @@ class GrpoFormat(WrappedFormat):
     min_test_rows = MIN_HELD_OUT_PROMPTS
     #: The held-out checks sample greedy answers and score them with the rewards (no reference response to score).
     rollouts = True
+    side_by_side_reference = False  # its reference is the answer the rewards read, not a response to set beside one
     dataset_formats = ("alpaca", "messages", "auto")
     rows_are = "GRPO prompts are 'alpaca', 'messages' or 'auto'"
     #: What each question gets after it, in training and in answers (``grpo_prompts.with_suffix``); the adapter's

@@ -31,8 +31,8 @@ def compare_answers(
     Returns:
         One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (others left out, said in
         one line: ``held_out.rows_within_positions``): ``instruction`` (a conversation's last user message),
-        ``input``, ``reference``, ``base``, ``tuned`` (answer text), ``base_stopped``, ``tuned_stopped`` (a stop
-        token within ``max_new_tokens``).
+        ``input``, ``reference`` (``data_format.reference``; "" where its ``side_by_side_reference`` is False), ``base``,
+        ``tuned`` (answer text), ``base_stopped``, ``tuned_stopped`` (a stop token within ``max_new_tokens``).
 
     Raises:
         TypeError: ``model`` has no ``disable_adapter`` (not a PEFT model, or already merged).
@@ -53,12 +53,11 @@ def compare_answers(
     table = []
     for i, r in enumerate(rows):
         instruction, context = data_format.instruction(r)
-        has_reference = any(k in r for k in ("output", "messages", "chosen", "completion"))  # a row may have none
         table.append(
             dict(
                 instruction=instruction,
                 input=context,
-                reference=data_format.reference(r) if has_reference else "",
+                reference=data_format.reference(r) if data_format.side_by_side_reference else "",
                 base=base.answers[i].strip(),
                 tuned=tuned.answers[i].strip(),
                 base_stopped=base.ended[i],
