@@ -112,26 +112,29 @@ class Method:
         return "base with adapters disabled"
 
     def check_trl_config(self, cfg) -> None:
-        """Build TRL's config class from ``cfg`` (``self.trl_kwargs``, ``beta``, the configured batch split: one
-        process) in a temporary folder, so TRL's own checks (GRPO's whole groups per step, DPO's one weight per loss)
-        run before any model loads (``plan.plan_run``). Its device set-up is skipped (``_Unplaced``): building a
-        ``TrainingArguments`` would otherwise fix accelerate's process state before the run's own trainer does.
-        Raises coercion.ConfigError: TRL's message, after the fields it reads."""
+        """Build TRL's config class from ``cfg`` (``TRAINING_ARGUMENTS``, ``self.trl_kwargs``, ``beta``) in a
+        temporary folder, so TRL's and transformers' own checks (GRPO's whole groups per step, DPO's one weight per
+        loss, the scheduler and optimizer names) run before any model loads (``plan.plan_run``). Its device set-up is
+        skipped (``_Unplaced``): building a ``TrainingArguments`` would otherwise fix accelerate's process state
+        before the run's own trainer does. Raises coercion.ConfigError: TRL's message, after the fields it reads."""
         import tempfile
         import warnings
 
-        split = ("per_device_train_batch_size", "gradient_accumulation_steps")
-        kwargs = (
-            {n: getattr(cfg, n) for n in split} | self.trl_kwargs(cfg) | ({"beta": cfg.beta} if self.summary else {})
-        )
+        given = {n: getattr(cfg, n) for n in TRAINING_ARGUMENTS if getattr(cfg, n) is not None}
+        kwargs = given | self.trl_kwargs(cfg) | ({"beta": cfg.beta} if self.summary else {})
         unplaced = type("Unplaced", (_Unplaced, self.resolve("config")), {})
         try:
             with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 unplaced(output_dir=tmp, report_to=[], use_cpu=True, **kwargs)  # no device, no bf16 check
         except ValueError as e:
-            fields = ", ".join(f"{n}={getattr(cfg, n)!r}" for n in (*split, *self.reads) if n in kwargs)
+            fields = ", ".join(f"{n}={getattr(cfg, n)!r}" for n in (*TRAINING_ARGUMENTS, *self.reads) if n in kwargs)
             raise ConfigError(f"FinetuneConfig: TRL's {self.config.split(':')[-1]} refuses {fields}: {e}") from None
+
+
+#: ``FinetuneConfig`` fields every method's TRL config takes as they are (``check_trl_config``; None: TRL's default):
+#: the configured batch split (one process) and the names ``TrainingArguments`` checks (scheduler, optimizer).
+TRAINING_ARGUMENTS = ("per_device_train_batch_size", "gradient_accumulation_steps", "lr_scheduler_type", "optim")
 
 
 class _Unplaced:

@@ -130,19 +130,10 @@ def grpo_rewards(cfg: FinetuneConfig) -> tuple[str, ...]:
 
 
 def check_trainer_names(cfg: FinetuneConfig, hardware: Hardware) -> None:
-    """Refuse, before any model loads, an unknown ``lr_scheduler_type``, ``optim`` or ``attn_implementation`` (read from
-    the installed transformers) and a bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA. Raises
-    coercion.ConfigError: names the field, the value and the choices."""
-    from transformers import SchedulerType
-    from transformers.training_args import OptimizerNames
-
-    for name, names in (("lr_scheduler_type", SchedulerType), ("optim", OptimizerNames)):
-        value = getattr(cfg, name)
-        try:  # transformers' own check, which TrainingArguments makes only once the model has loaded
-            if value is not None:
-                names(value)
-        except ValueError as e:  # "foo is not a valid SchedulerType, please select one of [...]"
-            raise ConfigError(f"FinetuneConfig.{name}={value!r}: {e}") from None
+    """Refuse, before any model loads, an unknown ``attn_implementation`` (read from the installed transformers) and a
+    bitsandbytes optimizer (``adamw_8bit``, ``paged_*``) without CUDA; unknown ``lr_scheduler_type`` and ``optim``
+    names are refused by TRL's config (``methods.Method.check_trl_config``). Raises coercion.ConfigError: names the
+    field, the value and the choices."""
     if cfg.optim is not None and not hardware.cuda and any(k in cfg.optim for k in ("8bit", "paged", "bnb")):
         raise ConfigError(
             f"FinetuneConfig.optim={cfg.optim!r} is a bitsandbytes optimizer, which needs a CUDA "
@@ -187,8 +178,8 @@ def plan_run(
         The frozen ``RunPlan`` (its split is one process's share of the effective batch).
 
     Raises:
-        coercion.ConfigError: as ``methods.Method.check_trl_config`` (what TRL's config of the method refuses) and
-            ``check_trainer_names`` (an unknown scheduler, optimizer or attention kernel, a
+        coercion.ConfigError: as ``methods.Method.check_trl_config`` (what TRL's config of the method refuses: an
+            unknown scheduler or optimizer among them) and ``check_trainer_names`` (an unknown attention kernel, a
             bitsandbytes optimizer without CUDA).
         ValueError / ImportError: as ``precision.resolve_dtype`` and ``loading.choose_backend`` (e.g.
             ``dtype="bfloat16"`` on a T4, ``backend="unsloth"`` on a CPU); ``split_over_processes`` (the
