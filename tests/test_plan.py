@@ -357,3 +357,16 @@ def test_the_t4_grpo_plan_rolls_out_on_the_fused_decoder_when_its_copy_fits_and_
     kept = FinetuneConfig(**{**cfg.__dict__, "rollout_decoder": "generate"})
     generate = plan_run(kept, t4, tinyllama_config, budget_gib=15.0, importable=everything)
     assert generate.rollout_gib is None and not any(r.startswith("rollouts:") for r in generate.reasons)
+
+
+def test_the_t4_plan_on_transformers_keeps_the_adapter_in_float32_and_says_why(tinyllama_config, t4, a100):
+    on_t4 = plan_run(
+        FinetuneConfig(backend="transformers"), t4, tinyllama_config, budget_gib=14.7, importable=everything
+    )
+    assert (on_t4.dtype, on_t4.load_in_4bit, on_t4.adapter_dtype) == ("float16", True, "float32")
+    assert any("adapter trains in float32" in r and "GradScaler" in r for r in on_t4.reasons)
+    unsloth = plan_run(FinetuneConfig(), t4, tinyllama_config, budget_gib=14.7, importable=everything)
+    assert (unsloth.backend, unsloth.adapter_dtype) == ("unsloth", None)  # Unsloth's own choice
+    bf16 = plan_run(FinetuneConfig(), a100, tinyllama_config, budget_gib=39.0, importable=everything)
+    assert (bf16.dtype, bf16.adapter_dtype) == ("bfloat16", None)  # TRL's bf16 QLoRA adapter trains under bf16
+    assert plan_run(FinetuneConfig(), Hardware(), tinyllama_config).adapter_dtype == "float32"

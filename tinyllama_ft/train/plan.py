@@ -19,7 +19,7 @@ from ..config.finetune import FinetuneConfig
 from ..config.methods import METHODS
 from ..machine.hardware import Hardware, is_importable
 from ..models.loading import choose_backend, rope_scaling_factor
-from ..models.precision import resolve_dtype
+from ..models.precision import adapter_dtype, resolve_dtype
 from .memory_estimate import (
     HEADROOM,
     estimate_peak_gib,
@@ -60,6 +60,8 @@ class RunPlan:
         rollout_gib: GRPO on a CUDA GPU: GiB the fused rollouts add (``fused_rollout_gib``); None otherwise.
         rollouts_fit: False when that memory beside training's estimate passes the budget: ``rollout_decoder="auto"``
             then samples with TRL's ``generate`` (``grpo_rollout.why_not_fused`` reads it).
+        adapter_dtype: the dtype the trainable weights keep (``precision.adapter_dtype``; the trainer builders
+            cast them back after TRL's trainer is built); None: as the libraries leave them.
     """
 
     recipe: str
@@ -83,6 +85,7 @@ class RunPlan:
     rewards: tuple[str, ...] = ()
     rollout_gib: float | None = None
     rollouts_fit: bool = True
+    adapter_dtype: str | None = None
 
     @property
     def effective_batch_size(self) -> int:
@@ -265,7 +268,22 @@ def plan_run(
 
     def plan(**chosen) -> RunPlan:
         given = dict(per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1], recipe="fast")
-        return RunPlan(**{**given, "rope_scaling_factor": rope, **chosen, **common, "reasons": tuple(reasons)})
+        kept = adapter_dtype(dtype, chosen["backend"])
+        if kept and dtype == "float16" and common["load_in_4bit"]:
+            reasons.append(
+                "float16 on a 4-bit base: the adapter trains in float32 (TRL casts it to bfloat16, whose gradients "
+                "fp16's GradScaler cannot unscale)"
+            )
+        return RunPlan(
+            **{
+                **given,
+                "rope_scaling_factor": rope,
+                **chosen,
+                **common,
+                "adapter_dtype": kept,
+                "reasons": tuple(reasons),
+            }
+        )
 
     if cfg.recipe == "article":
         reasons.append("the article's cell values, as configured")
