@@ -31,6 +31,22 @@ from .memory_estimate import (
 )
 
 
+#: Why a preference run (pairs or rows padded to the longest of each micro-batch, a new length at nearly every step)
+#: skips the compiling paths; the figures: benchmarks/README.md, 2026-12-06 (third session), H100, 30 DPO steps.
+PADDED_BF16 = (
+    "method={method!r}: SDPA, not flex attention: each micro-batch is padded to its longest sequence and flex "
+    "attention compiles again for new lengths (first step 19.7 -> 3.1 s, whole train() 1,343 -> 2,649 tokens/s at 30 "
+    "steps; flex's faster steady steps pay its compiles back after about 150 steps: set "
+    "attn_implementation='flex_attention' for long runs)"
+)
+PADDED_FP16 = (
+    "method={method!r} on a {dtype} GPU: transformers + PEFT with SDPA, not Unsloth: Unsloth's compiled decoder "
+    "blocks took 43 s of DPO's first step on the T4 stand-in (here 3.6 s, nothing compiled; whole train() 2,479 "
+    "tokens/s at 30 steps) and its patched DPO trainer did not build with TRL 1.15 (TRL's ran); its faster steady "
+    "steps pay that back after about 180 steps: set backend='unsloth' for long runs"
+)
+
+
 @dataclass(frozen=True)
 class RunPlan:
     """How a run executes on this machine; computed once by ``plan_run``, read by the helpers.
@@ -303,14 +319,23 @@ def plan_run(
             gradient_checkpointing=False,
         )
     bf16 = dtype == "bfloat16" and hardware.bf16_capable
+    # a preference micro-batch is padded to its longest sequence, a new length at nearly every step: flex attention
+    # (bf16) and Unsloth's compiled decoder blocks (fp16) compile again or first, which short runs never pay back
+    padded = method.summary == "preference"
     if cfg.backend == "auto":
-        if bf16:
+        if bf16 and padded:
+            backend = "transformers"
+            reasons.append(PADDED_BF16.format(method=cfg.method))
+        elif bf16:
             backend = "transformers"
             reasons.append(
                 "bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
                 "tokens/s at the same batch on the H200); packed batches padded to batch x max_seq_length "
                 "tokens, so flex attention compiles once"
             )
+        elif padded and not cfg.adapter_name_or_path:
+            backend = "transformers"
+            reasons.append(PADDED_FP16.format(method=cfg.method, dtype=dtype))
         elif not cfg.adapter_name_or_path:  # else said above
             reasons.append(
                 f"{dtype} GPU: Unsloth (its kernels target the T4 generation)"
@@ -319,7 +344,7 @@ def plan_run(
             )
     attn, liger = cfg.attn_implementation, False
     if backend == "transformers":
-        attn = attn or ("flex_attention" if bf16 else "sdpa")
+        attn = attn or ("flex_attention" if bf16 and not padded else "sdpa")
         liger = bf16 and importable("liger_kernel") and method.liger
         if bf16 and not liger and method.liger:
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")
