@@ -43,8 +43,9 @@ def _graphs() -> int:
     return int(utils.counters["stats"].get("unique_graphs", 0))
 
 
-def instrument(rows: list[dict], phases: dict) -> None:
-    """Wrap TRL's DPOTrainer (``training_step``, ``__init__``) and its ``use_adapter`` with timers."""
+def instrument(rows: list[dict], phases: dict, after_train=None) -> None:
+    """Wrap TRL's DPOTrainer (``training_step``, ``__init__``) and its ``use_adapter`` with timers; ``after_train()``
+    runs when ``train()`` returns (the JSON then holds the steps, whatever stops the process later)."""
     from trl.trainer import dpo_trainer
 
     current: dict = {}
@@ -106,6 +107,8 @@ def instrument(rows: list[dict], phases: dict) -> None:
         finally:
             _sync()
             phases["train_s"] = round(time.perf_counter() - phases.pop("train_start"), 3)
+            if after_train is not None:
+                after_train()
 
     cls.training_step, cls.__init__, cls.train = timed_training_step, timed_init, timed_train
 
@@ -131,7 +134,8 @@ def main(argv=None) -> int:
     from tinyllama_ft.cli import run
 
     phases["imports_s"] = round(time.perf_counter() - T0, 3)
-    instrument(rows, phases)
+    out_dir = train_args[train_args.index("--output_dir") + 1] if "--output_dir" in train_args else None
+    instrument(rows, phases, after_train=lambda: save(a, train_args, rows, phases, out_dir, rc=None))
     if a.pad_to_multiple_of:
         from trl import DPOConfig
 
@@ -142,18 +146,25 @@ def main(argv=None) -> int:
             post_init(self)
 
         DPOConfig.__post_init__ = padded_post_init
-    compiled0 = _compile_seconds()
     rc = 0
     try:
         run(["train", *train_args])
     except SystemExit as e:  # the command line's exit
         rc = int(e.code or 0)
     phases["process_s"] = round(time.perf_counter() - T0, 3)
-    phases["compile_total_s"] = round(_compile_seconds() - compiled0, 3)
+    result = save(a, train_args, rows, phases, out_dir, rc=rc)
+    print(f"[dpo_first_steps] {a.name}: {json.dumps({**phases, 'padding_fraction': result['padding_fraction']})}")
+    print(f"[dpo_first_steps] summary: {json.dumps(result['summary'])[:800]}")
+    return rc
+
+
+def save(a, train_args: list[str], rows: list[dict], phases: dict, out_dir: str | None, rc: int | None) -> dict:
+    """Write this run's row into ``a.out`` (other names' rows kept); ``rc`` None: written when ``train()`` returned,
+    before the checks after it (``summary`` then empty: ``run_summary.json`` comes at the end)."""
+    phases["compile_total_s"] = round(_compile_seconds(), 3)
     phases["steps_s"] = round(sum(r["s"] for r in rows), 3)
-    out_dir = train_args[train_args.index("--output_dir") + 1] if "--output_dir" in train_args else None
     summary = {}
-    if out_dir:
+    if out_dir and rc is not None:
         with contextlib.suppress(OSError, ValueError):
             summary = json.load(open(f"{out_dir}/run_summary.json", encoding="utf-8"))
     keep = ("backend", "dtype", "tokens_per_s", "train_runtime_s", "peak_memory_gib", "peak_reserved_gib", "plan")
@@ -163,20 +174,20 @@ def main(argv=None) -> int:
         "rc": rc,
         "train_args": train_args,
         "pad_to_multiple_of": a.pad_to_multiple_of,
-        "phases": phases,
+        "phases": dict(phases),
         "padding_fraction": round(1 - tokens / padded, 4) if padded else None,
         "micro_batches": rows,
         "summary": {k: summary.get(k) for k in keep if k in summary},
     }
+    if rc is None and "train_s" in phases:  # train()'s tokens/s from the micro-batches' non-padding tokens
+        result["summary"]["tokens_per_s_from_steps"] = round(tokens / phases["train_s"], 1)
     try:
         all_rows = json.load(open(a.out, encoding="utf-8"))
     except (OSError, ValueError):
         all_rows = {}
     all_rows[a.name] = result
     json.dump(all_rows, open(a.out, "w", encoding="utf-8"), indent=1)
-    print(f"[dpo_first_steps] {a.name}: {json.dumps({**phases, 'padding_fraction': result['padding_fraction']})}")
-    print(f"[dpo_first_steps] summary: {json.dumps(result['summary'])[:800]}")
-    return rc
+    return result
 
 
 if __name__ == "__main__":

@@ -357,3 +357,37 @@ def test_the_t4_grpo_plan_rolls_out_on_the_fused_decoder_when_its_copy_fits_and_
     kept = FinetuneConfig(**{**cfg.__dict__, "rollout_decoder": "generate"})
     generate = plan_run(kept, t4, tinyllama_config, budget_gib=15.0, importable=everything)
     assert generate.rollout_gib is None and not any(r.startswith("rollouts:") for r in generate.reasons)
+
+
+def test_the_t4_plan_on_transformers_keeps_the_adapter_in_float32_and_says_why(tinyllama_config, t4, a100):
+    on_t4 = plan_run(
+        FinetuneConfig(backend="transformers"), t4, tinyllama_config, budget_gib=14.7, importable=everything
+    )
+    assert (on_t4.dtype, on_t4.load_in_4bit, on_t4.adapter_dtype) == ("float16", True, "float32")
+    assert any("adapter trains in float32" in r and "GradScaler" in r for r in on_t4.reasons)
+    unsloth = plan_run(FinetuneConfig(), t4, tinyllama_config, budget_gib=14.7, importable=everything)
+    assert (unsloth.backend, unsloth.adapter_dtype) == ("unsloth", None)  # Unsloth's own choice
+    bf16 = plan_run(FinetuneConfig(), a100, tinyllama_config, budget_gib=39.0, importable=everything)
+    assert (bf16.dtype, bf16.adapter_dtype) == ("bfloat16", None)  # TRL's bf16 QLoRA adapter trains under bf16
+    assert plan_run(FinetuneConfig(), Hardware(), tinyllama_config).adapter_dtype == "float32"
+
+
+@pytest.mark.parametrize("method", ["dpo", "kto", "orpo", "simpo"])
+def test_preference_runs_take_sdpa_without_compiles_and_say_when_the_compiled_paths_pay(tinyllama_config, t4, method):
+    # a preference micro-batch is padded to its longest sequence: flex attention / Unsloth's blocks compile per length
+    h200 = plan_run(FinetuneConfig(method=method), H200, tinyllama_config, budget_gib=139.0, importable=everything)
+    assert (h200.backend, h200.attn_implementation) == ("transformers", "sdpa")
+    assert any("not flex attention" in r and "attn_implementation='flex_attention'" in r for r in h200.reasons)
+    on_t4 = plan_run(FinetuneConfig(method=method), t4, tinyllama_config, budget_gib=14.7, importable=everything)
+    assert (on_t4.backend, on_t4.attn_implementation, on_t4.adapter_dtype) == ("transformers", "sdpa", "float32")
+    assert any("not Unsloth" in r and "backend='unsloth'" in r for r in on_t4.reasons)
+    sft = plan_run(FinetuneConfig(), H200, tinyllama_config, budget_gib=139.0, importable=everything)
+    assert sft.attn_implementation == "flex_attention"  # packed to one length: flex compiles once
+    asked = plan_run(
+        FinetuneConfig(method=method, attn_implementation="flex_attention", backend="unsloth"),
+        t4,
+        tinyllama_config,
+        budget_gib=14.7,
+        importable=everything,
+    )
+    assert asked.backend == "unsloth"

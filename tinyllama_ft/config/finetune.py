@@ -119,7 +119,7 @@ class ModelSection:
     when needed; ``plan.plan_run``); "article": the article's cell values literally (this package)."""
     backend: Backend = _field("auto", identity=False)
     """"auto", "unsloth" or "transformers"; auto: the plan's pick (Unsloth on a T4, transformers on a bf16
-    GPU with the fast recipe and on a CPU) (this package)."""
+    GPU with the fast recipe, for the preference methods and on a CPU) (this package)."""
     attn_implementation: str | None = _field(None, identity=False)
     """transformers' attention kernel ("sdpa", "flex_attention"); None: the plan's pick (this package)."""
     use_liger_kernel: bool = _field(False, identity=False)

@@ -48,6 +48,23 @@ def resolve_dtype(dtype: str | None, hardware: Hardware) -> str:
     return name
 
 
+def adapter_dtype(dtype_name: str, backend: str) -> str | None:
+    """The dtype the trainable weights (LoRA, whole modules) keep through training, or None where the libraries' own
+    choice stands.
+
+    Args:
+        dtype_name: the run's dtype (``resolve_dtype``). backend: ``"unsloth"`` or ``"transformers"``.
+
+    Returns:
+        ``"float32"`` on the transformers backend in float16 or float32: fp16 mixed precision's ``GradScaler``
+        unscales float32 gradients only (bf16 ones raise ``_amp_foreach_non_finite_check_and_unscale_cuda not
+        implemented for 'BFloat16'``), and TRL's trainers (1.15, 1.16) cast a 4-bit model's trainable weights to
+        bfloat16 (the QLoRA paper's choice) whatever the run's precision; None in bfloat16 (TRL's bf16 on a 4-bit
+        base, PEFT's float32 otherwise) and on Unsloth (its own).
+    """
+    return "float32" if backend == "transformers" and dtype_name in ("float16", "float32") else None
+
+
 def torch_dtype(name: str):
     """The ``torch.dtype`` for a name returned by ``resolve_dtype`` (imports torch)."""
     import torch

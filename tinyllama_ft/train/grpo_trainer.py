@@ -20,7 +20,7 @@ from .plan import RunPlan
 from .progress import ProgressPrinter
 from .grpo_rollout import ForgetFusedCopies, fused_rollout, why_not_fused
 from .rewards import resolve_rewards
-from .trainers import require_peft, settle_reference, spelled_kwargs, trainer_config_kwargs
+from .trainers import keep_adapter_dtype, require_peft, settle_reference, spelled_kwargs, trainer_config_kwargs
 
 #: What TRL's GRPO logs per step besides the loss, read for the step line and ``reward_history``.
 REWARD = "reward"
@@ -189,7 +189,7 @@ def build_grpo_trainer(
         )
     if progress:
         print(f"  rollouts: {'the fused decoder (train.grpo_rollout)' if not why_not else f'generate ({why_not})'}")
-    return settle_reference(trainer, cfg, from_adapter=from_adapter, progress=progress)
+    return keep_adapter_dtype(settle_reference(trainer, cfg, from_adapter=from_adapter, progress=progress), plan)
 
 
 def logged_reward_names(log_history: Sequence[dict]) -> list[str]:

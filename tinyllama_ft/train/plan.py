@@ -19,7 +19,7 @@ from ..config.finetune import FinetuneConfig
 from ..config.methods import METHODS
 from ..machine.hardware import Hardware, is_importable
 from ..models.loading import choose_backend, rope_scaling_factor
-from ..models.precision import resolve_dtype
+from ..models.precision import adapter_dtype, resolve_dtype
 from .memory_estimate import (
     HEADROOM,
     estimate_peak_gib,
@@ -28,6 +28,22 @@ from .memory_estimate import (
     projection_parameters,
     read_model_config,
     splits,
+)
+
+
+#: Why a preference run (pairs or rows padded to the longest of each micro-batch, a new length at nearly every step)
+#: skips the compiling paths; the figures: benchmarks/README.md, 2026-12-06 (third session), H100, 30 DPO steps.
+PADDED_BF16 = (
+    "method={method!r}: SDPA, not flex attention: each micro-batch is padded to its longest sequence and flex "
+    "attention compiles again for new lengths (first step 19.7 -> 3.1 s, whole train() 1,343 -> 2,649 tokens/s at 30 "
+    "steps; flex's faster steady steps pay its compiles back after about 150 steps: set "
+    "attn_implementation='flex_attention' for long runs)"
+)
+PADDED_FP16 = (
+    "method={method!r} on a {dtype} GPU: transformers + PEFT with SDPA, not Unsloth: Unsloth's compiled decoder "
+    "blocks took 43 s of DPO's first step on the T4 stand-in (here 3.6 s, nothing compiled; whole train() 2,479 "
+    "tokens/s at 30 steps) and its patched DPO trainer did not build with TRL 1.15 (TRL's ran); its faster steady "
+    "steps pay that back after about 180 steps: set backend='unsloth' for long runs"
 )
 
 
@@ -60,6 +76,8 @@ class RunPlan:
         rollout_gib: GRPO on a CUDA GPU: GiB the fused rollouts add (``fused_rollout_gib``); None otherwise.
         rollouts_fit: False when that memory beside training's estimate passes the budget: ``rollout_decoder="auto"``
             then samples with TRL's ``generate`` (``grpo_rollout.why_not_fused`` reads it).
+        adapter_dtype: the dtype the trainable weights keep (``precision.adapter_dtype``; the trainer builders
+            cast them back after TRL's trainer is built); None: as the libraries leave them.
     """
 
     recipe: str
@@ -83,6 +101,7 @@ class RunPlan:
     rewards: tuple[str, ...] = ()
     rollout_gib: float | None = None
     rollouts_fit: bool = True
+    adapter_dtype: str | None = None
 
     @property
     def effective_batch_size(self) -> int:
@@ -256,7 +275,22 @@ def plan_run(
 
     def plan(**chosen) -> RunPlan:
         given = dict(per_device_train_batch_size=split[0], gradient_accumulation_steps=split[1], recipe="fast")
-        return RunPlan(**{**given, "rope_scaling_factor": rope, **chosen, **common, "reasons": tuple(reasons)})
+        kept = adapter_dtype(dtype, chosen["backend"])
+        if kept and dtype == "float16" and common["load_in_4bit"]:
+            reasons.append(
+                "float16 on a 4-bit base: the adapter trains in float32 (TRL casts it to bfloat16, whose gradients "
+                "fp16's GradScaler cannot unscale)"
+            )
+        return RunPlan(
+            **{
+                **given,
+                "rope_scaling_factor": rope,
+                **chosen,
+                **common,
+                "adapter_dtype": kept,
+                "reasons": tuple(reasons),
+            }
+        )
 
     if cfg.recipe == "article":
         reasons.append("the article's cell values, as configured")
@@ -276,14 +310,23 @@ def plan_run(
             gradient_checkpointing=False,
         )
     bf16 = dtype == "bfloat16" and hardware.bf16_capable
+    # a preference micro-batch is padded to its longest sequence, a new length at nearly every step: flex attention
+    # (bf16) and Unsloth's compiled decoder blocks (fp16) compile again or first, which short runs never pay back
+    padded = method.summary == "preference"
     if cfg.backend == "auto":
-        if bf16:
+        if bf16 and padded:
+            backend = "transformers"
+            reasons.append(PADDED_BF16.format(method=cfg.method))
+        elif bf16:
             backend = "transformers"
             reasons.append(
                 "bf16 GPU: transformers + PEFT with flex attention and fused kernels (3x Unsloth's "
                 "tokens/s at the same batch on the H200); packed batches padded to batch x max_seq_length "
                 "tokens, so flex attention compiles once"
             )
+        elif padded and not cfg.adapter_name_or_path:
+            backend = "transformers"
+            reasons.append(PADDED_FP16.format(method=cfg.method, dtype=dtype))
         elif not cfg.adapter_name_or_path:  # else said above
             reasons.append(
                 f"{dtype} GPU: Unsloth (its kernels target the T4 generation)"
@@ -292,7 +335,7 @@ def plan_run(
             )
     attn, liger = cfg.attn_implementation, False
     if backend == "transformers":
-        attn = attn or ("flex_attention" if bf16 else "sdpa")
+        attn = attn or ("flex_attention" if bf16 and not padded else "sdpa")
         liger = bf16 and importable("liger_kernel") and method.liger
         if bf16 and not liger and method.liger:
             reasons.append("liger-kernel not installed: the loss materialises the logits (pip install liger-kernel)")

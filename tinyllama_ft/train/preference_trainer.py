@@ -19,7 +19,14 @@ from ..config.methods import METHODS
 from ..data.preference_tokens import unpair
 from ..models.lora import peft_wrapping
 from .plan import RunPlan
-from .trainers import require_peft, sdpa_evaluating, settle_reference, spelled_kwargs, trainer_config_kwargs
+from .trainers import (
+    keep_adapter_dtype,
+    require_peft,
+    sdpa_evaluating,
+    settle_reference,
+    spelled_kwargs,
+    trainer_config_kwargs,
+)
 
 #: The id columns each method's trainer reads (``preference_tokens.tokenize_preferences`` output).
 PAIR_COLUMNS = ("prompt_ids", "chosen_ids", "rejected_ids")
@@ -225,4 +232,4 @@ def build_preference_trainer(
         callbacks=callbacks,
         processing_class=tokenizer,
     )
-    return settle_reference(trainer, cfg, from_adapter=from_adapter, progress=progress)
+    return keep_adapter_dtype(settle_reference(trainer, cfg, from_adapter=from_adapter, progress=progress), plan)

@@ -13,7 +13,7 @@ from typing import Any
 from ..config.finetune import FinetuneConfig
 from ..data.tokenization import prepare_training_rows
 from .plan import RunPlan
-from .trainers import quiet_progress, sdpa_evaluating, spelled_kwargs, trainer_config_kwargs
+from .trainers import keep_adapter_dtype, quiet_progress, sdpa_evaluating, spelled_kwargs, trainer_config_kwargs
 
 
 def sft_config_kwargs(cfg: FinetuneConfig, plan: RunPlan, *, has_eval: bool, config_cls=None) -> dict[str, Any]:
@@ -114,4 +114,4 @@ def build_sft_trainer(
     trainer.embedding_learning_rate = cfg.embedding_learning_rate
     if progress:
         quiet_progress(trainer)
-    return trainer
+    return keep_adapter_dtype(trainer, plan)

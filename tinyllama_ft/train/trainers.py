@@ -157,6 +157,24 @@ def sdpa_evaluating(trainer_cls):
     return Trainer
 
 
+def keep_adapter_dtype(trainer, plan: RunPlan):
+    """``trainer`` (just built by TRL) with its model's trainable weights cast back to ``plan.adapter_dtype`` where
+    TRL changed them (its QLoRA cast of a 4-bit model's adapter to bfloat16, which fp16's GradScaler refuses at the
+    first optimizer step); nothing when ``plan.adapter_dtype`` is None. Before any step: the optimizer is not built.
+
+    Returns:
+        The trainer.
+    """
+    if plan.adapter_dtype:
+        import torch
+
+        dtype = getattr(torch, plan.adapter_dtype)
+        for param in trainer.model.parameters():
+            if param.requires_grad and param.dtype != dtype and param.dtype.is_floating_point:
+                param.data = param.data.to(dtype)
+    return trainer
+
+
 #: The name TRL gives the frozen copy of a PEFT model's ``default`` adapter (its DPO, KTO and GRPO trainers).
 REF_ADAPTER = "ref"
 
