@@ -5,6 +5,7 @@ batched against unbatched scores, one-line refusals, and (slow) the same numbers
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
 import shutil
@@ -108,8 +109,8 @@ def test_generation_tasks_are_prompted_as_generate_prompts_the_adapter(loaded, a
 
     model, tokenizer = loaded
     record = read_record(adapter)
-    template, stops, chat = generation_format(tokenizer, record=record)
-    assert not chat and stops == [tokenizer.eos_token_id]
+    template, stops, fmt = generation_format(tokenizer, record=record)
+    assert fmt.name == "alpaca" and stops == [tokenizer.eos_token_id]
     rendered = tokenizer.apply_chat_template(
         [{"role": "user", "content": "Add 2 and 3."}],
         chat_template=template,
@@ -259,3 +260,43 @@ def test_the_eval_command_prints_the_table_and_writes_beside_the_run_summary(ada
     assert main(["eval", "--adapter", adapter, "--tasks", "no_such_task.jsonl"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("tinyllama-ft eval: error: --tasks: no such file") and "\n" not in err
+
+
+@pytest.fixture(scope="module")
+def text_adapter(adapter, stories_dir, tmp_path_factory):
+    """The same adapter recorded as a continued-pretraining run (dataset_format: text), in a run folder of its own."""
+    from tinyllama_ft.config.finetune import FinetuneConfig
+    from tinyllama_ft.models.run_record import adapter_record, write_record
+
+    path = tmp_path_factory.mktemp("bench-text") / "lora_model"
+    shutil.copytree(adapter, path)
+    cfg = FinetuneConfig(model_name=str(stories_dir), max_seq_length=512, dtype="float32", load_in_4bit=False)
+    write_record(str(path), adapter_record(dataclasses.replace(cfg, dataset_format="text")))
+    return str(path)
+
+
+def test_a_text_adapter_is_asked_in_raw_text_as_generate_asks_it(text_adapter, qa_file, capsys):
+    """Issue 42: `tinyllama-ft eval` on a text adapter prompts generation tasks with the question as it is (no chat
+    template, no Alpaca prompt), stopping at EOS, as `generate` completes it; a --template is refused before any model
+    loads, as generate refuses it. (It read the record as a chat run's: the tokenizer's chat template, few-shot turns.)"""
+    from transformers import AutoTokenizer
+
+    from tinyllama_ft.cli import main
+    from tinyllama_ft.evaluate.benchmarks import generation_format
+    from tinyllama_ft.models.run_record import read_record
+
+    tokenizer = AutoTokenizer.from_pretrained(text_adapter)
+    template, stops = generation_format(tokenizer, record=read_record(text_adapter))[:2]
+    assert stops == [tokenizer.eos_token_id]
+    messages = [{"role": "user", "content": "The capital of France is"}]
+    rendered = tokenizer.apply_chat_template(
+        messages, chat_template=template, tokenize=False, add_generation_prompt=True
+    )
+    assert rendered == "The capital of France is"
+    assert main(["eval", "--adapter", text_adapter, "--tasks", str(qa_file), "--limit", "1"]) == 0
+    assert "| own_capitals | exact_match | 1 |" in capsys.readouterr().out
+    written = json.loads((Path(text_adapter).parent / "benchmarks.json").read_text(encoding="utf-8"))
+    assert written["settings"]["generation_format"] == "text"
+    assert written["settings"]["stop_token_ids"] == [tokenizer.eos_token_id]
+    assert main(["eval", "--adapter", text_adapter, "--tasks", str(qa_file), "--template", "alpaca"]) == 2
+    assert "the adapter was trained on raw text documents" in capsys.readouterr().err

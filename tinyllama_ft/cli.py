@@ -203,19 +203,19 @@ def evaluate(
     Returns:
         ``benchmarks.Benchmarks``.
     """
+    from .data.formats import recorded_data_format
     from .evaluate.benchmarks import RESULTS_FILE, evaluate_benchmarks
     from .models.run_record import read_record
 
     cfg, recorded = _checked(adapter, base_model, fields, "tinyllama-ft eval")
-    template = recorded.pop("template")
+    fmt = recorded_data_format(read_record(adapter), template=recorded.pop("template"), where="tinyllama-ft eval")
     model, tokenizer = _loaded(adapter, base_model, cfg, recorded)
     output_dir = output_dir or os.path.dirname(os.path.abspath(adapter))
     results = evaluate_benchmarks(
         model,
         tokenizer,
         tasks,
-        record=read_record(adapter),
-        template=template,
+        data_format=fmt,
         limit=int(limit) if limit is not None and limit >= 1 else limit,
         num_fewshot=num_fewshot,
         batch_size=batch_size,

@@ -140,22 +140,27 @@ def generation_format(tokenizer, *, data_format=None, record=None, template=None
         template: a ``template`` the caller gave (the command line's ``--template``), checked against the record.
 
     Returns:
-        ``(chat_template, stop_token_ids, chat)``: the Jinja chat template lm-eval renders each prompt with (an Alpaca
+        ``(chat_template, stop_token_ids, fmt)``: the Jinja chat template lm-eval renders each prompt with (an Alpaca
         run's: ``alpaca_chat_template.jinja_chat_template(template)``, exactly ``format_prompt``; a chat run's: its
-        tokenizer's), the ids generation stops on, and whether the format is a chat template's.
+        tokenizer's; a text run's: ``TextFormat.exported_chat_template``, the text as it is), the ids generation stops
+        on, and the format (``fmt.form == "conversation"``: a chat template's, few-shot examples as turns).
 
     Raises:
-        ConfigError: ``template`` contradicts the record, or is given for a chat adapter (``recorded_data_format``).
+        ConfigError: ``template`` contradicts the record, or is given for a chat or text adapter
+            (``recorded_data_format``).
     """
     from ..data.alpaca_chat_template import jinja_chat_template
     from ..data.formats import recorded_data_format
     from ..models.chat_templates import adds_bos
 
     fmt = data_format or recorded_data_format(record or {}, template=template, where="evaluate_benchmarks")
-    chat = fmt.name != "alpaca"
-    stops = list(fmt.stop_token_ids(tokenizer))
-    template = tokenizer.chat_template if chat else jinja_chat_template(fmt.template, bos=adds_bos(tokenizer))
-    return template, stops, chat
+    if fmt.name == "text":
+        template = fmt.exported_chat_template(tokenizer)
+    elif fmt.form == "conversation":
+        template = tokenizer.chat_template
+    else:
+        template = jinja_chat_template(fmt.template, bos=adds_bos(tokenizer))
+    return template, list(fmt.stop_token_ids(tokenizer)), fmt
 
 
 def _manager(include_paths: Sequence[str], names: Sequence[str]):
@@ -282,9 +287,10 @@ def evaluate_benchmarks(
 
     from .scoring import eval_mode
 
-    chat_template, stop_ids, chat = generation_format(
+    chat_template, stop_ids, fmt = generation_format(
         tokenizer, data_format=data_format, record=record, template=template
     )
+    chat = fmt.form == "conversation"
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="tinyllama-ft-tasks-") as own, _quiet_lm_eval():
         names = [own_task(n, own) if n.lower().endswith(OWN_SUFFIXES) else n for n in names]
@@ -329,7 +335,7 @@ def evaluate_benchmarks(
         "limit": limit,
         "num_fewshot": num_fewshot,
         "batch_size": batch_size,
-        "generation_format": "chat template" if chat else "alpaca",
+        "generation_format": "chat template" if chat else fmt.name,  # "alpaca" or "text"
         "stop_token_ids": list(stop_ids),
         "lm_eval_version": getattr(lm_eval, "__version__", None),
         "seconds": round(time.perf_counter() - started, 1),
