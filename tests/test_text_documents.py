@@ -116,6 +116,32 @@ def test_each_document_ends_in_eos_with_the_loss_on_every_token_and_long_ones_ar
     assert f"{report.long} longer than {WINDOW} tokens, split into windows (none cut)" in report.summary()
 
 
+def test_the_chunk_report_is_in_the_run_summary(corpus, stories_dir):
+    """What tokenize prints (documents, tokens, long ones, their windows) is recorded under "chunks" in
+    run_summary.json, through the format's summary fields as the pipeline and the notebook pass them."""
+    from tinyllama_ft.machine.hardware import Hardware
+    from tinyllama_ft.train.plan import plan_run
+    from tinyllama_ft.train.summary import build_run_summary
+
+    tokenizer, docs, _ = corpus
+    cfg = FinetuneConfig(model_name=str(stories_dir), dataset_format="text", max_seq_length=WINDOW)
+    fmt = TextFormat(WINDOW)
+    rows = fmt.tokenize(docs.select(range(12)), tokenizer, cfg)
+    fmt.first_batch = {"samples": 1}
+    fields = fmt.summary_fields()
+    summary = build_run_summary(cfg=cfg, plan=plan_run(cfg, Hardware()), hardware=Hardware(), results={}, **fields)
+    lengths = [len(ids) for ids in rows["input_ids"]]
+    chunks = json.loads(json.dumps(summary["chunks"]))
+    assert chunks == {
+        "documents": 12,
+        "tokens": sum(lengths),
+        "long": sum(n > WINDOW for n in lengths),
+        "windows": sum(len(chunk_ids(ids, WINDOW)) for ids in rows["input_ids"]),
+        "max_seq_length": WINDOW,
+    }
+    assert chunks["long"] > 0 and summary["plan"]["eos_first_batch"] == {"samples": 1}
+
+
 def test_packed_documents_never_attend_across_and_no_token_is_cut(corpus, stories_dir, tmp_path):
     """TRL's bfd_split packing of the text format's rows: every window is at most max_seq_length tokens, the windows
     hold every document token exactly once (none cut), every token is a target, and each packed sample's logits

@@ -505,8 +505,8 @@ class TextFormat(_Format):
         return self.tokenizer
 
     def summary_fields(self) -> dict[str, Any]:
-        """``summary.build_run_summary`` arguments: the first-batch EOS counts."""
-        return {"eos": self.first_batch}
+        """``summary.build_run_summary`` arguments: the first-batch EOS counts and the ``ChunkReport``."""
+        return {"eos": self.first_batch, "chunks": self.chunks}
 
 
 #: The format class of a saved adapter's recorded ``dataset_format`` (``run_record.recorded_format``); any other name

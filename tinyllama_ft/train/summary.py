@@ -169,6 +169,7 @@ def build_run_summary(
     chat: dict | None = None,
     preference: dict | None = None,
     grpo: dict | None = None,
+    chunks=None,
 ) -> dict[str, Any]:
     """The fields of ``run_summary.json``.
 
@@ -202,6 +203,8 @@ def build_run_summary(
             ``heldout`` holds (accuracy, format compliance, each reward's mean, mean completion length) and
             ``"reward_history"`` (``grpo_trainer.reward_history``: per logged step, each reward's mean, the summed
             reward, the share of groups with zero reward variance, the mean completion length).
+        chunks: a text run's ``text_documents.ChunkReport`` (documents, tokens with their EOS, documents longer than
+            ``max_seq_length``, the windows they split into), recorded under ``"chunks"``; None for other runs.
 
     Returns:
         A JSON-ready dict: ``eval_loss_before``, ``eval_loss_after``, ``train_runtime_s``, ``train_tokens``,
@@ -237,6 +240,8 @@ def build_run_summary(
     trained = {"beta": cfg.beta, "loss_type": list(cfg.loss_type), "reference": plan.reference}
     if chat is not None:
         summary["chat"] = chat
+    if chunks is not None:
+        summary["chunks"] = chunks.as_dict()
     if preference is not None:
         evals = [h for h in results.get("log_history", []) if "eval_rewards/accuracies" in h]
         summary["preference"] = {
