@@ -43,7 +43,8 @@ if importlib.util.find_spec("tinyllama_ft") is None:
 # %% [markdown]
 # Every knob of an Alpaca run, by section (the chat section's are in finetune_chat.ipynb); the defaults are the
 # article's values (`max_steps=60` as Unsloth's notebooks; `-1` trains the article's full epoch). docs/parameters.md
-# explains each one. The last line records the
+# explains each one. `dataset_format = "text"` runs the same cells on raw documents instead (continued pretraining,
+# `dataset` a folder of `.txt` / `.md` files or a `text` column: docs/text.md). The last line records the
 # names defined so far: the next cell reads the parameters among them and what papermill's `-p` adds, nothing else.
 
 # %% tags=["parameters"]
@@ -80,6 +81,8 @@ eval_split = None  # @param [None, 'validation', 'test'] {type:"raw"}
 long_rows = 'drop'  # @param ['drop', 'truncate', 'split']
 strict = False  # @param {type:"boolean"}
 dataset_num_proc = 2  # @param {type:"raw"}
+# chat (conversations) (dataset_format only: 'text' trains on raw documents, docs/text.md)
+dataset_format = 'alpaca'  # @param ['alpaca', 'text']
 # training
 learning_rate = 2e-05  # @param {type:"number"}
 embedding_learning_rate = None  # @param {type:"raw"}

@@ -80,15 +80,19 @@ class ParametersCell:
     notes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
-#: The Alpaca notebook: every field with its default, but the chat section's, the preference section's and the GRPO
-#: section's (an SFT run's notebook).
+#: The Alpaca notebook: every field with its default, but the chat section's (dataset_format aside: Alpaca rows or raw
+#: text documents, continued pretraining, docs/text.md), the preference section's and the GRPO section's (an SFT run's
+#: notebook).
 ALPACA_NOTEBOOK = ParametersCell(
     "notebooks/finetune_tinyllama.py",
     {
         name: getattr(DEFAULTS, name)
         for name in FIELD_NAMES
-        if name not in section_fields("chat") + section_fields("preference") + section_fields("grpo")
+        if name == "dataset_format"
+        or name not in section_fields("chat") + section_fields("preference") + section_fields("grpo")
     },
+    choices={"dataset_format": ("alpaca", "text")},
+    notes={"chat": "dataset_format only: 'text' trains on raw documents, docs/text.md"},
 )
 _CHAT_SHOWN = (
     *("model_name", "max_seq_length", "dtype", "load_in_4bit", "backend"),

@@ -31,9 +31,10 @@ def _chat_section():
 
 
 def test_parameters_cell_holds_every_field_but_the_chat_preference_and_grpo_sections_with_its_default():
-    """The Alpaca notebook trains on Alpaca rows only, by SFT: a conversation run's fields (the chat section's) are the
-    chat notebook's and a preference or GRPO run's (method, beta, num_generations, ...) their notebooks', not offered
-    here; they keep their defaults (dataset_format "alpaca", method "sft")."""
+    """The Alpaca notebook trains on Alpaca rows (or raw text documents: dataset_format, the chat section's one field
+    here), by SFT: a conversation run's fields (the chat section's) are the chat notebook's and a preference or GRPO
+    run's (method, beta, num_generations, ...) their notebooks', not offered here; they keep their defaults (method
+    "sft")."""
     tree = ast.parse(_parameters_cell())
     values = {
         node.targets[0].id: ast.literal_eval(node.value)
@@ -48,8 +49,9 @@ def test_parameters_cell_holds_every_field_but_the_chat_preference_and_grpo_sect
         f.name for section in ("preference", "grpo") for f in dataclasses.fields(SECTIONS[section])
     }
     assert {"chat_template", "assistant_only_loss", "extra_datasets", "dataset_format", "method", "beta"} <= chat
-    assert not set(values) & chat
-    assert list(values) == [n for n in FIELD_NAMES if n not in chat]  # every other field, in the config's order
+    assert set(values) & chat == {"dataset_format"}
+    shown = [n for n in FIELD_NAMES if n not in chat or n == "dataset_format"]
+    assert list(values) == shown  # every other field, in the config's order
     assert FinetuneConfig(**values) == DEFAULTS  # and each default as the config has it
 
 
@@ -58,7 +60,29 @@ def test_parameters_cell_is_the_generated_one():
     import config_tables
 
     assert _parameters_cell() + "\n" == config_tables.parameters_cell(config_tables.ALPACA_NOTEBOOK)
-    assert "# chat" not in _parameters_cell()
+    assert "dataset_format = 'alpaca'  # @param ['alpaca', 'text']\n" in _parameters_cell()
+    assert "chat_template" not in _parameters_cell()
+
+
+def test_a_text_run_is_reached_by_the_notebooks_parameters():
+    """`papermill -p dataset_format text -p dataset data/python_reference/topics` (docs/text.md): the configuration
+    cell reads the parameters cell and papermill's injected values into a text run (raw documents, windows split,
+    none cut), the cells after it unchanged."""
+    from tinyllama_ft.config.sources import config_from_notebook
+    from tinyllama_ft.data.formats import TextFormat, data_format
+
+    namespace: dict = {}
+    exec(_parameters_cell(), namespace)  # the parameters cell, then papermill's cell of -p values
+    namespace.update(dataset_format="text", dataset="data/python_reference/topics")
+    cfg = config_from_notebook(namespace, names_before=namespace["_names_at_parameters"])
+    assert (cfg.dataset_format, cfg.dataset, cfg.packing_strategy) == (
+        "text",
+        "data/python_reference/topics",
+        "bfd_split",
+    )
+    assert isinstance(data_format(cfg), TextFormat) and data_format(cfg).max_seq_length == cfg.max_seq_length
+    text = " ".join((REPO / "docs" / "text.md").read_text(encoding="utf-8").split())
+    assert "-p dataset_format text -p dataset data/python_reference/topics" in text
 
 
 def _stops_at_config(tmp_path, **parameters):
