@@ -1,8 +1,8 @@
 """Benchmark scores before and after fine-tuning on EleutherAI's lm-evaluation-harness (``lm-eval``): one PEFT model,
 its adapter switched off (base) then on (tuned), on lm-eval's tasks by name, the shipped offline tasks
 (``benchmark_tasks``) or a ``.jsonl`` / ``.csv`` of question / answer rows (exact match). Tasks that generate are
-prompted in the adapter's format (Alpaca's template or its chat template, as ``generate`` prompts it) and stop on its
-stop tokens; log-likelihood tasks (multiple choice) keep lm-eval's own prompt, as published figures do.
+prompted in the adapter's format (Alpaca's template, its chat template or a text adapter's raw text, as ``generate``
+prompts it) and stop on its stop tokens; log-likelihood tasks (multiple choice) keep lm-eval's own prompt, as published figures do.
 """
 
 from __future__ import annotations
