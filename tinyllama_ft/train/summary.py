@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+from dataclasses import asdict
 from typing import Any
 
 from ..config.methods import METHODS
@@ -241,7 +242,7 @@ def build_run_summary(
     if chat is not None:
         summary["chat"] = chat
     if chunks is not None:
-        summary["chunks"] = chunks.as_dict()
+        summary["chunks"] = asdict(chunks)
     if preference is not None:
         evals = [h for h in results.get("log_history", []) if "eval_rewards/accuracies" in h]
         summary["preference"] = {
