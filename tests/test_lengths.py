@@ -78,10 +78,9 @@ def test_prompt_only_overflow_starts_exactly_where_the_prompt_fills_the_window(t
         length_report(ds, tok, max_seq_length=p + 1, packing=True).prompt_overflow == []
     )  # the first response token fits
     assert length_report(ds, tok, max_seq_length=p + 1, packing=True).long == [0]
-    # a text column alone is TRL's tokenization, which the package's runs do not use: refused, not measured
-    bare = datasets.Dataset.from_dict({"text": [ds[0]["text"]]})
-    with pytest.raises(ValueError, match=r"length_report measures tokenized rows .* columns \['text'\]"):
-        length_report(bare, tok, max_seq_length=4096, packing=True)
+    # a text without EOS is measured with the EOS TRL appends to it
+    bare = datasets.Dataset.from_dict({"text": [ds[0]["text"].removesuffix(tok.eos_token)]})
+    assert length_report(bare, tok, max_seq_length=4096, packing=True).lengths == [len(full_ids)]
 
 
 @pytest.mark.parametrize(

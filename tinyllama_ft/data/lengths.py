@@ -1,7 +1,7 @@
 """Rows longer than ``max_seq_length`` tokens: counted and reported before training, then handled by a policy.
 
-A row's length is its token count as the trainer gets it (``tokenization.tokenize_dataset``'s ``input_ids``).
-The policy (``FinetuneConfig.long_rows``: ``"drop"``,
+A row's length is its token count as the trainer gets it (``tokenization.tokenize_dataset``'s ``input_ids``,
+or TRL's tokenization of a ``text`` column). The policy (``FinetuneConfig.long_rows``: ``"drop"``,
 ``"truncate"``, ``"split"``) decides before TRL, whose handling of each packing strategy is in
 docs/internals.md; a row whose prompt alone fills the window is dropped under every policy.
 """
@@ -9,15 +9,19 @@ docs/internals.md; a row whose prompt alone fills the window is dropped under ev
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..config.finetune import DEFAULTS
 from ..config.packing import resolve_packing_strategy
+from .alpaca_prompts import RESPONSE_MARKER, add_eos
 from .tokenization import training_rows, without_rows
 
 #: How many row indices a summary names.
 SHOW_ROWS = 5
+#: Rows per tokenizer call (one batched call per chunk keeps memory flat on large datasets).
+TOKENIZE_CHUNK = 2000
 
 
 @dataclass
@@ -150,6 +154,28 @@ class LengthReport:
         }
 
 
+def token_ids(texts: Sequence[str], tokenizer, append_eos: bool = True) -> list[list[int]]:
+    """One list of token ids per training text, as TRL's trainer tokenizes it (special tokens included;
+    ``append_eos``: ``tokenizer.eos_token`` appended where missing, as TRL does), ``TOKENIZE_CHUNK`` texts a call."""
+    ids: list[list[int]] = []
+    for start in range(0, len(texts), TOKENIZE_CHUNK):
+        chunk = texts[start : start + TOKENIZE_CHUNK]
+        if append_eos:
+            chunk = [add_eos(t, tokenizer.eos_token) for t in chunk]
+        ids.extend(tokenizer(text=list(chunk), return_attention_mask=False)["input_ids"])
+    return ids
+
+
+def _prompt_text(text: str, output: str | None, eos: str) -> str | None:
+    """The prompt part of a training text: up to the response (the ``output`` column when the text ends
+    with it, else the last ``"### Response:\\n"``); None when neither finds it."""
+    body = text.removesuffix(eos)
+    if output and body.endswith(output):
+        return body[: len(body) - len(output)]
+    at = body.rfind(RESPONSE_MARKER)
+    return body[: at + len(RESPONSE_MARKER)] if at >= 0 else None
+
+
 def length_report(
     dataset,
     tokenizer,
@@ -158,6 +184,8 @@ def length_report(
     packing: bool = DEFAULTS.packing,
     packing_strategy: str = DEFAULTS.packing_strategy,
     data_report=None,
+    text_column: str = "text",
+    output_column: str = DEFAULTS.output_column,
     template: str = DEFAULTS.template,
 ) -> LengthReport:
     """Measure every row of a dataset against ``max_seq_length``, before training, as the trainer gets it.
@@ -165,7 +193,9 @@ def length_report(
     Args:
         dataset: ``datasets.Dataset`` of tokenized rows (``input_ids`` + ``completion_mask``,
             ``tokenization.tokenize_dataset`` output: the prompt is where the mask is 0), or of Alpaca rows
-            (tokenized the same way here, as ``build_trainer`` does).
+            (tokenized the same way here, as ``build_trainer`` does), or with only a ``text_column`` (measured
+            as TRL tokenizes it; the ``output_column`` it was built from, when there, marks where the
+            response starts; without it the last ``"### Response:\\n"`` does).
         tokenizer: the run's tokenizer (the one passed to ``build_trainer``).
         max_seq_length: the trainer's window, in tokens.
         packing: whether the trainer packs.
@@ -173,30 +203,28 @@ def length_report(
             without packing.
         data_report: the ``data.DataReport`` of ``load_instruction_data``: messages then give the row's
             index in the source (0-based, as the data report's), not in ``dataset``.
+        text_column, output_column: column names.
         template: as ``alpaca_prompts.format_prompt``, for Alpaca rows.
 
     Returns:
         A ``LengthReport`` (no policy applied yet; ``summary()`` says what the trainer would do).
 
     Raises:
-        ValueError: ``max_seq_length`` is not a positive number of tokens, ``packing_strategy`` is unknown, the
-            rows are neither tokenized nor Alpaca rows (a ``text`` column alone: TRL's tokenization, not measured
-            here), or ``data_report`` kept a different number of rows than ``dataset`` holds.
+        ValueError: ``max_seq_length`` is not a positive number of tokens, ``packing_strategy`` is unknown,
+            or ``data_report`` kept a different number of rows than ``dataset`` holds.
     """
     if max_seq_length <= 0:
         raise ValueError(f"max_seq_length={max_seq_length!r} is not allowed: a positive number of tokens")
     if packing and packing_strategy not in ("bfd", "bfd_split", "wrapped"):
         raise ValueError(f"packing_strategy={packing_strategy!r} is not one of 'bfd', 'bfd_split', 'wrapped'")
     rows = training_rows(dataset, tokenizer, template=template)
-    if "completion_mask" not in rows.column_names:
-        raise ValueError(
-            f"length_report measures tokenized rows (tokenization.tokenize_dataset) or Alpaca rows; the dataset has "
-            f"the columns {rows.column_names}"
-        )
-    masks = rows["completion_mask"]  # our tokenization: the prompt is where the mask is 0
-    lengths = [len(m) for m in masks]
-    long = [i for i, n in enumerate(lengths) if n > max_seq_length]
-    overflow = [i for i in long if 1 not in masks[i][:max_seq_length]]
+    if "completion_mask" in rows.column_names:  # our tokenization: the prompt is where the mask is 0
+        masks = rows["completion_mask"]
+        lengths = [len(m) for m in masks]
+        long = [i for i, n in enumerate(lengths) if n > max_seq_length]
+        overflow = [i for i in long if 1 not in masks[i][:max_seq_length]]
+    else:
+        lengths, long, overflow = _text_lengths(dataset, tokenizer, max_seq_length, text_column, output_column)
     row_ids = None
     if data_report is not None:
         bad = {b.index for b in data_report.bad}
@@ -209,6 +237,21 @@ def length_report(
     return LengthReport(
         max_seq_length, packing, packing_strategy if packing else None, lengths, long, overflow, row_ids
     )
+
+
+def _text_lengths(dataset, tokenizer, max_seq_length, text_column, output_column):
+    """``(lengths, long, prompt_overflow)`` of a ``text`` dataset, tokenized as TRL tokenizes it."""
+    texts = dataset[text_column]
+    ids = token_ids(texts, tokenizer)
+    lengths = [len(x) for x in ids]
+    long = [i for i, n in enumerate(lengths) if n > max_seq_length]
+    outputs = dataset[output_column] if output_column in dataset.column_names else [None] * len(texts)
+    prompts = {i: _prompt_text(texts[i], outputs[i], tokenizer.eos_token) for i in long}
+    measurable = [i for i in long if prompts[i] is not None]
+    prompt_ids = token_ids([prompts[i] for i in measurable], tokenizer, append_eos=False)
+    # the response starts where the prompt's tokens stop matching the full text's (they may merge at the edge)
+    overflow = [i for i, p in zip(measurable, prompt_ids) if len(os.path.commonprefix([p, ids[i]])) >= max_seq_length]
+    return lengths, long, overflow
 
 
 def apply_long_rows(dataset, report: LengthReport, *, policy: str = DEFAULTS.long_rows):
