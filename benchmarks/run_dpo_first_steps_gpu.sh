@@ -13,11 +13,10 @@
 # the rows apart (h200$TAG). The JSON goes to $OUT/dpo_first_steps.json, logs beside.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/dpo_first_steps}; mkdir -p "$OUT"; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
-MODEL=${MODEL:-/tmp/tinyllama-shaped}; STEPS=${STEPS:-30}
-source scripts/gpu_site.sh
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 UNSLOTH_DISABLE_STATISTICS=1
-[[ -f $MODEL/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$MODEL"
+OUT=${OUT:-runs/dpo_first_steps}; mkdir -p "$OUT"
+STEPS=${STEPS:-30}
+source benchmarks/gpu_model.sh
+export UNSLOTH_DISABLE_STATISTICS=1
 common=(--method dpo --model_name "$MODEL" --dataset "$PWD/data/alpaca_pairs/pairs.jsonl" --template alpaca
         --max_seq_length 1024 --max_steps "$STEPS" --eval_steps "$STEPS" --save_steps "$STEPS" --report_to none
         --max_new_tokens 32 --beta 0.1 --learning_rate 5e-5 --warmup_ratio 0.1 --per_device_train_batch_size 2

@@ -8,12 +8,11 @@
 # e.g. --batch_size 16 (default: auto) or --limit 100; the log and benchmarks.json go to $OUT.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/eval_gpu}; mkdir -p "$OUT"; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
-MODEL=${MODEL:-/tmp/tinyllama-shaped}; STEPS=${STEPS:-20}; RUN=/tmp/eval-gpu-run
-source scripts/gpu_site.sh
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
+OUT=${OUT:-runs/eval_gpu}; mkdir -p "$OUT"
+STEPS=${STEPS:-20}; RUN=/tmp/eval-gpu-run
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
-[[ -f $MODEL/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$MODEL"
+source benchmarks/gpu_model.sh
+export HF_DATASETS_OFFLINE=1
 [[ -f $RUN/lora_model/adapter_config.json ]] || python3 -m tinyllama_ft.cli train --config offline_cpu \
   --model_name "$MODEL" --backend transformers --max_seq_length 512 --max_steps "$STEPS" --eval_steps "$STEPS" \
   --save_steps "$STEPS" --report_to none --output_dir "$RUN" --overwrite_output_dir true > "$OUT/train.log" 2>&1 \

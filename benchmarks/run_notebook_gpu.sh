@@ -5,13 +5,10 @@
 # A warm machine keeps /tmp: the installed wheels, the model and --work's run folders (for a "_warm" row).
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/notebook_runs}; WHL_DIR=${WHL_DIR:-.whl}; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
-MODEL=${MODEL:-/tmp/tinyllama-shaped}
+OUT=${OUT:-runs/notebook_runs}; WHL_DIR=${WHL_DIR:-.whl}
 t0=$SECONDS
-source scripts/gpu_site.sh
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 nvidia-smi --query-gpu=name,driver_version,memory.used --format=csv,noheader
-[[ -f $MODEL/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$MODEL"
+source benchmarks/gpu_model.sh
 echo "setup: $((SECONDS - t0)) s"
 python3 benchmarks/notebook_runs.py --model "$MODEL" --dataset "$DATA_DIR/alpaca/alpaca_cleaned_5k.jsonl" \
   --out-dir "$OUT" "$@"

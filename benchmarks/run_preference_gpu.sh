@@ -7,11 +7,9 @@
 # RUN: dpo_transformers dpo_unsloth dpo_t4 sft_transformers (default: all); STEPS (default 30) optimizer steps each.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/preference_gpu}; mkdir -p "$OUT"; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
-MODEL=${MODEL:-/tmp/tinyllama-shaped}; STEPS=${STEPS:-30}
-source scripts/gpu_site.sh
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
-[[ -f $MODEL/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$MODEL"
+OUT=${OUT:-runs/preference_gpu}; mkdir -p "$OUT"
+STEPS=${STEPS:-30}
+source benchmarks/gpu_model.sh
 common=(-p model_name "$MODEL" -p max_steps "$STEPS" -p report_to none -p eval_steps "$STEPS" -p save_steps "$STEPS"
         -p max_new_tokens 32 -p max_seq_length 1024)
 pairs=(-p dataset "$PWD/data/alpaca_pairs/pairs.jsonl")

@@ -11,11 +11,10 @@
 # tokens/s from step 4 on); the log goes to $OUT/text-RUN.log.
 set -u
 cd "$(dirname "$0")/.."
-OUT=${OUT:-runs/text_gpu}; mkdir -p "$OUT"; DATA_DIR=$(cd "${DATA_DIR:-.device-data}" && pwd)
-MODEL=${MODEL:-/tmp/tinyllama-shaped}; STEPS=${STEPS:-12}
-source scripts/gpu_site.sh
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 UNSLOTH_DISABLE_STATISTICS=1
-[[ -f $MODEL/config.json ]] || python3 benchmarks/build_tinyllama_shaped.py --src "$DATA_DIR/tinyllama" --out "$MODEL"
+OUT=${OUT:-runs/text_gpu}; mkdir -p "$OUT"
+STEPS=${STEPS:-12}
+source benchmarks/gpu_model.sh
+export UNSLOTH_DISABLE_STATISTICS=1
 common=(--model_name "$MODEL" --dataset "$PWD/data/python_reference/topics" --dataset_format text
         --max_steps "$STEPS" --eval_steps 1000 --save_steps 1000 --report_to none --reload_merged false
         --overwrite_output_dir true --max_new_tokens 32)
