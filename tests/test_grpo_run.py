@@ -175,6 +175,15 @@ def test_the_runs_cells_build_the_grpo_trainer_and_check_100_held_out_prompts(st
     assert adapter_record(cfg, plan, data_format=fmt)["dataset_format"] == "alpaca"
 
 
+def _prompts_config(tmp_path, rows: list[dict], dataset_format: str) -> FinetuneConfig:
+    """A GRPO configuration over ``rows`` written as JSON lines in ``tmp_path``."""
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return FinetuneConfig(
+        method="grpo", dataset=str(tmp_path / "prompts.jsonl"), dataset_format=dataset_format, max_seq_length=256,
+        max_completion_length=32, output_dir=str(tmp_path / "out"),
+    )  # fmt: skip
+
+
 def test_conversational_prompts_take_the_chat_template_and_the_layout_line(tmp_path):
     from chat_fixtures import smollm2_tokenizer, tiny_model
 
@@ -184,11 +193,7 @@ def test_conversational_prompts_take_the_chat_template_and_the_layout_line(tmp_p
         {"question": [{"role": "user", "content": "What is 2 + 3?"}], "answer": 5},
         {"question": "6 x 7?", "answer": 42},
     ]
-    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    cfg = FinetuneConfig(
-        method="grpo", dataset=str(tmp_path / "chat.jsonl"), dataset_format="auto", max_seq_length=256,
-        max_completion_length=32, output_dir=str(tmp_path / "out"),
-    )  # fmt: skip
+    cfg = _prompts_config(tmp_path, rows, "auto")
     fmt = data_format(cfg)
     kept, report = fmt.load(cfg)  # the second row's text prompt is of the other form: dropped, counted
     assert (report.kept, report.dropped, fmt.form, fmt.prompt_format, fmt.name) == (
@@ -218,11 +223,7 @@ def test_text_prompts_asked_through_the_chat_template_record_the_chat_block(tmp_
     from tinyllama_ft.data.formats import data_format
 
     rows = [{"question": "What is 2 + 3?", "answer": 5}, {"question": "6 x 7?", "answer": 42}]
-    (tmp_path / "text.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    cfg = FinetuneConfig(
-        method="grpo", dataset=str(tmp_path / "text.jsonl"), dataset_format="messages", max_seq_length=256,
-        max_completion_length=32, output_dir=str(tmp_path / "out"),
-    )  # fmt: skip
+    cfg = _prompts_config(tmp_path, rows, "messages")
     fmt = data_format(cfg)
     fmt.load(cfg)
     tokenizer = smollm2_tokenizer()
