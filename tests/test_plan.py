@@ -327,7 +327,7 @@ def test_the_t4_grpo_plan_rolls_out_on_the_fused_decoder_when_its_copy_fits_and_
     from types import SimpleNamespace
 
     from tinyllama_ft.train.grpo_rollout import why_not_fused
-    from tinyllama_ft.train.plan import fused_rollout_gib
+    from tinyllama_ft.train.memory_estimate import fused_rollout_gib
 
     cfg = FinetuneConfig(method="grpo", dataset_format="alpaca", dtype="float16", gpu_memory_cap_gib=15)
     plan = plan_run(cfg, t4, tinyllama_config, budget_gib=15.0, importable=everything)

@@ -2,12 +2,13 @@
 
 Kept: no library sizes a LoRA micro-batch's activations from a model config (accelerate's estimate covers
 weights only). ``estimate_peak_gib`` scales activation bytes per token with the model's layers and widths, with
-coefficients measured on an H200 (docs/speed.md), and adds headroom.
+coefficients measured on an H200 (docs/speed.md), and adds headroom. ``fused_rollout_gib`` sizes what GRPO's fused
+rollouts add (the merged 16-bit copy, the decoder's cache, the sampling scores).
 """
 
 from __future__ import annotations
 
-from ..config.finetune import DEFAULTS
+from ..config.finetune import DEFAULTS, FinetuneConfig
 
 #: Fraction of the GPU memory budget the plan may fill (the rest: allocator fragmentation, eval, saving).
 HEADROOM = 0.8
@@ -138,3 +139,24 @@ def gpu_budget_gib(cap_gib: float) -> float:
     free, _ = torch.cuda.mem_get_info(local_process_index())
     free_gib = free / 2**30
     return min(free_gib, cap_gib) if cap_gib else free_gib
+
+
+def merged_copy_gib(dims: dict[str, int]) -> float:
+    """GiB of the 16-bit copy of every decoder projection (q, k, v, o, gate, up, down) the held-out checks decode
+    with on a CUDA GPU (``infer.fast.llama_ops.fused_weights``), from ``model_dims``'s fields."""
+    return projection_parameters(dims) * 2 / 2**30
+
+
+def fused_rollout_gib(cfg: FinetuneConfig, dims: dict[str, int], completions: int, dtype: str) -> dict[str, float]:
+    """GiB GRPO's fused rollouts (``train.grpo_rollout``) hold on the GPU for the whole run: ``copy``, the merged
+    16-bit projections (``merged_copy_gib``); ``cache``, the decoder's key/value cache for the ``completions`` sampled
+    in one call (TRL's generation batch: one optimizer step's per process), each up to ``max_seq_length`` tokens
+    (prompts are cut to leave ``max_completion_length``) rounded up to ``graph_decoder.CACHE_BLOCK``, in ``dtype``;
+    ``logits``, the sampling step's float32 scores (three ``completions x vocab`` tensors)."""
+    from ..infer.fast.graph_decoder import CACHE_BLOCK
+
+    tokens = -(-cfg.max_seq_length // CACHE_BLOCK) * CACHE_BLOCK
+    width = 4 if dtype == "float32" else 2
+    cache = dims["layers"] * 2 * completions * tokens * dims["kv_dim"] * width
+    logits = 3 * completions * dims["vocab"] * 4
+    return {"copy": merged_copy_gib(dims), "cache": cache / 2**30, "logits": logits / 2**30}

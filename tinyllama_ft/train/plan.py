@@ -23,9 +23,10 @@ from ..models.precision import adapter_dtype, resolve_dtype
 from .memory_estimate import (
     HEADROOM,
     estimate_peak_gib,
+    fused_rollout_gib,
+    merged_copy_gib,
     gpu_budget_gib,
     model_dims,
-    projection_parameters,
     read_model_config,
     splits,
 )
@@ -399,21 +400,6 @@ def plan_run(
     )
 
 
-def fused_rollout_gib(cfg: FinetuneConfig, dims: dict[str, int], completions: int, dtype: str) -> dict[str, float]:
-    """GiB GRPO's fused rollouts (``train.grpo_rollout``) hold on the GPU for the whole run: ``copy``, the merged
-    16-bit projections (``merged_copy_gib``); ``cache``, the decoder's key/value cache for the ``completions`` sampled
-    in one call (TRL's generation batch: one optimizer step's per process), each up to ``max_seq_length`` tokens
-    (prompts are cut to leave ``max_completion_length``) rounded up to ``graph_decoder.CACHE_BLOCK``, in ``dtype``;
-    ``logits``, the sampling step's float32 scores (three ``completions x vocab`` tensors)."""
-    from ..infer.fast.graph_decoder import CACHE_BLOCK
-
-    tokens = -(-cfg.max_seq_length // CACHE_BLOCK) * CACHE_BLOCK
-    width = 4 if dtype == "float32" else 2
-    cache = dims["layers"] * 2 * completions * tokens * dims["kv_dim"] * width
-    logits = 3 * completions * dims["vocab"] * 4
-    return {"copy": merged_copy_gib(dims), "cache": cache / 2**30, "logits": logits / 2**30}
-
-
 def fused_rollout_memory(cfg, dims, completions, peak, budget, backend, four_bit, dtype) -> dict[str, Any]:
     """``{"rollout_gib", "rollouts_fit", "reason"}``: whether the fused rollouts' memory (``fused_rollout_gib``) fits
     beside training's estimated ``peak`` within ``budget`` GiB (the budget itself, not the planner's headroom: the
@@ -440,12 +426,6 @@ def fused_rollout_memory(cfg, dims, completions, peak, budget, backend, four_bit
             f"{budget:.1f} GiB budget (rollout_decoder='fused' forces it)"
         )
     return {"rollout_gib": round(extra, 2), "rollouts_fit": fit, "reason": reason}
-
-
-def merged_copy_gib(dims: dict[str, int]) -> float:
-    """GiB of the 16-bit copy of every decoder projection (q, k, v, o, gate, up, down) the held-out checks decode
-    with on a CUDA GPU (``infer.fast.llama_ops.fused_weights``), from ``memory_estimate.model_dims``'s fields."""
-    return projection_parameters(dims) * 2 / 2**30
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:
