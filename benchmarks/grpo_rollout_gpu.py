@@ -109,8 +109,11 @@ class RolloutClock:
         name = "rollout_func" if getattr(trainer, "rollout_func", None) is not None else "_generate_single_turn"
         inner = getattr(trainer, name)
 
+        self.phases: dict[str, float] = {}  # the current call's seconds per phase (``time_fused_phases``)
+
         def timed(*args, **kwargs):
             sync()
+            self.phases = {}
             t0 = time.perf_counter()
             out = inner(*args, **kwargs)
             sync()
@@ -121,11 +124,44 @@ class RolloutClock:
                     seconds=time.perf_counter() - t0,
                     tokens=sum(len(c) for c in ids),
                     completions=len(ids),
+                    **({"phases": {k: round(v, 4) for k, v in self.phases.items()}} if self.phases else {}),
                 )
             )
             return out
 
         setattr(trainer, name, timed)
+
+    def time_fused_phases(self) -> None:
+        """Split each fused rollout call (``train.grpo_rollout.fused_rollout``) into ``refresh`` (the adapter written
+        into the decoder's weights: ``fused_weights``), ``capture`` (the CUDA graph, first call), ``prefill`` (the
+        prompts' forward pass) and ``decode`` (``FusedLlamaDecoder.decode`` whole; its loop = decode - prefill -
+        capture), each between CUDA syncs, by wrapping those functions for this process."""
+        from tinyllama_ft.infer.fast import graph_decoder
+        from tinyllama_ft.train import grpo_rollout
+
+        clock = self
+
+        def wrap(owner, name, phase, when=lambda *a, **k: True):
+            inner = getattr(owner, name)
+
+            def timed(*args, **kwargs):
+                if not when(*args, **kwargs):
+                    return inner(*args, **kwargs)
+                clock.sync()
+                t0 = time.perf_counter()
+                try:
+                    return inner(*args, **kwargs)
+                finally:
+                    clock.sync()
+                    clock.phases[phase] = clock.phases.get(phase, 0.0) + time.perf_counter() - t0
+
+            setattr(owner, name, timed)
+
+        decoder = graph_decoder.FusedLlamaDecoder
+        wrap(grpo_rollout, "fused_weights", "refresh")
+        wrap(decoder, "decode", "decode")
+        wrap(decoder, "_capture", "capture")
+        wrap(decoder, "_forward", "prefill", lambda self, ids, *a, **k: ids.shape[1] > 1)
 
     def callback(self):
         from transformers import TrainerCallback
@@ -153,8 +189,18 @@ class RolloutClock:
             seconds = sum(c["seconds"] for c in calls)
             return round(sum(c["tokens"] for c in calls) / seconds, 1) if seconds else None
 
+        phases = {}
+        for name in ("refresh", "capture", "prefill", "decode"):
+            seen = [c["phases"].get(name, 0.0) for c in later if "phases" in c]
+            if seen:
+                phases[name] = round(statistics.median(seen), 4)
+        if phases:
+            phases["loop"] = round(phases["decode"] - phases.get("prefill", 0) - phases.get("capture", 0), 4)
         return dict(
             rollout_tokens_per_s=rate(later) or rate(self.calls),
+            rollout_s=[round(c["seconds"], 3) for c in self.calls],
+            rollout_phases_median=phases or None,
+            rollout_phases=[c.get("phases") for c in self.calls],
             rollout_tokens_per_s_first_step=rate(first),
             rollout_s_per_step=round(statistics.median(c["seconds"] for c in later), 3) if later else None,
             rollout_calls=len(self.calls),
@@ -264,6 +310,8 @@ def child(spec: dict) -> dict:
         trainer.generation_config.disable_compile = False
     rollout_path = "rollout_func" if getattr(trainer, "rollout_func", None) is not None else "generate"
     clock = RolloutClock(trainer, sync)
+    if rollout_path == "rollout_func" and spec.get("phases"):
+        clock.time_fused_phases()
     trainer.add_callback(clock.callback())
     if cuda:
         torch.cuda.empty_cache()
@@ -345,6 +393,8 @@ def main(argv=None) -> None:
     ap.add_argument("--dtype", default="bfloat16", help="the H200 variants' dtype (float32 for a CPU try)")
     ap.add_argument("--t4-cap-gib", type=float, default=15.0)
     ap.add_argument("--timeout", type=float, default=420, help="seconds per run before it is stopped")
+    ap.add_argument("--phases", action="store_true", help="time the fused rollouts' refresh / prefill / decode")
+    ap.add_argument("--tag", default="", help="appended to each row's name (e.g. _before for another checkout's code)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -370,6 +420,7 @@ def main(argv=None) -> None:
         lora_r=args.lora_r,
         dtype=args.dtype,
         t4_cap_gib=args.t4_cap_gib,
+        phases=args.phases,
     )
     from tinyllama_ft.train.summary import library_versions
 
@@ -397,7 +448,7 @@ def main(argv=None) -> None:
 
     for variant in variants:
         for count in [None] if variant in T4_VARIANTS else prompts:
-            name = variant if count is None else f"{variant}@{count}x{args.num_generations}"
+            name = (variant if count is None else f"{variant}@{count}x{args.num_generations}") + args.tag
             spec = dict(settings, variant=variant, prompts=count, name=name)
             row = run_configuration(
                 name, Path(__file__).name, ["--child", json.dumps(spec)], tempfile.gettempdir(), timeout_s=args.timeout

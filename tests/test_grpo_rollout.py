@@ -88,7 +88,8 @@ def test_fused_rollouts_sample_with_each_steps_adapter_and_equal_generate_greedi
     from tinyllama_ft.train import grpo_rollout
 
     trainer, model = _fused_trainer(tmp_path, _variety)
-    assert trainer.rollout_func is grpo_rollout.fused_rollout
+    assert trainer.rollout_func.func is grpo_rollout.fused_rollout
+    assert trainer.rollout_func.keywords == {"keep_base": True}  # the plan's choice (a 16-bit base: read in place)
     assert trainer.args.temperature == 1.0 and trainer.args.top_k == 0
     with pytest.raises(ValueError, match="rollout_decoder='fused' cannot sample this run: repetition_penalty=1.1"):
         grpo_rollout.why_not_fused("fused", model, SimpleNamespace(repetition_penalty=1.1))
@@ -202,14 +203,7 @@ def test_fused_rollouts_on_a_4bit_base_merge_each_steps_adapter_and_equal_genera
     assert isinstance(q_proj.get_base_layer(), bnb.nn.Linear4bit) and type(q_proj).__name__ == "Linear4bit"
     assert why_not_fusable(model) is None and why_not_fused("fused", model, SimpleNamespace()) is None
 
-    def step(seed):  # an optimizer step's worth of change in every adapter
-        torch.manual_seed(seed)
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if "lora_" in name:
-                    p.add_(torch.randn_like(p) * 0.3)
-
-    step(1)
+    _perturb_adapters(model, 1)
     deq = dequantize_module_weight(q_proj.get_base_layer()).float()
     delta = (q_proj.lora_B["default"].weight @ q_proj.lora_A["default"].weight) * q_proj.scaling["default"]
     merged = projection_weight(q_proj, torch.float32)
@@ -227,11 +221,115 @@ def test_fused_rollouts_on_a_4bit_base_merge_each_steps_adapter_and_equal_genera
     first = fused_rollout(rows, trainer)
     copies = [t for layer in FUSED_WEIGHTS[model]["layers"] for t in layer]
     assert first["completion_ids"] == _generate_greedy(model, tokenizer, first["prompt_ids"], 12, [-1])
-    step(2)
+    _perturb_adapters(model, 2)
     second = fused_rollout(rows, trainer)
     assert all(a is b for a, b in zip(copies, (t for layer in FUSED_WEIGHTS[model]["layers"] for t in layer)))
     assert second["completion_ids"] == _generate_greedy(model, tokenizer, second["prompt_ids"], 12, [-1])
     assert second["completion_ids"] != first["completion_ids"]  # the new adapter, not the first step's copy
+
+
+def _perturb_adapters(model, seed):
+    """An optimizer step's worth of change in every adapter (both factors), seeded."""
+    import torch
+
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_" in name:
+                p.add_(torch.randn_like(p) * 0.3)
+
+
+def _computed_weight(module):
+    """A projection's weight as the PEFT model computes with it, in float32 from its parts: the base dequantized plus
+    each active adapter's ``scaling * B @ A``."""
+    from peft.utils.integrations import dequantize_module_weight
+
+    weight = dequantize_module_weight(module.get_base_layer()).detach().float()
+    for name in module.active_adapters:
+        b, a = module.lora_B[name].weight.detach().float(), module.lora_A[name].weight.detach().float()
+        weight = weight + module.scaling[name] * (b @ a)
+    return weight
+
+
+@pytest.mark.parametrize(
+    "base,keep_base",
+    [("4bit", True), ("4bit", False), ("float32", False), ("bfloat16", True)],
+)
+def test_a_refresh_writes_each_adapter_projection_into_the_same_tensors_as_the_model_computes_it(base, keep_base):
+    """``fused_weights(refresh=True)`` (each GRPO step's rollouts) writes base + ``scaling * B @ A`` into the tensors
+    a captured graph reads: after each change of the adapters every fused projection equals the model's own weight
+    (within the copy dtype's rounding); with ``keep_base`` a 4-bit base is dequantized once and kept, without it
+    again at each refresh; a 16-bit base is never copied (the model's own tensor is read in place)."""
+    if base == "4bit":
+        pytest.importorskip("bitsandbytes")
+    import torch
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.infer.core import forget
+    from tinyllama_ft.infer.fast.llama_ops import FUSED_WEIGHTS, fused_weights
+    from tinyllama_ft.models.lora import add_lora
+
+    model = tiny_model("llama", smollm2_tokenizer())
+    if base == "4bit":
+        model = _quantize_projections(model)
+    else:
+        model = model.to(getattr(torch, base))
+    model = add_lora(model, gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    tolerance = {"bfloat16": 2**-8, "float32": 1e-6, "4bit": 1e-6}[base]  # one rounding to the copy's dtype
+    layers = model.get_base_model().model.layers
+    projections = [
+        (i, name, getattr(getattr(layer, where), name))
+        for i, layer in enumerate(layers)
+        for where, names in (
+            ("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")),
+            ("mlp", ("gate_proj", "up_proj", "down_proj")),
+        )
+        for name in names
+    ]
+
+    def fused_rows(weights, i, name):
+        """The rows of the fused tensor that hold projection ``name`` of layer ``i``."""
+        _, qkv, o, _, gu, down = weights["layers"][i]
+        attn = layers[i].self_attn
+        q, k = attn.q_proj.out_features, attn.k_proj.out_features
+        gate = layers[i].mlp.gate_proj.out_features
+        return {
+            "q_proj": qkv[:q],
+            "k_proj": qkv[q : q + k],
+            "v_proj": qkv[q + k :],
+            "o_proj": o,
+            "gate_proj": gu[:gate],
+            "up_proj": gu[gate:],
+            "down_proj": down,
+        }[name]
+
+    def check(weights):
+        for i, name, module in projections:
+            got, expected = fused_rows(weights, i, name).float(), _computed_weight(module)
+            assert torch.linalg.norm(got - expected) <= tolerance * torch.linalg.norm(expected), (i, name)
+
+    _perturb_adapters(model, 1)
+    first = fused_weights(model, refresh=True, keep_base=keep_base)
+    tensors = [t for layer in first["layers"] for t in layer]
+    assert len(first["parts"]) == len(projections)  # every projection carries an adapter
+    for part in first["parts"]:
+        own = part["module"].get_base_layer().weight
+        if base == "4bit":
+            assert (part["base"] is not None) == keep_base  # kept dequantized, or dequantized at each refresh
+        else:
+            assert part["base"].data_ptr() == own.data_ptr()  # the model's own tensor: no copy
+    check(first)
+    for seed in (2, 3):  # the adapter moves between rollouts
+        _perturb_adapters(model, seed)
+        again = fused_weights(model, refresh=True, keep_base=keep_base)
+        assert again is first and all(a is b for a, b in zip(tensors, (t for layer in again["layers"] for t in layer)))
+        check(again)
+    if base == "4bit" and not keep_base:  # a later keep_base refresh keeps the base from then on
+        fused_weights(model, refresh=True, keep_base=True)
+        assert all(part["base"] is not None for part in first["parts"])
+        check(first)
+    forget(model)
+    assert model not in FUSED_WEIGHTS
 
 
 def test_unsloth_models_roll_out_on_the_fused_decoder_but_answer_with_unsloths_own_path():

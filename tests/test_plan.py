@@ -333,16 +333,30 @@ def test_the_t4_grpo_plan_rolls_out_on_the_fused_decoder_when_its_copy_fits_and_
     plan = plan_run(cfg, t4, tinyllama_config, budget_gib=15.0, importable=everything)
     line = next(r for r in plan.reasons if r.startswith("rollouts:"))
     assert plan.backend == "unsloth" and plan.load_in_4bit and plan.rollouts_fit
-    assert "the fused CUDA-graph decoder on Unsloth's model" in line and "4-bit base dequantized" in line
-    parts = fused_rollout_gib(cfg, model_dims(tinyllama_config), plan.effective_batch_size, "float16")
+    assert "the fused CUDA-graph decoder on Unsloth's model" in line and "4-bit base dequantized once and kept" in line
+    assert plan.rollouts_keep_base
+    parts = fused_rollout_gib(cfg, model_dims(tinyllama_config), plan.effective_batch_size, "float16", True)
     assert parts["copy"] == pytest.approx(
         22 * (2 * 2048 * 2048 + 2 * 2048 * 256 + 3 * 2048 * 5632) * 2 / 2**30, rel=1e-12
     )
+    assert parts["base"] == parts["copy"]  # the 4-bit base kept dequantized beside the merged copy
+    assert fused_rollout_gib(cfg, model_dims(tinyllama_config), 8, "float16")["base"] == 0  # a 16-bit base: in place
     # 22 layers x 2 (k, v) x 8 completions x 4096 tokens x 256 key/value columns x 2 bytes
     assert parts["cache"] == pytest.approx(22 * 2 * 8 * 4096 * 256 * 2 / 2**30, rel=1e-12)
     assert plan.rollout_gib == round(sum(parts.values()), 2)
 
     from tinyllama_ft.train.memory_estimate import HEADROOM
+
+    # room for the merged copy and cache but not the kept base: the base is dequantized again each step, and said so
+    without_base = plan.estimated_peak_gib + sum(parts.values()) - parts["base"] + 0.05
+    budget = max(without_base, plan.estimated_peak_gib / HEADROOM + 0.05)  # the same split either way
+    assert budget < plan.estimated_peak_gib + sum(parts.values())
+    dequantizing = plan_run(cfg, t4, tinyllama_config, budget_gib=budget, importable=everything)
+    assert dequantizing.estimated_peak_gib == plan.estimated_peak_gib
+    assert dequantizing.rollouts_fit and not dequantizing.rollouts_keep_base
+    assert dequantizing.rollout_gib == round(sum(parts.values()) - parts["base"], 2)
+    line = next(r for r in dequantizing.reasons if r.startswith("rollouts:"))
+    assert "dequantized into it again before each step's rollouts: keeping it dequantized" in line
 
     budget = plan.estimated_peak_gib / HEADROOM + 0.05  # the same split, no room for the copy beside it
     tight = plan_run(cfg, t4, tinyllama_config, budget_gib=budget, importable=everything)

@@ -50,7 +50,12 @@ def why_not_fused(rollout_decoder: str, model, args, plan=None) -> str | None:
     return why
 
 
-def fused_rollout(prompts: list, trainer) -> dict:
+#: Prompts are left-padded to a multiple of this many tokens: the prefill's Triton kernels (Liger's RoPE) are compiled
+#: per divisibility of the length by 16, so a step whose longest prompt changes that would compile them again.
+PROMPT_BLOCK = 16
+
+
+def fused_rollout(prompts: list, trainer, keep_base: bool = True) -> dict:
     """TRL's ``rollout_func``: one sampled completion per prompt on the fused decoder.
 
     Args:
@@ -58,6 +63,9 @@ def fused_rollout(prompts: list, trainer) -> dict:
             or messages that the tokenizer's chat template renders with the assistant's header.
         trainer: the ``GRPOTrainer``: its model (a PEFT Llama), tokenizer, ``args`` (temperature, top_k, top_p),
             ``max_completion_length`` and ``eos_token_ids``.
+        keep_base: keep a 4-bit base's dequantized 16-bit copy for the run, so each step only adds the adapter to it
+            (``llama_ops.fused_weights``); the plan passes ``RunPlan.rollouts_keep_base`` (False where that copy would
+            pass the memory budget: the base is dequantized again each step).
 
     Returns:
         ``{"prompt_ids": [[int]], "completion_ids": [[int]], "logprobs": None}``: prompts tokenized as TRL tokenizes
@@ -70,11 +78,11 @@ def fused_rollout(prompts: list, trainer) -> dict:
 
     model, tokenizer, args = trainer.model, trainer.processing_class, trainer.args
     prompt_ids = [prompt_token_ids(tokenizer, p) for p in prompts]
-    n = max(map(len, prompt_ids))
+    n = -(-max(map(len, prompt_ids)) // PROMPT_BLOCK) * PROMPT_BLOCK
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     input_ids = torch.tensor([[pad] * (n - len(ids)) + ids for ids in prompt_ids], device=model.device)
     mask = torch.tensor([[0] * (n - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=model.device)
-    fused_weights(model, refresh=True)  # this step's adapter, into the tensors the captured graph reads
+    fused_weights(model, refresh=True, keep_base=keep_base)  # this step's adapter, where the captured graph reads
     sampling = Sampling(args.temperature, args.top_k or 0, 1.0 if args.top_p is None else args.top_p)
     decoder = fused_decoder_for(model, len(prompts), n + trainer.max_completion_length, sampling=sampling)
     completions = decoder.decode(

@@ -185,7 +185,9 @@ def build_grpo_trainer(
             train_dataset=train_dataset,
             processing_class=tokenizer,
             callbacks=callbacks + ([] if why_not else [ForgetFusedCopies()]),
-            **({} if why_not else {"rollout_func": fused_rollout}),
+            **(
+                {} if why_not else {"rollout_func": functools.partial(fused_rollout, keep_base=plan.rollouts_keep_base)}
+            ),
         )
     if progress:
         print(f"  rollouts: {'the fused decoder (train.grpo_rollout)' if not why_not else f'generate ({why_not})'}")

@@ -147,16 +147,21 @@ def merged_copy_gib(dims: dict[str, int]) -> float:
     return projection_parameters(dims) * 2 / 2**30
 
 
-def fused_rollout_gib(cfg: FinetuneConfig, dims: dict[str, int], completions: int, dtype: str) -> dict[str, float]:
+def fused_rollout_gib(
+    cfg: FinetuneConfig, dims: dict[str, int], completions: int, dtype: str, load_in_4bit: bool = False
+) -> dict[str, float]:
     """GiB GRPO's fused rollouts (``train.grpo_rollout``) hold on the GPU for the whole run: ``copy``, the merged
-    16-bit projections (``merged_copy_gib``); ``cache``, the decoder's key/value cache for the ``completions`` sampled
-    in one call (TRL's generation batch: one optimizer step's per process), each up to ``max_seq_length`` tokens
-    (prompts are cut to leave ``max_completion_length``) rounded up to ``graph_decoder.CACHE_BLOCK``, in ``dtype``;
-    ``logits``, the sampling step's float32 scores (three ``completions x vocab`` tensors)."""
+    16-bit projections (``merged_copy_gib``); ``base``, a 4-bit base's projections dequantized once and kept beside it
+    (as much again; 0 for a 16-bit base, which the copy reads in place), so each step only adds the adapter
+    (``llama_ops.fused_weights`` ``keep_base``); ``cache``, the decoder's key/value cache for the ``completions``
+    sampled in one call (TRL's generation batch: one optimizer step's per process), each up to ``max_seq_length``
+    tokens (prompts are cut to leave ``max_completion_length``) rounded up to ``graph_decoder.CACHE_BLOCK``, in
+    ``dtype``; ``logits``, the sampling step's float32 scores (three ``completions x vocab`` tensors)."""
     from ..infer.fast.graph_decoder import CACHE_BLOCK
 
     tokens = -(-cfg.max_seq_length // CACHE_BLOCK) * CACHE_BLOCK
     width = 4 if dtype == "float32" else 2
     cache = dims["layers"] * 2 * completions * tokens * dims["kv_dim"] * width
     logits = 3 * completions * dims["vocab"] * 4
-    return {"copy": merged_copy_gib(dims), "cache": cache / 2**30, "logits": logits / 2**30}
+    copy = merged_copy_gib(dims)
+    return {"copy": copy, "base": copy if load_in_4bit else 0.0, "cache": cache / 2**30, "logits": logits / 2**30}

@@ -77,6 +77,8 @@ class RunPlan:
         rollout_gib: GRPO on a CUDA GPU: GiB the fused rollouts add (``fused_rollout_gib``); None otherwise.
         rollouts_fit: False when that memory beside training's estimate passes the budget: ``rollout_decoder="auto"``
             then samples with TRL's ``generate`` (``grpo_rollout.why_not_fused`` reads it).
+        rollouts_keep_base: the fused rollouts keep a 4-bit base dequantized for the run (its GiB in ``rollout_gib``)
+            rather than dequantizing it again each step: False where that copy would pass the budget.
         adapter_dtype: the dtype the trainable weights keep (``precision.adapter_dtype``; the trainer builders
             cast them back after TRL's trainer is built); None: as the libraries leave them.
     """
@@ -102,6 +104,7 @@ class RunPlan:
     rewards: tuple[str, ...] = ()
     rollout_gib: float | None = None
     rollouts_fit: bool = True
+    rollouts_keep_base: bool = True
     adapter_dtype: str | None = None
 
     @property
@@ -401,18 +404,31 @@ def plan_run(
 
 
 def fused_rollout_memory(cfg, dims, completions, peak, budget, backend, four_bit, dtype) -> dict[str, Any]:
-    """``{"rollout_gib", "rollouts_fit", "reason"}``: whether the fused rollouts' memory (``fused_rollout_gib``) fits
-    beside training's estimated ``peak`` within ``budget`` GiB (the budget itself, not the planner's headroom: the
-    estimate counts every sequence at ``max_seq_length``, far above a GRPO step's prompt + completion), and the plan's
-    line saying which rollouts run and why."""
-    parts = fused_rollout_gib(cfg, dims, completions, dtype)
+    """``{"rollout_gib", "rollouts_fit", "rollouts_keep_base", "reason"}``: whether the fused rollouts' memory
+    (``fused_rollout_gib``) fits beside training's estimated ``peak`` within ``budget`` GiB (the budget itself, not the
+    planner's headroom: the estimate counts every sequence at ``max_seq_length``, far above a GRPO step's prompt +
+    completion), first with a 4-bit base kept dequantized, else without it (dequantized again each step), and the
+    plan's line saying which rollouts run and why."""
+    parts = fused_rollout_gib(cfg, dims, completions, dtype, four_bit)
     extra = sum(parts.values())
+    keep = peak + extra <= budget
+    if not keep:
+        extra -= parts["base"]
     fit = peak + extra <= budget
-    what = (
-        f"a merged 16-bit copy of the projections ({parts['copy']:.1f} GiB"
-        f"{', the 4-bit base dequantized into it' if four_bit else ''}, the adapter merged again in place before each "
-        f"step's rollouts) and a cache for {completions} completions ({parts['cache'] + parts['logits']:.1f} GiB)"
-    )
+    cache = f"a cache for {completions} completions ({parts['cache'] + parts['logits']:.1f} GiB)"
+    if not four_bit:
+        merge = "the adapter merged again in place before each step's rollouts"
+    elif keep:
+        merge = (
+            f"the 4-bit base dequantized once and kept beside it ({parts['base']:.1f} GiB), the adapter added to it "
+            "before each step's rollouts"
+        )
+    else:
+        merge = (
+            f"the 4-bit base dequantized into it again before each step's rollouts: keeping it dequantized "
+            f"({parts['base']:.1f} GiB, faster) would pass the budget"
+        )
+    what = f"a merged 16-bit copy of the projections ({parts['copy']:.1f} GiB, {merge}) and {cache}"
     if fit:
         on = "Unsloth's model, read as weights" if backend == "unsloth" else "the model"
         reason = (
@@ -425,7 +441,7 @@ def fused_rollout_memory(cfg, dims, completions, peak, budget, backend, four_bit
             f"rollouts: generate: the fused decoder's {what} with training's estimated {peak:.1f} GiB would pass the "
             f"{budget:.1f} GiB budget (rollout_decoder='fused' forces it)"
         )
-    return {"rollout_gib": round(extra, 2), "rollouts_fit": fit, "reason": reason}
+    return {"rollout_gib": round(extra, 2), "rollouts_fit": fit, "rollouts_keep_base": keep, "reason": reason}
 
 
 def split_over_processes(cfg: FinetuneConfig, world_size: int) -> FinetuneConfig:

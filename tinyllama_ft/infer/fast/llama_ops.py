@@ -65,72 +65,139 @@ def why_not_readable(model) -> str | None:
 PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def projection_weight(module, dtype):
-    """A projection's weight as the model computes with it, (out, in) in ``dtype``: PEFT's
-    ``dequantize_module_weight`` plus the active adapters' ``get_delta_weight`` (summed in float32); a plain
-    layer's own tensor when it already has ``dtype``."""
+def base_weight(module, dtype):
+    """The 16-bit weight under a projection's adapters, (out, in) in ``dtype``: PEFT's ``dequantize_module_weight``
+    of its base layer (a new tensor for a bitsandbytes 4/8-bit base; the layer's own tensor when it already has
+    ``dtype``)."""
     from peft.utils.integrations import dequantize_module_weight
 
-    if not hasattr(module, "lora_A"):
-        weight = dequantize_module_weight(module)
-        return weight if weight.dtype == dtype else weight.to(dtype)
-    weight = dequantize_module_weight(module.get_base_layer()).detach().float()
-    if not module.disable_adapters:
-        for adapter in module.active_adapters:
-            if adapter in module.lora_A:
-                weight = weight + module.get_delta_weight(adapter).float()
-    return weight.to(dtype)
+    layer = module.get_base_layer() if hasattr(module, "lora_A") else module
+    return dequantize_module_weight(layer).detach().to(dtype)
 
 
-def fused_weights(model, refresh: bool = False) -> dict:
+def lora_factors(module, dtype) -> list:
+    """``[(left, right, scaling)]`` per active adapter of a PEFT LoRA layer, ``left @ right`` being its
+    ``get_delta_weight`` before ``scaling`` (``B @ A``; transposed for ``fan_in_fan_out``), cast to ``dtype``; empty for
+    a plain layer or with the adapters disabled."""
+    if not hasattr(module, "lora_A") or module.disable_adapters:
+        return []
+    factors = []
+    for adapter in module.active_adapters:
+        if adapter in module.lora_A:
+            a = module.lora_A[adapter].weight.detach().to(dtype)
+            b = module.lora_B[adapter].weight.detach().to(dtype)
+            factors.append(
+                (a.T, b.T, module.scaling[adapter]) if module.fan_in_fan_out else (b, a, module.scaling[adapter])
+            )
+    return factors
+
+
+def projection_weight(module, dtype, out=None, base=None):
+    """A projection's weight as the model computes with it, (out, in) in ``dtype``: its base weight plus each active
+    adapter's ``scaling * B @ A``, written by ``torch.addmm`` (one rounding to ``dtype``, the adapter's factors cast
+    to ``dtype`` first, as PEFT's own merge casts its delta; no full-size float32 temporaries).
+
+    Args:
+        module: a projection: a PEFT LoRA layer (over a 16-bit or bitsandbytes 4/8-bit base) or a plain layer.
+        dtype: the result's dtype.
+        out: the tensor to write, (out, in) in ``dtype`` and contiguous (a row block of a fused tensor); None: a new
+            one (a plain layer's own tensor when it already has ``dtype``).
+        base: ``base_weight(module, dtype)`` kept from an earlier call (no dequantization); None: computed here.
+
+    Returns:
+        ``out``, or the new tensor.
+    """
+    import torch
+
+    if base is None:
+        base = base_weight(module, dtype)
+    factors = lora_factors(module, dtype)
+    if not factors:
+        return base if out is None else out.copy_(base)
+    (left, right, scaling), *more = factors
+    out = (
+        torch.addmm(base, left, right, alpha=scaling)
+        if out is None
+        else torch.addmm(base, left, right, alpha=scaling, out=out)
+    )
+    for left, right, scaling in more:
+        out.addmm_(left, right, alpha=scaling)
+    return out
+
+
+def fused_weights(model, refresh: bool = False, keep_base: bool = False) -> dict:
     """The weights of ``model`` (one ``why_not_readable`` accepts) as the fused decoder reads them, kept in
     ``FUSED_WEIGHTS`` (a snapshot: call ``core.forget(model)`` after changing its weights or adapters, or pass
     ``refresh``).
 
     Args:
         model: the model.
-        refresh: recompute a kept snapshot's copies in place (the same tensors, so a captured CUDA graph reads the
-            current weights): for a model whose adapter trains between answers (GRPO's rollouts).
+        refresh: write a kept snapshot's adapter projections again, in place (the same tensors, so a captured CUDA
+            graph reads the current weights): for a model whose adapter trains between answers (GRPO's rollouts).
+        keep_base: keep each 4/8-bit projection's dequantized 16-bit base beside the snapshot (as much memory again as
+            those projections' copies), so a refresh only adds the adapters' ``B @ A`` to it; False: a refresh
+            dequantizes the base again. A 16-bit base is the model's own tensor, read in place either way.
 
     Returns:
         ``{"layers": [(input norm, q|k|v, o, post-attention norm, gate|up, down)] per layer, "embed", "norm",
-        "lm_head"}``: concatenated (and a 4/8-bit or PEFT model's) projections are copies; the rest the model's own.
+        "lm_head", "parts"}``: concatenated (and a 4/8-bit or PEFT model's) projections are copies; the rest the
+        model's own; ``parts``: ``{"module", "out", "base"}`` per adapter projection, what a refresh writes.
     """
     import torch
 
     kept = FUSED_WEIGHTS.get(model)
     if kept is not None and not refresh:
         return kept
-    llama = llama_model(model)
-    inner, dtype = llama.model, llama.get_input_embeddings().weight.dtype
     with torch.no_grad():
-        layers = []
-        for i, layer in enumerate(inner.layers):
-            attn, mlp = layer.self_attn, layer.mlp
-            q, k, v, o, gate, up, down = (
-                projection_weight(m, dtype)
-                for m in (attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj, mlp.gate_proj, mlp.up_proj, mlp.down_proj)
-            )
-            weights = (layer.input_layernorm.weight, torch.cat([q, k, v]), o, layer.post_attention_layernorm.weight)
-            weights += (torch.cat([gate, up]), down)
-            del q, k, v, gate, up
-            if kept is not None:
-                for old, new in zip(kept["layers"][i], weights):
-                    if new is not old:
-                        old.copy_(new)
-                del weights
+        if kept is None:
+            kept = FUSED_WEIGHTS[model] = _fused_layout(model, keep_base)
+            return kept
+        for part in kept["parts"]:
+            if keep_base and part["base"] is None:
+                part["base"] = base_weight(part["module"], part["out"].dtype)
+            projection_weight(part["module"], part["out"].dtype, out=part["out"], base=part["base"])
+    return kept
+
+
+def _fused_layout(model, keep_base: bool) -> dict:
+    """``fused_weights``'s snapshot made: the fused tensors allocated and written, each adapter projection recorded."""
+    import torch
+
+    llama = llama_model(model)
+    inner, embed = llama.model, llama.get_input_embeddings().weight
+    layers, parts = [], []
+    for layer in inner.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        fused = []
+        for group in (
+            (attn.q_proj, attn.k_proj, attn.v_proj),
+            (attn.o_proj,),
+            (mlp.gate_proj, mlp.up_proj),
+            (mlp.down_proj,),
+        ):
+            if len(group) == 1 and not hasattr(group[0], "lora_A"):
+                fused.append(projection_weight(group[0], embed.dtype))  # the layer's own tensor, or a 16-bit copy
                 continue
-            layers.append(weights)
-    if kept is not None:
-        return kept
-    kept = {
+            rows = [m.out_features for m in group]
+            out = torch.empty(sum(rows), group[0].in_features, dtype=embed.dtype, device=embed.device)
+            for module, block in zip(group, out.split(rows)):
+                base = base_weight(module, embed.dtype)
+                own = base.data_ptr() == module.weight.data_ptr()  # a 16-bit base: no copy to keep
+                projection_weight(module, embed.dtype, out=block, base=base)
+                if hasattr(module, "lora_A"):
+                    parts.append({"module": module, "out": block, "base": base if keep_base or own else None})
+                del base
+            fused.append(out)
+        layers.append(
+            (layer.input_layernorm.weight, fused[0], fused[1], layer.post_attention_layernorm.weight, *fused[2:])
+        )
+    return {
         "layers": layers,
         "embed": inner.embed_tokens.weight,
         "norm": inner.norm.weight,
         "lm_head": llama.get_output_embeddings().weight,
+        "parts": parts,
     }
-    FUSED_WEIGHTS[model] = kept
-    return kept
 
 
 def liger_ops():
