@@ -9,7 +9,8 @@ Random weights never sample the end token, so every completion runs to ``max_com
         [--variants generate,static,continuous,unsloth,t4] [--prompts 1,16] [--steps 8]
 
 ``t4_generate``, ``t4`` and ``t4_transformers`` (issue 44) are the T4 plan with TRL's/Unsloth's ``generate``, with
-``rollout_decoder="auto"`` (the fused decoder on Unsloth's 4-bit model), and on transformers + bitsandbytes 4-bit.
+``rollout_decoder="auto"`` (the fused decoder on Unsloth's 4-bit model), and on transformers + bitsandbytes 4-bit;
+``t4_dequant`` is ``t4`` with the base dequantized again each step (the plan's tier where a kept base does not fit).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ VARIANTS = {
     "fused": ("transformers", {}),  # rollout_decoder="fused": the package's decoder as TRL's rollout_func
     "t4_generate": ("auto", {}),  # the T4 plan with rollout_decoder="generate": its rollouts before issue 44
     "t4_transformers": ("transformers", {}),  # the T4 plan on transformers + bitsandbytes 4-bit, rollouts "auto"
+    "t4_dequant": ("auto", {}),  # as t4, the 4-bit base dequantized again each step (the plan's tier without room)
 }
 #: The T4 stand-in's variants: the package's plan on a capped fp16 GPU (``--t4-cap-gib``); run once, not per prompts.
-T4_VARIANTS = ("t4", "t4_generate", "t4_transformers")
+T4_VARIANTS = ("t4", "t4_generate", "t4_transformers", "t4_dequant")
 #: What each variant does besides the field it sets, read in TRL 1.15's and 1.16's GRPOTrainer.
 VARIANT_NOTES = {
     "generate": "model.generate, dynamic cache, padded batch (TRL's GenerationConfig has disable_compile=True)",
@@ -54,6 +56,8 @@ VARIANT_NOTES = {
     "rollout_decoder='auto'",
     "t4_generate": "as t4 with rollout_decoder='generate': Unsloth's generate, the T4 plan's rollouts before issue 44",
     "t4_transformers": "as t4 on backend='transformers' (bitsandbytes 4-bit, PEFT, SDPA), rollout_decoder='auto'",
+    "t4_dequant": "as t4 with fused_rollout(keep_base=False): the 4-bit base dequantized into the merged copy before "
+    "each step's rollouts, as the plan runs where the kept base would pass the budget",
     "fused": "rollout_decoder='fused': train.grpo_rollout.fused_rollout (the fused CUDA-graph decoder, the adapter merged in "
     "place each step, sampled in the graph) as TRL's rollout_func",
 }
@@ -308,6 +312,12 @@ def child(spec: dict) -> dict:
         trainer = build_grpo_trainer(model=model, tokenizer=tokenizer, train_dataset=dataset, cfg=cfg, plan=plan)
     if variant == "static_compile":  # TRL builds its GenerationConfig with disable_compile=True
         trainer.generation_config.disable_compile = False
+    if variant == "t4_dequant":
+        import functools
+
+        from tinyllama_ft.train.grpo_rollout import fused_rollout
+
+        trainer.rollout_func = functools.partial(fused_rollout, keep_base=False)
     rollout_path = "rollout_func" if getattr(trainer, "rollout_func", None) is not None else "generate"
     clock = RolloutClock(trainer, sync)
     if rollout_path == "rollout_func" and spec.get("phases"):

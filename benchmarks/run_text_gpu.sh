@@ -44,7 +44,8 @@ except (OSError, ValueError):
     summary = {}
 row = {k: summary.get(k) for k in ("backend", "dtype", "tokens_per_s", "train_runtime_s", "peak_memory_gib",
                                    "peak_reserved_gib", "plan", "execution") if k in summary}
-row.update(wall_s=wall, steady_tokens_per_s=statistics.median(r for s, r in rates if s >= 4) if rates else None,
+steady = [r for s, r in rates if s >= 4]  # none with STEPS < 4
+row.update(wall_s=wall, steady_tokens_per_s=statistics.median(steady) if steady else None,
            step_tokens_per_s=rates, ok=bool(summary))
 try:
     rows = json.load(open(f"{out}/text_runs.json", encoding="utf-8"))
