@@ -332,6 +332,40 @@ def test_a_refresh_writes_each_adapter_projection_into_the_same_tensors_as_the_m
     assert model not in FUSED_WEIGHTS
 
 
+def test_rollout_prompts_are_padded_to_a_block_so_the_prefill_keeps_one_length_class(monkeypatch):
+    """Each call's prompts are left-padded to a multiple of ``PROMPT_BLOCK`` tokens (the prefill's Triton RoPE kernel
+    compiles per divisibility of its length by 16: a changing longest prompt compiled it again in 3 of 7 GPU steps),
+    and the padding changes no completion: greedy rollouts equal ``generate`` on the unpadded batch."""
+    import torch
+    from chat_fixtures import smollm2_tokenizer, tiny_model
+
+    from tinyllama_ft.infer.fast.graph_decoder import FusedLlamaDecoder
+    from tinyllama_ft.models.lora import add_lora
+    from tinyllama_ft.train import grpo_rollout
+
+    tokenizer = smollm2_tokenizer()
+    model = add_lora(tiny_model("llama", tokenizer), gradient_checkpointing=False, lora_r=4, lora_alpha=8)
+    _perturb_adapters(model, 1)
+    widths, decode = [], FusedLlamaDecoder.decode
+
+    def recorded(self, input_ids, *args, **kwargs):
+        widths.append(input_ids.shape[1])
+        return decode(self, input_ids, *args, **kwargs)
+
+    monkeypatch.setattr(FusedLlamaDecoder, "decode", recorded)
+    args = SimpleNamespace(temperature=1.0, top_k=1, top_p=1.0)  # top_k 1: greedy draws
+    trainer = SimpleNamespace(
+        model=model, processing_class=tokenizer, args=args, max_completion_length=10, eos_token_ids=[-1]
+    )
+    rows = list(_prompts(8)["prompt"])
+    for batch in (rows[:4], rows[4:]):
+        out = grpo_rollout.fused_rollout(batch, trainer)
+        longest = max(map(len, out["prompt_ids"]))
+        assert widths[-1] % grpo_rollout.PROMPT_BLOCK == 0 and 0 <= widths[-1] - longest < grpo_rollout.PROMPT_BLOCK
+        with torch.no_grad():
+            assert out["completion_ids"] == _generate_greedy(model, tokenizer, out["prompt_ids"], 10, [-1])
+
+
 def test_unsloth_models_roll_out_on_the_fused_decoder_but_answer_with_unsloths_own_path():
     """Unsloth's patched GRPOTrainer keeps TRL's ``rollout_func`` and the decoder reads only the weights and the
     model's RoPE module, so the rollouts take an Unsloth model; answers (``infer.core``) keep Unsloth's own path."""
