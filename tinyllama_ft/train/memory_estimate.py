@@ -3,7 +3,7 @@
 Kept: no library sizes a LoRA micro-batch's activations from a model config (accelerate's estimate covers
 weights only). ``estimate_peak_gib`` scales activation bytes per token with the model's layers and widths, with
 coefficients measured on an H200 (docs/speed.md), and adds headroom. ``fused_rollout_gib`` sizes what GRPO's fused
-rollouts add (the merged 16-bit copy, the decoder's cache, the sampling scores).
+rollouts add (the merged 16-bit copy, a 4-bit base kept dequantized, the decoder's cache, the sampling scores).
 """
 
 from __future__ import annotations
