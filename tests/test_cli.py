@@ -109,6 +109,23 @@ def test_a_recipe_with_a_misspelt_key_or_a_wrong_type_names_it(tmp_path):
         config_from_recipe("artcle")
 
 
+def test_resume_given_over_a_recipe_that_overwrites_continues_the_run(tmp_path):
+    """offline_cpu sets overwrite_output_dir: true; ``--resume true`` on it continues the run (as run_offline.sh's
+    ``-p resume True``) instead of refusing the pair, and ``--overwrite_output_dir true`` wins over a recipe's
+    ``resume: true``; both given on the command line still contradict each other."""
+    assert load_recipe("offline_cpu")["overwrite_output_dir"] is True
+    for resume in (True, "true"):
+        cfg = config_from_recipe("offline_cpu", {"resume": resume})
+        assert (cfg.resume, cfg.overwrite_output_dir) == (True, False)
+    assert config_from_recipe("offline_cpu", {"resume": False}).overwrite_output_dir is True
+    resuming = tmp_path / "resuming.yaml"
+    resuming.write_text("resume: true\nmax_steps: 3\n", encoding="utf-8")
+    cfg = config_from_recipe(str(resuming), {"overwrite_output_dir": True})
+    assert (cfg.resume, cfg.overwrite_output_dir) == (False, True)
+    with pytest.raises(ConfigError, match="resume=True and overwrite_output_dir=True contradict"):
+        config_from_recipe("offline_cpu", {"resume": True, "overwrite_output_dir": True})
+
+
 def test_a_recipe_key_given_twice_or_a_yaml_syntax_error_is_one_line_naming_the_lines(tmp_path, capsys):
     """PyYAML keeps the last of two equal keys silently; a recipe refuses it, naming the key and both lines."""
     twice = tmp_path / "twice.yaml"

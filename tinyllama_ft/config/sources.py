@@ -15,7 +15,7 @@ from typing import Any, Mapping
 from ..machine.paths import expand_path
 from .coercion import ConfigError
 from .secrets import check_keys
-from .finetune import FIELD_NAMES, FinetuneConfig
+from .finetune import FIELD_NAMES, FinetuneConfig, parse_values
 
 #: The types of the values papermill (and Colab's forms) write into a notebook.
 _LITERALS = (str, int, float, bool, type(None), list, tuple, dict)
@@ -130,8 +130,21 @@ def load_recipe(name_or_path: str | os.PathLike) -> dict[str, Any]:
 def config_from_recipe(name_or_path: str | os.PathLike, overrides: Mapping[str, Any] | None = None) -> FinetuneConfig:
     """A recipe with ``overrides`` on top (the command line's ``--NAME VALUE``), validated as one configuration.
 
+    ``resume`` and ``overwrite_output_dir`` exclude each other: an override that sets one to True switches off the
+    recipe's other (``offline_cpu`` sets ``overwrite_output_dir: true``; ``--resume true`` continues its run, as
+    ``scripts/run_offline.sh -p resume True`` does), unless the overrides set both.
+
     Raises:
         As ``load_recipe`` and ``FinetuneConfig.from_mapping``.
     """
-    values = {**load_recipe(name_or_path), **(overrides or {})}
+    recipe, overrides = load_recipe(name_or_path), dict(overrides or {})
+    for given, other in (("resume", "overwrite_output_dir"), ("overwrite_output_dir", "resume")):
+        if (
+            other in recipe
+            and other not in overrides
+            and given in overrides
+            and parse_values({given: overrides[given]})[given]
+        ):
+            recipe[other] = False
+    values = {**recipe, **overrides}
     return FinetuneConfig.from_mapping(values, where=f"recipe {recipe_path(name_or_path)} with overrides")
