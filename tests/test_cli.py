@@ -397,6 +397,16 @@ def test_each_loaders_bad_file_exits_2_naming_the_file_row_columns_and_flag(case
     assert "--debug" not in err[-1] and not (tmp_path / "out").exists()  # refused before output_dir is touched
 
 
+def test_an_empty_folder_as_dataset_exits_2_naming_it(tmp_path, stories_dir, capsys):
+    """A folder without row files is a data error (exit 2, the folder named), not datasets' own error (exit 1)."""
+    (tmp_path / "rows").mkdir()
+    argv = ["train", "--model_name", str(stories_dir), "--dataset", str(tmp_path / "rows"), "--report_to", "none"]
+    assert main([*argv, "--output_dir", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f"tinyllama-ft train: error: dataset='{tmp_path}/rows': a folder datasets cannot"), err
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 def test_train_with_the_notebooks_recipe_gives_the_notebooks_eval_losses(
     notebook_run, stories_dir, alpaca_jsonl, tmp_path

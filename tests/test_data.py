@@ -134,6 +134,29 @@ def test_unsupported_suffix_raises(tmp_path):
         read_rows(str(path))
 
 
+def test_a_folder_datasets_cannot_read_is_a_data_error_naming_it(tmp_path):
+    """A local folder goes to datasets.load_dataset; an empty one, one whose JSONL does not parse, or one without the
+    split is the person's input at fault (DataError: exit status 2), named with datasets' reason, not datasets' own
+    error (exit 1, no parameter named)."""
+    from tinyllama_ft.data.row_files import DataError
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match=rf"dataset='{empty}': a folder datasets cannot read rows from: .*data files"):
+        read_rows(str(empty))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "rows.jsonl").write_text('{"instruction": "a", "output": "b"}\nnot json\n', encoding="utf-8")
+    with pytest.raises(DataError, match=rf"--dataset='{broken}': a folder datasets cannot read"):
+        read_rows(str(broken), flag="--dataset")
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "rows.jsonl").write_text('{"instruction": "a", "output": "b"}\n', encoding="utf-8")
+    assert read_rows(str(good)) == [{"instruction": "a", "output": "b"}]
+    with pytest.raises(DataError, match="Unknown split"):
+        read_rows(str(good), split="validation")
+
+
 def _pairs(ds):
     return [(r["instruction"], r["input"], r["output"]) for r in ds]
 

@@ -142,7 +142,8 @@ def read_rows(source: str, split: str = "train", config: str | None = None, *, f
             does not exist; locations.HubUnreachableError: a Hub id the Hub does not answer for and the cache lacks.
         DataError: (a ValueError) a local file with an unsupported suffix, or one that cannot be read at all: not
             UTF-8 or binary (naming the line and byte), a ``.json`` that does not parse (naming line and column),
-            a ``.parquet`` that is not parquet.
+            a ``.parquet`` that is not parquet; a local folder ``datasets.load_dataset`` cannot read (no row files,
+            a file that does not parse, no ``split``), naming the folder and datasets' reason.
     """
     source = check_source(source, flag, repo_type="dataset")  # "~/data.jsonl", "$DATA/x.jsonl" are local files
     if os.path.isfile(source):
@@ -153,4 +154,13 @@ def read_rows(source: str, split: str = "train", config: str | None = None, *, f
         return readers[suffix](source) if os.path.getsize(source) else []
     import datasets
 
-    return datasets.load_dataset(source, config, split=split).to_list()
+    if not os.path.isdir(source):  # a Hub id: its failures (the Hub, a split) are not the person's file
+        return datasets.load_dataset(source, config, split=split).to_list()
+    try:
+        return datasets.load_dataset(source, config, split=split).to_list()
+    except (FileNotFoundError, ValueError, datasets.exceptions.DatasetsError) as err:
+        cause = f" ({err.__cause__})" if err.__cause__ else ""
+        raise DataError(
+            f"{flag}={source!r}: a folder datasets cannot read rows from: {' '.join(str(err).split())}{cause}; "
+            f"give one {', '.join(LOCAL_SUFFIXES)} file, or a folder of them"
+        ) from err
