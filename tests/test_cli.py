@@ -295,11 +295,11 @@ def test_each_commands_flags_and_help_are_its_functions_signature_and_docstring(
             "--reward_weights: 'a' is not allowed: expected a",
         ),
         (["generate", "--adapter", "x", "--prompt", "hi", "--max_new_tokens", "0"], "--max_new_tokens: 0 is not allo"),
-        (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "'gguf_q5' is not allowed"),
+        (["export", "--adapter", "x", "--format", "merged_16bit", "--format", "gguf_q5"], "--format: 'gguf_q5' is not"),
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
         (["train", "--wandb_api_key=0123abcd"], "'wandb_api_key' looks like a secret"),  # not "did you mean ..."
         (["generate", "--adapter", "x", "--prompt", "hi", "--hf_token", "0123abcd"], "set HF_TOKEN in the environment"),
-        (["generate", "--prompt", "hi"], "the following arguments are required: generate.adapter"),  # jsonargparse's
+        (["generate", "--prompt", "hi"], "the following arguments are required: --adapter"),  # not generate.adapter
         (["train", "--config", "tinyllama_ft"], "'tinyllama_ft': is a folder, not a YAML file"),
     ],
 )

@@ -12,6 +12,7 @@ One jsonargparse parse; a refusal is one line naming the flag (tests/test_cli.py
 import inspect
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -161,7 +162,10 @@ def export(
     """
     from .export.adapter_export import describe_exports, export_adapter
 
-    cfg, recorded = _checked(adapter, base_model, fields, "tinyllama-ft export", export_formats=format)
+    try:
+        cfg, recorded = _checked(adapter, base_model, fields, "tinyllama-ft export", export_formats=format)
+    except FieldError as err:  # export_formats is given here as --format
+        raise FieldError("format", err.value, err.why, flag=True) if err.name == "export_formats" else err from None
     output_dir = output_dir or os.path.dirname(os.path.abspath(adapter))
     results = export_adapter(
         adapter_dir=adapter,
@@ -336,6 +340,8 @@ def run(argv: Sequence[str]) -> Any:
         name = f"tinyllama-ft {command}" if command else "tinyllama-ft"
         refusal = _refusal(command, argv[1:]) if command else None
         text = " ".join(str(err).split())
+        if command:  # jsonargparse names a missing flag by its key ("generate.prompt"): the person typed --prompt
+            text = re.sub(rf"\b{command}\.(\w+)", r"--\1", text)
         raise refusal or ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     quiet_library_bars()  # a command prints its own lines: bars off outside a person's notebook
     try:
