@@ -299,7 +299,9 @@ def test_each_commands_flags_and_help_are_its_functions_signature_and_docstring(
         (["export", "--adapter", "x", "--formats", "gguf_f16"], "did you mean format?"),
         (["train", "--wandb_api_key=0123abcd"], "'wandb_api_key' looks like a secret"),  # not "did you mean ..."
         (["generate", "--adapter", "x", "--prompt", "hi", "--hf_token", "0123abcd"], "set HF_TOKEN in the environment"),
-        (["generate", "--prompt", "hi"], "the following arguments are required: --adapter"),  # not generate.adapter
+        (["generate", "--prompt", "hi"], "error: --adapter required"),  # not jsonargparse's generate.adapter
+        (["generate", "--max_new_tokens", "8"], "--adapter, --prompt required"),
+        (["train", "--config", "offline_cpu", "--max_steps"], "--max_steps needs a value"),  # not "None is not allowed"
         (["train", "--config", "tinyllama_ft"], "'tinyllama_ft': is a folder, not a YAML file"),
     ],
 )

@@ -12,7 +12,6 @@ One jsonargparse parse; a refusal is one line naming the flag (tests/test_cli.py
 import inspect
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass
 from functools import lru_cache
@@ -300,15 +299,23 @@ def build_parser():
 def _refusal(command: str, argv: Sequence[str]) -> ConfigError | None:
     """Our one line for a flag jsonargparse refused, where its own is unclear: an unknown flag (it names no near miss
     and shows a secret's value: ``--hf_token=...``) or a field's value (``Parser key "max_steps": Expected a <class
-    'int'>``); None for the others (a missing flag: its message is kept). tests/test_cli.py::test_bad_flags_..."""
+    'int'>``), a required flag missing (it names its key, ``generate.prompt``) or a flag last without its value (it
+    reads ``None is not allowed``); None for the others (its message is kept). tests/test_cli.py::test_bad_flags_..."""
     known = [*command_parser(command).get_defaults().keys(), "help"]
     flags = {}
     for i, arg in enumerate(argv):
         name, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", "")
         if name:
             flags[name] = value if eq else argv[i + 1] if i + 1 < len(argv) else None
+    params = inspect.signature(COMMANDS[command].function).parameters.values()
+    required = [f"--{p.name}" for p in params if p.default is p.empty and p.kind is p.POSITIONAL_OR_KEYWORD]
+    missing = [flag for flag in required if flag[2:] not in flags]
+    without_value = [f"--{name}" for name, value in flags.items() if value is None and name != "help"]
     try:
         check_keys(flags, known, f"tinyllama-ft {command}", help_command=f"tinyllama-ft {command}")
+        if missing or without_value:
+            what = f"{', '.join(missing)} required" if missing else f"{without_value[0]} needs a value"
+            raise ConfigError(f"tinyllama-ft {command}: {what} (tinyllama-ft {command} --help lists the flags)")
         parse_values({k: v for k, v in flags.items() if k in FIELD_NAMES})
     except FieldError as err:
         return err.as_flag()
@@ -340,8 +347,6 @@ def run(argv: Sequence[str]) -> Any:
         name = f"tinyllama-ft {command}" if command else "tinyllama-ft"
         refusal = _refusal(command, argv[1:]) if command else None
         text = " ".join(str(err).split())
-        if command:  # jsonargparse names a missing flag by its key ("generate.prompt"): the person typed --prompt
-            text = re.sub(rf"\b{command}\.(\w+)", r"--\1", text)
         raise refusal or ConfigError(f"{name}: {text} ({name} --help lists the flags)") from None
     quiet_library_bars()  # a command prints its own lines: bars off outside a person's notebook
     try:
