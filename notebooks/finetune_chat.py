@@ -236,7 +236,8 @@ from tinyllama_ft.evaluate.held_out import held_out_check
 
 held_out = fmt.held_out_rows(eval_dataset)
 before = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
-print(f"before: {before}")
+if before is not None:  # None: no held-out rows (held_out_check said so)
+    print(f"before: {before}")
 
 # %% [markdown]
 # ## 7. Train
@@ -257,7 +258,8 @@ print(format_results(results))
 from tinyllama_ft.evaluate.side_by_side import compare_answers, show_answers
 
 after = held_out_check(model, tokenizer, held_out, data_format=fmt, max_seq_length=cfg.max_seq_length)
-print(f"before: {before}\nafter:  {after}")
+if after is not None:
+    print(f"before: {before}\nafter:  {after}")
 side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
 show_answers(side_by_side)
 

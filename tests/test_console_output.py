@@ -157,6 +157,20 @@ def test_generate_refuses_a_prompt_past_the_models_positions(finished, tmp_path)
     assert "Traceback" not in done.stderr
 
 
+def test_a_run_without_held_out_rows_says_so_once_and_prints_no_empty_results(stories_dir, alpaca_jsonl, tmp_path):
+    """test_size 0: the held-out check and the side-by-side answers are skipped, each said in one line; no
+    "before: None" / "after:  None" and no table without rows."""
+    args = train_args(stories_dir, alpaca_jsonl, tmp_path / "out", 1, "--test_size", "0")
+    done = console(*args, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert (
+        lines.count("held-out check skipped: no held-out rows (test_size=0, or a single row: nothing to hold out)") == 2
+    )
+    assert "side-by-side answers skipped: no held-out rows" in lines
+    assert not [x for x in lines if x.startswith(("before:", "after:", "| instruction"))], done.stdout
+
+
 def test_the_notebooks_outputs_read_as_lines(notebook_run):
     """The main job's notebook (the session's papermill run): no cell echoes a value (``True``, ``InstallPlan(...)``),
     no line is a repr, no library bar is kept at 0%, the loss curve's text form names its file, each answer is printed

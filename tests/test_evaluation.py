@@ -9,7 +9,7 @@ import pytest
 from helpers import alpaca_rows, stories_lora
 from tinyllama_ft.data.formats import AlpacaFormat
 from tinyllama_ft.evaluate import held_out as evaluation
-from tinyllama_ft.evaluate.side_by_side import answers_html, answers_table, compare_answers
+from tinyllama_ft.evaluate.side_by_side import answers_html, answers_table, compare_answers, show_answers
 
 #: The format every helper here is told explicitly: none falls back to Alpaca.
 ALPACA = AlpacaFormat()
@@ -149,6 +149,10 @@ def test_the_notebooks_held_out_check_and_its_summary_fields(stories_peft, rows,
     assert ALPACA.held_out_rows(None) == []
     assert evaluation.held_out_check(model, tokenizer, [], data_format=ALPACA) is None
     assert "held-out check skipped" in capsys.readouterr().out
+    # no held-out rows (test_size=0, or one row): one line says so, and no empty table follows
+    assert compare_answers(model, tokenizer, [], data_format=ALPACA) == []
+    show_answers([])
+    assert capsys.readouterr().out == "side-by-side answers skipped: no held-out rows\n"
     lengths = sorted(len(stories_tokenizer(r["output"], add_special_tokens=False).input_ids) for r in held)
     check = evaluation.held_out_check(model, tokenizer, held, max_seq_length=512, max_new_tokens=4, data_format=ALPACA)
     short = [

@@ -151,7 +151,8 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         checks = {"data_format": fmt, "max_seq_length": cfg.max_seq_length}
         if main:  # the held-out checks and answers are the main process's (the other processes return after training)
             before = held_out_check(model, tokenizer, held_out, **checks)
-            print(f"before: {before}")
+            if before is not None:  # None: no held-out rows (held_out_check said so)
+                print(f"before: {before}")
         results = train_and_evaluate(trainer, resume=cfg.resume)
         if not is_main_process():
             return {
@@ -160,9 +161,11 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
                 "train_loss": results["train_loss"],
             }
         after = held_out_check(model, tokenizer, held_out, **checks)
-        print(f"after:  {after}")
+        if after is not None:
+            print(f"after:  {after}")
         side_by_side = compare_answers(model, tokenizer, held_out[:4], data_format=fmt)
-        print(answers_table(side_by_side))
+        if side_by_side:  # [] without held-out rows (compare_answers said so)
+            print(answers_table(side_by_side))
         benchmarks_after_training(model, tokenizer, cfg, data_format=fmt)  # benchmark_tasks: [] runs none
         finish_tracking(tracking)
         adapter_dir = save_adapter(

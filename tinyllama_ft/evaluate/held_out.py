@@ -307,7 +307,8 @@ def held_out_check(
 
     Args:
         model, tokenizer: as ``held_out_scores`` (before training, the LoRA model is the base: its adapter is 0).
-        rows: held-out rows (``data_format.held_out_rows``); [] skips the check (one printed line).
+        rows: held-out rows (``data_format.held_out_rows``); [] skips the check (one printed line) and returns None,
+            which the caller does not print.
         stop_rows: prompts in the stopping count, the first rows whose reference answer has at most
             ``SHORT_ANSWER_TOKENS`` tokens (fewer when fewer are short; default ``STOP_ROWS`` = 20), among those whose
             prompt and ``max_new_tokens`` fit the model's positions (``rows_within_positions``).
@@ -331,7 +332,7 @@ def held_out_check(
         RuntimeError: GRPO prompts before ``data_format.check_first_batch(trainer)`` kept the trainer's rewards.
     """
     if not rows:
-        print("held-out check skipped: no held-out rows (test_size=0)")
+        print("held-out check skipped: no held-out rows (test_size=0, or a single row: nothing to hold out)")
         return None
     if data_format.rollouts:  # GRPO: greedy answers to every held-out prompt, scored; their stops are the count
         return _grpo_check(model, tokenizer, rows, data_format=data_format)

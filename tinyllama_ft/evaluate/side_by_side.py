@@ -30,17 +30,23 @@ def compare_answers(
 
     Returns:
         One dict per row whose prompt and ``max_new_tokens`` fit the model's positions (others left out, said in
-        one line: ``held_out.rows_within_positions``): ``instruction`` (a conversation's last user message),
-        ``input``, ``reference`` (``data_format.reference``; "" where its ``side_by_side_reference`` is False), ``base``,
-        ``tuned`` (answer text), ``base_stopped``, ``tuned_stopped`` (a stop token within ``max_new_tokens``).
+        one line: ``held_out.rows_within_positions``; [] without rows, said in one line): ``instruction`` (a
+        conversation's last user message), ``input``, ``reference`` (``data_format.reference``; "" where its
+        ``side_by_side_reference`` is False), ``base``, ``tuned`` (answer text), ``base_stopped``, ``tuned_stopped`` (a
+        stop token within ``max_new_tokens``).
 
     Raises:
         TypeError: ``model`` has no ``disable_adapter`` (not a PEFT model, or already merged).
     """
     if not hasattr(model, "disable_adapter"):
         raise TypeError(f"{type(model).__name__} has no disable_adapter(): pass the PEFT model before any merge")
+    if not rows:
+        print("side-by-side answers skipped: no held-out rows")
+        return []
     options = dict(max_new_tokens=max_new_tokens, data_format=data_format)
     rows = rows_within_positions(model, tokenizer, rows, what="side-by-side answers", **options)
+    if not rows:  # none fits the model's positions (rows_within_positions said so)
+        return []
     print(
         f"side-by-side answers: {len(rows)} held-out prompts, base (adapter off) then fine-tuned, "
         f"{max_new_tokens} new tokens at most...",
@@ -109,9 +115,12 @@ def answers_html(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction
 def show_answers(rows: Sequence[dict], *, columns: Sequence[str] = ("instruction", "base", "tuned")) -> None:
     """Display the table: in a Jupyter kernel (papermill too) one output holding the HTML table and, as its plain-text
     form, the Markdown table (what ``papermill --log-output`` and other text front ends show, where an ``HTML`` object
-    alone reads ``<IPython.core.display.HTML object>``); the Markdown table printed elsewhere."""
+    alone reads ``<IPython.core.display.HTML object>``); the Markdown table printed elsewhere. No rows: nothing
+    (``compare_answers`` said why)."""
     from ..machine.kernel import jupyter_kernel
 
+    if not rows:
+        return
     text = answers_table(rows, columns=columns)
     if jupyter_kernel() is not None:
         from IPython.display import display
