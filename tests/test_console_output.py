@@ -4,7 +4,7 @@ One real 4-step run of the console script on stories260K with its stdout piped (
 checkpoint at 4): the terminal shows one line per step and one per evaluation, no tqdm bar, no ``\\r``, no raw
 trainer dict or dataclass repr, losses with 4 decimals, perplexity with 2, tokens/s as an integer, a line before each
 long phase, each answer once. That run, resumed with the same ``max_steps``, trains nothing and changes no file (exit
-0); with a smaller one it is refused (exit 2). Its adapter refuses a prompt past the model's 512 positions (exit 2). A
+0); with a smaller one it is refused (exit 2). A run stopped by Ctrl-C exits 130 saying how to continue, and does. Its adapter refuses a prompt past the model's 512 positions (exit 2). A
 notebook under run_offline.sh's papermill (scripts/papermill_log.py) shows the side-by-side table as text and printed
 lines as they are, without an empty line after each; the session's notebook run (conftest.notebook_run) holds no repr,
 no stuck bar and no echoed value in its outputs.
@@ -28,6 +28,7 @@ from test_console_script import ENV  # the console script's environment: offline
 pytestmark = pytest.mark.slow  # a training run of the console script, three more commands, a papermill run
 
 BIN = Path(sys.executable).parent
+PIPES = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 STEPS = 4
 
 
@@ -169,6 +170,31 @@ def test_a_run_without_held_out_rows_says_so_once_and_prints_no_empty_results(st
     )
     assert "side-by-side answers skipped: no held-out rows" in lines
     assert not [x for x in lines if x.startswith(("before:", "after:", "| instruction"))], done.stdout
+
+
+def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stories_dir, alpaca_jsonl, tmp_path):
+    """Ctrl-C (SIGINT) during training: exit status 130, one line that says the checkpoints are kept and how to
+    continue, no traceback and no run lock left; the same command with --resume true then continues the run."""
+    import signal
+    import time
+
+    args = train_args(stories_dir, alpaca_jsonl, tmp_path / "out", 400, "--save_steps", "2", "--eval_steps", "400")
+    run = subprocess.Popen([str(BIN / "tinyllama-ft"), *args], cwd=tmp_path, env=ENV, text=True, **PIPES)
+    deadline = time.monotonic() + 600
+    while not (tmp_path / "out" / "checkpoint-2").is_dir() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=300)
+    assert run.returncode == 130, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
+        "tinyllama-ft train: interrupted: its checkpoints are kept; the same command with --resume true continues "
+        "from the last one"
+    ), err[-3000:]
+    assert "Traceback" not in err and not (tmp_path / "out" / "run.lock").exists()
+    step = max(int(p.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*"))
+    done = console(*train_args(stories_dir, alpaca_jsonl, tmp_path / "out", step + 1, "--resume", "true"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"step {step + 1}/{step + 1}  loss" in done.stdout and f"step {step}/" not in done.stdout
 
 
 def test_the_notebooks_outputs_read_as_lines(notebook_run):

@@ -391,8 +391,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = f"tinyllama-ft {argv[0]}" if argv and argv[0] in COMMANDS else "tinyllama-ft"
     try:
         run(argv)
-    except KeyboardInterrupt:
-        print(f"{name}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt:  # train: the checkpoints written so far stay (and the run lock is released)
+        then = ": its checkpoints are kept; the same command with --resume true continues from the last one"
+        print(f"{name}: interrupted{then if name == 'tinyllama-ft train' else ''}", file=sys.stderr)
         return 130
     except Exception as err:  # noqa: BLE001 - the console script turns every error into one line and a status
         if debug:
