@@ -96,7 +96,7 @@ def test_a_question_file_becomes_an_exact_match_task_and_a_bad_row_is_named(qa_f
     assert str(OWN_TEMPLATE) in text and str(qa_file) in text
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "a?", "answer": "b"}\n{"question": "c?", "answer": ""}\n', encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"bad.jsonl: row 2: answer is missing or empty"):
+    with pytest.raises(ConfigError, match=r"bad.jsonl: row 1: answer is missing or empty .*row index is 0-based\)"):
         own_task(bad, tmp_path)
 
 

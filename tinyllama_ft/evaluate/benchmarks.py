@@ -107,15 +107,18 @@ def own_task(path: str | os.PathLike, folder: str | os.PathLike) -> str:
 
     path = os.path.abspath(os.fspath(path))
     rows = read_rows(path, flag="--tasks")
-    for index, row in enumerate(rows, start=1):
+    for index, row in enumerate(rows):  # numbered from 0, as the training rows' loaders number them
         if isinstance(row, UnreadableRow):
-            raise ConfigError(f"{path}: row {index}: {row.field} {row.reason}")
+            raise ConfigError(f"{path}: row {index}: {row.field} {row.reason} (row index is 0-based)")
         if not isinstance(row, dict):
-            raise ConfigError(f"{path}: row {index}: expected an object with question and answer")
+            raise ConfigError(
+                f"{path}: row {index}: expected an object with question and answer (row index is 0-based)"
+            )
         for name in ("question", "answer"):
             value = row.get(name)
             if value is None or isinstance(value, bool) or not str(value).strip():
-                raise ConfigError(f"{path}: row {index}: {name} is missing or empty (each row needs question, answer)")
+                why = "is missing or empty (each row needs question, answer; row index is 0-based)"
+                raise ConfigError(f"{path}: row {index}: {name} {why}")
     if not rows:
         raise ConfigError(f"{path}: no rows (each row needs question and answer)")
     name = "own_" + re.sub(r"\W+", "_", Path(path).stem).strip("_").lower()
