@@ -120,6 +120,9 @@ def test_existing_adapter_is_kept_unless_overwrite(trained, tmp_path):
         save_adapter(model, tokenizer, target, overwrite=False)
     assert save_adapter(model, tokenizer, target, overwrite=True) == target
     assert sorted(os.listdir(tmp_path)) == ["lora_model"]
+    # the folder has the mode any other folder of the run has (the umask's), not its staging folder's 0700
+    (tmp_path / "other").mkdir()
+    assert os.stat(target).st_mode & 0o777 == os.stat(tmp_path / "other").st_mode & 0o777
 
 
 def test_a_model_without_adapter_is_not_saved_as_one(stories_dir, cpu, tmp_path):

@@ -56,6 +56,9 @@ def save_adapter(model, tokenizer, adapter_dir: str, *, overwrite: bool = True, 
     from .model_card import adapter_card, card_facts
 
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.saving-", dir=parent)
+    umask = os.umask(0o022)
+    os.umask(umask)
+    os.chmod(staging, 0o777 & ~umask)  # mkdtemp's 0700 would be the adapter's: the mode os.makedirs gives instead
     try:
         # the trained adapter only: a preference trainer's frozen reference copy (TRL's "ref") is not the run's
         extra = {"selected_adapters": [model.active_adapter]} if len(getattr(model, "peft_config", {})) > 1 else {}
