@@ -236,6 +236,19 @@ def test_help_groups_the_fields_by_section_and_lists_each_literals_choices(capsy
     assert "--recipe {fast,article}" in out and "--dtype DTYPE" in out  # the choices in the usage line too
 
 
+def test_version_prints_the_packages_version(capsys):
+    """``tinyllama-ft --version``, for a bug report: the installed package's version, exit status 0."""
+    import importlib.metadata
+
+    import tinyllama_ft
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"tinyllama-ft {tinyllama_ft.__version__}\n"
+    assert tinyllama_ft.__version__ == importlib.metadata.version("tinyllama-ft")  # the one pyproject.toml declares
+
+
 def test_help_documents_every_field(capsys):
     with pytest.raises(SystemExit) as done:
         main(["train", "--help"])

@@ -290,6 +290,9 @@ def build_parser():
         exit_on_error=False,
         allow_abbrev=False,
     )  # run() raises its errors as one ConfigError line
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"tinyllama-ft {__version__}")
     subcommands = parser.add_subcommands(required=True, dest="command")
     for name in COMMANDS:
         subcommands.add_subcommand(name, command_parser(name), help=command_parser(name).description)
