@@ -11,7 +11,7 @@
 # --log-output: what the notebook prints (one line per training step) reaches this terminal as it happens, through
 # scripts/papermill_log.py (papermill's command line, each printed line logged without an empty line after it).
 # The output notebook is finetune_tinyllama.out.ipynb only once the run succeeds (beside its
-# outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb.
+# outputs/run_summary.json); a failed run's is finetune_tinyllama.failed.ipynb. Ctrl-C exits 130, saying how to continue.
 # SETUP=0 (or SKIP_SETUP=1) skips the install and VENV=dir uses another environment (tests/test_readme.py runs it that way).
 # OMP_NUM_THREADS (default 2, the CPU cores of a small machine) sets torch's threads; OMP_WAIT_POLICY (default
 # PASSIVE) lets a waiting thread sleep: on 2 cores shared with other work, spinning threads made 2-thread runs
@@ -39,6 +39,8 @@ for ((i = 0; i + 1 < ${#args[@]}; i++)); do
 done
 NB="$OUT/finetune_tinyllama.out.ipynb"
 rm -f "$OUT/finetune_tinyllama.failed.ipynb"
+INTERRUPTED=0
+trap 'INTERRUPTED=1' INT  # Ctrl-C stops papermill (and its kernel); the script says what is kept and how to go on
 if ! "$VENV/bin/python" scripts/papermill_log.py notebooks/finetune_tinyllama.ipynb "$OUT/finetune_tinyllama.running.ipynb" --cwd "$OUT" \
   --log-output --no-progress-bar \
   -p model_name "$MODEL" -p dataset "$DATASET" \
@@ -48,9 +50,14 @@ if ! "$VENV/bin/python" scripts/papermill_log.py notebooks/finetune_tinyllama.ip
   mv -f "$OUT/finetune_tinyllama.running.ipynb" "$OUT/finetune_tinyllama.failed.ipynb" 2>/dev/null || true
   # the earlier run's notebook stays only beside its own, older summary (this run may have deleted it)
   S="$OUT/outputs/run_summary.json"; { [ -f "$S" ] && [ "$S" -ot "$NB" ]; } || rm -f "$NB"
+  if [ "$INTERRUPTED" = 1 ]; then
+    echo "run interrupted: its checkpoints in $OUT are kept; the same command with -p resume True continues from the last one (cells run so far: $OUT/finetune_tinyllama.failed.ipynb)" >&2
+    exit 130
+  fi
   echo "run failed: see $OUT/finetune_tinyllama.failed.ipynb" >&2
   exit 1
 fi
+trap - INT
 mv -f "$OUT/finetune_tinyllama.running.ipynb" "$NB"
 echo "run summary: $OUT/outputs/run_summary.json (every cell's output: $NB)"
 # the summary's figures as printed everywhere (losses 4 decimals, tokens/s an integer; the file keeps full precision);

@@ -1,6 +1,6 @@
 """The offline script (issue 10, item 8): ``-p resume True`` resumes as the README says (the script's
-default overwrite steps aside), and a failed run never leaves an output notebook beside another run's
-summary. Real runs of scripts/run_offline.sh (papermill, stories260K, 200 real Alpaca rows, CPU)."""
+default overwrite steps aside), a failed run never leaves an output notebook beside another run's
+summary, and Ctrl-C exits 130 saying how to continue (which then does). Real runs of scripts/run_offline.sh (papermill, stories260K, 200 real Alpaca rows, CPU)."""
 
 import json
 import os
@@ -35,17 +35,14 @@ QUICK = [
 ]
 
 
+#: The script's environment in the tests: the test's own .venv, no setup, one torch thread.
+_ENV = dict(
+    os.environ, SKIP_SETUP="1", VENV=str(Path(sys.executable).parent.parent), PYTHONPATH=str(REPO), OMP_NUM_THREADS="1"
+)
+
+
 def _script(out, dataset, stories_dir, *args):
-    env = dict(
-        os.environ,
-        OUT=str(out),
-        MODEL=str(stories_dir),
-        DATASET=str(dataset),
-        SKIP_SETUP="1",
-        VENV=str(Path(sys.executable).parent.parent),
-        PYTHONPATH=str(REPO),
-        OMP_NUM_THREADS="1",
-    )
+    env = dict(_ENV, OUT=str(out), MODEL=str(stories_dir), DATASET=str(dataset))
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "run_offline.sh"), *QUICK, *args],
         env=env,
@@ -79,6 +76,51 @@ def test_resume_through_the_script_continues_the_run(runs):
     out = runs["out"]
     assert (out / "finetune_tinyllama.out.ipynb").exists() and not (out / "finetune_tinyllama.failed.ipynb").exists()
     assert not (out / "outputs" / "run.lock").exists()  # the kernel's exit released it
+
+
+def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_does(
+    stories_dir, alpaca_jsonl, tmp_path
+):
+    """Ctrl-C (SIGINT to the script's process group, as a terminal sends it) during training: exit status 130 and a
+    line that says the checkpoints are kept and that ``-p resume True`` continues, not "run failed"; it does."""
+    import signal
+    import time
+
+    out, dataset = tmp_path / "run", tmp_path / "rows.jsonl"
+    dataset.write_text("".join(json.dumps(r) + "\n" for r in alpaca_rows(alpaca_jsonl, 200)), encoding="utf-8")
+    env = dict(_ENV, OUT=str(out), MODEL=str(stories_dir), DATASET=str(dataset))
+    argv = [
+        "bash",
+        str(REPO / "scripts" / "run_offline.sh"),
+        *QUICK,
+        "-p",
+        "max_steps",
+        "400",
+        "-p",
+        "eval_steps",
+        "400",
+    ]
+    script = subprocess.Popen(
+        argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    deadline = time.monotonic() + 600
+    while not (out / "outputs" / "checkpoint-2").is_dir() and script.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    os.killpg(script.pid, signal.SIGINT)
+    _, err = script.communicate(timeout=300)
+    assert script.returncode == 130, err[-3000:]
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"run interrupted: its checkpoints in {out} are kept; the same command with -p resume True continues"
+        )
+    ), err[-3000:]
+    assert "run failed" not in err and not (out / "outputs" / "run.lock").exists()
+    step = max(int(p.name.split("-")[1]) for p in (out / "outputs").glob("checkpoint-*"))
+    resumed = _script(out, dataset, stories_dir, "-p", "resume", "True", "-p", "max_steps", str(step + 1))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert json.loads((out / "outputs" / "run_summary.json").read_text())["resumed_from"].endswith(f"checkpoint-{step}")
 
 
 def test_a_failed_run_leaves_no_notebook_beside_another_runs_summary(runs, stories_dir):
