@@ -405,3 +405,43 @@ def test_preference_runs_take_sdpa_without_compiles_and_say_when_the_compiled_pa
         importable=everything,
     )
     assert asked.backend == "unsloth"
+
+
+@pytest.mark.parametrize("hardware", ["t4", "cpu"])
+def test_a_plan_on_unsloth_imports_it_before_trls_config_check_imports_transformers(tmp_path, tinyllama_dir, hardware):
+    """Unsloth patches transformers, TRL and PEFT as they are imported (and warns when it comes after them); the plan
+    cell is the first to import them (TRL's config check), so on an Unsloth plan ``plan_run`` imports unsloth first. A
+    stand-in ``unsloth`` package records which of them were already imported; on a CPU plan it is never imported.
+    Fails before: TRL's check ran first and unsloth came only with the model."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "unsloth").mkdir()
+    (tmp_path / "unsloth" / "__init__.py").write_text(
+        "import os, sys\n"
+        "seen = [m for m in ('transformers', 'trl', 'peft') if m in sys.modules]\n"
+        "open(os.environ['SEEN'], 'w').write(' '.join(seen) or 'none')\n",
+        encoding="utf-8",
+    )
+    code = (
+        "import json, sys\n"
+        "from tinyllama_ft.config.finetune import FinetuneConfig\n"
+        "from tinyllama_ft.machine.hardware import Hardware\n"
+        "from tinyllama_ft.train.plan import plan_run\n"
+        "t4 = Hardware(cuda=True, capability=(7, 5), gpu_name='Tesla T4', total_memory_gib=14.74, colab=True)\n"
+        "cfg, hardware = FinetuneConfig(), t4 if sys.argv[2] == 't4' else Hardware()\n"
+        "plan = plan_run(cfg, hardware, json.load(open(sys.argv[1])), budget_gib=14.7)\n"
+        "print(plan.backend, 'trl' in sys.modules)\n"
+    )
+    seen = tmp_path / "seen.txt"
+    path = os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "SEEN": str(seen), "OMP_NUM_THREADS": "1"}
+    config = str(tinyllama_dir / "config.json")
+    done = subprocess.run([sys.executable, "-c", code, config, hardware], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if hardware == "t4":
+        assert done.stdout.split() == ["unsloth", "True"]  # TRL's check ran, after unsloth
+        assert seen.read_text(encoding="utf-8") == "none"
+    else:
+        assert done.stdout.split() == ["transformers", "True"] and not seen.exists()

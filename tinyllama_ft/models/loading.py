@@ -138,9 +138,17 @@ def load_model(
     return model, tokenizer
 
 
+def import_unsloth_first(backend: str) -> None:
+    """Import ``unsloth`` now when ``backend`` is "unsloth" and it is installed; nothing otherwise. Unsloth patches
+    transformers, TRL and PEFT as they are imported, so it must come before them (it warns that its optimizations may
+    not all apply when it comes after): ``plan.plan_run`` calls this before TRL's config check imports them."""
+    if backend == "unsloth" and is_importable("unsloth"):
+        import unsloth  # noqa: F401  (GPU extra)
+
+
 def _load_unsloth(model_name, max_seq_length, dtype_name, load_in_4bit, trust_remote_code):
+    from unsloth import FastLanguageModel  # GPU extra; imported only on this path, before transformers
     from transformers import AutoConfig
-    from unsloth import FastLanguageModel  # GPU extra; imported only on this path
 
     config_source = model_name
     if os.path.isfile(os.path.join(model_name, "adapter_config.json")):

@@ -18,7 +18,7 @@ from ..config.coercion import ConfigError
 from ..config.finetune import FinetuneConfig
 from ..config.methods import METHODS
 from ..machine.hardware import Hardware, is_importable
-from ..models.loading import choose_backend, rope_scaling_factor
+from ..models.loading import choose_backend, import_unsloth_first, rope_scaling_factor
 from ..models.precision import adapter_dtype, resolve_dtype
 from .memory_estimate import (
     HEADROOM,
@@ -181,7 +181,6 @@ def plan_run(
     budget_gib: float | None = None,
     importable=is_importable,
     world_size: int | None = None,
-    _share: bool = False,
 ) -> RunPlan:
     """Decide how ``cfg`` runs on ``hardware``; the configuration itself is not changed.
 
@@ -209,18 +208,22 @@ def plan_run(
             effective batch does not divide over the processes); ``backend="unsloth"`` with several
             processes (Unsloth trains on one GPU).
     """
+    plan = _decide(cfg, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=world_size)
+    import_unsloth_first(plan.backend)  # before TRL's config imports transformers, TRL and PEFT, which Unsloth patches
+    METHODS[cfg.method].check_trl_config(cfg)  # on the whole run's split, not on one process's share
+    return plan
+
+
+def _decide(cfg, hardware, model_config, *, budget_gib, importable, world_size) -> RunPlan:
+    """``plan_run``'s decision, before TRL's config check (a DDP run decides one process's share with it)."""
     from ..machine.distributed import world_size as launched_world_size
 
     world = launched_world_size() if world_size is None else world_size
-    if not _share:  # TRL's checks on the whole run's split, not on one process's share
-        METHODS[cfg.method].check_trl_config(cfg)
     if world > 1:
         share = split_over_processes(cfg, world)
         if cfg.backend == "auto":  # Unsloth trains on one GPU: DDP runs on transformers + PEFT
             share = dataclasses.replace(share, backend="transformers")
-        plan = plan_run(
-            share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1, _share=True
-        )
+        plan = _decide(share, hardware, model_config, budget_gib=budget_gib, importable=importable, world_size=1)
         if plan.backend == "unsloth":
             raise ValueError(
                 f"backend='unsloth' trains on one GPU only, not {world} processes: set "
