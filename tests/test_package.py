@@ -55,6 +55,28 @@ def test_the_first_cells_leave_the_data_and_training_stacks_to_the_cells_that_us
     assert done.returncode == 0, done.stderr[-2000:]
 
 
+def test_the_command_lines_run_imports_no_library_unsloth_patches_before_its_plan():
+    """``pipeline.run_training`` (``tinyllama-ft train``) imports none of transformers, TRL or PEFT before its plan
+    decides the backend, as the notebooks' first cells do not: an Unsloth plan imports unsloth before them
+    (test_plan.py::test_a_plan_on_unsloth_imports_it_...), and install may replace them. The run is stopped at its
+    plan. Fails before: the function imported every helper (the trainers: transformers) on its first line."""
+    code = "\n".join(
+        [
+            "import sys",
+            "import tinyllama_ft.train.plan as plan_module",
+            "from tinyllama_ft.config.finetune import FinetuneConfig",
+            "from tinyllama_ft.machine.hardware import Hardware",
+            "from tinyllama_ft.pipeline import run_training",
+            "def plan_run(cfg, hardware):",
+            "    raise SystemExit(' '.join(m for m in ('transformers', 'trl', 'peft') if m in sys.modules) or 0)",
+            "plan_module.plan_run = plan_run",
+            "run_training(FinetuneConfig(dataset='data/alpaca_demo/alpaca_demo.jsonl'), hardware=Hardware())",
+        ]
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 def test_lazy_names_resolve_to_their_modules():
     import tinyllama_ft
 

@@ -41,31 +41,16 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         ends. A non-main process of a launch raises ``distributed.MainProcessError`` when the main process
         failed to install or prepare the folder.
     """
-    from accelerate.utils import release_memory
-
+    # up to the plan, as the notebooks' first cells: nothing that imports transformers, TRL or PEFT (install may
+    # replace them; an Unsloth plan imports unsloth before them: plan_run)
     from .config.secrets import export_secrets
     from .data.formats import check_sources, data_format
-    from .data.instructions import split_train_eval
-    from .evaluate.benchmarks import benchmarks_after_training
-    from .evaluate.held_out import held_out_check, heldout_summary
-    from .evaluate.side_by_side import answers_table, compare_answers
     from .export.adapter_export import check_export_tools, describe_exports, export_adapter
-    from .infer.generation import as_samples, stream
     from .machine.distributed import is_main_process, main_process_first, same_on_all_processes
     from .machine.hardware import cap_gpu_memory, detect_hardware
     from .machine.install import install
     from .machine.lock import release_run_lock
-    from .models.adapters import load_adapter, save_adapter
-    from .models.loading import load_model
-    from .models.lora import add_lora, trainable_parameters
-    from .models.run_record import adapter_record
-    from .train.loop import train_and_evaluate
-    from .train.output_dir import ensure_drive, prepare_output_dir
     from .train.plan import plan_run
-    from .train.plotting import loss_curve
-    from .train.trainers import build_trainer, training_plan
-    from .train.summary import build_run_summary, write_run_summary
-    from .train.tracking import finish_tracking, start_tracking
 
     fmt = data_format(cfg)
     print("secrets:", export_secrets())
@@ -75,6 +60,25 @@ def run_training(cfg: FinetuneConfig, *, hardware=None) -> dict[str, Any]:
         install(with_wandb=cfg.report_to == "wandb", hardware=hardware)
     plan = plan_run(cfg, hardware)
     print(plan.summary())
+
+    from accelerate.utils import release_memory
+
+    from .data.instructions import split_train_eval
+    from .evaluate.benchmarks import benchmarks_after_training
+    from .evaluate.held_out import held_out_check, heldout_summary
+    from .evaluate.side_by_side import answers_table, compare_answers
+    from .infer.generation import as_samples, stream
+    from .models.adapters import load_adapter, save_adapter
+    from .models.loading import load_model
+    from .models.lora import add_lora, trainable_parameters
+    from .models.run_record import adapter_record
+    from .train.loop import train_and_evaluate
+    from .train.output_dir import ensure_drive, prepare_output_dir
+    from .train.plotting import loss_curve
+    from .train.trainers import build_trainer, training_plan
+    from .train.summary import build_run_summary, write_run_summary
+    from .train.tracking import finish_tracking, start_tracking
+
     check_export_tools(cfg.export_formats)  # a quantizer missing for gguf_q4_k_m stops before training, not after
     split = (plan.per_device_train_batch_size, plan.gradient_accumulation_steps, plan.gradient_checkpointing)
     same_on_all_processes(
