@@ -23,6 +23,8 @@ ARTICLE_PROMPT = (
     "### Instruction:\n{}\n\n### Input:\n{}\n\n### Response:\n{}"
 )
 SEQ = 512
+
+pytestmark = pytest.mark.slow  # four one-step trainers: about 20 s on a loaded 2-core machine
 ROWS = 120  # 48 of them are longer than 512 stories260K tokens (6 have a prompt that long): both sides cut them alike
 
 
