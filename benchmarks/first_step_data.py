@@ -3,10 +3,11 @@ SFTTrainer on the text column, packed) against the package (build_trainer) in bo
 
 TinyLlama's tokenizer, the 5,000 Alpaca rows, seq 4096, the article's 2 x 4: the 8 packed sequences' ids, positions
 and labels compared, and the supervised tokens counted. No forward pass: a 1-layer random model with TinyLlama's
-vocabulary only builds the trainers. Plain TRL, as the package's transformers backend; Unsloth's patched trainer packs
-the recipe's text otherwise (benchmarks/README.md, issue 44 fourth session). About 30 s.
+vocabulary only builds the trainers. Plain TRL, as the package's transformers backend. ``--num-proc none`` packs in one
+process, as Unsloth's patched trainer packs the package's pre-tokenized rows (benchmarks/README.md, issue 44 fourth
+session). About 30 s (one process) to a minute.
 
-    python3 benchmarks/first_step_data.py [--shared ../shared]
+    python3 benchmarks/first_step_data.py [--shared ../shared] [--num-proc 2|none]
 """
 
 import argparse
@@ -26,6 +27,13 @@ from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--shared", type=Path, default=Path(os.environ.get("SHARED_DIR") or HERE.parents[1] / "shared"))
+ap.add_argument(
+    "--num-proc",
+    type=lambda v: None if v == "none" else int(v),
+    default=2,
+    help="dataset_num_proc on both sides (the recipe's and FinetuneConfig's 2; 'none': one process). TRL packs each "
+    "worker's shard of rows apart: 2 gives 282 windows, one process 281",
+)
 a = ap.parse_args()
 TOK = str(a.shared / "data" / "tinyllama")
 DATA = str(a.shared / "data" / "alpaca" / "alpaca_cleaned_5k.jsonl")
@@ -55,7 +63,14 @@ def step_batches(trainer):
 
 tok = AutoTokenizer.from_pretrained(TOK)
 args = recipe_sft_config(
-    "a", 10, SEQ, bf16=False, optim="adamw_torch", use_cpu=True, gradient_checkpointing=False, dataset_num_proc=None
+    "a",
+    10,
+    SEQ,
+    bf16=False,
+    optim="adamw_torch",
+    use_cpu=True,
+    gradient_checkpointing=False,
+    dataset_num_proc=a.num_proc,
 )
 art = SFTTrainer(
     model=model(),
@@ -87,7 +102,7 @@ for col in (True, False):
         output_dir=tempfile.mkdtemp(),
         save_steps=10**6,
         dtype="float32",
-        dataset_num_proc=None,
+        dataset_num_proc=a.num_proc,
         gradient_checkpointing=False,
         completion_only_loss=col,
     )
