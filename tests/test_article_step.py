@@ -23,9 +23,21 @@ ARTICLE_PROMPT = (
     "### Instruction:\n{}\n\n### Input:\n{}\n\n### Response:\n{}"
 )
 SEQ = 512
-
-pytestmark = pytest.mark.slow  # four one-step trainers: about 20 s on a loaded 2-core machine
 ROWS = 120  # 48 of them are longer than 512 stories260K tokens (6 have a prompt that long): both sides cut them alike
+
+
+def _trl_trains_on_a_cpu() -> bool:
+    import trl
+    from packaging.version import Version
+
+    return Version(trl.__version__) >= Version("1.16")
+
+
+pytestmark = [
+    pytest.mark.slow,  # four one-step trainers: about 20 s on a loaded 2-core machine
+    # both sides train on the CPU (the package's plan for Hardware()), where TRL 1.15's Triton loss kernel cannot run
+    pytest.mark.skipif(not _trl_trains_on_a_cpu(), reason="TRL < 1.16 trains only on a GPU (fused Triton loss kernel)"),
+]
 
 
 def _first_step(trainer):
