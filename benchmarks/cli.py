@@ -6,15 +6,23 @@ import argparse
 T4_MEMORY_GIB = 15
 
 
-def parse_args(doc: str) -> argparse.Namespace:
+def parse_args(doc: str, *, package: bool = False) -> argparse.Namespace:
     """``--model`` (HF folder), ``--data`` (Alpaca .jsonl), ``--steps`` (15), ``--seq`` (4096 tokens),
-    ``--t4`` (fp16 and CUDA memory capped at 15 GiB: the T4 stand-in)."""
+    ``--t4`` (fp16 and CUDA memory capped at 15 GiB: the T4 stand-in); with ``package`` (the package's scripts)
+    ``--whole-text-loss`` too."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--model", required=True, help="model folder (Hugging Face format)")
     ap.add_argument("--data", required=True, help="Alpaca rows, .jsonl")
     ap.add_argument("--steps", type=int, default=15)
     ap.add_argument("--seq", type=int, default=4096)
     ap.add_argument("--t4", action="store_true", help=f"T4 stand-in: fp16, CUDA memory capped at {T4_MEMORY_GIB} GiB")
+    if package:
+        ap.add_argument(
+            "--whole-text-loss",
+            action="store_true",
+            help="completion_only_loss=False: the article's loss on every token (the package's default counts the "
+            "response + EOS only), so the first loss is the recipe's quantity",
+        )
     return ap.parse_args()
 
 

@@ -6,7 +6,10 @@ and checkpointing for this GPU, the effective batch kept), ``load_model``, ``add
 
 ``FinetuneConfig``'s defaults (effective batch 2 x 4, seq 4096, packing) except what a benchmark needs:
 no W&B, no eval split (all rows train, as in the other configurations), ``--steps`` steps, no checkpoint
-before the end.
+before the end. The loss is the package's default, on the response + EOS tokens (``completion_only_loss=True``), so
+the first loss is not the recipe's quantity (the recipe counts every token); ``--whole-text-loss``
+(``completion_only_loss=False``, name ``package_whole_text``) trains the recipe's very tokens and labels
+(tests/test_article_step.py), and its first loss is the one to hold against the recipe's.
 
     python3 benchmarks/package_default.py --model /tmp/tinyllama-shaped --data alpaca_cleaned_5k.jsonl
 """
@@ -28,7 +31,7 @@ from tinyllama_ft.train.plan import plan_run
 from tinyllama_ft.data.alpaca_prompts import make_formatting_func
 from tinyllama_ft.train.trainers import build_trainer
 
-a = parse_args(__doc__)
+a = parse_args(__doc__, package=True)
 
 cfg = FinetuneConfig(
     model_name=a.model,
@@ -40,6 +43,7 @@ cfg = FinetuneConfig(
     save_steps=10**6,
     dtype="float16" if a.t4 else None,
     gpu_memory_cap_gib=T4_MEMORY_GIB if a.t4 else 0,
+    completion_only_loss=not a.whole_text_loss,
 )
 hardware = detect_hardware()
 cap_gpu_memory(cfg.gpu_memory_cap_gib, hardware)
@@ -69,7 +73,7 @@ clock = Clock()
 trainer = build_trainer(
     model=model, tokenizer=tokenizer, train_dataset=train, eval_dataset=None, cfg=cfg, plan=plan, callbacks=[clock]
 )
-name = "package_default_t4" if a.t4 else "package_default"
+name = ("package_whole_text" if a.whole_text_loss else "package_default") + ("_t4" if a.t4 else "")
 if plan.world_size > 1:  # accelerate launch (train_throughput.py's package_ddp2): the same script on each GPU
     name = f"package_ddp{plan.world_size}"
 train_and_report(

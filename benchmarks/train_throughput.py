@@ -12,7 +12,9 @@ last lines of its stderr; the others still run.
 ``tinyllama_ft/recipes/accelerate/multi_gpu.yaml``, ``--num_processes 2``) at the same global batch: its
 tokens/s count both GPUs' tokens, its peak GiB is the larger of the two, ``peak_gib_per_gpu`` lists both.
 Compare it with ``package_default`` (``--only package_default,package_ddp2``); ``--dry-run`` prints the
-commands and each configuration's plan without training (works on a CPU).
+commands and each configuration's plan without training (works on a CPU). ``package_default`` trains on the response
++ EOS tokens (the package's default loss), the recipe on every token: ``package_whole_text`` (``_t4``), run only when
+named in ``--only``, is the package with the article's loss, whose first loss is the recipe's to within kernels.
 """
 
 import argparse
@@ -36,7 +38,12 @@ CONFIGURATIONS = {
     "article_recipe_t4": ("article_recipe.py", ["--t4"]),
     "package_default_t4": ("package_default.py", ["--t4"]),
     "package_ddp2": ("package_default.py", []),
+    "package_whole_text": ("package_default.py", ["--whole-text-loss"]),
+    "package_whole_text_t4": ("package_default.py", ["--whole-text-loss", "--t4"]),
 }
+#: Run only when named in --only: the package with the article's whole-text loss (completion_only_loss=False), whose
+#: first loss is the recipe's quantity (package_default's counts the response + EOS tokens only).
+LOSS_CHECKS = ("package_whole_text", "package_whole_text_t4")
 
 
 def launcher(name: str) -> list[str]:
@@ -109,7 +116,7 @@ def main() -> None:
     ap.add_argument("--dry-run", action="store_true", help="print each command and its plan; train nothing")
     a = ap.parse_args()
 
-    names = chosen_names(ap, a.only, CONFIGURATIONS, CONFIGURATIONS)
+    names = chosen_names(ap, a.only, CONFIGURATIONS, [n for n in CONFIGURATIONS if n not in LOSS_CHECKS])
     data = a.data or next(iter(sorted((a.shared / "data" / "alpaca").glob("*.jsonl"))), None)
     if data is None or not Path(data).is_file():
         ap.error(f"no data file: {data or a.shared / 'data/alpaca/*.jsonl'} (pass --data)")
