@@ -181,7 +181,12 @@ def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stori
     args = train_args(stories_dir, alpaca_jsonl, tmp_path / "out", 400, "--save_steps", "2", "--eval_steps", "400")
     run = subprocess.Popen([str(BIN / "tinyllama-ft"), *args], cwd=tmp_path, env=ENV, text=True, **PIPES)
     deadline = time.monotonic() + 600
-    while not (tmp_path / "out" / "checkpoint-2").is_dir() and run.poll() is None and time.monotonic() < deadline:
+    # a whole checkpoint (trainer_state.json is written last), any: the trainer rotates them (save_total_limit 2)
+    while (
+        not any((tmp_path / "out").glob("checkpoint-*/trainer_state.json"))
+        and run.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=300)
@@ -191,7 +196,8 @@ def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stori
         "from the last one"
     ), err[-3000:]
     assert "Traceback" not in err and not (tmp_path / "out" / "run.lock").exists()
-    step = max(int(p.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*"))
+    # the last whole checkpoint (Ctrl-C may have cut the next save short: a resume goes back past it)
+    step = max(int(p.parent.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*/trainer_state.json"))
     done = console(*train_args(stories_dir, alpaca_jsonl, tmp_path / "out", step + 1, "--resume", "true"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"step {step + 1}/{step + 1}  loss" in done.stdout and f"step {step}/" not in done.stdout

@@ -104,7 +104,12 @@ def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_
         argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     deadline = time.monotonic() + 600
-    while not (out / "outputs" / "checkpoint-2").is_dir() and script.poll() is None and time.monotonic() < deadline:
+    # a whole checkpoint (trainer_state.json is written last), any: the trainer rotates them (save_total_limit 2)
+    while (
+        not any((out / "outputs").glob("checkpoint-*/trainer_state.json"))
+        and script.poll() is None
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.2)
     os.killpg(script.pid, signal.SIGINT)
     _, err = script.communicate(timeout=300)
@@ -117,7 +122,8 @@ def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_
         )
     ), err[-3000:]
     assert "run failed" not in err and not (out / "outputs" / "run.lock").exists()
-    step = max(int(p.name.split("-")[1]) for p in (out / "outputs").glob("checkpoint-*"))
+    # the last whole checkpoint (Ctrl-C may have cut the next save short: a resume goes back past it)
+    step = max(int(p.parent.name.split("-")[1]) for p in (out / "outputs").glob("checkpoint-*/trainer_state.json"))
     resumed = _script(out, dataset, stories_dir, "-p", "resume", "True", "-p", "max_steps", str(step + 1))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((out / "outputs" / "run_summary.json").read_text())["resumed_from"].endswith(f"checkpoint-{step}")
