@@ -172,6 +172,12 @@ def test_a_run_without_held_out_rows_says_so_once_and_prints_no_empty_results(st
     assert not [x for x in lines if x.startswith(("before:", "after:", "| instruction"))], done.stdout
 
 
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stories_dir, alpaca_jsonl, tmp_path):
     """Ctrl-C (SIGINT) during training: exit status 130, one line that says the checkpoints are kept and how to
     continue, no traceback and no run lock left; the same command with --resume true then continues the run."""
@@ -179,7 +185,11 @@ def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stori
     import time
 
     args = train_args(stories_dir, alpaca_jsonl, tmp_path / "out", 400, "--save_steps", "2", "--eval_steps", "400")
-    run = subprocess.Popen([str(BIN / "tinyllama-ft"), *args], cwd=tmp_path, env=ENV, text=True, **PIPES)
+    # Ctrl-C's default action, as a terminal's command has it (a test runner started in the background ignores SIGINT,
+    # and an ignored signal stays ignored in its children)
+    run = subprocess.Popen(
+        [str(BIN / "tinyllama-ft"), *args], cwd=tmp_path, env=ENV, text=True, preexec_fn=_default_sigint, **PIPES
+    )
     deadline = time.monotonic() + 600
     # a whole checkpoint (trainer_state.json is written last), any: the trainer rotates them (save_total_limit 2)
     while (

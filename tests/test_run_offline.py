@@ -100,8 +100,15 @@ def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_
         "eval_steps",
         "400",
     ]
-    script = subprocess.Popen(
-        argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    script = subprocess.Popen(  # with Ctrl-C's default action, as from a terminal (test_console_output's ctrl-c test)
+        argv,
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     deadline = time.monotonic() + 600
     # a whole checkpoint (trainer_state.json is written last), any: the trainer rotates them (save_total_limit 2)
