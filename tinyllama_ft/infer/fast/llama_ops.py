@@ -115,11 +115,7 @@ def projection_weight(module, dtype, out=None, base=None):
     if not factors:
         return base if out is None else out.copy_(base)
     (left, right, scaling), *more = factors
-    out = (
-        torch.addmm(base, left, right, alpha=scaling)
-        if out is None
-        else torch.addmm(base, left, right, alpha=scaling, out=out)
-    )
+    out = torch.addmm(base, left, right, alpha=scaling, out=out)  # out=None: a new tensor
     for left, right, scaling in more:
         out.addmm_(left, right, alpha=scaling)
     return out
