@@ -102,3 +102,27 @@ def expected_boundary_mask(offsets, regions) -> list[int]:
         e = max(e, s + 1)
         out.append(int(any(s < hi and e > lo for lo, hi in regions)))
     return out
+
+
+def default_sigint() -> None:
+    """A ``subprocess.Popen`` ``preexec_fn``: Ctrl-C's default action in the child, as a terminal's command has it (a
+    test runner started in the background ignores SIGINT, an ignored signal stays ignored in its children, and Python
+    then raises no KeyboardInterrupt)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def whole_checkpoint_steps(folder: Path) -> list[int]:
+    """The steps of ``folder``'s whole checkpoints (``trainer_state.json``, which the trainer writes last), ascending."""
+    return sorted(int(p.parent.name.split("-")[1]) for p in Path(folder).glob("checkpoint-*/trainer_state.json"))
+
+
+def wait_for_a_whole_checkpoint(folder: Path, process, timeout_s: float = 600) -> None:
+    """Poll until ``folder`` holds a whole checkpoint of any step (the trainer rotates them: save_total_limit 2), the
+    process ends, or ``timeout_s`` seconds pass."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not whole_checkpoint_steps(folder) and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)

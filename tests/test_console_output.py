@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import default_sigint, wait_for_a_whole_checkpoint, whole_checkpoint_steps
+
 from test_console_script import ENV  # the console script's environment: offline, the caller's threads, no W&B
 
 pytestmark = pytest.mark.slow  # a training run of the console script, three more commands, a papermill run
@@ -172,32 +174,16 @@ def test_a_run_without_held_out_rows_says_so_once_and_prints_no_empty_results(st
     assert not [x for x in lines if x.startswith(("before:", "after:", "| instruction"))], done.stdout
 
 
-def _default_sigint() -> None:
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stories_dir, alpaca_jsonl, tmp_path):
     """Ctrl-C (SIGINT) during training: exit status 130, one line that says the checkpoints are kept and how to
     continue, no traceback and no run lock left; the same command with --resume true then continues the run."""
     import signal
-    import time
 
     args = train_args(stories_dir, alpaca_jsonl, tmp_path / "out", 400, "--save_steps", "2", "--eval_steps", "400")
-    # Ctrl-C's default action, as a terminal's command has it (a test runner started in the background ignores SIGINT,
-    # and an ignored signal stays ignored in its children)
     run = subprocess.Popen(
-        [str(BIN / "tinyllama-ft"), *args], cwd=tmp_path, env=ENV, text=True, preexec_fn=_default_sigint, **PIPES
+        [str(BIN / "tinyllama-ft"), *args], cwd=tmp_path, env=ENV, text=True, preexec_fn=default_sigint, **PIPES
     )
-    deadline = time.monotonic() + 600
-    # a whole checkpoint (trainer_state.json is written last), any: the trainer rotates them (save_total_limit 2)
-    while (
-        not any((tmp_path / "out").glob("checkpoint-*/trainer_state.json"))
-        and run.poll() is None
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.2)
+    wait_for_a_whole_checkpoint(tmp_path / "out", run)
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=300)
     assert run.returncode == 130, err[-3000:]
@@ -206,8 +192,7 @@ def test_ctrl_c_exits_130_keeping_the_checkpoints_and_says_how_to_continue(stori
         "from the last one"
     ), err[-3000:]
     assert "Traceback" not in err and not (tmp_path / "out" / "run.lock").exists()
-    # the last whole checkpoint (Ctrl-C may have cut the next save short: a resume goes back past it)
-    step = max(int(p.parent.name.split("-")[1]) for p in (tmp_path / "out").glob("checkpoint-*/trainer_state.json"))
+    step = whole_checkpoint_steps(tmp_path / "out")[-1]  # Ctrl-C may have cut the next save short: a resume goes back
     done = console(*train_args(stories_dir, alpaca_jsonl, tmp_path / "out", step + 1, "--resume", "true"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert f"step {step + 1}/{step + 1}  loss" in done.stdout and f"step {step}/" not in done.stdout
