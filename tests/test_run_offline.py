@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from helpers import alpaca_rows
+from helpers import alpaca_rows, default_sigint, wait_for_a_whole_checkpoint, whole_checkpoint_steps
 
 pytestmark = pytest.mark.slow  # real papermill runs of the script: the slow tier (pyproject.toml)
 #: The toy fast path as the README gives it (stories260K has 512 positions), few steps, few tokens.
@@ -78,13 +78,28 @@ def test_resume_through_the_script_continues_the_run(runs):
     assert not (out / "outputs" / "run.lock").exists()  # the kernel's exit released it
 
 
+def _live_lock(output_dir: Path) -> bool:
+    """``output_dir``'s run lock is held by a live process. A Ctrl-C of the script may leave the kernel's lock behind
+    when papermill stops the kernel before its exit handler runs: the next run takes a dead process's lock over
+    (machine/lock.py), so only a live holder would keep the resume out."""
+    from tinyllama_ft.machine.lock import read_lock
+
+    lock = read_lock(str(output_dir))
+    if lock is None:
+        return False
+    try:
+        os.kill(lock["pid"], 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_does(
     stories_dir, alpaca_jsonl, tmp_path
 ):
     """Ctrl-C (SIGINT to the script's process group, as a terminal sends it) during training: exit status 130 and a
     line that says the checkpoints are kept and that ``-p resume True`` continues, not "run failed"; it does."""
     import signal
-    import time
 
     out, dataset = tmp_path / "run", tmp_path / "rows.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in alpaca_rows(alpaca_jsonl, 200)), encoding="utf-8")
@@ -100,7 +115,7 @@ def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_
         "eval_steps",
         "400",
     ]
-    script = subprocess.Popen(  # with Ctrl-C's default action, as from a terminal (test_console_output's ctrl-c test)
+    script = subprocess.Popen(
         argv,
         env=env,
         cwd=REPO,
@@ -108,16 +123,9 @@ def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=default_sigint,
     )
-    deadline = time.monotonic() + 600
-    # a whole checkpoint (trainer_state.json is written last), any: the trainer rotates them (save_total_limit 2)
-    while (
-        not any((out / "outputs").glob("checkpoint-*/trainer_state.json"))
-        and script.poll() is None
-        and time.monotonic() < deadline
-    ):
-        time.sleep(0.2)
+    wait_for_a_whole_checkpoint(out / "outputs", script)
     os.killpg(script.pid, signal.SIGINT)
     _, err = script.communicate(timeout=300)
     assert script.returncode == 130, err[-3000:]
@@ -128,9 +136,8 @@ def test_ctrl_c_exits_130_says_how_to_continue_and_the_same_command_with_resume_
             f"run interrupted: its checkpoints in {out} are kept; the same command with -p resume True continues"
         )
     ), err[-3000:]
-    assert "run failed" not in err and not (out / "outputs" / "run.lock").exists()
-    # the last whole checkpoint (Ctrl-C may have cut the next save short: a resume goes back past it)
-    step = max(int(p.parent.name.split("-")[1]) for p in (out / "outputs").glob("checkpoint-*/trainer_state.json"))
+    assert "run failed" not in err and not _live_lock(out / "outputs")
+    step = whole_checkpoint_steps(out / "outputs")[-1]  # Ctrl-C may have cut the next save short: a resume goes back
     resumed = _script(out, dataset, stories_dir, "-p", "resume", "True", "-p", "max_steps", str(step + 1))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert json.loads((out / "outputs" / "run_summary.json").read_text())["resumed_from"].endswith(f"checkpoint-{step}")
